@@ -1,0 +1,67 @@
+"""One exception tree for firstrun.
+
+Guarantee: every error that crosses a module boundary is a ``FirstrunError``
+whose ``who`` names the component that failed, so a caller can tell "the
+command failed" (not an error at all: an exit code) from "the sandbox failed"
+(``SandboxError``) from "the input was wrong" (``UsageError``/``PolicyError``)
+without ever matching message text. Foreign exceptions (OSError from a
+syscall, h11's ProtocolError, ...) are converted once, where they enter.
+"""
+
+from __future__ import annotations
+
+
+class FirstrunError(Exception):
+    """Base of every error firstrun raises on purpose."""
+
+    who = "firstrun"
+
+    def __init__(self, message: str, *, who: str | None = None) -> None:
+        super().__init__(message)
+        if who is not None:
+            self.who = who
+
+    def __str__(self) -> str:
+        return f"{self.who}: {self.args[0]}"
+
+
+class UsageError(FirstrunError):
+    """The user asked for something malformed (a flag, a file, a value)."""
+
+    who = "usage"
+
+
+class PolicyError(FirstrunError):
+    """A policy could not be built: an invalid host pattern, a contradiction."""
+
+    who = "policy"
+
+
+class SandboxError(FirstrunError):
+    """The sandbox itself failed, as opposed to a command inside it."""
+
+    who = "sandbox"
+
+
+class SandboxUnavailable(SandboxError):
+    """A layer that was asked for cannot be applied on this machine.
+
+    Raised before anything untrusted runs; the run is refused (fail closed).
+    ``fix`` is the exact remedy when one is known.
+    """
+
+    def __init__(self, message: str, *, who: str | None = None, fix: str | None = None) -> None:
+        super().__init__(message, who=who)
+        self.fix = fix
+
+
+class AttestationFailed(SandboxError):
+    """A boundary check run from inside the sandbox did not hold."""
+
+    who = "attestation"
+
+
+class ProxyError(FirstrunError):
+    """The egress proxy could not start or serve."""
+
+    who = "proxy"

@@ -1,0 +1,213 @@
+"""Host names and host patterns, in one canonical form.
+
+Guarantee: two spellings of the same destination (case, trailing dot,
+Unicode vs. IDNA, userinfo, IP literals written in decimal, octal, hex or as
+an IPv6-mapped address) canonicalise to the same string, and a pattern matches
+on label boundaries only, so ``a.com`` never matches ``a.com.evil`` nor
+``evila.com``. Patterns broad enough to defeat an allow-list (``*``, ``*.com``,
+``*.co.uk``) are refused when the list is built, not at match time.
+
+Pure: stdlib only, no I/O.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+
+from firstrun.errors import PolicyError
+
+_LABEL = re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)$")
+
+# Suffixes under which anyone can register a name. A wildcard directly on one
+# of these would allow the whole internet's worth of strangers. This is a
+# deliberately small list of the common multi-label public suffixes; a single
+# label (``*.com``) is always refused on its own.
+_PUBLIC_MULTI_LABEL_SUFFIXES = frozenset(
+    {
+        "co.uk", "org.uk", "ac.uk", "gov.uk", "com.au", "net.au", "org.au", "co.jp",
+        "ne.jp", "or.jp", "com.br", "com.cn", "com.tw", "co.in", "co.nz", "co.za",
+        "com.mx", "github.io", "gitlab.io", "herokuapp.com", "netlify.app",
+        "vercel.app", "pages.dev", "workers.dev", "readthedocs.io", "appspot.com",
+        "azurewebsites.net", "cloudfront.net", "s3.amazonaws.com", "blogspot.com",
+    }
+)
+
+
+def parse_ip_literal(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """Return the address if ``host`` is an IP literal in any spelling, else None.
+
+    Accepts what resolvers and browsers accept: dotted quads, but also the
+    inet_aton forms (``2130706433``, ``0x7f.1``, ``0177.0.0.1``), bracketed
+    IPv6 and IPv6 with a zone. An IPv6-mapped IPv4 address is returned as the
+    IPv4 address it carries, so it meets the same rules.
+    """
+    h = host.strip()
+    if h.startswith("[") and h.endswith("]"):
+        h = h[1:-1]
+    if "%" in h:
+        h = h.split("%", 1)[0]
+    if ":" in h:
+        try:
+            addr6 = ipaddress.IPv6Address(h)
+        except ValueError:
+            return None
+        return addr6.ipv4_mapped or addr6
+    return _parse_inet_aton(h)
+
+
+def _parse_inet_aton(h: str) -> ipaddress.IPv4Address | None:
+    parts = h.split(".")
+    if parts and parts[-1] == "":
+        parts = parts[:-1]
+    if not 1 <= len(parts) <= 4:
+        return None
+    values: list[int] = []
+    for part in parts:
+        try:
+            if part.lower().startswith("0x"):
+                values.append(int(part[2:] or "0", 16))
+            elif len(part) > 1 and part.startswith("0"):
+                values.append(int(part, 8))
+            else:
+                if not part.isdigit():
+                    return None
+                values.append(int(part, 10))
+        except ValueError:
+            return None
+    # inet_aton: the last part fills all remaining bytes.
+    *head, last = values
+    if any(v > 0xFF for v in head) or last >= 1 << (8 * (4 - len(head))):
+        return None
+    number = 0
+    for v in head:
+        number = (number << 8) | v
+    number = (number << (8 * (4 - len(head)))) | last
+    return ipaddress.IPv4Address(number)
+
+
+def canonical_host(raw: str) -> str:
+    """Canonical form of a host as a client wrote it.
+
+    Lowercase, IDNA (UTS-46-style via Python's ``idna`` codec after
+    lowercasing), no trailing dot, no userinfo, no port, and IP literals in
+    their normal form (IPv6 without brackets). Raises PolicyError for
+    anything that is not a valid host.
+    """
+    h = raw.strip()
+    if "@" in h:
+        h = h.rsplit("@", 1)[1]
+    if not h:
+        raise PolicyError(f"empty host in {raw!r}")
+    ip = parse_ip_literal(h)
+    if ip is not None:
+        return str(ip)
+    if ":" in h or "/" in h or "\\" in h or " " in h:
+        raise PolicyError(f"not a host name: {raw!r}")
+    h = h.lower()
+    if h.endswith("."):
+        h = h[:-1]
+    if not h or ".." in h:
+        raise PolicyError(f"not a host name: {raw!r}")
+    try:
+        h = h.encode("idna").decode("ascii")
+    except UnicodeError as exc:
+        raise PolicyError(f"not a valid internationalised host name: {raw!r}") from exc
+    labels = h.split(".")
+    if len(h) > 253 or not all(_LABEL.match(label) for label in labels):
+        raise PolicyError(f"not a host name: {raw!r}")
+    return h
+
+
+def parse_port(raw: str | int) -> int:
+    """A TCP port from a decimal string or int; refuses signs, spaces, 0 and >65535."""
+    if isinstance(raw, int):
+        value = raw
+    else:
+        if not raw.isascii() or not raw.isdigit() or len(raw) > 5:
+            raise PolicyError(f"not a port: {raw!r}")
+        value = int(raw, 10)
+    if not 1 <= value <= 65535:
+        raise PolicyError(f"port out of range: {raw!r}")
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostPattern:
+    """An exact host (``pypi.org``) or a suffix wildcard (``*.pythonhosted.org``).
+
+    ``port`` None means the default web ports (80 and 443) only. A wildcard
+    matches strict subdomains, never the bare suffix itself.
+    """
+
+    host: str
+    wildcard: bool = False
+    port: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> HostPattern:
+        s = text.strip()
+        if not s:
+            raise PolicyError("empty host pattern")
+        port: int | None = None
+        if s.startswith("["):
+            end = s.find("]")
+            if end < 0:
+                raise PolicyError(f"unclosed bracket in host pattern {text!r}")
+            host_part, rest = s[: end + 1], s[end + 1 :]
+            if rest:
+                if not rest.startswith(":"):
+                    raise PolicyError(f"junk after host in pattern {text!r}")
+                port = parse_port(rest[1:])
+        elif s.count(":") == 1:
+            host_part, port_text = s.split(":")
+            port = parse_port(port_text)
+        else:
+            host_part = s
+        wildcard = host_part.startswith("*.")
+        if wildcard:
+            host_part = host_part[2:]
+        if "*" in host_part:
+            raise PolicyError(f"a wildcard may only be a leading '*.' label: {text!r}")
+        host = canonical_host(host_part)
+        if wildcard:
+            if parse_ip_literal(host) is not None:
+                raise PolicyError(f"a wildcard cannot apply to an IP address: {text!r}")
+            if "." not in host or host in _PUBLIC_MULTI_LABEL_SUFFIXES:
+                raise PolicyError(
+                    f"pattern {text!r} covers a whole public suffix; name the registrable domain"
+                )
+        return cls(host=host, wildcard=wildcard, port=port)
+
+    def matches_host(self, host: str) -> bool:
+        """Whether the name matches, whatever the port. ``host`` must be canonical."""
+        if self.wildcard:
+            return host.endswith("." + self.host)
+        return host == self.host
+
+    def matches(self, host: str, port: int) -> bool:
+        """``host`` must already be canonical."""
+        if self.port is None:
+            if port not in (80, 443):
+                return False
+        elif port != self.port:
+            return False
+        return self.matches_host(host)
+
+    def __str__(self) -> str:
+        text = ("*." if self.wildcard else "") + (
+            f"[{self.host}]" if ":" in self.host else self.host
+        )
+        return f"{text}:{self.port}" if self.port is not None else text
+
+
+def parse_patterns(entries: list[str] | tuple[str, ...], *, source: str) -> tuple[HostPattern, ...]:
+    """Parse a list of patterns, naming ``source`` (a flag, a file) in any error."""
+    patterns = []
+    for entry in entries:
+        try:
+            patterns.append(HostPattern.parse(entry))
+        except PolicyError as exc:
+            raise PolicyError(f"{source}: {exc.args[0]}") from None
+    return tuple(patterns)

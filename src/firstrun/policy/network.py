@@ -1,0 +1,291 @@
+"""Every egress decision, as two pure functions over the policy.
+
+Guarantee: the proxy asks ``decide_name`` before it resolves anything and
+``decide_addresses`` after it resolved once; nothing else decides. A name the
+name rules deny is never resolved (the lookup itself would leak it), and an
+address that passes is the address that gets dialled. Rules run in a fixed
+order and the first with an opinion decides:
+
+1. floor: loopback, private, link-local, metadata, CGNAT, multicast and
+   embedded-IPv4 addresses are refused unless an override names them;
+2. attribution: docs hosts are refused on the shell channel and allowed on
+   the docs channel, so every page an agent reads goes through ``read_docs``
+   and is recorded;
+3. explicit overrides from the task, recorded as such;
+4. the allow-list;
+5. deny.
+
+In report mode a denial is turned into an allow whose ``would_deny`` carries
+the reason, so an allow-list can be written from a real run.
+
+Pure: stdlib only, no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+
+from firstrun.errors import PolicyError
+from firstrun.policy.addresses import AddressClass, IPAddress, classify
+from firstrun.policy.hosts import HostPattern, canonical_host, parse_ip_literal, parse_patterns
+
+
+class Channel(StrEnum):
+    SHELL = "shell"
+    DOCS = "docs"
+
+
+class Mode(StrEnum):
+    ENFORCE = "enforce"
+    REPORT = "report"
+
+
+class Verdict(StrEnum):
+    ALLOW = "allow"
+    DENY = "deny"
+
+
+class Layer(StrEnum):
+    FLOOR = "floor"
+    ATTRIBUTION = "attribution"
+    OVERRIDE = "override"
+    ALLOWLIST = "allowlist"
+    DEFAULT = "default"
+    PROTOCOL = "protocol"
+
+
+class Reason(StrEnum):
+    """Stable keys: results and statistics group on these, never rename one."""
+
+    ALLOWED_BY_LIST = "allowed_by_list"
+    ALLOWED_BY_OVERRIDE = "allowed_by_override"
+    ALLOWED_DOCS_CHANNEL = "allowed_docs_channel"
+    DOCS_HOST_ON_SHELL = "docs_host_on_shell"
+    NOT_DOCS_HOST = "not_docs_host"
+    NOT_ALLOWED = "not_allowed"
+    DENIED_BY_LIST = "denied_by_list"
+    PORT_NOT_ALLOWED = "port_not_allowed"
+    IP_LITERAL = "ip_literal"
+    INVALID_HOST = "invalid_host"
+    RESOLVED_LOOPBACK = "resolved_loopback"
+    RESOLVED_PRIVATE = "resolved_private"
+    RESOLVED_LINK_LOCAL = "resolved_link_local"
+    RESOLVED_METADATA = "resolved_metadata"
+    RESOLVED_CGNAT = "resolved_cgnat"
+    RESOLVED_MULTICAST = "resolved_multicast"
+    RESOLVED_UNSPECIFIED = "resolved_unspecified"
+    RESOLVED_RESERVED = "resolved_reserved"
+    RESOLVED_EMBEDDED_IPV4 = "resolved_embedded_ipv4"
+    RESOLVE_FAILED = "resolve_failed"
+    PROXY_ITSELF = "proxy_itself"
+    # Protocol-level refusals, decided by the proxy before any policy question.
+    MALFORMED_REQUEST = "malformed_request"
+    HEADERS_TOO_LARGE = "headers_too_large"
+    REQUEST_TIMEOUT = "request_timeout"
+    SMUGGLING_SUSPECTED = "smuggling_suspected"
+    SNI_MISMATCH = "sni_mismatch"
+    HOST_MISMATCH = "host_mismatch"
+    UNSUPPORTED_METHOD = "unsupported_method"
+    UPSTREAM_FAILED = "upstream_failed"
+
+
+_FLOOR_REASON = {
+    AddressClass.LOOPBACK: Reason.RESOLVED_LOOPBACK,
+    AddressClass.PRIVATE: Reason.RESOLVED_PRIVATE,
+    AddressClass.LINK_LOCAL: Reason.RESOLVED_LINK_LOCAL,
+    AddressClass.METADATA: Reason.RESOLVED_METADATA,
+    AddressClass.CGNAT: Reason.RESOLVED_CGNAT,
+    AddressClass.MULTICAST: Reason.RESOLVED_MULTICAST,
+    AddressClass.UNSPECIFIED: Reason.RESOLVED_UNSPECIFIED,
+    AddressClass.RESERVED: Reason.RESOLVED_RESERVED,
+    AddressClass.EMBEDDED_IPV4: Reason.RESOLVED_EMBEDDED_IPV4,
+}
+
+# Package registries for Python, Node and Debian: what a quickstart installs from.
+DEFAULT_ALLOW = (
+    "pypi.org",
+    "files.pythonhosted.org",
+    "registry.npmjs.org",
+    "registry.yarnpkg.com",
+    "deb.debian.org",
+    "security.debian.org",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Override:
+    """A task's explicit exception: ``pattern`` may reach ``networks`` despite the floor.
+
+    An override without networks only bypasses the allow-list; with networks
+    it also lets those exact address ranges through the floor.
+    """
+
+    pattern: HostPattern
+    networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class NetworkPolicy:
+    allow: tuple[HostPattern, ...] = ()
+    deny: tuple[HostPattern, ...] = ()
+    docs: tuple[HostPattern, ...] = ()
+    overrides: tuple[Override, ...] = ()
+    mode: Mode = Mode.ENFORCE
+    # Addresses of the proxy itself, refused even when an override would allow them.
+    proxy_addresses: tuple[tuple[str, int], ...] = ()
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        allow: Sequence[str] = DEFAULT_ALLOW,
+        deny: Sequence[str] = (),
+        docs: Sequence[str] = (),
+        overrides: Sequence[tuple[str, Sequence[str]]] = (),
+        mode: Mode = Mode.ENFORCE,
+        source: str = "policy",
+    ) -> NetworkPolicy:
+        """Parse text entries; ``source`` names where they came from in any error."""
+        ovs = []
+        for pattern_text, nets in overrides:
+            try:
+                networks = tuple(ipaddress.ip_network(n, strict=False) for n in nets)
+            except ValueError as exc:
+                raise PolicyError(f"{source}: override {pattern_text!r}: {exc}") from None
+            (pattern,) = parse_patterns([pattern_text], source=source)
+            ovs.append(Override(pattern=pattern, networks=networks))
+        return cls(
+            allow=parse_patterns(list(allow), source=f"{source} allow"),
+            deny=parse_patterns(list(deny), source=f"{source} deny"),
+            docs=parse_patterns(list(docs), source=f"{source} docs"),
+            overrides=tuple(ovs),
+            mode=mode,
+        )
+
+    def with_proxy_addresses(self, addresses: Sequence[tuple[str, int]]) -> NetworkPolicy:
+        return replace(self, proxy_addresses=tuple(addresses))
+
+    def to_data(self) -> dict[str, object]:
+        """Plain data for hashing, recording and the Docker sidecar."""
+        return {
+            "allow": [str(p) for p in self.allow],
+            "deny": [str(p) for p in self.deny],
+            "docs": [str(p) for p in self.docs],
+            "overrides": [
+                {"pattern": str(o.pattern), "networks": [str(n) for n in o.networks]}
+                for o in self.overrides
+            ],
+            "mode": self.mode.value,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Request:
+    channel: Channel
+    host: str
+    port: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decision:
+    verdict: Verdict
+    reason: Reason
+    layer: Layer
+    host: str = ""
+    would_deny: Reason | None = None
+    override: str | None = field(default=None)
+
+    @property
+    def allowed(self) -> bool:
+        return self.verdict is Verdict.ALLOW
+
+
+def _deny(policy: NetworkPolicy, reason: Reason, layer: Layer, host: str) -> Decision:
+    if policy.mode is Mode.REPORT:
+        return Decision(
+            verdict=Verdict.ALLOW, reason=reason, layer=layer, host=host, would_deny=reason
+        )
+    return Decision(verdict=Verdict.DENY, reason=reason, layer=layer, host=host)
+
+
+def _override_for(policy: NetworkPolicy, host: str, port: int) -> Override | None:
+    for ov in policy.overrides:
+        if ov.pattern.matches(host, port):
+            return ov
+    return None
+
+
+def decide_name(policy: NetworkPolicy, request: Request) -> Decision:
+    """Decide on the name alone. An ALLOW here still needs ``decide_addresses``."""
+    try:
+        host = canonical_host(request.host)
+    except PolicyError:
+        return _deny(policy, Reason.INVALID_HOST, Layer.PROTOCOL, request.host)
+    port = request.port
+    override = _override_for(policy, host, port)
+    if request.channel is Channel.DOCS:
+        if any(p.matches(host, port) for p in policy.docs):
+            return Decision(
+                verdict=Verdict.ALLOW, reason=Reason.ALLOWED_DOCS_CHANNEL,
+                layer=Layer.ATTRIBUTION, host=host,
+            )
+        return _deny(policy, Reason.NOT_DOCS_HOST, Layer.ATTRIBUTION, host)
+    if any(p.matches(host, port) for p in policy.docs):
+        return _deny(policy, Reason.DOCS_HOST_ON_SHELL, Layer.ATTRIBUTION, host)
+    if any(p.matches(host, port) for p in policy.deny):
+        return _deny(policy, Reason.DENIED_BY_LIST, Layer.ALLOWLIST, host)
+    if override is not None:
+        return Decision(
+            verdict=Verdict.ALLOW, reason=Reason.ALLOWED_BY_OVERRIDE, layer=Layer.OVERRIDE,
+            host=host, override=str(override.pattern),
+        )
+    if any(p.matches(host, port) for p in policy.allow):
+        return Decision(
+            verdict=Verdict.ALLOW, reason=Reason.ALLOWED_BY_LIST, layer=Layer.ALLOWLIST, host=host
+        )
+    if parse_ip_literal(host) is not None:
+        return _deny(policy, Reason.IP_LITERAL, Layer.ALLOWLIST, host)
+    if any(p.matches_host(host) for p in policy.allow):
+        return _deny(policy, Reason.PORT_NOT_ALLOWED, Layer.ALLOWLIST, host)
+    return _deny(policy, Reason.NOT_ALLOWED, Layer.DEFAULT, host)
+
+
+def decide_addresses(
+    policy: NetworkPolicy, request: Request, addresses: Sequence[IPAddress]
+) -> Decision:
+    """Decide on every address a name resolved to; any bad one refuses the lot.
+
+    Refusing the lot (rather than dialling a good one) matters: a name that
+    answers with both a public and a private address is a rebinding attempt.
+    """
+    host = canonical_host(request.host)
+    if not addresses:
+        return _deny(policy, Reason.RESOLVE_FAILED, Layer.FLOOR, host)
+    override = _override_for(policy, host, request.port)
+    for addr in addresses:
+        if any(
+            parse_ip_literal(h) == addr and p == request.port for h, p in policy.proxy_addresses
+        ):
+            return _deny(policy, Reason.PROXY_ITSELF, Layer.FLOOR, host)
+        cls = classify(addr)
+        if cls is AddressClass.PUBLIC:
+            continue
+        if override is not None and any(addr in net for net in override.networks):
+            continue
+        return _deny(policy, _FLOOR_REASON[cls], Layer.FLOOR, host)
+    if override is not None:
+        return Decision(
+            verdict=Verdict.ALLOW, reason=Reason.ALLOWED_BY_OVERRIDE, layer=Layer.OVERRIDE,
+            host=host, override=str(override.pattern),
+        )
+    if request.channel is Channel.DOCS:
+        return Decision(
+            verdict=Verdict.ALLOW, reason=Reason.ALLOWED_DOCS_CHANNEL, layer=Layer.ATTRIBUTION,
+            host=host,
+        )
+    return Decision(
+        verdict=Verdict.ALLOW, reason=Reason.ALLOWED_BY_LIST, layer=Layer.ALLOWLIST, host=host
+    )
