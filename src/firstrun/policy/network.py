@@ -81,6 +81,7 @@ class Reason(StrEnum):
     RESOLVED_EMBEDDED_IPV4 = "resolved_embedded_ipv4"
     RESOLVE_FAILED = "resolve_failed"
     PROXY_ITSELF = "proxy_itself"
+    ATTESTATION = "attestation"
     # Protocol-level refusals, decided by the proxy before any policy question.
     MALFORMED_REQUEST = "malformed_request"
     HEADERS_TOO_LARGE = "headers_too_large"
@@ -103,6 +104,10 @@ _FLOOR_REASON = {
     AddressClass.RESERVED: Reason.RESOLVED_RESERVED,
     AddressClass.EMBEDDED_IPV4: Reason.RESOLVED_EMBEDDED_IPV4,
 }
+
+# Reserved (RFC 6761 ``.invalid``): the proxy answers it itself with its nonce,
+# never resolving or dialling, so a sandbox can prove which proxy it reached.
+ATTESTATION_HOST = "attest.firstrun.invalid"
 
 # Package registries for Python, Node and Debian: what a quickstart installs from.
 DEFAULT_ALLOW = (

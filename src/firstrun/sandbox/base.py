@@ -1,0 +1,163 @@
+"""The contract every sandbox backend meets.
+
+Guarantee: a backend never runs an untrusted command it has not first
+attested. ``Backend.start`` either returns a ``Session`` whose boundary was
+proven from the inside, or raises ``SandboxUnavailable``/``AttestationFailed``
+before anything untrusted ran. A ``Session`` kills every process it started
+when it closes. Results keep "the command failed" (an ``ExecResult`` with a
+non-zero exit) apart from "the sandbox failed" (a ``SandboxError``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+
+from firstrun.policy.profile import SandboxProfile
+
+
+class Enforcement(StrEnum):
+    ENFORCED = "enforced"
+    DOWNGRADED = "downgraded"
+    UNENFORCED = "unenforced"
+
+
+class Stream(StrEnum):
+    STDOUT = "stdout"
+    STDERR = "stderr"
+
+
+OutputCallback = Callable[[Stream, bytes], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CappedOutput:
+    """Output that kept its head and tail when it exceeded the cap."""
+
+    data: bytes
+    total_bytes: int
+    omitted_bytes: int = 0
+
+    @property
+    def truncated(self) -> bool:
+        return self.omitted_bytes > 0
+
+    def text(self) -> str:
+        return self.data.decode("utf-8", errors="replace")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExecResult:
+    exit_code: int
+    stdout: CappedOutput
+    stderr: CappedOutput
+    duration_s: float
+    timed_out: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Check:
+    """One attestation check: what was tried from inside, and what happened."""
+
+    name: str
+    passed: bool
+    detail: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerStatus:
+    """A layer that was asked for, and how it was (or was not) applied."""
+
+    name: str
+    applied: bool
+    mechanism: str
+    detail: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionInfo:
+    backend: str
+    enforcement: Enforcement
+    policy_hash: str
+    layers: tuple[LayerStatus, ...] = ()
+    attestation: tuple[Check, ...] = ()
+    exposed: tuple[str, ...] = field(default=())
+    downgrades: tuple[str, ...] = ()
+
+    def to_data(self) -> dict[str, object]:
+        return {
+            "backend": self.backend,
+            "enforcement": self.enforcement.value,
+            "policy_hash": self.policy_hash,
+            "layers": [
+                {"name": l.name, "applied": l.applied, "mechanism": l.mechanism, "detail": l.detail}
+                for l in self.layers
+            ],
+            "attestation": [
+                {"name": c.name, "passed": c.passed, "detail": c.detail} for c in self.attestation
+            ],
+            "exposed": list(self.exposed),
+            "downgrades": list(self.downgrades),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Capability:
+    name: str
+    available: bool
+    detail: str
+    fix: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProxyEndpoint:
+    """Where a session's shell channel reaches the harness's egress proxy.
+
+    ``socket_path`` is a Unix socket on the host; the backend exposes it
+    inside the sandbox as a loopback TCP port. ``nonce`` is what the proxy
+    answers for the reserved attestation host, so the sandbox can prove it
+    reached this proxy and not something else listening on the port.
+    """
+
+    socket_path: str
+    nonce: str
+
+
+class Session(Protocol):
+    info: SessionInfo
+
+    def exec(
+        self,
+        command: str | Sequence[str],
+        *,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        env: dict[str, str] | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> ExecResult:
+        """Run one command; a ``str`` runs under ``bash -c``.
+
+        ``cwd`` is a path inside the sandbox, relative paths are relative to
+        the workspace. ``env`` adds to (never replaces) the built environment.
+        """
+        ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Session: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+class Backend(Protocol):
+    name: str
+
+    def probe(self) -> tuple[Capability, ...]:
+        """What this machine can enforce for this backend, with fixes for what it can't."""
+        ...
+
+    def start(self, profile: SandboxProfile, *, proxy: ProxyEndpoint | None) -> Session:
+        """Launch, attest, and return a session; refuse (raise) rather than downgrade."""
+        ...
