@@ -65,3 +65,13 @@ class ProxyError(FirstrunError):
     """The egress proxy could not start or serve."""
 
     who = "proxy"
+
+
+class DocsError(FirstrunError):
+    """The docs reader itself failed (its configuration, its cache, the proxy).
+
+    A page that cannot be read is never this: it is a ``Page`` with ``error``
+    set, because an unreadable page is a finding about the docs.
+    """
+
+    who = "docs"
