@@ -75,3 +75,21 @@ class DocsError(FirstrunError):
     """
 
     who = "docs"
+
+
+class TaskError(UsageError):
+    """A task file is unreadable or invalid, located to one line of one file.
+
+    ``path`` and ``line`` are data, so a caller (validate's findings, an
+    editor integration) never has to parse them back out of the message.
+    ``line`` is None only when no line exists (a file that cannot be read).
+    """
+
+    who = "task"
+
+    def __init__(self, detail: str, *, path: str, line: int | None) -> None:
+        where = f"{path}:{line}" if line is not None else path
+        super().__init__(f"{where}: {detail}")
+        self.path = path
+        self.line = line
+        self.detail = detail
