@@ -1,0 +1,245 @@
+"""``firstrun doctor``: what this machine can enforce, and the exact fix for what it can't.
+
+Guarantee: doctor only observes. It never changes the machine; every finding
+comes from asking the kernel or the daemon directly (the linux backend's own
+``probe()``, a connect to the Docker socket, an open of /dev/kvm), never from
+version strings or guesses. Its exit status says whether ``firstrun sandbox
+--backend linux`` would be refused: 0 when the linux backend is usable, 1
+otherwise. It also shows what a default session would expose from the home
+directory (toolchain roots) and what it masks (secrets), computed by the same
+function the sandbox uses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import h11
+
+from firstrun.errors import SandboxUnavailable
+from firstrun.policy.filesystem import SYSTEM_READONLY
+from firstrun.sandbox.base import Capability
+from firstrun.sandbox.hostfs import host_filesystem_policy
+from firstrun.sandbox.select import select_backend
+
+DOCKER_SOCKET = "/var/run/docker.sock"
+KVM_DEVICE = "/dev/kvm"
+_DOCKER_TIMEOUT_S = 3.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Exposure:
+    """What a default session binds from the home (read-only) and what it masks."""
+
+    toolchains: tuple[str, ...]
+    masked: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Findings:
+    linux_usable: bool
+    linux_refusal: str | None
+    linux_fix: str | None
+    capabilities: tuple[Capability, ...]
+    optional: tuple[Capability, ...]
+    exposure: Exposure
+
+    def to_data(self) -> dict[str, object]:
+        def cap(c: Capability) -> dict[str, object]:
+            return {"name": c.name, "available": c.available, "detail": c.detail, "fix": c.fix}
+
+        return {
+            "linux_usable": self.linux_usable,
+            "linux_refusal": self.linux_refusal,
+            "linux_fix": self.linux_fix,
+            "capabilities": [cap(c) for c in self.capabilities],
+            "optional": [cap(c) for c in self.optional],
+            "exposure": {
+                "toolchains": list(self.exposure.toolchains),
+                "masked": list(self.exposure.masked),
+            },
+        }
+
+
+def _docker_socket_path(env: Mapping[str, str]) -> str | None:
+    host = env.get("DOCKER_HOST", "")
+    if not host:
+        return DOCKER_SOCKET
+    if host.startswith("unix://"):
+        return host[len("unix://") :]
+    return None
+
+
+def probe_docker(env: Mapping[str, str]) -> Capability:
+    """Whether a Docker daemon answers ``GET /_ping`` on its Unix socket."""
+    path = _docker_socket_path(env)
+    if path is None:
+        return Capability(
+            name="docker daemon",
+            available=False,
+            detail=f"DOCKER_HOST={env.get('DOCKER_HOST')!r} is not a unix:// socket; doctor does not dial remote daemons",
+            fix="point DOCKER_HOST at a local socket (unix:///var/run/docker.sock)",
+        )
+    install_fix = "apt-get install docker.io && systemctl start docker (or start dockerd yourself)"
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(_DOCKER_TIMEOUT_S)
+            sock.connect(path)
+            conn = h11.Connection(h11.CLIENT)
+            sock.sendall(
+                conn.send(h11.Request(method="GET", target="/_ping", headers=[("Host", "docker")]))
+                + conn.send(h11.EndOfMessage())
+            )
+            while True:
+                event = conn.next_event()
+                if event is h11.NEED_DATA:
+                    conn.receive_data(sock.recv(4096))
+                    continue
+                if isinstance(event, h11.Response):
+                    status = event.status_code
+                    break
+                if isinstance(event, h11.ConnectionClosed):
+                    raise h11.RemoteProtocolError("closed before a response")
+    except FileNotFoundError:
+        return Capability(name="docker daemon", available=False, detail=f"no socket at {path}", fix=install_fix)
+    except PermissionError:
+        return Capability(
+            name="docker daemon", available=False, detail=f"{path}: permission denied",
+            fix=f"add your user to the docker group (usermod -aG docker {os.environ.get('USER', '$USER')}) and log in again",
+        )
+    except (OSError, h11.ProtocolError) as exc:
+        return Capability(
+            name="docker daemon", available=False, detail=f"{path}: no answer ({exc.__class__.__name__}: {exc})",
+            fix="start the daemon: systemctl start docker (or dockerd)",
+        )
+    if status != 200:
+        return Capability(
+            name="docker daemon", available=False, detail=f"{path}: /_ping answered {status}",
+            fix="check the daemon's log: journalctl -u docker",
+        )
+    return Capability(name="docker daemon", available=True, detail=f"answers on {path}")
+
+
+def probe_kvm() -> Capability:
+    """Whether /dev/kvm exists and this user may open it read-write (a microVM needs both)."""
+    if not os.path.exists(KVM_DEVICE):
+        return Capability(
+            name="/dev/kvm", available=False, detail="absent",
+            fix="enable virtualisation (VT-x/AMD-V, or nested virtualisation for a VM) and modprobe kvm_intel or kvm_amd",
+        )
+    try:
+        fd = os.open(KVM_DEVICE, os.O_RDWR | os.O_CLOEXEC)
+    except PermissionError:
+        return Capability(
+            name="/dev/kvm", available=False, detail="present, but not openable by this user",
+            fix=f"add your user to the kvm group (usermod -aG kvm {os.environ.get('USER', '$USER')}) and log in again",
+        )
+    except OSError as exc:
+        return Capability(name="/dev/kvm", available=False, detail=f"present, open failed: {exc.strerror}",
+                          fix="check dmesg for kvm errors")
+    os.close(fd)
+    return Capability(name="/dev/kvm", available=True, detail="present and usable")
+
+
+def default_exposure(env: Mapping[str, str]) -> Exposure:
+    """The home-directory binds and masks a default session would get, from this environment."""
+    with tempfile.TemporaryDirectory(prefix="firstrun-doctor-") as workspace:
+        fs = host_filesystem_policy(workspace, env)
+    toolchains = tuple(p for p in fs.readonly if p not in SYSTEM_READONLY)
+    return Exposure(toolchains=toolchains, masked=tuple(fs.hidden))
+
+
+def gather(env: Mapping[str, str]) -> Findings:
+    refusal: str | None = None
+    fix: str | None = None
+    capabilities: tuple[Capability, ...] = ()
+    try:
+        backend = select_backend("linux", allow_unenforced=False)
+        capabilities = backend.probe()
+    except SandboxUnavailable as exc:
+        refusal, fix = str(exc), exc.fix
+    return Findings(
+        linux_usable=refusal is None and all(c.available for c in capabilities),
+        linux_refusal=refusal,
+        linux_fix=fix,
+        capabilities=capabilities,
+        optional=(probe_docker(env), probe_kvm()),
+        exposure=default_exposure(env),
+    )
+
+
+def _plain(findings: Findings) -> list[str]:
+    lines = ["linux backend: " + ("usable" if findings.linux_usable else "NOT usable")]
+    if findings.linux_refusal:
+        lines.append(f"  refused: {findings.linux_refusal}")
+        if findings.linux_fix:
+            lines.append(f"  fix: {findings.linux_fix}")
+
+    def section(title: str, caps: Sequence[Capability]) -> None:
+        lines.append(title)
+        for c in caps:
+            lines.append(f"  [{'ok' if c.available else 'missing'}] {c.name}: {c.detail}")
+            if not c.available and c.fix:
+                lines.append(f"      fix: {c.fix}")
+
+    section("enforcement layers (linux backend):", findings.capabilities)
+    section("other backends (optional):", findings.optional)
+    lines.append("a default session binds read-only from the home (toolchains PATH needs):")
+    lines.extend(f"  {p}" for p in findings.exposure.toolchains or ("(nothing)",))
+    lines.append("and masks (secrets):")
+    lines.extend(f"  {p}" for p in findings.exposure.masked or ("(nothing)",))
+    return lines
+
+
+def _rich(findings: Findings) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console()
+    verdict = "[green]usable[/]" if findings.linux_usable else "[red]NOT usable[/]"
+    console.print(f"linux backend: {verdict}")
+    if findings.linux_refusal:
+        console.print(f"  refused: {findings.linux_refusal}", markup=False, highlight=False)
+        if findings.linux_fix:
+            console.print(f"  fix: {findings.linux_fix}", markup=False, highlight=False)
+    for title, caps in (
+        ("Enforcement layers (linux backend)", findings.capabilities),
+        ("Other backends (optional)", findings.optional),
+    ):
+        table = Table(title=title, title_justify="left")
+        table.add_column("")
+        table.add_column("capability")
+        table.add_column("detail")
+        table.add_column("fix")
+        for c in caps:
+            table.add_row(
+                Text("ok", style="green") if c.available else Text("missing", style="red"),
+                Text(c.name), Text(c.detail), Text("" if c.available else (c.fix or "")),
+            )
+        console.print(table)
+    table = Table(title="What a default session exposes from the home", title_justify="left")
+    table.add_column("")
+    table.add_column("path")
+    for p in findings.exposure.toolchains:
+        table.add_row("bound read-only", Text(p))
+    for p in findings.exposure.masked:
+        table.add_row("masked", Text(p))
+    console.print(table)
+
+
+def run_doctor(*, as_json: bool) -> int:
+    findings = gather(os.environ)
+    if as_json:
+        sys.stdout.write(json.dumps(findings.to_data(), indent=2) + "\n")
+    elif sys.stdout.isatty():
+        _rich(findings)
+    else:
+        print("\n".join(_plain(findings)))
+    return 0 if findings.linux_usable else 1

@@ -1,0 +1,88 @@
+"""What the CLI tells a person after a sandboxed command: pure text over recorded data.
+
+Guarantee: the summary is computed only from the session's ``SessionInfo``
+and the proxy's records, never from the live run, so what a person reads at
+the end is exactly what was recorded. Every blocked attempt is counted: it is
+grouped by destination and reason, never sampled or elided.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from firstrun.policy.network import Verdict
+from firstrun.proxy.records import EgressRecord
+from firstrun.sandbox.base import SessionInfo
+
+
+@dataclass(frozen=True, kw_only=True)
+class BlockedHost:
+    """Every blocked (or, in report mode, would-be-blocked) attempt to one destination."""
+
+    destination: str
+    reasons: tuple[tuple[str, int], ...]
+
+    @property
+    def attempts(self) -> int:
+        return sum(n for _, n in self.reasons)
+
+
+def _destination(record: EgressRecord) -> str:
+    if record.host is None:
+        # Too malformed to name a destination (smuggling, oversize headers).
+        return "(no valid host)"
+    host = f"[{record.host}]" if ":" in record.host else record.host
+    return f"{host}:{record.port}" if record.port is not None else host
+
+
+def group_blocked(records: Iterable[EgressRecord]) -> tuple[BlockedHost, ...]:
+    """Denied records, and report-mode records that would have been denied, by destination.
+
+    Ordered by attempts (most first), then by name, so the worst offender leads.
+    """
+    by_dest: dict[str, Counter[str]] = {}
+    for record in records:
+        if record.decision is Verdict.DENY:
+            reason = record.reason.value
+        elif record.would_deny is not None:
+            reason = record.would_deny.value
+        else:
+            continue
+        by_dest.setdefault(_destination(record), Counter())[reason] += 1
+    groups = [
+        BlockedHost(
+            destination=dest,
+            reasons=tuple(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))),
+        )
+        for dest, counts in by_dest.items()
+    ]
+    return tuple(sorted(groups, key=lambda g: (-g.attempts, g.destination)))
+
+
+def summary_lines(
+    info: SessionInfo, blocked: Sequence[BlockedHost], *, report_only: bool
+) -> list[str]:
+    """The end-of-run summary, one fact per line, for stderr."""
+    passed = sum(1 for c in info.attestation if c.passed)
+    lines = [
+        f"firstrun: backend {info.backend}, enforcement {info.enforcement.value}, "
+        f"attestation {passed}/{len(info.attestation)} passed, policy {info.policy_hash}",
+    ]
+    if info.downgrades:
+        lines.append(f"firstrun: downgraded layers: {', '.join(info.downgrades)}")
+    verb = "would have been blocked (report mode)" if report_only else "blocked"
+    if not blocked:
+        lines.append(f"firstrun: egress {verb}: none")
+        return lines
+    total = sum(g.attempts for g in blocked)
+    lines.append(
+        f"firstrun: egress {verb}: {total} attempt{'s' if total != 1 else ''} "
+        f"to {len(blocked)} destination{'s' if len(blocked) != 1 else ''}"
+    )
+    width = max(len(g.destination) for g in blocked)
+    for group in blocked:
+        reasons = ", ".join(f"{reason} x{n}" for reason, n in group.reasons)
+        lines.append(f"  {group.destination.ljust(width)}  {reasons}")
+    return lines

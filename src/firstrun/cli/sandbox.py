@@ -1,0 +1,139 @@
+"""``firstrun sandbox``: one command, in a fresh attested session, behind the recording proxy.
+
+Guarantee: the command runs only after the backend attested the session, its
+only way out is the egress proxy started here, and when this returns (normal
+exit, timeout, error, Ctrl-C or SIGTERM) the session is closed, so no process
+it started is left running, and the proxy is stopped. The exit status keeps
+the command's own result apart from the harness's: the command's code, 124
+for a timeout, 125 when the sandbox refused or failed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from contextlib import ExitStack
+from dataclasses import dataclass
+
+from firstrun.cli.interrupt import signals_unwind
+from firstrun.cli.render import group_blocked, summary_lines
+from firstrun.errors import UsageError
+from firstrun.policy.hosts import parse_patterns
+from firstrun.policy.network import DEFAULT_ALLOW, Channel, Mode, NetworkPolicy
+from firstrun.policy.process import Limits
+from firstrun.policy.profile import LayerName, SandboxProfile
+from firstrun.proxy.server import EgressProxy
+from firstrun.sandbox.base import ExecResult, ProxyEndpoint, Stream
+from firstrun.sandbox.hostfs import host_filesystem_policy
+from firstrun.sandbox.select import select_backend
+
+EXIT_TIMEOUT = 124
+
+
+@dataclass(frozen=True, kw_only=True)
+class SandboxRequest:
+    """Validated ``firstrun sandbox`` arguments."""
+
+    command: tuple[str, ...]
+    backend: str = "auto"
+    allow: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+    workspace: str | None = None
+    record: str | None = None
+    allow_unenforced: bool = False
+    downgrades: frozenset[LayerName] = frozenset()
+    report_only: bool = False
+    timeout_s: float | None = None
+    json: bool = False
+
+
+def build_network_policy(request: SandboxRequest) -> NetworkPolicy:
+    """Default registries plus ``--allow``; ``--deny`` wins. Errors name the flag."""
+    allow = parse_patterns(DEFAULT_ALLOW, source="default allow-list") + parse_patterns(
+        request.allow, source="--allow"
+    )
+    deny = parse_patterns(request.deny, source="--deny")
+    mode = Mode.REPORT if request.report_only else Mode.ENFORCE
+    return NetworkPolicy(allow=allow, deny=deny, mode=mode)
+
+
+def _check_paths(request: SandboxRequest) -> None:
+    if request.workspace is not None and not os.path.isdir(request.workspace):
+        raise UsageError(f"--workspace: {request.workspace!r} is not an existing directory")
+    if request.record is not None:
+        parent = os.path.dirname(os.path.abspath(request.record))
+        if not os.path.isdir(parent):
+            raise UsageError(f"--record: directory {parent!r} does not exist")
+        if os.path.isdir(request.record):
+            raise UsageError(f"--record: {request.record!r} is a directory")
+
+
+def _write_live(stream: Stream, data: bytes, *, to_stderr: bool) -> None:
+    out = sys.stderr if to_stderr or stream is Stream.STDERR else sys.stdout
+    out.buffer.write(data)
+    out.buffer.flush()
+
+
+def _exit_code(result: ExecResult) -> int:
+    if result.timed_out:
+        return EXIT_TIMEOUT
+    if result.exit_code < 0:
+        # Killed by a signal: report it the way a shell does.
+        return 128 - result.exit_code
+    return result.exit_code & 0xFF
+
+
+def run_sandbox(request: SandboxRequest) -> int:
+    """Run the command; return the process exit status. Raises FirstrunError on refusal."""
+    _check_paths(request)
+    policy = build_network_policy(request)
+    backend = select_backend(request.backend, allow_unenforced=request.allow_unenforced)
+    with ExitStack() as stack:
+        stack.enter_context(signals_unwind())
+        if request.workspace is None:
+            workspace = stack.enter_context(tempfile.TemporaryDirectory(prefix="firstrun-ws-"))
+        else:
+            workspace = os.path.realpath(request.workspace)
+        limits = Limits() if request.timeout_s is None else Limits(command_timeout_s=request.timeout_s)
+        profile = SandboxProfile(
+            fs=host_filesystem_policy(workspace, os.environ),
+            net=policy,
+            limits=limits,
+            downgrades=request.downgrades,
+        )
+        # The proxy's socket lives in a private directory: only the harness
+        # and the session it is bound into may reach it.
+        sockdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="firstrun-proxy-"))
+        proxy = stack.enter_context(EgressProxy(policy, record_path=request.record))
+        socket_path = proxy.listen_unix(os.path.join(sockdir, "proxy.sock"), Channel.SHELL)
+        session = stack.enter_context(
+            backend.start(profile, proxy=ProxyEndpoint(socket_path=socket_path, nonce=proxy.nonce))
+        )
+        result = session.exec(
+            list(request.command),
+            timeout=request.timeout_s,
+            on_output=lambda stream, data: _write_live(stream, data, to_stderr=request.json),
+        )
+    # Read after the session closed and the proxy stopped, so tunnels the
+    # command left open are finished and recorded too.
+    records = proxy.records()
+    info = session.info
+    code = _exit_code(result)
+    if request.json:
+        document = {
+            "session": info.to_data(),
+            "command": list(request.command),
+            "exit_code": code,
+            "timed_out": result.timed_out,
+            "duration_s": result.duration_s,
+            "records": [r.to_data() for r in records],
+        }
+        sys.stdout.write(json.dumps(document, indent=2) + "\n")
+    else:
+        blocked = group_blocked(records)
+        for line in summary_lines(info, blocked, report_only=request.report_only):
+            print(line, file=sys.stderr)
+    return code
+

@@ -1,0 +1,52 @@
+"""Every bad input ends in one line naming what was wrong, and exit status 3."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+
+import pytest
+
+Run = Callable[..., subprocess.CompletedProcess[str]]
+
+CASES = [
+    # (argv, text the one line must contain)
+    (["sandbox", "--bogus", "--", "true"], "--bogus"),
+    (["sandbox", "--allow", "*.com", "--", "true"], "--allow"),
+    (["sandbox", "--allow", "*", "--", "true"], "--allow"),
+    (["sandbox", "--deny", "exa mple.com", "--", "true"], "--deny"),
+    (["sandbox", "--allow", "pypi.org:99999", "--", "true"], "--allow"),
+    (["sandbox", "--workspace", "/nonexistent/firstrun-test", "--", "true"], "--workspace"),
+    (["sandbox", "--record", "/nonexistent/dir/rec.jsonl", "--", "true"], "--record"),
+    (["sandbox", "--backend", "podman", "--", "true"], "--backend"),
+    (["sandbox", "--timeout", "-1", "--", "true"], "--timeout"),
+    (["sandbox", "--timeout", "soon", "--", "true"], "--timeout"),
+    (["sandbox", "--allow-downgrade", "everything", "--", "true"], "--allow-downgrade"),
+    (["sandbox", "--allow-unenf", "--", "true"], "--allow-unenf"),
+    (["sandbox", "--"], "missing command"),
+    (["sandbox", "echo", "hi"], "echo"),
+    (["sandbox"], "missing command"),
+    (["doctor", "--", "true"], "doctor"),
+    (["frobnicate"], "frobnicate"),
+    ([], "required"),
+]
+
+
+@pytest.mark.parametrize(("argv", "names"), CASES, ids=[" ".join(a) or "(none)" for a, _ in CASES])
+def test_bad_input_is_one_line_and_exit_3(firstrun: Run, argv: list[str], names: str) -> None:
+    proc = firstrun(*argv)
+    assert proc.returncode == 3, proc.stderr
+    assert "Traceback" not in proc.stderr
+    err = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(err) == 1, proc.stderr
+    assert err[0].startswith("firstrun: error: ")
+    assert names in err[0]
+    assert proc.stdout == ""
+
+
+def test_help_exits_zero(firstrun: Run) -> None:
+    proc = firstrun("sandbox", "--help")
+    assert proc.returncode == 0
+    for flag in ("--backend", "--allow", "--deny", "--workspace", "--record",
+                 "--allow-unenforced", "--allow-downgrade", "--report-only", "--timeout", "--json"):
+        assert flag in proc.stdout
