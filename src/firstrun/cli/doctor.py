@@ -35,8 +35,13 @@ _DOCKER_TIMEOUT_S = 3.0
 
 @dataclass(frozen=True, kw_only=True)
 class Exposure:
-    """What a default session binds from the home (read-only) and what it masks."""
+    """What a default session binds beyond the system directories, and what it hides.
 
+    ``homes`` are absent inside except for ``toolchains`` (bound read-only);
+    ``masked`` are the secret paths inside those toolchain roots, covered over.
+    """
+
+    homes: tuple[str, ...]
     toolchains: tuple[str, ...]
     masked: tuple[str, ...]
 
@@ -61,6 +66,7 @@ class Findings:
             "capabilities": [cap(c) for c in self.capabilities],
             "optional": [cap(c) for c in self.optional],
             "exposure": {
+                "homes": list(self.exposure.homes),
                 "toolchains": list(self.exposure.toolchains),
                 "masked": list(self.exposure.masked),
             },
@@ -152,7 +158,7 @@ def default_exposure(env: Mapping[str, str]) -> Exposure:
     with tempfile.TemporaryDirectory(prefix="firstrun-doctor-") as workspace:
         fs = host_filesystem_policy(workspace, env)
     toolchains = tuple(p for p in fs.readonly if p not in SYSTEM_READONLY)
-    return Exposure(toolchains=toolchains, masked=tuple(fs.hidden))
+    return Exposure(homes=fs.real_homes, toolchains=toolchains, masked=fs.hidden)
 
 
 def gather(env: Mapping[str, str]) -> Findings:
@@ -190,9 +196,11 @@ def _plain(findings: Findings) -> list[str]:
 
     section("enforcement layers (linux backend):", findings.capabilities)
     section("other backends (optional):", findings.optional)
-    lines.append("a default session binds read-only from the home (toolchains PATH needs):")
+    lines.append("a default session hides these homes:")
+    lines.extend(f"  {p}" for p in findings.exposure.homes or ("(none)",))
+    lines.append("except, read-only, what PATH needs (toolchain roots) and CA bundles:")
     lines.extend(f"  {p}" for p in findings.exposure.toolchains or ("(nothing)",))
-    lines.append("and masks (secrets):")
+    lines.append("and inside those it masks (secrets):")
     lines.extend(f"  {p}" for p in findings.exposure.masked or ("(nothing)",))
     return lines
 
@@ -224,13 +232,15 @@ def _rich(findings: Findings) -> None:
                 Text(c.name), Text(c.detail), Text("" if c.available else (c.fix or "")),
             )
         console.print(table)
-    table = Table(title="What a default session exposes from the home", title_justify="left")
+    table = Table(title="What a default session exposes from the homes", title_justify="left")
     table.add_column("")
     table.add_column("path")
+    for p in findings.exposure.homes:
+        table.add_row("hidden", Text(p))
     for p in findings.exposure.toolchains:
         table.add_row("bound read-only", Text(p))
     for p in findings.exposure.masked:
-        table.add_row("masked", Text(p))
+        table.add_row("masked (secret)", Text(p))
     console.print(table)
 
 

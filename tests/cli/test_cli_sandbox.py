@@ -1,0 +1,156 @@
+"""``firstrun sandbox`` end to end: the real console script, real bubblewrap, the real proxy.
+
+Nothing here leaves the machine: the only destinations are ones the proxy
+refuses on the name alone (and so never resolves), or nothing at all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+FIRSTRUN = Path(sys.executable).parent / "firstrun"
+
+Run = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def test_echo_runs_and_streams_output(firstrun: Run) -> None:
+    proc = firstrun("sandbox", "--", "echo", "hi")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "hi\n"
+    assert "backend linux" in proc.stderr
+    assert "enforcement enforced" in proc.stderr
+    assert "policy sha256:" in proc.stderr
+
+
+def test_exit_code_passes_through(firstrun: Run) -> None:
+    proc = firstrun("sandbox", "--", "sh", "-c", "echo out; echo err >&2; exit 7")
+    assert proc.returncode == 7, proc.stderr
+    assert proc.stdout == "out\n"
+    assert proc.stderr.startswith("err\n")
+
+
+def test_timeout_exits_124_and_kills_the_command(firstrun: Run, tmp_path: Path) -> None:
+    proc = firstrun("sandbox", "--workspace", str(tmp_path), "--timeout", "1", "--",
+                    "sh", "-c", "sleep 30; touch finished")
+    assert proc.returncode == 124, proc.stderr
+    assert not (tmp_path / "finished").exists()
+
+
+def test_denied_request_is_reported_and_recorded(firstrun: Run, tmp_path: Path) -> None:
+    record = tmp_path / "egress.jsonl"
+    proc = firstrun("sandbox", "--record", str(record), "--",
+                    "curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "http://example.com/")
+    assert proc.stdout == "403", proc.stderr
+    assert "egress blocked: 1 attempt to 1 destination" in proc.stderr
+    assert "example.com:80" in proc.stderr and "not_allowed" in proc.stderr
+    rows = [json.loads(line) for line in record.read_text().splitlines()]
+    denied = [r for r in rows if r["host"] == "example.com"]
+    assert len(denied) == 1
+    assert denied[0]["decision"] == "deny" and denied[0]["reason"] == "not_allowed"
+    # Refused on the name: never resolved, so not even a DNS query left.
+    assert denied[0]["resolved"] is None
+
+
+def test_deny_beats_allow(firstrun: Run, tmp_path: Path) -> None:
+    record = tmp_path / "egress.jsonl"
+    proc = firstrun("sandbox", "--record", str(record), "--allow", "example.com",
+                    "--deny", "example.com", "--",
+                    "curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "http://example.com/")
+    assert proc.stdout == "403", proc.stderr
+    rows = [json.loads(line) for line in record.read_text().splitlines()]
+    assert [(r["host"], r["reason"]) for r in rows if r["host"] == "example.com"] == [
+        ("example.com", "denied_by_list")
+    ]
+
+
+def test_json_reports_session_and_records(firstrun: Run) -> None:
+    proc = firstrun("sandbox", "--json", "--",
+                    "sh", "-c", "echo to-stdout; curl -s -o /dev/null http://example.com/; exit 3")
+    assert proc.returncode == 3, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert "to-stdout" in proc.stderr
+    assert doc["exit_code"] == 3 and doc["timed_out"] is False
+    session = doc["session"]
+    assert session["backend"] == "linux" and session["enforcement"] == "enforced"
+    assert session["policy_hash"].startswith("sha256:")
+    assert session["attestation"] and all(c["passed"] for c in session["attestation"])
+    assert [r["reason"] for r in doc["records"] if r["host"] == "example.com"] == ["not_allowed"]
+
+
+def test_workspace_is_the_working_directory_and_comes_back_owned_by_the_caller(
+    firstrun: Run, tmp_path: Path
+) -> None:
+    proc = firstrun("sandbox", "--workspace", str(tmp_path), "--",
+                    "sh", "-c", "pwd; echo data > made-inside")
+    assert proc.returncode == 0, proc.stderr
+    made = tmp_path / "made-inside"
+    assert made.read_text() == "data\n"
+    assert made.stat().st_uid == os.getuid()
+
+
+def test_local_backend_is_refused_without_allow_unenforced(firstrun: Run, tmp_path: Path) -> None:
+    proc = firstrun("sandbox", "--backend", "local", "--workspace", str(tmp_path), "--",
+                    "touch", "ran")
+    assert proc.returncode == 125
+    assert "--allow-unenforced" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "ran").exists()
+
+
+def test_local_backend_with_allow_unenforced_is_recorded_unenforced(firstrun: Run) -> None:
+    proc = firstrun("sandbox", "--backend", "local", "--allow-unenforced", "--json", "--",
+                    "echo", "hi")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["session"]["backend"] == "local"
+    assert doc["session"]["enforcement"] == "unenforced"
+
+
+def _processes_with_argument(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if marker.encode() in argv:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_closes_the_session_and_leaves_nothing_running(
+    tmp_path: Path, signum: int
+) -> None:
+    # A duration no other process on the machine would use, to find ours in /proc.
+    marker = f"3{os.getpid() % 1000:03d}.{signum}17"
+    proc = subprocess.Popen(
+        [str(FIRSTRUN), "sandbox", "--workspace", str(tmp_path), "--",
+         "sh", "-c", f"touch started; (setsid sleep {marker} &); sleep {marker}"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "started").exists() or len(_processes_with_argument(marker)) < 2:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the command never started"
+            time.sleep(0.05)
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signum, err
+    assert _processes_with_argument(marker) == []
