@@ -1,0 +1,108 @@
+"""One canonical record per egress decision.
+
+Guarantee: every request and every tunnel the proxy handled, allowed or
+refused (malformed input included), becomes exactly one ``EgressRecord``. It
+is appended to the JSONL file as one complete line and flushed before
+``append`` returns, so a reader never sees half a record and a crash loses
+none that were appended. Appends are serialised by a lock, so records from
+the event loop and from tunnel threads never interleave.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import IO
+
+from firstrun.policy.network import Channel, Layer, Reason, Verdict
+
+
+class Scheme(StrEnum):
+    HTTP = "http"
+    HTTPS_TUNNEL = "https-tunnel"
+
+
+@dataclass(frozen=True, kw_only=True)
+class EgressRecord:
+    ts: str
+    id: str
+    channel: Channel
+    # None when the request was too malformed to have one.
+    method: str | None
+    scheme: Scheme | None
+    host: str | None
+    port: int | None
+    # Only plain HTTP shows a path; a tunnel's payload is opaque.
+    path: str | None
+    decision: Verdict
+    reason: Reason
+    layer: Layer
+    would_deny: Reason | None
+    override: str | None
+    resolved: str | None
+    # None for a tunnel closed after it was established (SNI mismatch) or a
+    # client gone before any answer.
+    status: int | None
+    bytes_up: int
+    bytes_down: int
+    duration_ms: float
+
+    @property
+    def denied(self) -> bool:
+        return self.decision is Verdict.DENY
+
+    def to_data(self) -> dict[str, object]:
+        return {
+            "ts": self.ts,
+            "id": self.id,
+            "channel": self.channel.value,
+            "method": self.method,
+            "scheme": self.scheme.value if self.scheme is not None else None,
+            "host": self.host,
+            "port": self.port,
+            "path": self.path,
+            "decision": self.decision.value,
+            "reason": self.reason.value,
+            "layer": self.layer.value,
+            "would_deny": self.would_deny.value if self.would_deny is not None else None,
+            "override": self.override,
+            "resolved": self.resolved,
+            "status": self.status,
+            "bytes_up": self.bytes_up,
+            "bytes_down": self.bytes_down,
+            "duration_ms": self.duration_ms,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_data(), separators=(",", ":"), sort_keys=False)
+
+
+class RecordLog:
+    """Records in memory, and appended to ``path`` when one is given."""
+
+    def __init__(self, path: str | None) -> None:
+        self._lock = threading.Lock()
+        self._records: list[EgressRecord] = []
+        self._file: IO[str] | None = (
+            open(path, "a", encoding="utf-8") if path is not None else None  # noqa: SIM115
+        )
+
+    def append(self, record: EgressRecord) -> None:
+        line = record.to_json() + "\n"
+        with self._lock:
+            self._records.append(record)
+            if self._file is not None:
+                self._file.write(line)
+                self._file.flush()
+
+    def snapshot(self) -> list[EgressRecord]:
+        with self._lock:
+            return list(self._records)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None

@@ -1,0 +1,645 @@
+"""The egress proxy: the only route out of every sandbox.
+
+Guarantee: every request and every tunnel is decided by
+``firstrun.policy.network`` alone (``decide_name`` on the canonical name,
+then, only if that allowed it, one resolution through the injected resolver
+and ``decide_addresses`` over every address returned), and the proxy dials
+only addresses that were checked, never the name again. Each request or
+tunnel leaves exactly one ``EgressRecord``, refusals included: malformed or
+ambiguous input gets a 4xx with a one-line reason, a stalled head gets 408,
+and none of it can crash the proxy or hold a connection slot forever.
+
+The proxy runs its own asyncio loop in a daemon thread, so synchronous
+callers (the runner, the CLI, tests) drive it with plain method calls. Every
+TCP listener's address is added to the policy's ``proxy_addresses``, so the
+proxy never dials itself. A request for ``http://attest.firstrun.invalid/``
+is answered by the proxy itself with its ``nonce``, so a sandbox can prove
+which proxy it reached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http
+import ipaddress
+import os
+import secrets
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, TypeVar
+
+import h11
+
+from firstrun.errors import ProxyError
+from firstrun.policy.addresses import IPAddress
+from firstrun.policy.hosts import parse_ip_literal
+from firstrun.policy.network import (
+    Channel,
+    Decision,
+    Layer,
+    NetworkPolicy,
+    Reason,
+    Request,
+    Verdict,
+    decide_addresses,
+    decide_name,
+)
+from firstrun.proxy.errors import (
+    PeerGone,
+    Refused,
+    UpstreamGone,
+    listen_failed,
+    refusal_for_protocol_error,
+    upstream_failure,
+)
+from firstrun.proxy.records import EgressRecord, RecordLog, Scheme
+from firstrun.proxy.request import (
+    Action,
+    Target,
+    classify,
+    downstream_headers,
+    upstream_headers,
+)
+from firstrun.proxy.tunnel import Tunnel
+
+Resolver = Callable[[str, int], Awaitable[Sequence[IPAddress]]]
+"""Resolve a canonical host once; raise ``OSError`` or return [] when it does not resolve."""
+
+_READ = 1 << 16
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProxyLimits:
+    max_head_bytes: int = 64 * 1024
+    # From a request's first byte to the end of its head: the slowloris bound.
+    head_timeout_s: float = 10.0
+    # Waiting for the next request on a kept-alive connection, or for body
+    # bytes, or for the client to take our bytes.
+    idle_timeout_s: float = 120.0
+    resolve_timeout_s: float = 10.0
+    connect_timeout_s: float = 10.0
+    upstream_timeout_s: float = 300.0
+    # Open client connections per listener; more wait in the listen backlog.
+    max_connections: int = 128
+    backlog: int = 128
+
+
+async def system_resolver(host: str, port: int) -> list[IPAddress]:
+    """``getaddrinfo`` on the event loop's executor: every address, each once."""
+    infos = await asyncio.get_running_loop().getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+    )
+    found: list[IPAddress] = []
+    for _family, _type, _proto, _name, sockaddr in infos:
+        addr = ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])
+        if addr not in found:
+            found.append(addr)
+    return found
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class _Exchange:
+    """What one request or tunnel has shown so far; becomes its record."""
+
+    def __init__(self, channel: Channel) -> None:
+        self.channel = channel
+        self.ts = _now_iso()
+        self.started = time.monotonic()
+        self.target: Target | None = None
+        self.method: str | None = None
+        self.allowed: Decision | None = None
+        self.override: str | None = None
+        self.refusal: Refused | None = None
+        self.resolved: str | None = None
+        self.status: int | None = None
+        self.bytes_up = 0
+        self.bytes_down = 0
+
+    def begin(self) -> None:
+        self.ts = _now_iso()
+        self.started = time.monotonic()
+
+    def record(self) -> EgressRecord | None:
+        target = self.target
+        if self.refusal is not None:
+            verdict, reason, layer = Verdict.DENY, self.refusal.reason, self.refusal.layer
+            would_deny, override = None, None
+            host = self.refusal.host or (target.host if target else None)
+        elif self.allowed is not None:
+            verdict, reason, layer = Verdict.ALLOW, self.allowed.reason, self.allowed.layer
+            would_deny, override = self.allowed.would_deny, self.override
+            host = target.host if target else None
+        else:
+            return None
+        scheme = None
+        if target is not None:
+            scheme = Scheme.HTTPS_TUNNEL if target.action is Action.TUNNEL else Scheme.HTTP
+        return EgressRecord(
+            ts=self.ts,
+            id=uuid.uuid4().hex,
+            channel=self.channel,
+            method=target.method if target else self.method,
+            scheme=scheme,
+            host=host,
+            port=target.port if target else None,
+            path=target.path if target else None,
+            decision=verdict,
+            reason=reason,
+            layer=layer,
+            would_deny=would_deny,
+            override=override,
+            resolved=self.resolved,
+            status=self.status,
+            bytes_up=self.bytes_up,
+            bytes_down=self.bytes_down,
+            duration_ms=round((time.monotonic() - self.started) * 1000, 3),
+        )
+
+
+def _policy_refusal(decision: Decision) -> Refused:
+    return Refused(decision.reason, decision.host, layer=decision.layer, host=decision.host)
+
+
+class _Client:
+    """One client connection: a sequence of requests, or one tunnel."""
+
+    def __init__(self, proxy: EgressProxy, sock: socket.socket, channel: Channel) -> None:
+        self._proxy = proxy
+        self._limits = proxy.limits
+        self._sock = sock
+        self._channel = channel
+        self._loop = asyncio.get_running_loop()
+        self._h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=self._limits.max_head_bytes)
+        self.tunnel: Tunnel | None = None
+
+    async def run(self) -> None:
+        try:
+            while await self._exchange():
+                if self._h11.our_state is not h11.DONE or self._h11.their_state is not h11.DONE:
+                    return
+                self._h11.start_next_cycle()
+        finally:
+            self._sock.close()
+
+    async def _exchange(self) -> bool:
+        """Serve one request; True when the connection may carry another."""
+        ex = _Exchange(self._channel)
+        try:
+            return await self._serve(ex)
+        except Refused as refusal:
+            await self._refuse(ex, refusal)
+            return False
+        except PeerGone:
+            return False
+        finally:
+            record = ex.record()
+            if record is not None:
+                self._proxy._log.append(record)
+
+    async def _serve(self, ex: _Exchange) -> bool:
+        head = await self._read_head(ex)
+        if head is None:
+            return False
+        event, raw = head
+        ex.method = event.method.decode("ascii", "replace")
+        ex.target = classify(event, raw, max_head_bytes=self._limits.max_head_bytes)
+        target = ex.target
+        if target.action is Action.ATTEST:
+            return await self._attest(ex)
+        upstream = await self._admit(ex, target)
+        try:
+            if target.action is Action.TUNNEL:
+                await self._tunnel(ex, target, upstream)
+                return False
+            return await self._forward(ex, event, target, upstream)
+        finally:
+            upstream.close()
+
+    # -- reading the client ---------------------------------------------------
+
+    async def _recv(self, sock: socket.socket, timeout: float, gone: type[Exception]) -> bytes | None:
+        """Bytes from ``sock`` (b"" at EOF), or None when ``timeout`` passed first."""
+        try:
+            async with asyncio.timeout(max(timeout, 0.0)):
+                return await self._loop.sock_recv(sock, _READ)
+        except TimeoutError:
+            return None
+        except OSError as exc:
+            raise gone(f"receive failed: {exc.strerror or exc}") from None
+
+    async def _send(self, sock: socket.socket, data: bytes, gone: type[Exception]) -> int:
+        try:
+            async with asyncio.timeout(self._limits.idle_timeout_s):
+                await self._loop.sock_sendall(sock, data)
+        except OSError as exc:  # TimeoutError included: a peer that will not read
+            raise gone(f"send failed: {exc.strerror or exc}") from None
+        return len(data)
+
+    async def _read_head(self, ex: _Exchange) -> tuple[h11.Request, bytes] | None:
+        """The next request and the exact bytes of its head; None if the client left quietly."""
+        conn = self._h11
+        deadline: float | None = None
+        while True:
+            before = conn.trailing_data[0]
+            if before and deadline is None:
+                deadline = self._loop.time() + self._limits.head_timeout_s
+                ex.begin()
+            try:
+                event = conn.next_event()
+            except h11.RemoteProtocolError as exc:
+                raise refusal_for_protocol_error(exc) from None
+            if isinstance(event, h11.Request):
+                # h11 consumed exactly the head: the framing guards judge those bytes.
+                return event, before[: len(before) - len(conn.trailing_data[0])]
+            if isinstance(event, h11.ConnectionClosed):
+                return None
+            if deadline is None:
+                data = await self._recv(self._sock, self._limits.idle_timeout_s, PeerGone)
+                if data is None:
+                    return None
+            else:
+                data = await self._recv(self._sock, deadline - self._loop.time(), PeerGone)
+                if data is None:
+                    raise Refused(Reason.REQUEST_TIMEOUT, "request head not complete in time")
+            conn.receive_data(data)
+
+    async def _client_event(self) -> h11.Event:
+        while True:
+            try:
+                event = self._h11.next_event()
+            except h11.RemoteProtocolError as exc:
+                raise refusal_for_protocol_error(exc) from None
+            if event is h11.NEED_DATA:
+                data = await self._recv(self._sock, self._limits.idle_timeout_s, PeerGone)
+                if data is None:
+                    raise PeerGone("client stalled mid-request")
+                self._h11.receive_data(data)
+                continue
+            if isinstance(event, h11.ConnectionClosed):
+                raise PeerGone("client closed mid-request")
+            return event
+
+    async def _drain_request_body(self) -> None:
+        while not isinstance(await self._client_event(), h11.EndOfMessage):
+            pass
+
+    async def _to_client(self, ex: _Exchange, *events: h11.Event) -> None:
+        data = b"".join(self._h11.send(e) or b"" for e in events)
+        ex.bytes_down += await self._send(self._sock, data, PeerGone)
+
+    # -- answers the proxy gives itself ---------------------------------------
+
+    async def _refuse(self, ex: _Exchange, refusal: Refused) -> None:
+        ex.refusal = refusal
+        ex.status = refusal.status
+        body = f"firstrun proxy: {refusal.reason.value}: {refusal.detail}\n".encode()
+        headers = [
+            (b"content-type", b"text/plain; charset=utf-8"),
+            (b"content-length", str(len(body)).encode()),
+            (b"x-firstrun-reason", refusal.reason.value.encode()),
+            (b"connection", b"close"),
+        ]
+        phrase = http.HTTPStatus(refusal.status).phrase.encode()
+        events: list[h11.Event] = [
+            h11.Response(status_code=refusal.status, headers=headers, reason=phrase)
+        ]
+        if ex.method != "HEAD":
+            events.append(h11.Data(data=body))
+        events.append(h11.EndOfMessage())
+        with contextlib.suppress(h11.LocalProtocolError, PeerGone):
+            # LocalProtocolError: a response was already under way; closing is the answer.
+            await self._to_client(ex, *events)
+
+    async def _attest(self, ex: _Exchange) -> bool:
+        await self._drain_request_body()
+        ex.allowed = Decision(
+            verdict=Verdict.ALLOW, reason=Reason.ATTESTATION, layer=Layer.PROTOCOL,
+            host=ex.target.host if ex.target else "",
+        )
+        body = self._proxy.nonce.encode("ascii")
+        headers = [
+            (b"content-type", b"text/plain; charset=utf-8"),
+            (b"content-length", str(len(body)).encode()),
+            (b"cache-control", b"no-store"),
+        ]
+        ex.status = 200
+        events: list[h11.Event] = [h11.Response(status_code=200, headers=headers, reason=b"OK")]
+        if ex.method != "HEAD":
+            events.append(h11.Data(data=body))
+        await self._to_client(ex, *events, h11.EndOfMessage())
+        return True
+
+    # -- the decision ---------------------------------------------------------
+
+    async def _admit(self, ex: _Exchange, target: Target) -> socket.socket:
+        """Decide, resolve once, decide again, and dial a checked address."""
+        policy = self._proxy.policy
+        request = Request(channel=self._channel, host=target.host, port=target.port)
+        by_name = decide_name(policy, request)
+        if not by_name.allowed:
+            raise _policy_refusal(by_name)
+        literal = parse_ip_literal(target.host)
+        addresses = [literal] if literal is not None else await self._proxy._resolve(target)
+        by_address = decide_addresses(policy, request, addresses)
+        if not by_address.allowed:
+            raise _policy_refusal(by_address)
+        if not addresses:
+            # Report mode let an unresolvable name through: there is nothing to dial.
+            raise Refused(
+                Reason.RESOLVE_FAILED, target.host, layer=Layer.FLOOR, host=target.host
+            )
+        ex.allowed = by_name if by_name.would_deny is not None else by_address
+        ex.override = by_address.override or by_name.override
+        return await self._dial(ex, target, addresses)
+
+    async def _dial(
+        self, ex: _Exchange, target: Target, addresses: Sequence[IPAddress]
+    ) -> socket.socket:
+        try:
+            async with asyncio.timeout(self._limits.connect_timeout_s):
+                for addr in addresses:
+                    family = socket.AF_INET6 if addr.version == 6 else socket.AF_INET
+                    sock = socket.socket(family, socket.SOCK_STREAM)
+                    sock.setblocking(False)
+                    try:
+                        await self._loop.sock_connect(sock, (str(addr), target.port))
+                    except OSError:
+                        sock.close()
+                        continue
+                    except BaseException:
+                        sock.close()
+                        raise
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    ex.resolved = str(addr)
+                    return sock
+        except TimeoutError:
+            pass
+        raise upstream_failure(target.host, connected=False)
+
+    # -- carrying the traffic -------------------------------------------------
+
+    async def _tunnel(self, ex: _Exchange, target: Target, upstream: socket.socket) -> None:
+        if not isinstance(await self._client_event(), h11.EndOfMessage):
+            raise Refused(Reason.MALFORMED_REQUEST, "CONNECT with a body")
+        established = h11.Response(status_code=200, reason=b"Connection established", headers=[])
+        await self._to_client(ex, established)
+        ex.status = 200
+        tunnel = Tunnel(
+            client=self._sock, upstream=upstream, host=target.host,
+            initial=self._h11.trailing_data[0],
+        )
+        self.tunnel = tunnel
+        result = await tunnel.run()
+        ex.bytes_up, ex.bytes_down = result.bytes_up, result.bytes_down
+        if result.refusal is not None:
+            ex.refusal = result.refusal
+            ex.status = None
+
+    async def _forward(
+        self, ex: _Exchange, event: h11.Request, target: Target, upstream: socket.socket
+    ) -> bool:
+        up = h11.Connection(h11.CLIENT)
+        headers = upstream_headers(list(event.headers), target)
+        request = h11.Request(method=event.method, target=target.path or "/", headers=headers)
+        try:
+            ex.bytes_up += await self._send(upstream, up.send(request) or b"", UpstreamGone)
+            if self._h11.they_are_waiting_for_100_continue:
+                await self._to_client(ex, h11.InformationalResponse(status_code=100, headers=[]))
+            while True:
+                body_event = await self._client_event()
+                if isinstance(body_event, h11.Data):
+                    chunk = up.send(h11.Data(data=body_event.data)) or b""
+                    ex.bytes_up += await self._send(upstream, chunk, UpstreamGone)
+                elif isinstance(body_event, h11.EndOfMessage):
+                    ex.bytes_up += await self._send(upstream, up.send(h11.EndOfMessage()) or b"", UpstreamGone)
+                    break
+            response = await self._upstream_event(up, upstream)
+            while isinstance(response, h11.InformationalResponse):
+                # 1xx are hop-by-hop: the proxy already answered Expect itself.
+                response = await self._upstream_event(up, upstream)
+            if not isinstance(response, h11.Response):
+                raise UpstreamGone("no response head")
+        except UpstreamGone:
+            raise upstream_failure(target.host, connected=True) from None
+        ex.status = response.status_code
+        await self._to_client(
+            ex,
+            h11.Response(
+                status_code=response.status_code,
+                headers=downstream_headers(list(response.headers)),
+                reason=response.reason,
+            ),
+        )
+        try:
+            while True:
+                body = await self._upstream_event(up, upstream)
+                if isinstance(body, h11.Data):
+                    await self._to_client(ex, h11.Data(data=body.data))
+                elif isinstance(body, h11.EndOfMessage):
+                    await self._to_client(ex, h11.EndOfMessage())
+                    return True
+        except UpstreamGone:
+            # The client already has our status line: closing is all that is left.
+            return False
+
+    async def _upstream_event(self, up: h11.Connection, sock: socket.socket) -> h11.Event:
+        while True:
+            try:
+                event = up.next_event()
+            except h11.RemoteProtocolError as exc:
+                raise UpstreamGone(f"invalid HTTP from upstream ({exc.error_status_hint})") from None
+            if event is h11.NEED_DATA:
+                data = await self._recv(sock, self._limits.upstream_timeout_s, UpstreamGone)
+                if data is None:
+                    raise UpstreamGone("upstream stalled")
+                up.receive_data(data)
+                continue
+            if isinstance(event, h11.ConnectionClosed):
+                raise UpstreamGone("upstream closed")
+            return event
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Listener:
+    sock: socket.socket
+    channel: Channel
+    unix_path: str | None
+
+
+class EgressProxy:
+    """The recording egress proxy; see the module docstring for what it guarantees."""
+
+    def __init__(
+        self,
+        policy: NetworkPolicy,
+        *,
+        record_path: str | None = None,
+        resolver: Resolver | None = None,
+        limits: ProxyLimits | None = None,
+    ) -> None:
+        self._policy = policy
+        self._resolver: Resolver = resolver or system_resolver
+        self.limits = limits or ProxyLimits()
+        self._log = RecordLog(record_path)
+        self.nonce = secrets.token_urlsafe(24)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._listeners: list[tuple[_Listener, asyncio.Task[None]]] = []
+        self._clients: dict[_Client, asyncio.Task[None]] = {}
+
+    @property
+    def policy(self) -> NetworkPolicy:
+        """The policy in force, with the proxy's own listeners as ``proxy_addresses``."""
+        return self._policy
+
+    # -- lifecycle ------------------------------------------------------------
+
+    def start(self) -> EgressProxy:
+        if self._thread is not None:
+            raise ProxyError("proxy already started")
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        self._thread = threading.Thread(
+            target=loop.run_forever, name="firstrun-proxy", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result()
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        loop.close()
+        self._loop = None
+        self._thread = None
+        self._log.close()
+
+    def __enter__(self) -> EgressProxy:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _call(self, coro: Coroutine[Any, Any, _T]) -> _T:
+        if self._loop is None:
+            coro.close()
+            raise ProxyError("proxy not started")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    async def _shutdown(self) -> None:
+        for listener, task in self._listeners:
+            task.cancel()
+            listener.sock.close()
+            if listener.unix_path is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(listener.unix_path)
+        self._listeners.clear()
+        for client, task in list(self._clients.items()):
+            # A tunnel ends when its sockets do, and then writes its record.
+            if client.tunnel is not None:
+                client.tunnel.abort()
+            else:
+                task.cancel()
+        await asyncio.gather(*self._clients.values(), return_exceptions=True)
+
+    # -- listeners ------------------------------------------------------------
+
+    def listen_unix(self, path: str, channel: Channel) -> str:
+        """Listen on a new Unix socket at ``path`` (mode 0o666: a sandbox uid connects)."""
+        return self._call(self._listen_unix(path, channel))
+
+    def listen_tcp(self, channel: Channel, host: str = "127.0.0.1", port: int = 0) -> tuple[str, int]:
+        """Listen on TCP; port 0 picks a free one. Returns the bound address."""
+        return self._call(self._listen_tcp(channel, host, port))
+
+    async def _listen_unix(self, path: str, channel: Channel) -> str:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(path)
+            os.chmod(path, 0o666)
+            sock.listen(self.limits.backlog)
+        except OSError as exc:
+            sock.close()
+            raise listen_failed(exc, path) from None
+        self._add_listener(_Listener(sock=sock, channel=channel, unix_path=path))
+        return path
+
+    async def _listen_tcp(self, channel: Channel, host: str, port: int) -> tuple[str, int]:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            sock.listen(self.limits.backlog)
+        except OSError as exc:
+            sock.close()
+            raise listen_failed(exc, f"{host}:{port}") from None
+        bound_host, bound_port = sock.getsockname()[:2]
+        self._policy = self._policy.with_proxy_addresses(
+            [*self._policy.proxy_addresses, (bound_host, bound_port)]
+        )
+        self._add_listener(_Listener(sock=sock, channel=channel, unix_path=None))
+        return bound_host, bound_port
+
+    def _add_listener(self, listener: _Listener) -> None:
+        listener.sock.setblocking(False)
+        task = asyncio.get_running_loop().create_task(self._accept(listener))
+        self._listeners.append((listener, task))
+
+    async def _accept(self, listener: _Listener) -> None:
+        loop = asyncio.get_running_loop()
+        slots = asyncio.Semaphore(self.limits.max_connections)
+        while True:
+            await slots.acquire()
+            try:
+                sock, _ = await loop.sock_accept(listener.sock)
+            except OSError:
+                # EMFILE or an aborted handshake: back off instead of spinning.
+                slots.release()
+                await asyncio.sleep(0.05)
+                continue
+            if sock.family != socket.AF_UNIX:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            client = _Client(self, sock, listener.channel)
+            task = loop.create_task(client.run())
+            self._clients[client] = task
+
+            def done(_: asyncio.Task[None], client: _Client = client) -> None:
+                self._clients.pop(client, None)
+                slots.release()
+
+            task.add_done_callback(done)
+
+    async def _resolve(self, target: Target) -> list[IPAddress]:
+        try:
+            async with asyncio.timeout(self.limits.resolve_timeout_s):
+                return list(await self._resolver(target.host, target.port))
+        except OSError:  # gaierror and TimeoutError included
+            return []
+
+    # -- records --------------------------------------------------------------
+
+    def records(self) -> list[EgressRecord]:
+        return self._log.snapshot()
+
+    def denied(self) -> list[EgressRecord]:
+        return [r for r in self._log.snapshot() if r.denied]
