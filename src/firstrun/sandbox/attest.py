@@ -1,0 +1,90 @@
+"""Attestation: prove from inside a session that its boundary holds.
+
+Guarantee: ``attest`` runs the probe (``attest_probe.py``) inside the session
+as an ordinary command, with the same restrictions as untrusted code, and
+combines what it reports with evidence only the harness can see: a canary
+TCP listener on the host's 127.0.0.1 that the probe tries to reach must have
+accepted nothing. It returns every check, passed or not; ``require_passed``
+turns any failure into ``AttestationFailed``. Backend-neutral: any backend
+whose sandbox has a Python can run it.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from firstrun.errors import AttestationFailed
+from firstrun.sandbox.base import Check, Session
+
+PROBE_SOURCE = (Path(__file__).parent / "attest_probe.py").read_text(encoding="utf-8")
+_PROBE_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttestPlan:
+    """What to prove, in the sandbox's own terms (paths as seen inside).
+
+    ``landlock`` says whether the kernel write filter must be proven too (a
+    write DAC would allow, refused); it is False only for a recorded downgrade.
+    """
+
+    python: str
+    workspace: str
+    real_homes: tuple[str, ...]
+    exposed: tuple[str, ...]
+    proxy_port: int | None
+    nonce: str | None
+    landlock: bool
+
+
+def attest(session: Session, plan: AttestPlan) -> tuple[Check, ...]:
+    """Run every check; never raises for a failed check, only records it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as canary:
+        canary.bind(("127.0.0.1", 0))
+        canary.listen(16)
+        canary.setblocking(False)
+        data = {
+            "canary_port": canary.getsockname()[1],
+            "proxy_port": plan.proxy_port,
+            "nonce": plan.nonce,
+            "real_homes": list(plan.real_homes),
+            "exposed": list(plan.exposed),
+            "workspace": plan.workspace,
+            "landlock": plan.landlock,
+        }
+        result = session.exec(
+            [plan.python, "-I", "-S", "-c", PROBE_SOURCE, json.dumps(data)],
+            timeout=_PROBE_TIMEOUT_S,
+        )
+        accepted = 0
+        while True:
+            try:
+                conn, _ = canary.accept()
+            except BlockingIOError:
+                break
+            conn.close()
+            accepted += 1
+    try:
+        reported = json.loads(result.stdout.text())
+        checks = [Check(name=c["name"], passed=bool(c["passed"]), detail=str(c["detail"]))
+                  for c in reported]
+    except (ValueError, KeyError, TypeError):
+        checks = [Check(name="probe_ran", passed=False,
+                        detail=f"exit {result.exit_code}: {result.stderr.text()[-500:]}")]
+    if plan.proxy_port is None:
+        checks.append(Check(name="proxy_answers", passed=True,
+                            detail="not applicable: the session has no proxy"))
+    checks.append(Check(name="host_canary_saw_nothing", passed=accepted == 0,
+                        detail=f"host canary on 127.0.0.1 accepted {accepted} connection(s)"))
+    return tuple(checks)
+
+
+def require_passed(checks: tuple[Check, ...]) -> None:
+    failed = [c for c in checks if not c.passed]
+    if failed:
+        raise AttestationFailed(
+            "; ".join(f"{c.name}: {c.detail}" for c in failed)
+        )

@@ -1,0 +1,170 @@
+"""The attestation probe: what a sandboxed command tries, and what it finds.
+
+Guarantee: each check is a real attempt made from inside the sandbox, as an
+ordinary command with the same restrictions as untrusted code, and reports
+what happened (the errno, the bytes read), never an assumption. A check
+passes only when the boundary held. Output is one JSON list on stdout.
+
+Runs as ``python -I -S -c <this source> <plan json>``: stdlib only, because
+inside the sandbox there is only the interpreter's own installation.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import http.client
+import json
+import os
+import socket
+import sys
+
+_CLONE_NEWUSER = 0x10000000
+
+
+def _status() -> dict[str, str]:
+    with open("/proc/self/status") as f:
+        return dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+
+
+def check_fds() -> tuple[bool, str]:
+    # fstat opens nothing, so this sees exactly what the command inherited.
+    extra = []
+    for fd in range(3, 1024):
+        try:
+            os.fstat(fd)
+        except OSError:
+            continue
+        extra.append(fd)
+    return not extra, f"open fds beyond 0-2: {extra}" if extra else "only 0, 1, 2 open"
+
+
+def check_interfaces() -> tuple[bool, str]:
+    with open("/proc/net/dev") as f:
+        names = sorted(line.split(":", 1)[0].strip() for line in f.readlines()[2:])
+    with open("/proc/net/route") as f:
+        routes4 = f.readlines()[1:]
+    with open("/proc/net/ipv6_route") as f:
+        routes6 = [line for line in f if line.split()[-1] != "lo"]
+    ok = names == ["lo"] and not routes4 and not routes6
+    return ok, f"interfaces {names}, {len(routes4)} IPv4 and {len(routes6)} non-loopback IPv6 routes"
+
+
+def check_no_route() -> tuple[bool, str]:
+    # A UDP connect() sends nothing: it only asks the routing table.
+    details = []
+    ok = True
+    for family, addr in ((socket.AF_INET, ("203.0.113.1", 53)), (socket.AF_INET6, ("2001:db8::1", 53))):
+        s = socket.socket(family, socket.SOCK_DGRAM)
+        try:
+            s.connect(addr)
+        except OSError as exc:
+            details.append(f"{addr[0]}: {errno.errorcode.get(exc.errno, exc.errno)}")
+            ok = ok and exc.errno in (errno.ENETUNREACH, errno.EADDRNOTAVAIL)
+        else:
+            details.append(f"{addr[0]}: connected")
+            ok = False
+        finally:
+            s.close()
+    return ok, "; ".join(details)
+
+
+def check_host_loopback(port: int) -> tuple[bool, str]:
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(5)
+    try:
+        s.connect(("127.0.0.1", port))
+    except OSError as exc:
+        return True, f"connect 127.0.0.1:{port}: {errno.errorcode.get(exc.errno, exc.errno)}"
+    finally:
+        s.close()
+    return False, f"connected to 127.0.0.1:{port}"
+
+
+def check_proxy(port: int, nonce: str) -> tuple[bool, str]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", "http://attest.firstrun.invalid/",
+                     headers={"Host": "attest.firstrun.invalid"})
+        resp = conn.getresponse()
+        body = resp.read(65536).decode("utf-8", "replace")
+    except OSError as exc:
+        return False, f"proxy unreachable through the relay: {exc}"
+    finally:
+        conn.close()
+    return nonce in body, f"status {resp.status}, nonce {'present' if nonce in body else 'absent'}"
+
+
+def check_homes(homes: list[str], exposed: list[str]) -> tuple[bool, str]:
+    visible = []
+    for home in homes:
+        try:
+            entries = os.listdir(home)
+        except OSError:
+            continue
+        allowed = {os.path.relpath(e, home).split("/", 1)[0] for e in exposed
+                   if e.startswith(home.rstrip("/") + "/")}
+        visible += [f"{home}/{e}" for e in entries if e not in allowed]
+    return not visible, f"visible in real homes: {visible}" if visible else "real homes unreadable"
+
+
+def _try_write(path: str) -> int | None:
+    try:
+        os.mkdir(path)
+    except OSError as exc:
+        return exc.errno
+    os.rmdir(path)
+    return None
+
+
+def check_writes(workspace: str, landlock: bool) -> tuple[bool, str]:
+    details = []
+    ok = True
+    for path in ("/etc/firstrun-attest", "/usr/firstrun-attest"):
+        err = _try_write(path)
+        details.append(f"{path}: {errno.errorcode.get(err, 'written') if err else 'written'}")
+        ok = ok and err is not None
+    if landlock:
+        # The sandbox root is a tmpfs the sandbox uid owns: only Landlock stops this.
+        err = _try_write("/firstrun-attest")
+        details.append(f"/firstrun-attest: {errno.errorcode.get(err, err) if err else 'written'}")
+        ok = ok and err == errno.EACCES
+    err = _try_write(os.path.join(workspace, ".firstrun-attest"))
+    details.append(f"workspace: {errno.errorcode.get(err, err) if err else 'writable'}")
+    ok = ok and err is None
+    return ok, "; ".join(details)
+
+
+def check_privileges() -> tuple[bool, str]:
+    st = _status()
+    ok = int(st["CapEff"], 16) == 0 and st["NoNewPrivs"].strip() == "1"
+    return ok, f"CapEff {st['CapEff']}, NoNewPrivs {st['NoNewPrivs'].strip()}"
+
+
+def check_seccomp() -> tuple[bool, str]:
+    mode = _status()["Seccomp"].strip()
+    libc = ctypes.CDLL(None, use_errno=True)
+    rc = libc.unshare(_CLONE_NEWUSER)
+    err = ctypes.get_errno()
+    ok = mode == "2" and rc != 0
+    return ok, f"Seccomp {mode}, unshare(CLONE_NEWUSER): {errno.errorcode.get(err, err) if rc else 'succeeded'}"
+
+
+def main(argv: list[str]) -> int:
+    plan = json.loads(argv[1])
+    results = [("no_inherited_fds", *check_fds())]
+    results.append(("only_loopback_interface", *check_interfaces()))
+    results.append(("no_route", *check_no_route()))
+    results.append(("host_loopback_unreachable_inside", *check_host_loopback(plan["canary_port"])))
+    if plan["proxy_port"] is not None:
+        results.append(("proxy_answers", *check_proxy(plan["proxy_port"], plan["nonce"])))
+    results.append(("real_homes_unreadable", *check_homes(plan["real_homes"], plan["exposed"])))
+    results.append(("writes_confined", *check_writes(plan["workspace"], plan["landlock"])))
+    results.append(("no_privileges", *check_privileges()))
+    results.append(("seccomp_loaded", *check_seccomp()))
+    json.dump([{"name": n, "passed": p, "detail": d} for n, p, d in results], sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,84 @@
+"""The filesystem policy of this host: the I/O half of ``firstrun.policy.filesystem``.
+
+Guarantee: the policy returned names only paths that exist on this host, so
+a backend can bind every one of them; every directory that holds a real
+user's files ($HOME, /root, the sudo user's home, each /home/*) is listed as
+a real home, and of those homes only the toolchain roots the PATH needs are
+readable, with the secret locations inside those roots listed as hidden.
+CA bundles that the CA variables point at outside /etc and /usr are exposed
+read-only, so TLS through an intercepting proxy keeps working inside.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import pwd
+from collections.abc import Mapping
+
+from firstrun.policy.filesystem import (
+    SYSTEM_READONLY,
+    FilesystemPolicy,
+    secrets_inside,
+    toolchain_roots,
+)
+from firstrun.policy.process import CA_VARIABLES
+
+_SYSTEM_TREES = ("/etc", "/usr")
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def real_homes(env: Mapping[str, str]) -> tuple[str, ...]:
+    """Every directory on this host that holds a real user's files."""
+    found: list[str] = []
+
+    def add(path: str | None) -> None:
+        if path and path.startswith("/") and path != "/":
+            real = os.path.realpath(path)
+            if os.path.isdir(real) and real not in found:
+                found.append(real)
+
+    add(env.get("HOME"))
+    add("/root")
+    sudo_user = env.get("SUDO_USER")
+    if sudo_user:
+        try:
+            add(pwd.getpwnam(sudo_user).pw_dir)
+        except KeyError:
+            pass
+    try:
+        entries = sorted(os.listdir("/home"))
+    except OSError:
+        entries = []
+    for name in entries:
+        add(posixpath.join("/home", name))
+    return tuple(found)
+
+
+def host_filesystem_policy(workspace: str, env: Mapping[str, str]) -> FilesystemPolicy:
+    """The filesystem policy for running commands over ``workspace`` on this host."""
+    homes = real_homes(env)
+    path_entries = [e for e in env.get("PATH", "").split(":") if e]
+    roots = tuple(r for r in toolchain_roots(path_entries, homes) if os.path.isdir(r))
+    readonly = [p for p in SYSTEM_READONLY if os.path.lexists(p)]
+    readonly += roots
+    for name in CA_VARIABLES:
+        value = env.get(name)
+        if not value or not value.startswith("/"):
+            continue
+        target = posixpath.normpath(value)
+        if any(_under(target, t) for t in _SYSTEM_TREES) or not os.path.exists(target):
+            continue
+        # The bundle itself is exposed, never its directory, which may be a home.
+        if not any(_under(target, r) for r in readonly) and target not in readonly:
+            readonly.append(target)
+    hidden = tuple(p for p in secrets_inside(roots, homes) if os.path.lexists(p))
+    return FilesystemPolicy(
+        workspace=os.path.realpath(workspace),
+        readonly=tuple(readonly),
+        hidden=hidden,
+        real_homes=homes,
+    )

@@ -1,0 +1,566 @@
+"""The linux backend: one bubblewrap sandbox per session, attested before use.
+
+Guarantee: ``LinuxBackend.start`` returns a session only after the helper
+inside confirmed every required layer (or the profile explicitly downgraded
+it, which is recorded) and the attestation probe proved the boundary from
+inside; otherwise it tears everything down and raises. Commands never run as
+the invoking root: a root harness runs bubblewrap as a fresh unprivileged
+uid, lends it the workspace for the session and gives the workspace back to
+its owner on close. ``close`` ends every process the session started,
+including daemons that used setsid or a double fork: the helper kills
+everything it can see, bubblewrap's pid namespace takes the rest down with
+it, and a root harness finally sweeps the session's unique uid.
+
+Every OSError met while launching or talking to the sandbox becomes a
+``SandboxError`` here; an ``ExecResult`` with a non-zero exit is a command
+that failed, never a sandbox that failed.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import posixpath
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from firstrun.errors import SandboxError, SandboxUnavailable
+from firstrun.policy.filesystem import SYSTEM_READONLY
+from firstrun.policy.process import build_environment
+from firstrun.policy.profile import LayerName, SandboxProfile
+from firstrun.sandbox import attest as attestation
+from firstrun.sandbox.base import (
+    Capability,
+    Enforcement,
+    ExecResult,
+    LayerStatus,
+    OutputCallback,
+    ProxyEndpoint,
+    SessionInfo,
+    Stream,
+)
+from firstrun.sandbox.output import OutputCapture
+from firstrun.sandbox.linux import helper, launcher, probe, seccomp
+from firstrun.sandbox.linux.spec import (
+    PROXY_PORT,
+    SANDBOX_TMP,
+    WRITABLE_DEVICE_DIRS,
+    HostView,
+    build_launch_spec,
+    helper_config,
+)
+
+HELPER_SOURCE = Path(helper.__file__).read_text(encoding="utf-8")
+LAUNCHER_SOURCE = Path(launcher.__file__).read_text(encoding="utf-8")
+
+# Per-session uids for a root harness: far above any distribution's ranges
+# and the usual subuid blocks, and unique per live session.
+_UID_RANGE = (1_500_000_000, 1_600_000_000)
+_READY_TIMEOUT_S = 30.0
+_CLOSE_GRACE_S = 5.0
+# How long past its own timeout a command may take before the helper is
+# considered unresponsive (it reports the kill itself within this).
+_EXEC_GRACE_S = 30.0
+
+
+def _raise_from_os(what: str, exc: OSError) -> SandboxError:
+    return SandboxError(f"{what}: {exc}", who="linux")
+
+
+class _Control:
+    """JSON lines over the control socket, with a deadline per message."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buf = b""
+
+    def send(self, msg: dict[str, object]) -> None:
+        self.sock.sendall(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
+
+    def recv(self, deadline: float) -> dict | None:
+        while b"\n" not in self.buf:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("the sandbox helper did not answer in time")
+            self.sock.settimeout(remaining)
+            chunk = self.sock.recv(1 << 16)
+            if not chunk:
+                return None
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return json.loads(line)
+
+
+def _serve_dial(sock: socket.socket, path: str) -> None:
+    """Hand the helper one fresh proxy connection per request; the only way out."""
+    while True:
+        try:
+            if not sock.recv(1):
+                return
+        except OSError:
+            return
+        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            upstream.connect(path)
+        except OSError:
+            upstream.close()
+            try:
+                sock.send(b"e")
+            except OSError:
+                return
+            continue
+        try:
+            socket.send_fds(sock, [b"k"], [upstream.fileno()])
+        except OSError:
+            return
+        finally:
+            upstream.close()
+
+
+def _uid_in_use(uid: int) -> bool:
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{name}").st_uid == uid:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _pick_uid() -> int:
+    import pwd
+
+    rng = random.SystemRandom()
+    for _ in range(64):
+        uid = rng.randrange(*_UID_RANGE)
+        try:
+            pwd.getpwuid(uid)
+            continue
+        except KeyError:
+            pass
+        if not _uid_in_use(uid):
+            return uid
+    raise SandboxError("no free sandbox uid", who="linux")
+
+
+def _chown_tree(top: str, uid: int, gid: int, *, only_owner: int | None) -> None:
+    """lchown every entry under ``top`` without following symlinks or leaving its filesystem.
+
+    ``only_owner`` restricts the change to entries owned by that uid (used
+    when giving the workspace back, so nothing foreign is touched).
+    """
+    top_dev = os.lstat(top).st_dev
+
+    def change(name: str, dir_fd: int | None) -> None:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if st.st_dev != top_dev or (only_owner is not None and st.st_uid != only_owner):
+            return
+        os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
+
+    change(top, None)
+    for _, dirs, files, dir_fd in os.fwalk(top, follow_symlinks=False):
+        for name in dirs + files:
+            change(name, dir_fd)
+
+
+def _kill_uid(uid: int) -> None:
+    """SIGKILL every host process running as ``uid`` (unique to one session) until none."""
+    for _ in range(1000):
+        pids = []
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    if os.stat(f"/proc/{name}").st_uid == uid:
+                        pids.append(int(name))
+                except OSError:
+                    continue
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.01)
+
+
+class LinuxSession:
+    """A running bubblewrap sandbox and the helper inside it."""
+
+    def __init__(
+        self,
+        *,
+        process: subprocess.Popen[bytes],
+        control: socket.socket,
+        dial: socket.socket | None,
+        env: dict[str, str],
+        profile: SandboxProfile,
+        info: SessionInfo,
+        sandbox_uid: int | None,
+        workspace_owner: tuple[int, int] | None,
+        stage_dir: str | None,
+        stderr_file: tempfile.SpooledTemporaryFile | None,
+    ) -> None:
+        self.info = info
+        self._process = process
+        self._control_sock = control
+        self._control = _Control(control)
+        self._dial = dial
+        self._env = env
+        self._profile = profile
+        self._sandbox_uid = sandbox_uid
+        self._workspace_owner = workspace_owner
+        self._stage_dir = stage_dir
+        self._stderr = stderr_file
+        self._lock = threading.Lock()
+        self._next_id = 0
+        self._closed = False
+
+    def __enter__(self) -> LinuxSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _stderr_tail(self) -> str:
+        if self._stderr is None:
+            return ""
+        try:
+            self._stderr.seek(0)
+            return self._stderr.read()[-2000:].decode("utf-8", "replace")
+        except (OSError, ValueError):
+            return ""
+
+    def exec(
+        self,
+        command: str | Sequence[str],
+        *,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        env: dict[str, str] | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> ExecResult:
+        argv = ["/bin/bash", "-c", command] if isinstance(command, str) else list(command)
+        if not argv or not all(isinstance(a, str) and "\0" not in a for a in argv):
+            raise SandboxError("command must be a non-empty string or argv without NUL bytes",
+                               who="linux")
+        workspace = self._profile.fs.sandbox_workspace
+        cwd = workspace if cwd is None else posixpath.normpath(posixpath.join(workspace, cwd))
+        merged = dict(self._env)
+        for name, value in (env or {}).items():
+            if not name or "=" in name or "\0" in name or "\0" in value:
+                raise SandboxError(f"invalid environment variable {name!r}", who="linux")
+            # Adds, never replaces: PATH, HOME and the proxy variables stay as built.
+            merged.setdefault(name, value)
+        limit = self._profile.limits.command_timeout_s if timeout is None else timeout
+        outputs = {Stream.STDOUT: OutputCapture(self._profile.limits.output_bytes),
+                   Stream.STDERR: OutputCapture(self._profile.limits.output_bytes)}
+        with self._lock:
+            if self._closed:
+                raise SandboxError("session is closed", who="linux")
+            self._next_id += 1
+            cmd_id = self._next_id
+            deadline = time.monotonic() + limit + _EXEC_GRACE_S
+            try:
+                self._control.send({"op": "exec", "id": cmd_id, "argv": argv, "cwd": cwd,
+                                    "env": merged, "timeout": limit})
+                while True:
+                    msg = self._control.recv(deadline)
+                    if msg is None:
+                        raise SandboxError(
+                            f"the sandbox ended during a command: {self._stderr_tail()}",
+                            who="linux")
+                    if msg.get("id") != cmd_id:
+                        continue
+                    if msg["op"] == "out":
+                        stream = Stream(msg["stream"])
+                        data = base64.b64decode(msg["data"])
+                        outputs[stream].add(data)
+                        if on_output is not None:
+                            on_output(stream, data)
+                    elif msg["op"] == "exit":
+                        return ExecResult(
+                            exit_code=int(msg["code"]),
+                            stdout=outputs[Stream.STDOUT].result(),
+                            stderr=outputs[Stream.STDERR].result(),
+                            duration_s=float(msg["duration_s"]),
+                            timed_out=bool(msg["timed_out"]),
+                        )
+            except (OSError, ValueError) as exc:
+                raise SandboxError(f"lost the sandbox helper: {exc}", who="linux") from exc
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            self._shutdown()
+        finally:
+            self._restore()
+
+    def _shutdown(self) -> None:
+        try:
+            self._control.send({"op": "shutdown"})
+            deadline = time.monotonic() + _CLOSE_GRACE_S
+            while (msg := self._control.recv(deadline)) is not None and msg["op"] != "closed":
+                pass
+        except (OSError, ValueError):
+            pass
+        try:
+            self._process.wait(timeout=_CLOSE_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+        # Killing bubblewrap kills its pid namespace's init (die-with-parent),
+        # and with it every process in the namespace.
+        if self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
+        if self._sandbox_uid is not None:
+            _kill_uid(self._sandbox_uid)
+        for sock in (self._control_sock, self._dial):
+            if sock is not None:
+                sock.close()
+        if self._stderr is not None:
+            self._stderr.close()
+
+    def _restore(self) -> None:
+        errors = []
+        if self._workspace_owner is not None and self._sandbox_uid is not None:
+            try:
+                _chown_tree(self._profile.fs.workspace, *self._workspace_owner,
+                            only_owner=self._sandbox_uid)
+            except OSError as exc:
+                errors.append(f"restoring workspace ownership: {exc}")
+        if self._stage_dir is not None:
+            try:
+                os.rmdir(self._stage_dir)
+            except OSError as exc:
+                errors.append(f"removing stage dir: {exc}")
+        if errors:
+            raise SandboxError("; ".join(errors), who="linux")
+
+
+class LinuxBackend:
+    """bubblewrap + Landlock + seccomp + an empty network namespace + a proxy relay.
+
+    ``landlock_min_abi`` is the Landlock ABI the helper must find; raising it
+    above the kernel's makes Landlock unavailable for real, which is how the
+    fail-closed path is tested.
+    """
+
+    name = "linux"
+
+    def __init__(self, *, landlock_min_abi: int = 1) -> None:
+        self._landlock_min_abi = landlock_min_abi
+
+    def probe(self) -> tuple[Capability, ...]:
+        return probe.probe()
+
+    def start(self, profile: SandboxProfile, *, proxy: ProxyEndpoint | None) -> LinuxSession:
+        bwrap = probe.bwrap_path()
+        if bwrap is None:
+            raise SandboxUnavailable("bubblewrap is not installed", who="linux",
+                                     fix="apt-get install bubblewrap")
+        if not os.path.isdir(profile.fs.workspace):
+            raise SandboxError(f"workspace {profile.fs.workspace} is not a directory",
+                               who="linux")
+        seccomp_fd: int | None = None
+        downgrades: list[str] = []
+        try:
+            seccomp_fd = seccomp.compile_filter()
+        except SandboxError as exc:
+            if LayerName.SECCOMP not in profile.downgrades:
+                raise SandboxUnavailable(f"seccomp: {exc}", who="linux",
+                                         fix="apt-get install libseccomp2") from exc
+            downgrades.append(LayerName.SECCOMP.value)
+        try:
+            return self._launch(profile, proxy, bwrap, seccomp_fd, downgrades)
+        finally:
+            if seccomp_fd is not None:
+                os.close(seccomp_fd)
+
+    def _launch(self, profile: SandboxProfile, proxy: ProxyEndpoint | None, bwrap: str,
+                seccomp_fd: int | None, downgrades: list[str]) -> LinuxSession:
+        fs = profile.fs
+        root = os.geteuid() == 0
+        interpreter = os.path.realpath(sys.executable)
+        prefix = os.path.realpath(sys.base_prefix)
+        paths = (*fs.readonly, *fs.hidden, prefix)
+        host = HostView(
+            symlinks=tuple((p, os.readlink(p)) for p in fs.readonly
+                           if p in SYSTEM_READONLY and os.path.islink(p)),
+            directories=frozenset(p for p in paths if os.path.isdir(p) and not os.path.islink(p)),
+            interpreter=interpreter,
+            prefix=prefix,
+        )
+        st = os.lstat(fs.workspace)
+        owner = (st.st_uid, st.st_gid)
+        uid = _pick_uid() if root else None
+        stage_dir = tempfile.mkdtemp(prefix="firstrun-stage-") if root else None
+        control_parent, control_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        dial_parent = dial_child = None
+        if proxy is not None:
+            dial_parent, dial_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        config = helper_config(profile, control_fd=control_child.fileno(),
+                               dial_fd=dial_child.fileno() if dial_child else None,
+                               landlock_min_abi=self._landlock_min_abi)
+        spec = build_launch_spec(profile, host=host, helper_source=HELPER_SOURCE, config=config,
+                                 seccomp_fd=seccomp_fd, stage_dir=stage_dir, bwrap=bwrap)
+        pass_fds = [control_child.fileno()]
+        if dial_child is not None:
+            pass_fds.append(dial_child.fileno())
+        if seccomp_fd is not None:
+            pass_fds.append(seccomp_fd)
+        stderr_file = tempfile.TemporaryFile()
+        process = None
+        try:
+            if uid is not None:
+                _chown_tree(fs.workspace, uid, uid, only_owner=None)
+                launch = {
+                    "stage_dir": stage_dir, "uid": uid, "gid": uid, "argv": list(spec.argv),
+                    "stage": [(b.source, b.staged, b.directory) for b in spec.stage],
+                }
+                argv = [interpreter, "-I", "-S", "-c", LAUNCHER_SOURCE, json.dumps(launch)]
+            else:
+                argv = list(spec.argv)
+            process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                       stderr=stderr_file, env={}, pass_fds=pass_fds,
+                                       close_fds=True)
+        except OSError as exc:
+            self._abandon(process, fs.workspace, owner, uid, stage_dir)
+            raise _raise_from_os("cannot launch bubblewrap", exc) from exc
+        finally:
+            control_child.close()
+            if dial_child is not None:
+                dial_child.close()
+        env = build_environment(
+            os.environ,
+            path=_inside_path(os.environ.get("PATH", ""), (*fs.readonly, prefix)),
+            home=fs.sandbox_home,
+            tmpdir=SANDBOX_TMP,
+            proxy_url=f"http://127.0.0.1:{PROXY_PORT}" if proxy is not None else None,
+        )
+        session = LinuxSession(
+            process=process, control=control_parent, dial=dial_parent, env=env, profile=profile,
+            info=SessionInfo(backend=self.name, enforcement=Enforcement.ENFORCED,
+                             policy_hash=profile.policy_hash()),
+            sandbox_uid=uid, workspace_owner=owner if uid is not None else None,
+            stage_dir=stage_dir, stderr_file=stderr_file,
+        )
+        try:
+            ready = self._await_ready(session, control_parent)
+            if dial_parent is not None and proxy is not None:
+                threading.Thread(target=_serve_dial, args=(dial_parent, proxy.socket_path),
+                                 daemon=True, name="firstrun-dial").start()
+            abi = int(ready.get("landlock_abi", 0))
+            if abi == 0:
+                downgrades.append(LayerName.LANDLOCK.value)
+            layers = _layers(profile, uid=uid, landlock_abi=abi,
+                             landlock_error=ready.get("landlock_error", ""),
+                             seccomp_applied=seccomp_fd is not None, proxy=proxy)
+            checks = attestation.attest(session, attestation.AttestPlan(
+                python=interpreter, workspace=fs.sandbox_workspace, real_homes=fs.real_homes,
+                exposed=spec.exposed, proxy_port=PROXY_PORT if proxy is not None else None,
+                nonce=proxy.nonce if proxy is not None else None, landlock=abi > 0,
+            ))
+            session.info = SessionInfo(
+                backend=self.name,
+                enforcement=Enforcement.DOWNGRADED if downgrades else Enforcement.ENFORCED,
+                policy_hash=profile.policy_hash(), layers=layers, attestation=checks,
+                exposed=spec.exposed, downgrades=tuple(downgrades),
+            )
+            attestation.require_passed(checks)
+        except BaseException:
+            session.close()
+            raise
+        return session
+
+    def _await_ready(self, session: LinuxSession, control: socket.socket) -> dict:
+        try:
+            ready = _Control(control).recv(time.monotonic() + _READY_TIMEOUT_S)
+        except (OSError, ValueError) as exc:
+            raise SandboxError(f"the sandbox did not start: {exc}: {session._stderr_tail()}",
+                               who="linux") from exc
+        if ready is None:
+            raise SandboxError(f"the sandbox did not start: {session._stderr_tail()}",
+                               who="linux")
+        if not ready.get("ok"):
+            if ready.get("landlock"):
+                raise SandboxUnavailable(
+                    f"Landlock is required and could not be applied: {ready.get('error')}",
+                    who="linux",
+                    fix="boot a kernel with Landlock enabled (CONFIG_SECURITY_LANDLOCK=y, "
+                        "'landlock' in lsm=), or downgrade explicitly and accept the recorded "
+                        "downgrade",
+                )
+            raise SandboxError(f"the sandbox helper failed: {ready.get('error')}", who="linux")
+        return ready
+
+    @staticmethod
+    def _abandon(process: subprocess.Popen[bytes] | None, workspace: str,
+                 owner: tuple[int, int], uid: int | None, stage_dir: str | None) -> None:
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait()
+        if uid is not None:
+            _kill_uid(uid)
+            _chown_tree(workspace, *owner, only_owner=uid)
+        if stage_dir is not None:
+            os.rmdir(stage_dir)
+
+
+def _inside_path(host_path: str, visible: Sequence[str]) -> list[str]:
+    """The host PATH, kept to the entries that exist inside the sandbox."""
+    def under(p: str, r: str) -> bool:
+        return p == r or p.startswith(r.rstrip("/") + "/")
+
+    kept: list[str] = []
+    for entry in host_path.split(":"):
+        if entry.startswith("/") and any(under(entry, r) for r in visible) \
+                and os.path.isdir(entry) and entry not in kept:
+            kept.append(entry)
+    return kept
+
+
+def _layers(profile: SandboxProfile, *, uid: int | None, landlock_abi: int, landlock_error: str,
+            seccomp_applied: bool, proxy: ProxyEndpoint | None) -> tuple[LayerStatus, ...]:
+    fs = profile.fs
+    writable = ", ".join([fs.sandbox_workspace, SANDBOX_TMP, fs.sandbox_home,
+                          *WRITABLE_DEVICE_DIRS])
+    limits = profile.limits
+    return (
+        LayerStatus(name=LayerName.NAMESPACES, applied=True, mechanism="bubblewrap",
+                    detail="user, mount, pid, ipc, uts, net and cgroup namespaces; "
+                           "nested user namespaces disabled"),
+        LayerStatus(name=LayerName.LANDLOCK, applied=landlock_abi > 0,
+                    mechanism=f"landlock ABI {landlock_abi}" if landlock_abi else "landlock",
+                    detail=f"writes only beneath {writable}" if landlock_abi
+                    else f"not applied: {landlock_error}"),
+        LayerStatus(name=LayerName.SECCOMP, applied=seccomp_applied, mechanism="seccomp-bpf",
+                    detail=f"{len(seccomp.RULES)} deny rules" if seccomp_applied
+                    else "not applied: libseccomp unavailable"),
+        LayerStatus(name=LayerName.NETWORK, applied=True,
+                    mechanism="empty network namespace",
+                    detail=f"only 127.0.0.1:{PROXY_PORT}, relayed to the egress proxy"
+                    if proxy is not None else "no egress at all (no proxy)"),
+        LayerStatus(name=LayerName.LIMITS, applied=True, mechanism="rlimits",
+                    detail=f"pids {limits.pids}, data {limits.memory_bytes} bytes, "
+                           f"open files {limits.open_files}, core 0, "
+                           f"output {limits.output_bytes} bytes per stream"),
+        LayerStatus(name=LayerName.UNPRIVILEGED, applied=True,
+                    mechanism=f"uid {uid}" if uid is not None else f"uid {os.geteuid()}",
+                    detail="per-session unprivileged uid, no supplementary groups"
+                    if uid is not None else "the invoking user's own uid; no capabilities"),
+    )

@@ -1,0 +1,158 @@
+"""The bubblewrap launch of a linux session, as a pure function of the profile.
+
+Guarantee: ``build_launch_spec`` is pure (no I/O, no clock): the same profile
+and host view give the same argv, so the argv is golden-tested. The argv
+unshares every namespace bubblewrap offers (user, mount, pid, ipc, uts, net,
+cgroup where available), forbids nested user namespaces, gives the sandbox a
+fresh /proc, a minimal /dev and a private /tmp and HOME, binds the system
+directories and the exposed toolchain roots read-only with the secrets inside
+them masked, and binds exactly one host directory read-write: the workspace.
+Nothing under /run, /var/run or the host's /tmp is ever bound, so host sockets
+(docker, containerd, ssh-agent, D-Bus) do not exist inside; a read-only bind
+would not stop ``connect()`` on a socket.
+
+When the harness is root, bubblewrap runs as an unprivileged uid that may
+not be able to walk to every source (``/root`` is 0700). Such sources are
+then *staged*: a root launcher binds each at ``<stage>/<n>`` in a private
+mount namespace before dropping privileges, and the argv names the staged
+path. ``LaunchSpec.stage`` lists those binds.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from dataclasses import dataclass
+
+from firstrun.policy.filesystem import SYSTEM_READONLY
+from firstrun.policy.profile import LayerName, SandboxProfile
+
+SANDBOX_TMP = "/tmp"
+PROXY_PORT = 3128
+# Landlock write rules for devices: files a command may write or truncate.
+WRITABLE_DEVICE_FILES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/random",
+                         "/dev/urandom")
+WRITABLE_DEVICE_DIRS = ("/dev/shm",)
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostView:
+    """What the pure builder needs to know about the host, gathered by the backend.
+
+    ``symlinks`` maps read-only entries that are symlinks (merged /usr:
+    ``/bin -> usr/bin``) to their targets; ``directories`` says which
+    read-only and hidden paths are directories (a hidden directory is masked
+    by a tmpfs, a hidden file by /dev/null); ``interpreter`` is the helper's Python and ``prefix`` its
+    installation, bound read-only if no read-only root covers it.
+    """
+
+    symlinks: tuple[tuple[str, str], ...] = ()
+    directories: frozenset[str] = frozenset()
+    interpreter: str
+    prefix: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class StagedBind:
+    source: str
+    staged: str
+    directory: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchSpec:
+    argv: tuple[str, ...]
+    stage: tuple[StagedBind, ...] = ()
+    exposed: tuple[str, ...] = ()
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def helper_config(
+    profile: SandboxProfile,
+    *,
+    control_fd: int,
+    dial_fd: int | None,
+    landlock_min_abi: int = 1,
+) -> dict[str, object]:
+    """The helper's configuration: nothing secret, since commands can read its cmdline."""
+    fs = profile.fs
+    return {
+        "control_fd": control_fd,
+        "dial_fd": dial_fd,
+        "proxy_port": PROXY_PORT if dial_fd is not None else None,
+        "limits": {
+            "pids": profile.limits.pids,
+            "memory_bytes": profile.limits.memory_bytes,
+            "open_files": profile.limits.open_files,
+        },
+        "landlock": {
+            "required": LayerName.LANDLOCK in profile.required
+            and LayerName.LANDLOCK not in profile.downgrades,
+            "min_abi": landlock_min_abi,
+            "dirs": [fs.sandbox_workspace, SANDBOX_TMP, fs.sandbox_home, *WRITABLE_DEVICE_DIRS],
+            "files": list(WRITABLE_DEVICE_FILES),
+        },
+    }
+
+
+def build_launch_spec(
+    profile: SandboxProfile,
+    *,
+    host: HostView,
+    helper_source: str,
+    config: dict[str, object],
+    seccomp_fd: int | None,
+    stage_dir: str | None,
+    bwrap: str = "bwrap",
+) -> LaunchSpec:
+    """The complete bwrap argv for one session; ``stage_dir`` set when dropping root."""
+    fs = profile.fs
+    symlinks = dict(host.symlinks)
+    stage: list[StagedBind] = []
+
+    def source(path: str, directory: bool) -> str:
+        if stage_dir is None or path in SYSTEM_READONLY:
+            return path
+        staged = posixpath.join(stage_dir, str(len(stage)))
+        stage.append(StagedBind(source=path, staged=staged, directory=directory))
+        return staged
+
+    readonly = list(fs.readonly)
+    if not any(_under(host.prefix, r) for r in readonly):
+        readonly.append(host.prefix)
+    exposed = tuple(p for p in readonly if p not in SYSTEM_READONLY)
+
+    argv = [
+        bwrap,
+        "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net",
+        "--unshare-cgroup-try", "--disable-userns", "--die-with-parent", "--new-session",
+        "--hostname", "sandbox",
+        "--proc", "/proc",
+        "--dev", "/dev",
+        "--size", str(profile.limits.memory_bytes), "--tmpfs", SANDBOX_TMP,
+    ]
+    # Parents before children, so a nested bind lands on top of its parent's.
+    for path in sorted(readonly, key=lambda p: (p.count("/"), p)):
+        if path in symlinks:
+            argv += ["--symlink", symlinks[path], path]
+        else:
+            argv += ["--ro-bind", source(path, path in host.directories), path]
+    for path in sorted(fs.hidden, key=lambda p: (p.count("/"), p)):
+        if path in host.directories:
+            argv += ["--tmpfs", path]
+        else:
+            argv += ["--ro-bind", "/dev/null", path]
+    argv += ["--size", str(profile.limits.memory_bytes), "--tmpfs", fs.sandbox_home]
+    argv += ["--bind", source(fs.workspace, True), fs.sandbox_workspace]
+    argv += ["--chdir", fs.sandbox_workspace]
+    if seccomp_fd is not None:
+        argv += ["--seccomp", str(seccomp_fd)]
+    argv += [
+        "--", host.interpreter, "-I", "-S", "-c", helper_source,
+        json.dumps(config, sort_keys=True, separators=(",", ":")),
+    ]
+    return LaunchSpec(argv=tuple(argv), stage=tuple(stage), exposed=exposed)
+

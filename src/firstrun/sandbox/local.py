@@ -1,0 +1,160 @@
+"""The local backend: commands run directly on the host, with no boundary at all.
+
+Guarantee: it is never chosen by accident. ``LocalBackend`` refuses to start
+unless it was constructed with ``allow_unenforced=True`` (the CLI's
+``--allow-unenforced``), and every session it starts says so: enforcement
+UNENFORCED, every layer recorded as not applied, and no attestation. What it
+does keep is the contract's hygiene: the environment is built from scratch
+(no harness secrets pass through), HOME is a fresh directory, output is
+capped, and a timeout or ``close`` kills each command's process group. A
+command that leaves its process group (setsid) can outlive the session here;
+only an enforcing backend can promise otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+
+from firstrun.errors import SandboxError, SandboxUnavailable
+from firstrun.policy.process import build_environment
+from firstrun.policy.profile import LayerName, SandboxProfile
+from firstrun.sandbox.base import (
+    Capability,
+    Enforcement,
+    ExecResult,
+    LayerStatus,
+    OutputCallback,
+    ProxyEndpoint,
+    SessionInfo,
+    Stream,
+)
+from firstrun.sandbox.output import OutputCapture
+
+_REFUSAL_FIX = "pass --allow-unenforced to run without a sandbox, and accept that it is recorded"
+
+
+class LocalSession:
+    def __init__(self, profile: SandboxProfile, info: SessionInfo) -> None:
+        self.info = info
+        self._profile = profile
+        self._home = tempfile.mkdtemp(prefix="firstrun-home-")
+        self._env = build_environment(os.environ, path=os.environ.get("PATH", "").split(":"),
+                                      home=self._home, tmpdir=tempfile.gettempdir(),
+                                      proxy_url=None)
+        self._groups: set[int] = set()
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def __enter__(self) -> LocalSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def exec(
+        self,
+        command: str | Sequence[str],
+        *,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        env: dict[str, str] | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> ExecResult:
+        argv = ["/bin/bash", "-c", command] if isinstance(command, str) else list(command)
+        workspace = self._profile.fs.workspace
+        cwd = workspace if cwd is None else os.path.join(workspace, cwd)
+        merged = dict(self._env)
+        for name, value in (env or {}).items():
+            merged.setdefault(name, value)
+        limit = self._profile.limits.command_timeout_s if timeout is None else timeout
+        with self._lock:
+            if self._closed:
+                raise SandboxError("session is closed", who="local")
+        started = time.monotonic()
+        try:
+            proc = subprocess.Popen(argv, cwd=cwd, env=merged, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    close_fds=True, start_new_session=True)
+        except OSError as exc:
+            raise SandboxError(f"cannot start {argv[0]!r}: {exc}", who="local") from exc
+        self._groups.add(proc.pid)
+        outputs = {Stream.STDOUT: OutputCapture(self._profile.limits.output_bytes),
+                   Stream.STDERR: OutputCapture(self._profile.limits.output_bytes)}
+        timed_out = False
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ, Stream.STDOUT)
+            sel.register(proc.stderr, selectors.EVENT_READ, Stream.STDERR)
+            open_streams = 2
+            while open_streams:
+                events = sel.select(max(0.0, started + limit - time.monotonic()))
+                if not events:
+                    timed_out = True
+                    break
+                for key, _ in events:
+                    data = os.read(key.fileobj.fileno(), 65536)
+                    if not data:
+                        sel.unregister(key.fileobj)
+                        open_streams -= 1
+                        continue
+                    outputs[key.data].add(data)
+                    if on_output is not None:
+                        on_output(key.data, data)
+        if timed_out:
+            _killpg(proc.pid)
+        code = proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+        return ExecResult(exit_code=128 - code if code < 0 else code,
+                          stdout=outputs[Stream.STDOUT].result(),
+                          stderr=outputs[Stream.STDERR].result(),
+                          duration_s=time.monotonic() - started, timed_out=timed_out)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        for pgid in self._groups:
+            _killpg(pgid)
+        shutil.rmtree(self._home, ignore_errors=True)
+
+
+def _killpg(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+class LocalBackend:
+    name = "local"
+
+    def __init__(self, *, allow_unenforced: bool = False) -> None:
+        self._allowed = allow_unenforced
+
+    def probe(self) -> tuple[Capability, ...]:
+        return (Capability(name="unenforced", available=self._allowed,
+                           detail="commands run directly on the host, with no boundary",
+                           fix=None if self._allowed else _REFUSAL_FIX),)
+
+    def start(self, profile: SandboxProfile, *, proxy: ProxyEndpoint | None) -> LocalSession:
+        if not self._allowed:
+            raise SandboxUnavailable("the local backend enforces nothing and was not allowed",
+                                     who="local", fix=_REFUSAL_FIX)
+        layers = tuple(
+            LayerStatus(name=layer, applied=False, mechanism="none",
+                        detail="unenforced: the local backend applies no boundary")
+            for layer in LayerName
+        )
+        info = SessionInfo(backend=self.name, enforcement=Enforcement.UNENFORCED,
+                           policy_hash=profile.policy_hash(), layers=layers,
+                           downgrades=tuple(sorted(profile.required)))
+        return LocalSession(profile, info)
