@@ -155,9 +155,10 @@ def rules_to_data(rules: tuple[Rule, ...] = RULES) -> list[dict[str, object]]:
 
 
 def compile_filter(rules: tuple[Rule, ...] = RULES) -> int:
-    """Compile ``rules`` to BPF in a memfd and return the fd, rewound, inheritable.
+    """Compile ``rules`` to BPF in a memfd and return the fd, rewound.
 
-    The caller owns the fd and passes it to ``bwrap --seccomp``.
+    The fd is close-on-exec; the caller owns it and hands it to ``bwrap
+    --seccomp`` through ``pass_fds``, so no other child ever inherits it.
     """
     import pyseccomp
 
@@ -177,7 +178,7 @@ def compile_filter(rules: tuple[Rule, ...] = RULES) -> int:
                 for a in rule.args
             ]
             filt.add_rule(pyseccomp.ERRNO(_ERRNO[rule.action]), rule.syscall, *args)
-        fd = os.memfd_create("firstrun-seccomp", 0)
+        fd = os.memfd_create("firstrun-seccomp", os.MFD_CLOEXEC)
         with os.fdopen(os.dup(fd), "wb") as out:
             filt.export_bpf(out)
         os.lseek(fd, 0, os.SEEK_SET)

@@ -1,0 +1,133 @@
+"""Golden tests: the bwrap argv and the seccomp rules are pinned, line by line."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from firstrun.policy.filesystem import FilesystemPolicy
+from firstrun.policy.process import Limits
+from firstrun.policy.profile import LayerName, SandboxProfile
+from firstrun.sandbox.linux import seccomp
+from firstrun.sandbox.linux.spec import HostView, StagedBind, build_launch_spec, helper_config
+
+GOLDEN = Path(__file__).parent / "golden"
+
+PROFILE = SandboxProfile(
+    fs=FilesystemPolicy(
+        workspace="/HOST/ws",
+        readonly=("/usr", "/etc", "/bin", "/lib", "/HOME/.cargo", "/HOME/.pyenv", "/CA/corp.pem"),
+        hidden=("/HOME/.cargo/credentials.toml", "/HOME/.pyenv/.ssh"),
+        real_homes=("/HOME", "/root"),
+    ),
+    limits=Limits(memory_bytes=1 << 30),
+)
+HOST = HostView(
+    symlinks=(("/bin", "usr/bin"), ("/lib", "usr/lib")),
+    directories=frozenset({"/usr", "/etc", "/HOME/.cargo", "/HOME/.pyenv", "/HOME/.pyenv/.ssh",
+                           "/PY"}),
+    interpreter="/PY/bin/python3.11",
+    prefix="/PY",
+)
+
+
+def _spec(stage_dir: str | None):
+    config = helper_config(PROFILE, control_fd=3, dial_fd=4)
+    return build_launch_spec(PROFILE, host=HOST, helper_source="<HELPER>", config=config,
+                             seccomp_fd=5, stage_dir=stage_dir, bwrap="/usr/bin/bwrap")
+
+
+EXPECTED_HEAD = [
+    "/usr/bin/bwrap",
+    "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net",
+    "--unshare-cgroup-try", "--disable-userns", "--die-with-parent", "--new-session",
+    "--hostname", "sandbox",
+    "--proc", "/proc",
+    "--dev", "/dev",
+    "--size", "1073741824", "--tmpfs", "/tmp",
+]
+
+
+def test_argv_unprivileged_harness() -> None:
+    spec = _spec(None)
+    argv = list(spec.argv)
+    config = json.loads(argv[-1])
+    assert argv[:-1] == EXPECTED_HEAD + [
+        "--ro-bind", "/PY", "/PY",
+        "--symlink", "usr/bin", "/bin",
+        "--ro-bind", "/etc", "/etc",
+        "--symlink", "usr/lib", "/lib",
+        "--ro-bind", "/usr", "/usr",
+        "--ro-bind", "/CA/corp.pem", "/CA/corp.pem",
+        "--ro-bind", "/HOME/.cargo", "/HOME/.cargo",
+        "--ro-bind", "/HOME/.pyenv", "/HOME/.pyenv",
+        "--ro-bind", "/dev/null", "/HOME/.cargo/credentials.toml",
+        "--tmpfs", "/HOME/.pyenv/.ssh",
+        "--size", "1073741824", "--tmpfs", "/home/sandbox",
+        "--bind", "/HOST/ws", "/workspace",
+        "--chdir", "/workspace",
+        "--seccomp", "5",
+        "--", "/PY/bin/python3.11", "-I", "-S", "-c", "<HELPER>",
+    ]
+    assert config == {
+        "control_fd": 3,
+        "dial_fd": 4,
+        "proxy_port": 3128,
+        "limits": {"pids": 1024, "memory_bytes": 1 << 30, "open_files": 4096},
+        "landlock": {
+            "required": True,
+            "min_abi": 1,
+            "dirs": ["/workspace", "/tmp", "/home/sandbox", "/dev/shm"],
+            "files": ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/random",
+                      "/dev/urandom"],
+        },
+    }
+    assert spec.stage == ()
+    assert spec.exposed == ("/HOME/.cargo", "/HOME/.pyenv", "/CA/corp.pem", "/PY")
+
+
+def test_argv_root_harness_stages_every_non_system_source() -> None:
+    spec = _spec("<STAGE>")
+    assert spec.stage == (
+        StagedBind(source="/PY", staged="<STAGE>/0", directory=True),
+        StagedBind(source="/CA/corp.pem", staged="<STAGE>/1", directory=False),
+        StagedBind(source="/HOME/.cargo", staged="<STAGE>/2", directory=True),
+        StagedBind(source="/HOME/.pyenv", staged="<STAGE>/3", directory=True),
+        StagedBind(source="/HOST/ws", staged="<STAGE>/4", directory=True),
+    )
+    argv = list(spec.argv)
+    assert ["--ro-bind", "<STAGE>/3", "/HOME/.pyenv"] == argv[argv.index("/HOME/.pyenv") - 2:
+                                                            argv.index("/HOME/.pyenv") + 1]
+    assert argv[argv.index("/workspace") - 2: argv.index("/workspace") + 1] == [
+        "--bind", "<STAGE>/4", "/workspace"]
+    # System directories are reachable by any uid and are never staged.
+    assert ["--ro-bind", "/usr", "/usr"] == argv[argv.index("/usr") - 1: argv.index("/usr") + 2]
+
+
+def test_nothing_under_run_or_host_tmp_is_ever_bound() -> None:
+    argv = list(_spec(None).argv)
+    sources = [argv[i + 1] for i, a in enumerate(argv) if a in ("--bind", "--ro-bind")]
+    assert not [s for s in sources if s.startswith(("/run", "/var/run", "/tmp"))]
+
+
+def test_landlock_downgrade_makes_it_optional() -> None:
+    profile = SandboxProfile(fs=PROFILE.fs, downgrades=frozenset({LayerName.LANDLOCK}))
+    assert helper_config(profile, control_fd=3, dial_fd=None)["landlock"]["required"] is False
+    assert helper_config(profile, control_fd=3, dial_fd=None)["proxy_port"] is None
+
+
+def test_seccomp_rules_match_golden() -> None:
+    expected = json.loads((GOLDEN / "seccomp_rules.json").read_text())
+    assert seccomp.rules_to_data() == expected
+
+
+def test_seccomp_rules_compile_to_bpf() -> None:
+    fd = seccomp.compile_filter()
+    try:
+        size = os.fstat(fd).st_size
+        # Each classic BPF instruction is 8 bytes.
+        assert size > 0 and size % 8 == 0
+        assert os.get_inheritable(fd) is False
+    finally:
+        os.close(fd)
