@@ -81,9 +81,11 @@ def parse_mirrors(texts: Iterable[str]) -> dict[str, Mirror]:
 def _parse_local_base(text: str, source: str) -> str:
     parts = urllib.parse.urlsplit(source)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"{FLAG} {text!r}: a mirror URL must be http(s)://HOST[:PORT][/PATH]")
-    if parts.query or parts.fragment or parts.username or parts.password:
-        raise UsageError(f"{FLAG} {text!r}: a mirror URL takes no query, fragment or userinfo")
+        raise UsageError(f"{FLAG} {text!r}: a mirror URL is just http(s)://HOST[:PORT]")
+    # Only an origin: the served pages' root-relative links and Locations name
+    # paths from "/", so a path prefix would serve a different site.
+    if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username or parts.password:
+        raise UsageError(f"{FLAG} {text!r}: a mirror URL is just http(s)://HOST[:PORT]")
     ip = parse_ip_literal(parts.hostname)
     if parts.hostname.lower() != "localhost" and (ip is None or not ip.is_loopback):
         raise UsageError(f"{FLAG} {text!r}: a mirror server must be on loopback")
@@ -91,7 +93,7 @@ def _parse_local_base(text: str, source: str) -> str:
         parts.port
     except ValueError:
         raise UsageError(f"{FLAG} {text!r}: bad port in mirror URL") from None
-    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 class MirrorTransport(httpx.BaseTransport):
@@ -124,7 +126,7 @@ class MirrorTransport(httpx.BaseTransport):
         return self._forward(mirror.base_url, request)
 
     def _forward(self, base_url: str, request: httpx.Request) -> httpx.Response:
-        target = httpx.URL(base_url.encode("ascii") + request.url.raw_path)
+        target = httpx.URL(base_url + request.url.raw_path.decode("ascii"))
         headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"host"]
         response = self._local.handle_request(
             httpx.Request(request.method, target, headers=headers, extensions=request.extensions)
@@ -148,11 +150,8 @@ def _unmirror_location(location: str, base_url: str, original: httpx.URL) -> str
     base = urllib.parse.urlsplit(base_url)
     if loc.scheme != base.scheme or loc.netloc.lower() != base.netloc.lower():
         return location
-    if base.path and not (loc.path == base.path or loc.path.startswith(base.path + "/")):
-        return location
-    path = loc.path[len(base.path) :] or "/"
     netloc = original.netloc.decode("ascii")
-    return urllib.parse.urlunsplit((original.scheme, netloc, path, loc.query, loc.fragment))
+    return urllib.parse.urlunsplit((original.scheme, netloc, loc.path or "/", loc.query, loc.fragment))
 
 
 def serve_directory(root: str, raw_path: bytes) -> httpx.Response:
