@@ -75,6 +75,17 @@ class _Fetched:
     from_cache: bool
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Walk:
+    """Where following one URL ended: the hops taken and the last response, if any."""
+
+    hops: tuple[str, ...]
+    url_final: str
+    last: Entry | None
+    failure: _Failed | None
+    from_cache: bool
+
+
 def _page_cacheable(status: int) -> bool:
     return 200 <= status < 300 or status in _REDIRECTS
 
@@ -153,78 +164,83 @@ class DocsReader:
 
     def read(self, url: str) -> Page:
         started = time.perf_counter()
-        hops = [url]
-        fetched_any = False
-        all_cached = True
-        last_url = url
-        last: Entry | None = None
-
-        def page(
-            error: ReadFailure | None = None, detail: str | None = None, *, size: int | None = None
-        ) -> Page:
-            body = last.body if last is not None else b""
-            markdown, title, links, truncated = "", None, (), False
-            content_type = last.content_type if last is not None else None
-            if error is None and last is not None:
-                media = media_type(content_type, body)
-                if media is None:
-                    error, detail = ReadFailure.NOT_TEXT, f"content type {content_type or 'unknown'}"
-                else:
-                    converted = convert(
-                        body, media=media, charset=charset_of(content_type), url=last_url,
-                        max_chars=self._max_chars,
-                    )
-                    markdown, title = converted.markdown, converted.title
-                    links, truncated = converted.links, converted.truncated
-            return Page(
-                url_requested=url,
-                url_final=last_url,
-                status=last.status if last is not None else None,
-                content_type=content_type,
-                bytes=len(body) if size is None else size,
-                sha256=hashlib.sha256(body).hexdigest() if last is not None and size is None else None,
-                markdown=markdown,
-                title=title,
-                links=links,
-                from_cache=fetched_any and all_cached,
-                error=error,
-                detail=detail,
-                hops=tuple(hops),
-                truncated=truncated,
-                duration_ms=round((time.perf_counter() - started) * 1000),
+        walk = self._walk(url)
+        last = walk.last
+        body = last.body if last is not None else b""
+        content_type = last.content_type if last is not None else None
+        failure = walk.failure
+        if failure is None and last is not None and not 200 <= last.status < 300:
+            failure = _Failed(error=ReadFailure.HTTP_ERROR, detail=f"HTTP {last.status}")
+        media = media_type(content_type, body)
+        if failure is None and media is None:
+            failure = _Failed(error=ReadFailure.NOT_TEXT, detail=f"content type {content_type or 'unknown'}")
+        converted = None
+        if failure is None and media is not None:
+            converted = convert(
+                body, media=media, charset=charset_of(content_type), url=walk.url_final,
+                max_chars=self._max_chars,
             )
+        return Page(
+            url_requested=url,
+            url_final=walk.url_final,
+            status=last.status if last is not None else None,
+            content_type=content_type,
+            bytes=len(body) if last is not None else (failure.bytes if failure else 0),
+            sha256=hashlib.sha256(body).hexdigest() if last is not None else None,
+            markdown=converted.markdown if converted else "",
+            title=converted.title if converted else None,
+            links=converted.links if converted else (),
+            from_cache=walk.from_cache,
+            error=failure.error if failure else None,
+            detail=failure.detail if failure else None,
+            hops=walk.hops,
+            truncated=converted.truncated if converted else False,
+            duration_ms=round((time.perf_counter() - started) * 1000),
+        )
 
-        current = url
+    def _walk(self, url: str) -> _Walk:
+        """Follow ``url`` hop by hop, checking each hop before it is requested."""
+        hops = [url]
+        cached: list[bool] = []
+        last: Entry | None = None
+        url_final = url
         while True:
+            current = hops[-1]
             target = self._target(current)
             if isinstance(target, str):
                 refused = ReadFailure.NOT_ALLOWED if len(hops) == 1 else ReadFailure.REDIRECT_NOT_ALLOWED
-                return page(refused, target)
+                failure = _Failed(error=refused, detail=target)
+                break
             rules = self._rules(target)
             if not rules.allows(str(target.url), self.user_agent):
                 refused = ReadFailure.UNREACHABLE if rules.unreachable else ReadFailure.ROBOTS_DISALLOWED
-                return page(refused, f"{target.origin} {rules.detail}")
+                failure = _Failed(error=refused, detail=f"{target.origin} {rules.detail}")
+                break
             result = self._fetch(
                 target, cacheable=_page_cacheable, max_age_s=None, delay_s=self._delay(target, rules)
             )
-            last_url = str(target.url)
+            url_final = str(target.url)
             if isinstance(result, _Failed):
-                last = None
-                return page(result.error, result.detail, size=result.bytes)
-            fetched_any = True
-            all_cached = all_cached and result.from_cache
+                last, failure = None, result
+                break
+            cached.append(result.from_cache)
             last = result.entry
-            if last.status in _REDIRECTS and last.location:
-                following = _join(target.url, last.location)
-                hops.append(following)
-                if len(hops) > self._max_redirects + 1:
-                    return page(ReadFailure.TOO_MANY_REDIRECTS, f"more than {self._max_redirects} redirects")
-                current = following
-                continue
-            break
-        if not 200 <= last.status < 300:
-            return page(ReadFailure.HTTP_ERROR, f"HTTP {last.status}")
-        return page()
+            if last.status not in _REDIRECTS or not last.location:
+                failure = None
+                break
+            hops.append(_join(target.url, last.location))
+            if len(hops) > self._max_redirects + 1:
+                failure = _Failed(
+                    error=ReadFailure.TOO_MANY_REDIRECTS, detail=f"more than {self._max_redirects} redirects"
+                )
+                break
+        return _Walk(
+            hops=tuple(hops),
+            url_final=url_final,
+            last=last,
+            failure=failure,
+            from_cache=bool(cached) and all(cached),
+        )
 
     def _target(self, raw: str) -> _Target | str:
         """The URL to request, or why it may not be requested."""
