@@ -1,0 +1,69 @@
+"""Compiling a task's hosts into the network policy: where the docs-vs-shell asymmetry lives.
+
+Guarantee: every documentation host (the hosts of ``docs.path`` or
+``docs.entrypoint``, and ``docs.allow``) goes to the policy's ``docs``
+patterns and nowhere else, so the proxy refuses them on the shell channel
+and ``read_docs`` is the only way to read a page, which is what keeps the
+record of pages read complete. That holds even when the same host is also
+named under ``network.allow``: attribution is decided before the allow-list,
+so the task cannot open a path around the record (``lint`` says so).
+
+The shell's allow-list is the default registries plus ``network.allow``, or
+``network.only`` instead of both, as quickstarted defined them; a bare name
+there covers itself and its subdomains. ``firstrun.network.deny`` and
+``firstrun.network.overrides`` pass through in firstrun's exact syntax.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from firstrun.errors import PolicyError
+from firstrun.policy.hosts import HostPattern, parse_ip_literal
+from firstrun.policy.network import DEFAULT_ALLOW, Mode, NetworkPolicy
+from firstrun.tasks.model import Task
+
+
+def covering_patterns(entry: str) -> tuple[str, ...]:
+    """The patterns a quickstarted host entry means: the host, and its subdomains.
+
+    A name directly under a public suffix (``github.io``), a single label
+    and an IP literal cover only themselves, because the policy refuses a
+    wildcard over them; an entry already written ``*.suffix`` is kept as is.
+    """
+    if entry.startswith("*."):
+        return (entry,)
+    pattern = HostPattern.parse(entry)
+    if parse_ip_literal(pattern.host) is not None:
+        return (entry,)
+    try:
+        HostPattern.parse("*." + entry)
+    except PolicyError:
+        return (entry,)
+    return (entry, "*." + entry)
+
+
+def _expand(entries: Iterable[str]) -> list[str]:
+    out: list[str] = []
+    for entry in entries:
+        for pattern in covering_patterns(entry):
+            if pattern not in out:
+                out.append(pattern)
+    return out
+
+
+def compile_profile_inputs(task: Task, *, mode: Mode = Mode.ENFORCE) -> NetworkPolicy:
+    """The network policy a run of ``task`` enforces. Raises ``PolicyError`` (never, for a loaded task)."""
+    network = task.spec.network
+    # The defaults are exact names; only the task's own entries carry
+    # quickstarted's "and subdomains" meaning.
+    allow = _expand(network.only) if network.only else [*DEFAULT_ALLOW, *_expand(network.allow)]
+    ext = task.spec.firstrun.network
+    return NetworkPolicy.build(
+        allow=allow,
+        deny=list(ext.deny),
+        docs=_expand(task.docs_hosts),
+        overrides=[(o.host, list(o.networks)) for o in ext.overrides],
+        mode=mode,
+        source=f"{task.path}: network.allow",
+    )

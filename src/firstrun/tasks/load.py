@@ -1,0 +1,363 @@
+"""Reading task files: YAML with line numbers in, a validated ``Task`` or one located error out.
+
+Guarantee: whatever is wrong with a task file comes out as exactly one
+``TaskError`` whose message is a single line, ``file:line: what is wrong``,
+with a did-you-mean for an unknown key; never a traceback, never a PyYAML or
+pydantic message shape. YAML and pydantic errors are converted here and
+nowhere else. A ``success.file`` is read here, relative to the task file,
+and kept in memory; the runner never needs the path again. Duplicate keys
+are refused (YAML says keys are unique; PyYAML silently keeps the last, so
+one of two ``script:`` blocks would vanish).
+
+``load_task`` also refuses a task whose lint has an error-level finding (a
+check that cannot fail, a ``serve`` that nothing checks): such a task cannot
+produce evidence, and running it anyway would count a guess as a pass.
+``read_task`` stops short of that, for ``validate``, which reports every
+finding rather than the first.
+"""
+
+from __future__ import annotations
+
+import difflib
+import glob
+import hashlib
+import os
+import types
+import typing
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
+
+from firstrun.errors import TaskError, UsageError
+from firstrun.tasks.model import RULE, KeyPath, Locations, Task, TaskSpec
+
+TASK_SUFFIXES = (".yaml", ".yml")
+
+# Where ``run`` and ``validate`` look when given no paths.
+DEFAULT_TASK_DIR = "tasks"
+
+# What an error type means, in the task author's words. Keyed on pydantic's
+# stable error ``type``, never on its message text.
+_EXPECTED = {
+    "int_parsing": "an integer",
+    "int_type": "an integer",
+    "int_from_float": "a whole number",
+    "string_type": "a string",
+    "list_type": "a list",
+    "tuple_type": "a list",
+    "dict_type": "a mapping of keys",
+    "model_type": "a mapping of keys",
+    "model_attributes_type": "a mapping of keys",
+}
+
+
+def read_task(path: str | os.PathLike[str]) -> Task:
+    """Parse and validate one task file, without judging it. Raises ``TaskError``."""
+    name = os.fspath(path)
+    try:
+        raw = Path(name).read_bytes()
+    except FileNotFoundError:
+        raise TaskError("no such file", path=name, line=None) from None
+    except OSError as exc:
+        raise TaskError(f"cannot read: {exc.strerror}", path=name, line=None) from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise TaskError("not UTF-8 text", path=name, line=raw.count(b"\n", 0, exc.start) + 1) from None
+    data, locations = _parse_yaml(text, name)
+    try:
+        spec = TaskSpec.model_validate(data)
+    except ValidationError as exc:
+        raise _task_error(exc, locations, name) from None
+    check, check_path = _read_check(spec, Path(name), locations, name)
+    return Task(
+        spec=spec,
+        path=name,
+        sha256=hashlib.sha256(raw).hexdigest(),
+        check=check,
+        check_path=check_path,
+        locations=locations,
+    )
+
+
+def load_task(path: str | os.PathLike[str]) -> Task:
+    """A task that is valid and can produce evidence. Raises ``TaskError``."""
+    from firstrun.tasks.lint import Severity, lint_task
+
+    task = read_task(path)
+    for finding in lint_task(task):
+        if finding.severity is Severity.ERROR:
+            raise TaskError(finding.message, path=finding.file, line=finding.line)
+    return task
+
+
+def expand_task_paths(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[str], list[str]]:
+    """Task files named by ``paths`` (files, directories, globs), in order, each once.
+
+    A directory contributes its ``*.yaml``/``*.yml`` files (not recursive),
+    and a glob is expanded here as well as by the shell, because some shells
+    hand it over literally. No paths means ``tasks/``. Returns the files and
+    the arguments that matched nothing.
+    """
+    found: list[str] = []
+    unmatched: list[str] = []
+    seen: set[str] = set()
+
+    def add(candidate: str) -> None:
+        key = os.path.realpath(candidate)
+        if key not in seen:
+            seen.add(key)
+            found.append(candidate)
+
+    for arg in [os.fspath(p) for p in paths] or [DEFAULT_TASK_DIR]:
+        if os.path.isdir(arg):
+            entries = sorted(
+                e.path for e in os.scandir(arg) if e.name.endswith(TASK_SUFFIXES) and e.is_file()
+            )
+            for entry in entries:
+                add(entry)
+            if not entries:
+                unmatched.append(arg)
+        elif os.path.exists(arg):
+            add(arg)
+        elif glob.has_magic(arg):
+            matches = sorted(m for m in glob.glob(arg, recursive=True) if os.path.isfile(m))
+            for match in matches:
+                add(match)
+            if not matches:
+                unmatched.append(arg)
+        else:
+            unmatched.append(arg)
+    return found, unmatched
+
+
+def load_tasks(paths: Sequence[str | os.PathLike[str]]) -> list[Task]:
+    """Every task named by ``paths``; the first problem raises.
+
+    Raises ``UsageError`` for an argument that names no task file, and
+    ``TaskError`` for an invalid task or two tasks sharing a name (their
+    results would land in the same directory).
+    """
+    files, unmatched = expand_task_paths(paths)
+    if unmatched:
+        raise UsageError(f"no task files at {unmatched[0]}")
+    tasks = [load_task(f) for f in files]
+    for error in duplicate_names(tasks):
+        raise error
+    return tasks
+
+
+def duplicate_names(tasks: Iterable[Task]) -> list[TaskError]:
+    """One error per task whose name an earlier task already has."""
+    first: dict[str, Task] = {}
+    errors = []
+    for task in tasks:
+        other = first.setdefault(task.name, task)
+        if other is not task:
+            errors.append(
+                TaskError(
+                    f"task name {task.name!r} is also the name of {other.path}",
+                    path=task.path,
+                    line=task.locations.line(("name",)),
+                )
+            )
+    return errors
+
+
+# --- YAML ---------------------------------------------------------------------
+
+
+def _parse_yaml(text: str, name: str) -> tuple[Any, Locations]:
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            raise TaskError("the file is empty; a task needs name, goal, docs and success", path=name, line=1)
+        _refuse_duplicate_keys(node, name)
+        data = loader.construct_document(node)
+    except yaml.MarkedYAMLError as exc:
+        raise TaskError(_yaml_message(exc), path=name, line=_yaml_line(exc)) from None
+    except yaml.YAMLError as exc:
+        raise TaskError(f"invalid YAML: {exc}".splitlines()[0], path=name, line=1) from None
+    finally:
+        loader.dispose()
+    if not isinstance(data, dict):
+        raise TaskError(
+            "the top level must be a mapping of keys (name, goal, docs, success, ...)",
+            path=name,
+            line=node.start_mark.line + 1,
+        )
+    keys: dict[KeyPath, int] = {}
+    blocks: dict[KeyPath, int] = {}
+    _index(node, (), keys, blocks)
+    return data, Locations(keys=types.MappingProxyType(keys), blocks=types.MappingProxyType(blocks))
+
+
+def _yaml_line(exc: yaml.MarkedYAMLError) -> int:
+    mark = exc.problem_mark or exc.context_mark
+    return mark.line + 1 if mark is not None else 1
+
+
+def _yaml_message(exc: yaml.MarkedYAMLError) -> str:
+    problem = exc.problem or exc.context or "unreadable"
+    message = f"invalid YAML: {problem}"
+    if exc.context and exc.problem and exc.context_mark is not None:
+        message += f" ({exc.context} at line {exc.context_mark.line + 1})"
+    return message
+
+
+def _refuse_duplicate_keys(node: yaml.Node, name: str) -> None:
+    if isinstance(node, yaml.MappingNode):
+        first: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            # ``<<`` merges are legitimately overridden by the keys beside them.
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                line = key_node.start_mark.line + 1
+                if key_node.value in first:
+                    raise TaskError(
+                        f"duplicate key '{key_node.value}' (first at line {first[key_node.value]})",
+                        path=name,
+                        line=line,
+                    )
+                first[key_node.value] = line
+            _refuse_duplicate_keys(value_node, name)
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _refuse_duplicate_keys(item, name)
+
+
+def _index(node: yaml.Node, path: KeyPath, keys: dict[KeyPath, int], blocks: dict[KeyPath, int]) -> None:
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node.value)
+            child = (*path, key)
+            keys[child] = key_node.start_mark.line + 1
+            _index(value_node, child, keys, blocks)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            child = (*path, i)
+            keys[child] = item.start_mark.line + 1
+            _index(item, child, keys, blocks)
+    elif isinstance(node, yaml.ScalarNode):
+        if node.style == "|":
+            # The indicator's line is not content; the block starts below it.
+            blocks[path] = node.start_mark.line + 2
+        elif node.start_mark.line == node.end_mark.line:
+            blocks[path] = node.start_mark.line + 1
+
+
+# --- validation errors ----------------------------------------------------------
+
+
+def _task_error(exc: ValidationError, locations: Locations, name: str) -> TaskError:
+    errors = exc.errors(include_url=False)
+
+    def rank(item: tuple[int, ErrorDetails]) -> tuple[bool, int, int]:
+        # A misspelt key also leaves its correct spelling missing; the typo is the news.
+        order, err = item
+        return (err["type"] == "missing", locations.line(_loc(err)), order)
+
+    _, err = min(enumerate(errors), key=rank)
+    loc = _loc(err)
+    if err["type"] not in ("extra_forbidden", "missing"):
+        # Name what the file spells out: a lone string validated as a one-item
+        # list has no ``[0]`` the author could find.
+        while len(loc) > 1 and loc not in locations.keys and isinstance(loc[-1], int):
+            loc = loc[:-1]
+    return TaskError(_describe(err, loc), path=name, line=locations.line(loc))
+
+
+def _loc(err: ErrorDetails) -> KeyPath:
+    loc: KeyPath = tuple(err["loc"])
+    if err["type"] == RULE:
+        key = (err.get("ctx") or {}).get("key")
+        if key:
+            loc = (*loc, key)
+    return loc
+
+
+def _dotted(loc: KeyPath) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    text = text if len(text) <= 60 else text[:57] + "..."
+    return text.replace("\n", "\\n")
+
+
+def _describe(err: ErrorDetails, loc: KeyPath) -> str:
+    kind = err["type"]
+    ctx = err.get("ctx") or {}
+    if kind == "extra_forbidden":
+        key = str(loc[-1])
+        parent = loc[:-1]
+        message = f"unknown key '{key}'" + (f" in {_dotted(parent)}" if parent else "")
+        close = difflib.get_close_matches(key, _known_keys(parent), n=1, cutoff=0.6)
+        return message + (f"; did you mean '{close[0]}'?" if close else "")
+    if kind == "missing":
+        parent = loc[:-1]
+        return f"missing required key '{loc[-1]}'" + (f" in {_dotted(parent)}" if parent else "")
+    where = _dotted(loc) or "task"
+    if kind == RULE:
+        return f"{where}: {ctx['detail']}"
+    if kind in _EXPECTED:
+        return f"{where}: expected {_EXPECTED[kind]}, got {_shown(err['input'])}"
+    for bound, words in (("gt", "greater than"), ("ge", "at least"), ("lt", "less than"), ("le", "at most")):
+        if bound in ctx:
+            return f"{where}: must be {words} {ctx[bound]}, got {_shown(err['input'])}"
+    return f"{where}: {err['msg']}"
+
+
+def _known_keys(parent: KeyPath) -> list[str]:
+    """The keys the model accepts at ``parent``, as a file spells them."""
+    model: type[BaseModel] | None = TaskSpec
+    for part in parent:
+        if model is None or isinstance(part, int):
+            continue
+        field = next(
+            (f for n, f in model.model_fields.items() if (f.alias or n) == part), None
+        )
+        model = _model_in(field.annotation) if field is not None else None
+    if model is None:
+        return []
+    return [f.alias or n for n, f in model.model_fields.items()]
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+# --- the check file -------------------------------------------------------------
+
+
+def _read_check(spec: TaskSpec, task_path: Path, locations: Locations, name: str) -> tuple[str, str | None]:
+    ref = spec.success.file
+    if ref is None:
+        return spec.success.script or "", None
+    line = locations.line(("success", "file"))
+    check_path = task_path.parent / ref
+    try:
+        text = check_path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise TaskError(f"success.file {ref!r} does not exist (looked for {check_path})", path=name, line=line) from None
+    except UnicodeDecodeError:
+        raise TaskError(f"success.file {ref!r} is not UTF-8 text", path=name, line=line) from None
+    except OSError as exc:
+        raise TaskError(f"success.file {ref!r}: {exc.strerror}", path=name, line=line) from None
+    if not text.strip():
+        raise TaskError(f"success.file {ref!r} is empty", path=name, line=line)
+    return text, os.fspath(check_path)

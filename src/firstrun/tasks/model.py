@@ -1,0 +1,484 @@
+"""The task file model: every field of quickstarted's task format, plus firstrun's own.
+
+Guarantee: a ``TaskSpec`` exists only if the file meant one thing. Unknown
+keys are refused at every level (a typo fails loudly instead of being
+ignored), every host entry is a host pattern the policy layer accepts (so
+``*.com`` never reaches a proxy), every pattern a check greps for asserts
+something (no empty string, no newline that grep would read as an
+alternation), and the same classes generate the JSON Schema, so the schema
+and the loader cannot disagree. Models are frozen and hold tuples, never
+lists or dicts, so a loaded task cannot change under a run.
+
+Compatibility: a file quickstarted accepts means the same thing here.
+``docs.entrypoint`` is the one-page form of ``docs.path``; a bare host in
+``docs.allow`` or ``network.allow``/``network.only`` covers itself and its
+subdomains; a key given as null counts as absent; a blank ``script``, ``file``
+or ``serve`` counts as absent. firstrun's own settings live under one
+top-level key, ``firstrun:``, and use firstrun's host syntax (exact, or
+``*.suffix``, optional ``:port``), so nothing in the shared fields changes
+meaning.
+
+Cross-field judgements that are not about the file's shape (a ``serve`` that
+nothing checks, a check that cannot fail) live in ``firstrun.tasks.lint``,
+so ``validate`` can report all of them at once.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar
+from urllib.parse import urlsplit
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveInt,
+    WithJsonSchema,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from firstrun.errors import PolicyError
+from firstrun.policy.hosts import HostPattern
+
+RULE = "task_rule"
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+
+
+def rule(detail: str, *, key: str = "") -> PydanticCustomError:
+    """A task rule broken; ``key`` names the offending key inside the model, if any.
+
+    The loader reads ``key`` from the error's context to point at that key's
+    line rather than its parent's.
+    """
+    return PydanticCustomError(RULE, "{detail}", {"detail": detail, "key": key})
+
+
+class _Model(BaseModel):
+    # Numbers become strings where a string is expected (``name: 2048``),
+    # which is what quickstarted's loader did with str().
+    model_config = ConfigDict(frozen=True, extra="forbid", coerce_numbers_to_str=True)
+
+    # Keys that must not be null: quickstarted once dropped ``wait_http:``
+    # with nothing under it, and the task then asserted less than it said.
+    _null_is_error: ClassVar[frozenset[str]] = frozenset()
+    # Keys whose blank string means "not given".
+    _blank_is_absent: ClassVar[frozenset[str]] = frozenset()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _absent_values(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        kept = {}
+        for key, value in data.items():
+            if value is None:
+                if key in cls._null_is_error:
+                    raise rule("empty; give it something to assert", key=key)
+                continue
+            if key in cls._blank_is_absent and isinstance(value, str) and not value.strip():
+                continue
+            kept[key] = value
+        return kept
+
+
+def host_entry_text(raw: str) -> str:
+    """One host entry, as quickstarted wrote them: a bare name, or a URL whose host is kept.
+
+    A port written in a URL is kept, because a docs site on a non-default
+    port is a different destination. Raises ValueError for anything that is
+    not a host pattern the policy layer accepts.
+    """
+    text = raw.strip()
+    if "://" in text:
+        text = urlsplit(text).netloc.rsplit("@", 1)[-1]
+    text = text.strip("/").lower()
+    if not text or "/" in text:
+        raise ValueError(f"must be a bare host name, got {raw!r}")
+    try:
+        HostPattern.parse(text)
+    except PolicyError as exc:
+        raise ValueError(exc.args[0]) from None
+    return text
+
+
+def _host_entry(value: str) -> str:
+    try:
+        return host_entry_text(value)
+    except ValueError as exc:
+        raise rule(str(exc)) from None
+
+
+def _http_url(value: str) -> str:
+    url = value.strip()
+    if urlsplit(url).scheme not in ("http", "https"):
+        raise rule(f"must be an http(s) URL, got {value!r}")
+    try:
+        host_entry_text(url)
+    except ValueError as exc:
+        raise rule(f"{value!r}: {exc}") from None
+    return url
+
+
+def _network_cidr(value: str) -> str:
+    try:
+        return str(ipaddress.ip_network(value.strip(), strict=False))
+    except ValueError as exc:
+        raise rule(str(exc)) from None
+
+
+def _commands(value: tuple[str, ...]) -> tuple[str, ...]:
+    # As quickstarted: surrounding whitespace dropped, blank commands skipped.
+    return tuple(c.strip() for c in value if c.strip())
+
+
+def _one_or_many(value: Any) -> Any:
+    return (value,) if isinstance(value, str) else value
+
+
+def _pattern(item: str) -> str:
+    # A block scalar ends in a newline; that newline is YAML's, not the author's.
+    text = item.strip("\n")
+    if not text:
+        raise rule("an empty pattern matches anything, so it asserts nothing")
+    if "\n" in text:
+        raise rule(
+            "a pattern spans several lines, which grep reads as alternatives; "
+            "list each line separately"
+        )
+    return text
+
+
+def _json_pairs(value: Any) -> Any:
+    if isinstance(value, dict):
+        return tuple(value.items())
+    raise rule("expected a mapping of key: value")
+
+
+def _name(value: str) -> str:
+    if not re.match(NAME_PATTERN, value):
+        raise rule(
+            "a task name may hold letters, digits, '.', '_' and '-' and starts with a letter "
+            f"or digit (it names output directories), got {value!r}"
+        )
+    return value
+
+
+def _non_blank(value: str) -> str:
+    if not value.strip():
+        raise rule("must not be empty")
+    return value
+
+
+HostEntry = Annotated[str, AfterValidator(_host_entry)]
+HttpUrl = Annotated[str, AfterValidator(_http_url), Field(json_schema_extra={"pattern": "^https?://"})]
+Commands = Annotated[tuple[str, ...], AfterValidator(_commands)]
+Patterns = Annotated[
+    tuple[Annotated[str, AfterValidator(_pattern)], ...],
+    BeforeValidator(_one_or_many),
+    WithJsonSchema(
+        {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}
+    ),
+]
+JsonScalar = str | int | float | bool | None
+JsonPairs = Annotated[
+    tuple[tuple[str, JsonScalar], ...],
+    BeforeValidator(_json_pairs),
+    WithJsonSchema(
+        {
+            "type": "object",
+            "additionalProperties": {"type": ["string", "number", "boolean", "null"]},
+        }
+    ),
+]
+
+
+class Docs(_Model):
+    """Where the documentation lives: the route a reader takes, and the hosts it spans."""
+
+    entrypoint: HttpUrl | None = Field(
+        None, description="The first page, when the route is one page. Same as a one-item 'path'."
+    )
+    path: tuple[HttpUrl, ...] | None = Field(
+        None, description="The documented route, in the order a reader takes it."
+    )
+    allow: tuple[HostEntry, ...] = Field(
+        (),
+        description=(
+            "Further documentation hosts; each covers itself and its subdomains. The hosts "
+            "of the route are included on their own. Documentation hosts are readable only "
+            "through read_docs: the shell is refused them, so every page read is recorded."
+        ),
+    )
+
+    _blank_is_absent: ClassVar[frozenset[str]] = frozenset({"entrypoint"})
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [{"required": ["path"]}, {"required": ["entrypoint"]}],
+            "not": {"required": ["path", "entrypoint"]},
+        }
+    )
+
+    @model_validator(mode="after")
+    def _one_route(self) -> Docs:
+        if self.entrypoint is not None and self.path is not None:
+            raise rule(
+                "'path' and 'entrypoint' are both given; put the entrypoint first in 'path'",
+                key="entrypoint",
+            )
+        if self.path is None and self.entrypoint is None:
+            raise rule("docs needs 'path' (or 'entrypoint')")
+        if self.path is not None:
+            if not self.path:
+                raise rule("docs.path is empty", key="path")
+            seen: set[str] = set()
+            for page in self.path:
+                if page in seen:
+                    raise rule(f"docs.path lists {page!r} twice", key="path")
+                seen.add(page)
+        return self
+
+    @property
+    def route(self) -> tuple[str, ...]:
+        if self.path is not None:
+            return self.path
+        assert self.entrypoint is not None
+        return (self.entrypoint,)
+
+
+class Network(_Model):
+    """Hosts the shell may reach, in quickstarted's terms."""
+
+    allow: tuple[HostEntry, ...] = Field(
+        (),
+        description=(
+            "Added to the default package registries. Each entry covers itself and its "
+            "subdomains."
+        ),
+    )
+    only: tuple[HostEntry, ...] | None = Field(
+        None,
+        description=(
+            "Replaces the default registries (and then 'allow' is not used). An empty list "
+            "means the defaults, as in quickstarted."
+        ),
+    )
+
+
+class Budgets(_Model):
+    """Limits on the agent phase; running out classifies the run budget_exhausted."""
+
+    max_turns: PositiveInt = Field(20, description="Tool-use rounds.")
+    max_seconds: PositiveInt = Field(480, description="Wall clock for the agent phase.")
+    max_command_seconds: PositiveInt = Field(300, description="Timeout for one command.")
+    max_output_chars: PositiveInt = Field(
+        20_000, description="Output kept per command; head and tail survive."
+    )
+    max_tokens: NonNegativeInt = Field(0, description="Billable tokens for the run; 0 is no limit.")
+
+
+class WaitHttp(_Model):
+    """Poll a server until it answers as the task says it should."""
+
+    path: str | None = Field(None, description="Resolved against http://127.0.0.1:$QS_PORT.")
+    url: HttpUrl | None = Field(None, description="A full URL instead; wins over 'path'.")
+    status: int = Field(200, ge=100, le=599, description="The status the answer must carry.")
+    contains: Patterns = Field((), description="Literal text the body must contain.")
+    matches: Patterns = Field((), description="Extended regular expressions the body must match.")
+    json_pairs: JsonPairs = Field(
+        (),
+        alias="json",
+        description=(
+            "key: value pairs the body must carry, matched as text (tolerant of spacing "
+            "and quoting), not parsed."
+        ),
+    )
+    timeout: PositiveInt = Field(40, description="Seconds to keep polling.")
+
+    _blank_is_absent: ClassVar[frozenset[str]] = frozenset({"path", "url"})
+
+    @model_validator(mode="after")
+    def _target(self) -> WaitHttp:
+        if self.path is None and self.url is None:
+            raise rule("wait_http needs 'path' or 'url'")
+        return self
+
+
+class ExpectOutput(_Model):
+    """Assert on what the run's successful commands printed."""
+
+    contains: Patterns = Field((), description="Literal text the output must contain.")
+    matches: Patterns = Field((), description="Extended regular expressions it must match.")
+
+    @model_validator(mode="after")
+    def _something(self) -> ExpectOutput:
+        if not (self.contains or self.matches):
+            raise rule("expect_output needs 'contains' or 'matches'")
+        return self
+
+
+class Success(_Model):
+    """What decides the verdict: the harness owns the mechanism, the task every criterion."""
+
+    script: str | None = Field(None, description="Shell run after the agent stops; exit 0 passes.")
+    file: str | None = Field(
+        None,
+        description=(
+            "A shell file to run instead of 'script', relative to the task file. Read when "
+            "the task loads and never written into the workspace, so the agent cannot read it."
+        ),
+    )
+    serve: str | None = Field(
+        None,
+        description=(
+            "A long-running command the harness backgrounds before checking; $QS_PORT is "
+            "the task's port. Needs a criterion beside it."
+        ),
+    )
+    wait_http: WaitHttp | None = None
+    expect_output: ExpectOutput | None = None
+
+    _null_is_error: ClassVar[frozenset[str]] = frozenset({"wait_http", "expect_output"})
+    _blank_is_absent: ClassVar[frozenset[str]] = frozenset({"script", "file", "serve"})
+
+    model_config = ConfigDict(json_schema_extra={"not": {"required": ["script", "file"]}})
+
+    @model_validator(mode="after")
+    def _script_or_file(self) -> Success:
+        if self.script is not None and self.file is not None:
+            raise rule("'script' and 'file' are both given; use one", key="file")
+        if self.file is not None and self.file.startswith("/"):
+            raise rule(
+                f"success.file must be relative to the task file, got {self.file!r}", key="file"
+            )
+        return self
+
+
+class Override(_Model):
+    """An explicit exception: this host may reach these address ranges despite the floor."""
+
+    host: HostEntry = Field(description="firstrun syntax: exact, or *.suffix, optional :port.")
+    networks: tuple[Annotated[str, AfterValidator(_network_cidr)], ...] = Field(
+        (), description="CIDR ranges the host may resolve to even though they are private."
+    )
+
+
+class FirstrunNetwork(_Model):
+    deny: tuple[HostEntry, ...] = Field(
+        (), description="firstrun syntax. Refused on the shell even when an allow entry covers it."
+    )
+    overrides: tuple[Override, ...] = Field(
+        (), description="Recorded exceptions to the address floor."
+    )
+
+
+class Extensions(_Model):
+    """Settings only firstrun understands; quickstarted has no such key."""
+
+    network: FirstrunNetwork = FirstrunNetwork()
+
+
+class TaskSpec(_Model):
+    """A task file: a goal reached from the documentation alone, and a check that decides."""
+
+    name: Annotated[str, AfterValidator(_name)] = Field(
+        json_schema_extra={"pattern": NAME_PATTERN},
+        description="Identifier used in output paths and reports.",
+    )
+    goal: Annotated[str, AfterValidator(_non_blank)] = Field(
+        description="The only instruction the agent receives."
+    )
+    docs: Docs
+    success: Success
+    setup: Commands = Field((), description="Commands run before the agent starts.")
+    replay: Commands = Field(
+        (),
+        description="The documented commands, run in order by --agent replay; the first failure stops.",
+    )
+    network: Network = Network()
+    budgets: Budgets = Budgets()
+    image: str | None = Field(
+        None, description="Container image for container backends, e.g. node:22-slim."
+    )
+    firstrun: Extensions = Field(
+        Extensions(), description="firstrun's own settings, which quickstarted does not read."
+    )
+
+    _blank_is_absent: ClassVar[frozenset[str]] = frozenset({"image"})
+
+
+KeyPath = tuple[str | int, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Locations:
+    """Where each key of a task file sits, for errors and findings that name a line.
+
+    ``keys`` maps a key path (``("success", "wait_http", "status")``, list
+    items by index) to the 1-based line of that key. ``blocks`` maps the path
+    of a literal block scalar (``|``) or a one-line scalar to the line of its
+    first content line, so a finding inside a script can name its own line.
+    """
+
+    keys: Mapping[KeyPath, int]
+    blocks: Mapping[KeyPath, int]
+
+    def line(self, path: KeyPath) -> int:
+        """The line of ``path``, or of its nearest ancestor that the file spells out."""
+        for end in range(len(path), 0, -1):
+            found = self.keys.get(path[:end])
+            if found is not None:
+                return found
+        return 1
+
+    def content_line(self, path: KeyPath, offset: int) -> int:
+        """Line ``offset`` (0-based) inside the scalar at ``path``, or the key's line."""
+        start = self.blocks.get(path)
+        return start + offset if start is not None else self.line(path)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Task:
+    """A loaded task: the validated file plus what loading it established.
+
+    ``check`` is the author's own check text, from ``success.script`` or the
+    content of ``success.file`` (empty when the task has only declarative
+    criteria). It lives here, in memory, and never in the workspace.
+    """
+
+    spec: TaskSpec
+    path: str
+    sha256: str
+    check: str
+    check_path: str | None
+    locations: Locations
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def docs_route(self) -> tuple[str, ...]:
+        return self.spec.docs.route
+
+    @property
+    def docs_hosts(self) -> tuple[str, ...]:
+        """Host entries of the docs channel: the route's hosts first, then ``docs.allow``."""
+        hosts: list[str] = []
+        for page in self.spec.docs.route:
+            entry = host_entry_text(page)
+            if entry not in hosts:
+                hosts.append(entry)
+        for entry in self.spec.docs.allow:
+            if entry not in hosts:
+                hosts.append(entry)
+        return tuple(hosts)
