@@ -90,6 +90,10 @@ class ProxyLimits:
     # Open client connections per listener; more wait in the listen backlog.
     max_connections: int = 128
     backlog: int = 128
+    # After a refusal, how long and how much unread input the proxy drains so
+    # the client reads the 4xx instead of a reset (a "lingering close").
+    linger_timeout_s: float = 2.0
+    linger_bytes: int = 1 << 20
 
 
 async def system_resolver(host: str, port: int) -> list[IPAddress]:
@@ -182,6 +186,7 @@ class _Client:
         self._loop = asyncio.get_running_loop()
         self._h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=self._limits.max_head_bytes)
         self.tunnel: Tunnel | None = None
+        self._refused = False
 
     async def run(self) -> None:
         try:
@@ -189,8 +194,25 @@ class _Client:
                 if self._h11.our_state is not h11.DONE or self._h11.their_state is not h11.DONE:
                     return
                 self._h11.start_next_cycle()
+            if self._refused and self.tunnel is None:
+                await self._linger()
         finally:
             self._sock.close()
+
+    async def _linger(self) -> None:
+        # Closing with unread input makes the kernel send a reset, which can
+        # destroy the refusal before the client reads it. Stop writing, then
+        # discard input for a bounded time and amount.
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_WR)
+        deadline = self._loop.time() + self._limits.linger_timeout_s
+        drained = 0
+        with contextlib.suppress(PeerGone):
+            while drained < self._limits.linger_bytes:
+                data = await self._recv(self._sock, deadline - self._loop.time(), PeerGone)
+                if not data:
+                    return
+                drained += len(data)
 
     async def _exchange(self) -> bool:
         """Serve one request; True when the connection may carry another."""
@@ -301,6 +323,7 @@ class _Client:
     # -- answers the proxy gives itself ---------------------------------------
 
     async def _refuse(self, ex: _Exchange, refusal: Refused) -> None:
+        self._refused = True
         ex.refusal = refusal
         ex.status = refusal.status
         body = f"firstrun proxy: {refusal.reason.value}: {refusal.detail}\n".encode()
