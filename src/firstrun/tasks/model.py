@@ -141,7 +141,7 @@ def _commands(value: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _one_or_many(value: Any) -> Any:
-    return (value,) if isinstance(value, str) else value
+    return value if isinstance(value, list | tuple) else (value,)
 
 
 def _pattern(item: str) -> str:

@@ -462,7 +462,7 @@ def _exits_with_failure(cmd: Command) -> bool:
             return bool(rest) and rest[0] != "0"
         return False
     if cmd.kind is Kind.COMPOUND:
-        return any(w in SELF_FAILING or w in ("exit", "return", "false") for w in cmd.words)
+        return any(w in SELF_FAILING or w in ("exit", "return") for w in cmd.words)
     return False
 
 
@@ -516,37 +516,45 @@ def analyse(script: str) -> list[Issue]:
         statements = parse(script)
     except ParseError:
         return []
+    statements = _reachable(statements)
     state = _State()
     last_can_fail = False
     for index, statement in enumerate(statements):
         first = statement.pipelines[0].commands[0]
-        if len(statement.pipelines) == 1 and len(statement.pipelines[0].commands) == 1:
-            if first.kind is Kind.SIMPLE and first.name == "set":
-                _apply_set(first, state)
-                continue
-            if first.kind is Kind.SIMPLE and first.name == "exit" and len(first.words) == 1:
-                break
-        is_last = index == len(statements) - 1
-        falls_through = _judge(statement, state, is_last)
-        if _ends_script(statement):
-            last_can_fail = False
-            break
-        last_can_fail = falls_through
+        if _single(statement) and first.kind is Kind.SIMPLE and first.name == "set":
+            _apply_set(first, state)
+            continue
+        last_can_fail = _judge(statement, state, index == len(statements) - 1)
     if not (state.can_fail or last_can_fail):
         state.issues.append(
-            Issue(problem=Problem.ALWAYS_PASSES, line=1, message="no command in the check can fail, so it passes every run")
+            Issue(
+                problem=Problem.ALWAYS_PASSES, line=1,
+                message="no command in the check can fail, so it passes every run",
+            )
         )
     return state.issues
 
 
-def _ends_script(statement: Statement) -> bool:
-    last = statement.pipelines[-1].commands[-1]
-    return (
-        len(statement.pipelines) == 1
-        and last.kind is Kind.SIMPLE
-        and last.name == "exit"
-        and _always_succeeds(last)
-    )
+def _single(statement: Statement) -> bool:
+    return len(statement.pipelines) == 1 and len(statement.pipelines[0].commands) == 1
+
+
+def _reachable(statements: list[Statement]) -> list[Statement]:
+    """The statements before a top-level ``exit`` that ends the script with a known status.
+
+    A bare ``exit`` leaves the previous command's status, so the one before it
+    is the last; ``exit 0`` is itself the last, and always succeeds.
+    """
+    for index, statement in enumerate(statements):
+        cmd = statement.pipelines[0].commands[0]
+        if not _single(statement) or cmd.kind is not Kind.SIMPLE or cmd.name != "exit":
+            continue
+        args = cmd.words[cmd.words.index("exit") + 1 :]
+        if not args:
+            return statements[:index]
+        if args[0] == "0":
+            return statements[: index + 1]
+    return statements
 
 
 def _judge(statement: Statement, state: _State, is_last: bool) -> bool:
