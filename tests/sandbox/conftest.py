@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import tempfile
 from collections.abc import Iterator
 
 import pytest
 
 from firstrun.policy.network import Channel, NetworkPolicy
-from firstrun.policy.profile import SandboxProfile
 from firstrun.proxy.server import EgressProxy
 from firstrun.sandbox.base import ProxyEndpoint
-from firstrun.sandbox.hostfs import host_filesystem_policy
 from firstrun.sandbox.linux.backend import LinuxBackend, LinuxSession
-
+from sandbox_support import make_profile
 
 
 @pytest.fixture
@@ -24,10 +21,6 @@ def workspace() -> Iterator[str]:
     path = tempfile.mkdtemp(prefix="firstrun-test-ws-")
     yield path
     shutil.rmtree(path, ignore_errors=True)
-
-
-def make_profile(workspace: str, **kwargs: object) -> SandboxProfile:
-    return SandboxProfile(fs=host_filesystem_policy(workspace, os.environ), **kwargs)
 
 
 @pytest.fixture
@@ -43,83 +36,3 @@ def proxy() -> Iterator[tuple[EgressProxy, ProxyEndpoint]]:
         path = p.listen_unix(os.path.join(sockdir, "proxy.sock"), Channel.SHELL)
         yield p, ProxyEndpoint(socket_path=path, nonce=p.nonce)
     shutil.rmtree(sockdir, ignore_errors=True)
-
-
-class TcpCanary:
-    """A listener on the host's loopback that counts every connection it accepts."""
-
-    def __init__(self, host: str = "127.0.0.1") -> None:
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self.sock = socket.socket(family, socket.SOCK_STREAM)
-        self.sock.bind((host, 0))
-        self.sock.listen(16)
-        self.sock.setblocking(False)
-        self.port = self.sock.getsockname()[1]
-
-    def accepted(self) -> int:
-        count = 0
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except BlockingIOError:
-                return count
-            conn.close()
-            count += 1
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-class UnixCanary:
-    """A Unix socket listener (a path, or abstract when the name starts with NUL)."""
-
-    def __init__(self, address: str) -> None:
-        self.address = address
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.bind(address)
-        self.sock.listen(16)
-        self.sock.setblocking(False)
-
-    def accepted(self) -> int:
-        count = 0
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except BlockingIOError:
-                return count
-            conn.close()
-            count += 1
-
-    def close(self) -> None:
-        self.sock.close()
-        if not self.address.startswith("\0"):
-            os.unlink(self.address)
-
-
-def host_processes_with(token: str) -> list[tuple[int, int]]:
-    """(pid, start time) of every host process whose command line contains ``token``."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                cmdline = f.read()
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        if token.encode() in cmdline:
-            start = int(stat[stat.rindex(b")") + 2 :].split()[19])
-            found.append((int(name), start))
-    return found
-
-
-def alive(pid: int, start: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    fields = stat[stat.rindex(b")") + 2 :].split()
-    return int(fields[19]) == start and fields[0] not in (b"Z", b"X")

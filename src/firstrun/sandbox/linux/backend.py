@@ -174,19 +174,28 @@ def _chown_tree(top: str, uid: int, gid: int, *, only_owner: int | None) -> None
             change(name, dir_fd)
 
 
+def _live_pids_of(uid: int) -> list[int]:
+    """Host pids running as ``uid``, zombies excluded (they run nothing, and
+    bubblewrap's namespace init may wait as one until the host's init reaps it)."""
+    pids = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{name}").st_uid != uid:
+                continue
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        if stat[stat.rindex(b")") + 2 :].split()[0] not in (b"Z", b"X"):
+            pids.append(int(name))
+    return pids
+
+
 def _kill_uid(uid: int) -> None:
     """SIGKILL every host process running as ``uid`` (unique to one session) until none."""
-    for _ in range(1000):
-        pids = []
-        for name in os.listdir("/proc"):
-            if name.isdigit():
-                try:
-                    if os.stat(f"/proc/{name}").st_uid == uid:
-                        pids.append(int(name))
-                except OSError:
-                    continue
-        if not pids:
-            return
+    while pids := _live_pids_of(uid):
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
