@@ -6,6 +6,8 @@ import ipaddress
 
 import h11
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from firstrun.policy.network import (
     ATTESTATION_HOST,
@@ -319,3 +321,10 @@ def test_report_mode_allows_with_would_deny() -> None:
     request = Request(channel=Channel.SHELL, host="pypi.org", port=443)
     by_address = decide_addresses(policy, request, [ipaddress.ip_address("10.1.2.3")])
     assert (by_address.verdict, by_address.would_deny) == (Verdict.ALLOW, Reason.RESOLVED_PRIVATE)
+
+
+@given(port=st.integers(min_value=1, max_value=65535), host=st.sampled_from(["pypi.org", "[::1]"]))
+def test_every_port_has_exactly_one_spelling(port: int, host: str) -> None:
+    assert parse_authority(f"{host}:{port}", default_port=None)[1] == port
+    for spelling in (f"0{port}", f"+{port}", f"{port} ", f" {port}", f"{port}.0", f"{port:#x}"):
+        assert _refusal(parse_authority, f"{host}:{spelling}", default_port=None) is Reason.MALFORMED_REQUEST

@@ -1,0 +1,103 @@
+"""The floor and the decision order, as properties over any policy."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from firstrun.errors import PolicyError
+from firstrun.policy.addresses import AddressClass, classify
+from firstrun.policy.network import (
+    Channel,
+    Layer,
+    Mode,
+    NetworkPolicy,
+    Reason,
+    Request,
+    Verdict,
+    decide_addresses,
+    decide_name,
+)
+
+FLOOR_NETS = [
+    "127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16",
+    "100.64.0.0/10", "224.0.0.0/4", "0.0.0.0/8", "::1/128", "fc00::/7", "fe80::/10",
+    "::ffff:0:0/96", "64:ff9b::/96",
+]
+
+_label = st.from_regex(r"[a-z][a-z0-9]{0,8}", fullmatch=True)
+_domain = st.lists(_label, min_size=2, max_size=3).map(".".join)
+
+
+@st.composite
+def _floor_address(draw: st.DrawFn) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    net = ipaddress.ip_network(draw(st.sampled_from(FLOOR_NETS)))
+    offset = draw(st.integers(min_value=0, max_value=net.num_addresses - 1))
+    return net.network_address + offset
+
+
+@given(
+    host=_domain,
+    allow=st.lists(_domain, max_size=4),
+    addr=_floor_address(),
+    public=st.lists(st.sampled_from(["151.101.0.223", "93.184.216.34", "2a04:4e42::223"]), max_size=2),
+    override_net=st.one_of(st.none(), st.sampled_from(FLOOR_NETS)),
+    channel=st.sampled_from(list(Channel)),
+)
+def test_no_allow_rule_overrides_the_floor(host, allow, addr, public, override_net, channel) -> None:  # type: ignore[no-untyped-def]
+    overrides = [(host, [override_net])] if override_net else []
+    policy = NetworkPolicy.build(allow=[host, *allow], docs=[host], overrides=overrides)
+    request = Request(channel=channel, host=host, port=443)
+    addresses = [ipaddress.ip_address(p) for p in public] + [addr]
+    decision = decide_addresses(policy, request, addresses)
+    covered = override_net is not None and addr in ipaddress.ip_network(override_net)
+    assert decision.allowed is covered
+    if not covered:
+        assert decision.layer is Layer.FLOOR
+
+
+@given(addr=_floor_address())
+def test_floor_addresses_are_never_public(addr) -> None:  # type: ignore[no-untyped-def]
+    assert classify(addr) is not AddressClass.PUBLIC
+
+
+@pytest.mark.parametrize("addr", ["203.0.113.80", "192.0.2.1", "198.51.100.7", "151.101.0.223"])
+def test_documentation_ranges_are_not_floored(addr: str) -> None:
+    # The registries on this machine answer from TEST-NET-3.
+    assert classify(ipaddress.ip_address(addr)) is AddressClass.PUBLIC
+
+
+def test_proxy_addresses_refused_even_with_an_override() -> None:
+    policy = NetworkPolicy.build(overrides=[("self.test:3128", ["127.0.0.0/8"])]).with_proxy_addresses(
+        [("127.0.0.1", 3128)]
+    )
+    request = Request(channel=Channel.SHELL, host="self.test", port=3128)
+    decision = decide_addresses(policy, request, [ipaddress.ip_address("127.0.0.1")])
+    assert decision.reason is Reason.PROXY_ITSELF
+
+
+def test_deny_list_beats_allow_list_and_docs_beat_both() -> None:
+    policy = NetworkPolicy.build(allow=["*.example.org"], deny=["bad.example.org"], docs=["docs.example.org"])
+    shell = lambda h: decide_name(policy, Request(channel=Channel.SHELL, host=h, port=443))  # noqa: E731
+    assert shell("good.example.org").reason is Reason.ALLOWED_BY_LIST
+    assert shell("bad.example.org").reason is Reason.DENIED_BY_LIST
+    assert shell("docs.example.org").reason is Reason.DOCS_HOST_ON_SHELL
+
+
+@given(host=_domain, mode=st.sampled_from(list(Mode)))
+def test_report_mode_never_denies_and_enforce_mode_never_carries_would_deny(host: str, mode: Mode) -> None:
+    policy = NetworkPolicy.build(mode=mode)
+    decision = decide_name(policy, Request(channel=Channel.SHELL, host=host, port=443))
+    if mode is Mode.REPORT:
+        assert decision.verdict is Verdict.ALLOW
+        assert decision.would_deny is Reason.NOT_ALLOWED
+    else:
+        assert decision.verdict is Verdict.DENY and decision.would_deny is None
+
+
+def test_override_with_bad_network_is_refused() -> None:
+    with pytest.raises(PolicyError):
+        NetworkPolicy.build(overrides=[("pypi.test", ["not-a-network"])])
