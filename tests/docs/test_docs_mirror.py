@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from conftest import Route
+from docsite import Route
 from firstrun.docs import DocsReader, Mirror, ReadFailure, default_user_agent, parse_mirrors
 from firstrun.errors import UsageError
 from firstrun.policy.hosts import HostPattern

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from conftest import FakeClock, Route
+from docsite import FakeClock, Route
 from firstrun.docs import DocsReader, Mirror, Page, Politeness, ReadFailure, default_user_agent
 from firstrun.errors import ProxyError, UsageError
 from firstrun.policy.hosts import HostPattern
