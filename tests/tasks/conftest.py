@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+
 @pytest.fixture
 def write_task(tmp_path: Path) -> Callable[[str, str], Path]:
     """Write a task file (dedented) into a fresh directory and return its path."""

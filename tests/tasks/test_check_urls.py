@@ -56,14 +56,16 @@ class _Server:
 def servers() -> Iterator[tuple[_Server, _Server]]:
     canary = _Server({})
     docs = _Server({})
-    docs.routes.update({
-        ("HEAD", "/ok"): (200, {}),
-        ("HEAD", "/moved"): (301, {"Location": "/ok"}),
-        ("HEAD", "/nohead"): (405, {}),
-        ("GET", "/nohead"): (200, {}),
-        ("HEAD", "/away"): (302, {"Location": f"http://127.0.0.1:{canary.port}/"}),
-        ("HEAD", "/loop"): (302, {"Location": "/loop"}),
-    })
+    docs.routes.update(
+        {
+            ("HEAD", "/ok"): (200, {}),
+            ("HEAD", "/moved"): (301, {"Location": "/ok"}),
+            ("HEAD", "/nohead"): (405, {}),
+            ("GET", "/nohead"): (200, {}),
+            ("HEAD", "/away"): (302, {"Location": f"http://127.0.0.1:{canary.port}/"}),
+            ("HEAD", "/loop"): (302, {"Location": "/loop"}),
+        }
+    )
     with canary, docs:
         yield docs, canary
 
@@ -90,7 +92,15 @@ def test_route_pages_are_checked(write_task, servers, client) -> None:
     docs, canary = servers
     base = f"http://127.0.0.1:{docs.port}"
     dead = f"http://127.0.0.1:{_closed_port()}/"
-    pages = [f"{base}/ok", f"{base}/moved", f"{base}/nohead", f"{base}/gone", f"{base}/away", f"{base}/loop", dead]
+    pages = [
+        f"{base}/ok",
+        f"{base}/moved",
+        f"{base}/nohead",
+        f"{base}/gone",
+        f"{base}/away",
+        f"{base}/loop",
+        dead,
+    ]
     task = _task(write_task, pages)
     found = {(f.line, f.code): f.message for f in check_urls(task, client)}
     assert set(found) == {

@@ -29,16 +29,24 @@ def test_nothing_to_validate_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def test_a_missing_path_beside_real_tasks_is_an_error(tmp_path: Path) -> None:
-    findings, code = validate_paths([FIXTURES / "valid" / "node-quickstart.yaml", tmp_path / "x.yaml"])
+    findings, code = validate_paths(
+        [FIXTURES / "valid" / "node-quickstart.yaml", tmp_path / "x.yaml"]
+    )
     assert code == EXIT_INVALID
     assert [f.code for f in findings] == [Code.NO_SUCH_PATH]
 
 
 def test_lint_errors_and_duplicate_names_fail_validation(write_task) -> None:
-    a = write_task("name: same\ngoal: g\ndocs: {entrypoint: https://d.example.org/}\n"
-                   "success: {script: echo ok}\n", name="a.yaml")
-    b = write_task("name: same\ngoal: g\ndocs: {entrypoint: https://d.example.org/}\n"
-                   "success: {script: test -f x}\n", name="b.yaml")
+    a = write_task(
+        "name: same\ngoal: g\ndocs: {entrypoint: https://d.example.org/}\n"
+        "success: {script: echo ok}\n",
+        name="a.yaml",
+    )
+    b = write_task(
+        "name: same\ngoal: g\ndocs: {entrypoint: https://d.example.org/}\n"
+        "success: {script: test -f x}\n",
+        name="b.yaml",
+    )
     findings, code = validate_paths([a, b])
     assert code == EXIT_INVALID
     assert [(f.code, f.file, f.line) for f in findings] == [

@@ -30,15 +30,20 @@ def test_docs_hosts_are_docs_channel_only(write_task) -> None:
 
 
 def test_a_docs_host_stays_off_the_shell_even_when_network_allow_names_it(write_task) -> None:
-    task = _task(write_task, docs="{entrypoint: https://pypi.org/project/x/}",
-                 extra="network: {allow: [pypi.org]}")
+    task = _task(
+        write_task,
+        docs="{entrypoint: https://pypi.org/project/x/}",
+        extra="network: {allow: [pypi.org]}",
+    )
     policy = compile_profile_inputs(task)
     assert _shell(policy, "pypi.org").reason is Reason.DOCS_HOST_ON_SHELL
     assert _docs(policy, "pypi.org").allowed
 
 
 def test_network_allow_adds_to_defaults_with_subdomains(write_task) -> None:
-    policy = compile_profile_inputs(_task(write_task, extra="network: {allow: [binaries.example.net]}"))
+    policy = compile_profile_inputs(
+        _task(write_task, extra="network: {allow: [binaries.example.net]}")
+    )
     assert _shell(policy, "binaries.example.net").allowed
     assert _shell(policy, "eu.binaries.example.net").allowed
     assert _shell(policy, "example.net").reason is Reason.NOT_ALLOWED
@@ -50,7 +55,9 @@ def test_network_allow_adds_to_defaults_with_subdomains(write_task) -> None:
 
 
 def test_network_only_replaces_defaults(write_task) -> None:
-    policy = compile_profile_inputs(_task(write_task, extra="network: {only: [registry.example.net]}"))
+    policy = compile_profile_inputs(
+        _task(write_task, extra="network: {only: [registry.example.net]}")
+    )
     assert _shell(policy, "registry.example.net").allowed
     assert _shell(policy, "pypi.org").reason is Reason.NOT_ALLOWED
 
@@ -73,7 +80,9 @@ def test_firstrun_extensions_compile_exactly(write_task) -> None:
 
 
 def test_a_docs_site_on_a_port_is_that_port_only(write_task) -> None:
-    policy = compile_profile_inputs(_task(write_task, docs="{entrypoint: 'http://127.0.0.1:8123/docs/'}"))
+    policy = compile_profile_inputs(
+        _task(write_task, docs="{entrypoint: 'http://127.0.0.1:8123/docs/'}")
+    )
     assert _docs(policy, "127.0.0.1", 8123).allowed
     assert not _docs(policy, "127.0.0.1", 8124).allowed
 

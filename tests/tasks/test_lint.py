@@ -43,7 +43,9 @@ def test_check_that_always_passes(write_task) -> None:
 
 
 def test_a_weak_script_beside_a_declarative_criterion_is_not_an_error(write_task) -> None:
-    _, found = _lint(write_task, "success:\n  expect_output: {contains: ok}\n  script: echo extra\n")
+    _, found = _lint(
+        write_task, "success:\n  expect_output: {contains: ok}\n  script: echo extra\n"
+    )
     assert found == []
 
 
@@ -51,9 +53,9 @@ def test_ignored_and_masked_failures_point_into_the_script(write_task) -> None:
     body = (
         "success:\n"
         "  script: |\n"
-        "    test -f a.py\n"                      # line 6: forgotten, not last
-        "    grep -q x a.py || true\n"            # line 7: masked
-        "    .venv/bin/python a.py | tee out\n"   # line 8: masked by tee
+        "    test -f a.py\n"  # line 6: forgotten, not last
+        "    grep -q x a.py || true\n"  # line 7: masked
+        "    .venv/bin/python a.py | tee out\n"  # line 8: masked by tee
         "    test -f b.py\n"
         "setup: [python3 -m venv .venv]\n"
     )
@@ -121,6 +123,7 @@ def test_docs_host_over_a_registry_or_network_allow(write_task) -> None:
 
 def test_network_allow_unused_beside_only(write_task) -> None:
     _, found = _lint(
-        write_task, "network: {only: [a.example.net], allow: [b.example.net]}\nsuccess: {script: test -f a}\n"
+        write_task,
+        "network: {only: [a.example.net], allow: [b.example.net]}\nsuccess: {script: test -f a}\n",
     )
     assert found == [(Severity.WARNING, Code.NETWORK_ALLOW_UNUSED, 4)]

@@ -60,10 +60,14 @@ INVALID_EXPECTED = {
         "letter or digit (it names output directories), got '../escape'",
     ),
     "missing-goal.yaml": (1, "missing required key 'goal'"),
-    "not-http.yaml": (6, "docs.path[1]: must be an http(s) URL, got 'ftp://docs.example.org/files/'"),
+    "not-http.yaml": (
+        6,
+        "docs.path[1]: must be an http(s) URL, got 'ftp://docs.example.org/files/'",
+    ),
     "empty.yaml": (1, "the file is empty; a task needs name, goal, docs and success"),
     "top-level-list.yaml": (
-        1, "the top level must be a mapping of keys (name, goal, docs, success, ...)"
+        1,
+        "the top level must be a mapping of keys (name, goal, docs, success, ...)",
     ),
 }
 
@@ -120,15 +124,27 @@ def test_the_fixtures_cover_quickstarted_schema() -> None:
 
 
 def test_defaults_are_quickstarted_budgets_and_nothing_extra(write_task) -> None:
-    task = read_task(write_task("""
+    task = read_task(
+        write_task("""
         name: minimal
         goal: g
         docs: {entrypoint: https://docs.example.org/}
         success: {script: test -f a}
-    """))
+    """)
+    )
     b = task.spec.budgets
-    assert (b.max_turns, b.max_seconds, b.max_command_seconds, b.max_output_chars, b.max_tokens) == (
-        20, 480, 300, 20_000, 0,
+    assert (
+        b.max_turns,
+        b.max_seconds,
+        b.max_command_seconds,
+        b.max_output_chars,
+        b.max_tokens,
+    ) == (
+        20,
+        480,
+        300,
+        20_000,
+        0,
     )
     assert task.spec.setup == () and task.spec.replay == () and task.spec.image is None
     assert task.spec.network.allow == () and task.spec.network.only is None
@@ -137,7 +153,8 @@ def test_defaults_are_quickstarted_budgets_and_nothing_extra(write_task) -> None
 
 def test_quickstarted_leniencies_mean_what_they_meant(write_task) -> None:
     """Nulls are absent, blank scripts are absent, numbers are strings, commands are trimmed."""
-    task = read_task(write_task("""
+    task = read_task(
+        write_task("""
         name: 2048
         goal: g
         image: ""
@@ -155,7 +172,8 @@ def test_quickstarted_leniencies_mean_what_they_meant(write_task) -> None:
           script: ""
           expect_output:
             contains: 42
-    """))
+    """)
+    )
     assert task.name == "2048"
     assert task.spec.image is None
     assert task.spec.docs.allow == ("other.example.org",)
@@ -206,7 +224,8 @@ def test_non_utf8_file_names_the_line(write_task) -> None:
 
 
 def test_merge_keys_are_not_duplicates(write_task) -> None:
-    task = read_task(write_task("""
+    task = read_task(
+        write_task("""
         name: merged
         goal: g
         docs: {entrypoint: https://docs.example.org/}
@@ -215,7 +234,8 @@ def test_merge_keys_are_not_duplicates(write_task) -> None:
           script: test -f a
         replay: []
         network: {allow: [a.example.org]}
-    """))
+    """)
+    )
     assert task.spec.budgets.max_turns == 5
 
 
@@ -237,7 +257,9 @@ def test_load_task_refuses_a_task_that_cannot_produce_evidence(write_task) -> No
 def test_expand_paths_files_dirs_globs(tmp_path: Path) -> None:
     shutil.copytree(VALID, tmp_path / "tasks")
     a = str(tmp_path / "tasks" / "node-quickstart.yaml")
-    files, unmatched = expand_task_paths([a, str(tmp_path / "tasks"), str(tmp_path / "t*/*.yaml"), str(tmp_path / "none*.yaml")])
+    files, unmatched = expand_task_paths(
+        [a, str(tmp_path / "tasks"), str(tmp_path / "t*/*.yaml"), str(tmp_path / "none*.yaml")]
+    )
     assert files[0] == a
     assert len(files) == len(VALID_FILES)
     assert unmatched == [str(tmp_path / "none*.yaml")]

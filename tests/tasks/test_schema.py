@@ -28,8 +28,16 @@ def test_every_valid_fixture_validates_against_the_schema(path: Path, validator)
 
 
 @pytest.mark.parametrize(
-    "name", ["typo-top-level.yaml", "typo-nested.yaml", "wrong-type.yaml", "setup-not-a-list.yaml",
-             "path-and-entrypoint.yaml", "script-and-file.yaml", "missing-goal.yaml"],
+    "name",
+    [
+        "typo-top-level.yaml",
+        "typo-nested.yaml",
+        "wrong-type.yaml",
+        "setup-not-a-list.yaml",
+        "path-and-entrypoint.yaml",
+        "script-and-file.yaml",
+        "missing-goal.yaml",
+    ],
 )
 def test_the_schema_refuses_what_the_loader_refuses(name: str, validator) -> None:
     data = yaml.safe_load((FIXTURES / "invalid" / name).read_text())

@@ -49,8 +49,13 @@ def validate_paths(
             return validate_paths(paths, check_urls=True, client=owned)
     files, unmatched = expand_task_paths(paths)
     findings = [
-        Finding(severity=Severity.ERROR, code=Code.NO_SUCH_PATH,
-                message="no task files here", file=arg, line=None)
+        Finding(
+            severity=Severity.ERROR,
+            code=Code.NO_SUCH_PATH,
+            message="no task files here",
+            file=arg,
+            line=None,
+        )
         for arg in unmatched
     ]
     tasks: list[Task] = []
@@ -59,8 +64,13 @@ def validate_paths(
             task = read_task(file)
         except TaskError as exc:
             findings.append(
-                Finding(severity=Severity.ERROR, code=Code.INVALID_TASK,
-                        message=exc.detail, file=exc.path, line=exc.line)
+                Finding(
+                    severity=Severity.ERROR,
+                    code=Code.INVALID_TASK,
+                    message=exc.detail,
+                    file=exc.path,
+                    line=exc.line,
+                )
             )
             continue
         tasks.append(task)
@@ -68,8 +78,13 @@ def validate_paths(
         if check_urls and client is not None:
             findings.extend(check_docs_urls(task, client))
     findings.extend(
-        Finding(severity=Severity.ERROR, code=Code.DUPLICATE_NAME, message=e.detail,
-                file=e.path, line=e.line)
+        Finding(
+            severity=Severity.ERROR,
+            code=Code.DUPLICATE_NAME,
+            message=e.detail,
+            file=e.path,
+            line=e.line,
+        )
         for e in duplicate_names(tasks)
     )
     if not files:

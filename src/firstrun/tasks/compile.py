@@ -53,7 +53,11 @@ def _expand(entries: Iterable[str]) -> list[str]:
 
 
 def compile_profile_inputs(task: Task, *, mode: Mode = Mode.ENFORCE) -> NetworkPolicy:
-    """The network policy a run of ``task`` enforces. Raises ``PolicyError`` (never, for a loaded task)."""
+    """The network policy a run of ``task`` enforces.
+
+    Every entry was checked when the task loaded, so the ``PolicyError``
+    that ``NetworkPolicy.build`` can raise does not arise for a loaded task.
+    """
     network = task.spec.network
     # The defaults are exact names; only the task's own entries carry
     # quickstarted's "and subdomains" meaning.

@@ -79,7 +79,10 @@ def lint_task(task: Task) -> list[Finding]:
 
 def _at(task: Task, severity: Severity, code: Code, message: str, path: KeyPath) -> Finding:
     return Finding(
-        severity=severity, code=code, message=message, file=task.path,
+        severity=severity,
+        code=code,
+        message=message,
+        file=task.path,
         line=task.locations.line(path),
     )
 
@@ -93,16 +96,24 @@ def _criteria(task: Task) -> list[Finding]:
     success = task.spec.success
     if success.serve is not None and not (_declarative(task) or task.check):
         return [
-            _at(task, Severity.ERROR, Code.SERVE_WITHOUT_CRITERION,
+            _at(
+                task,
+                Severity.ERROR,
+                Code.SERVE_WITHOUT_CRITERION,
                 "success.serve starts a server but nothing checks it, so any server that "
                 "boots would pass; add wait_http, expect_output or a script",
-                ("success", "serve")),
+                ("success", "serve"),
+            ),
         ]
     if not (_declarative(task) or task.check):
         return [
-            _at(task, Severity.ERROR, Code.NO_CRITERION,
+            _at(
+                task,
+                Severity.ERROR,
+                Code.NO_CRITERION,
                 "success has no criterion; give it a script, a file, wait_http or expect_output",
-                ("success",)),
+                ("success",),
+            ),
         ]
     return []
 
@@ -133,14 +144,24 @@ def _check_script(task: Task) -> list[Finding]:
             if task.check_path is None:
                 line = task.locations.line(("success", "script"))
             findings.append(
-                Finding(severity=Severity.ERROR, code=Code.CHECK_ALWAYS_PASSES,
-                        message=issue.message, file=file, line=line)
+                Finding(
+                    severity=Severity.ERROR,
+                    code=Code.CHECK_ALWAYS_PASSES,
+                    message=issue.message,
+                    file=file,
+                    line=line,
+                )
             )
             continue
         file, line = _check_line(task, issue.line - 1)
         findings.append(
-            Finding(severity=Severity.WARNING, code=_SHELL_CODES[issue.problem],
-                    message=issue.message, file=file, line=line)
+            Finding(
+                severity=Severity.WARNING,
+                code=_SHELL_CODES[issue.problem],
+                message=issue.message,
+                file=file,
+                line=line,
+            )
         )
     return findings
 
@@ -148,7 +169,9 @@ def _check_script(task: Task) -> list[Finding]:
 # A relative ``X/bin/`` the check runs from; an absolute one is the system's.
 _ENV_BIN = re.compile(r"(?<![\w./$}-])(?:\./)?([\w.-]+)/bin/")
 # Tools that create ``.venv`` without the name appearing in the command.
-_CREATES_DOT_VENV = re.compile(r"\buv\s+(?:venv|sync|init|add|run|pip\s+install)\b|\bpoetry\s+install\b")
+_CREATES_DOT_VENV = re.compile(
+    r"\buv\s+(?:venv|sync|init|add|run|pip\s+install)\b|\bpoetry\s+install\b"
+)
 
 
 def _environments(task: Task) -> list[Finding]:
@@ -175,12 +198,14 @@ def _environments(task: Task) -> list[Finding]:
         file, line = _check_line(task, task.check.count("\n", 0, match.start()))
         findings.append(
             Finding(
-                severity=Severity.WARNING, code=Code.UNPREPARED_ENV,
+                severity=Severity.WARNING,
+                code=Code.UNPREPARED_ENV,
                 message=(
                     f"the check runs {directory}/bin/, which neither setup nor replay creates; "
                     f"an agent that names its environment differently fails it"
                 ),
-                file=file, line=line,
+                file=file,
+                line=line,
             )
         )
     return findings
@@ -216,17 +241,23 @@ def _hosts(task: Task) -> list[Finding]:
             target = _host_port(page)
             if target is not None and not any(p.matches(*target) for p in allowed):
                 findings.append(
-                    _at(task, Severity.WARNING, Code.DOCS_ROUTE_OUTSIDE_ALLOW,
+                    _at(
+                        task,
+                        Severity.WARNING,
+                        Code.DOCS_ROUTE_OUTSIDE_ALLOW,
                         f"{host_entry_text(page)} is on the documented route but not under "
                         "docs.allow; it is a docs host all the same (check for a typo)",
-                        key)
+                        key,
+                    )
                 )
     network = task.spec.network
     shell_entries = [(e, ("network", "only", i)) for i, e in enumerate(network.only or ())] or [
         *((e, None) for e in DEFAULT_ALLOW),
         *((e, ("network", "allow", i)) for i, e in enumerate(network.allow)),
     ]
-    docs_entries = [(host_entry_text(p), k) for k, p in zip(_route_keys(task), docs.route, strict=True)]
+    docs_entries = [
+        (host_entry_text(p), k) for k, p in zip(_route_keys(task), docs.route, strict=True)
+    ]
     docs_entries += [(e, ("docs", "allow", i)) for i, e in enumerate(docs.allow)]
     shadowed: set[str] = set()
     for entry, key in docs_entries:
@@ -238,17 +269,25 @@ def _hosts(task: Task) -> list[Finding]:
             shadowed.add(shell_host)
             named = "a default registry" if shell_key is None else "named under network"
             findings.append(
-                _at(task, Severity.WARNING, Code.DOCS_HOST_SHADOWS_SHELL,
+                _at(
+                    task,
+                    Severity.WARNING,
+                    Code.DOCS_HOST_SHADOWS_SHELL,
                     f"docs host {entry} covers {shell_host}, {named}; docs hosts are refused on "
                     "the shell, so commands cannot reach it",
-                    key)
+                    key,
+                )
             )
     if network.only and network.allow:
         findings.append(
-            _at(task, Severity.WARNING, Code.NETWORK_ALLOW_UNUSED,
+            _at(
+                task,
+                Severity.WARNING,
+                Code.NETWORK_ALLOW_UNUSED,
                 "network.allow is not used because network.only replaces the whole list; "
                 "move its hosts into network.only",
-                ("network", "allow"))
+                ("network", "allow"),
+            )
         )
     return findings
 

@@ -67,7 +67,9 @@ def read_task(path: str | os.PathLike[str]) -> Task:
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise TaskError("not UTF-8 text", path=name, line=raw.count(b"\n", 0, exc.start) + 1) from None
+        raise TaskError(
+            "not UTF-8 text", path=name, line=raw.count(b"\n", 0, exc.start) + 1
+        ) from None
     data, locations = _parse_yaml(text, name)
     try:
         spec = TaskSpec.model_validate(data)
@@ -176,7 +178,9 @@ def _parse_yaml(text: str, name: str) -> tuple[Any, Locations]:
     try:
         node = loader.get_single_node()
         if node is None:
-            raise TaskError("the file is empty; a task needs name, goal, docs and success", path=name, line=1)
+            raise TaskError(
+                "the file is empty; a task needs name, goal, docs and success", path=name, line=1
+            )
         _refuse_duplicate_keys(node, name)
         data = loader.construct_document(node)
     except yaml.MarkedYAMLError as exc:
@@ -230,7 +234,9 @@ def _refuse_duplicate_keys(node: yaml.Node, name: str) -> None:
             _refuse_duplicate_keys(item, name)
 
 
-def _index(node: yaml.Node, path: KeyPath, keys: dict[KeyPath, int], blocks: dict[KeyPath, int]) -> None:
+def _index(
+    node: yaml.Node, path: KeyPath, keys: dict[KeyPath, int], blocks: dict[KeyPath, int]
+) -> None:
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
             key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node.value)
@@ -310,7 +316,12 @@ def _describe(err: ErrorDetails, loc: KeyPath) -> str:
         return f"{where}: {ctx['detail']}"
     if kind in _EXPECTED:
         return f"{where}: expected {_EXPECTED[kind]}, got {_shown(err['input'])}"
-    for bound, words in (("gt", "greater than"), ("ge", "at least"), ("lt", "less than"), ("le", "at most")):
+    for bound, words in (
+        ("gt", "greater than"),
+        ("ge", "at least"),
+        ("lt", "less than"),
+        ("le", "at most"),
+    ):
         if bound in ctx:
             return f"{where}: must be {words} {ctx[bound]}, got {_shown(err['input'])}"
     return f"{where}: {err['msg']}"
@@ -322,9 +333,7 @@ def _known_keys(parent: KeyPath) -> list[str]:
     for part in parent:
         if model is None or isinstance(part, int):
             continue
-        field = next(
-            (f for n, f in model.model_fields.items() if (f.alias or n) == part), None
-        )
+        field = next((f for n, f in model.model_fields.items() if (f.alias or n) == part), None)
         model = _model_in(field.annotation) if field is not None else None
     if model is None:
         return []
@@ -344,7 +353,9 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
 # --- the check file -------------------------------------------------------------
 
 
-def _read_check(spec: TaskSpec, task_path: Path, locations: Locations, name: str) -> tuple[str, str | None]:
+def _read_check(
+    spec: TaskSpec, task_path: Path, locations: Locations, name: str
+) -> tuple[str, str | None]:
     ref = spec.success.file
     if ref is None:
         return spec.success.script or "", None
@@ -353,7 +364,9 @@ def _read_check(spec: TaskSpec, task_path: Path, locations: Locations, name: str
     try:
         text = check_path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise TaskError(f"success.file {ref!r} does not exist (looked for {check_path})", path=name, line=line) from None
+        raise TaskError(
+            f"success.file {ref!r} does not exist (looked for {check_path})", path=name, line=line
+        ) from None
     except UnicodeDecodeError:
         raise TaskError(f"success.file {ref!r} is not UTF-8 text", path=name, line=line) from None
     except OSError as exc:

@@ -179,14 +179,14 @@ def _non_blank(value: str) -> str:
 
 
 HostEntry = Annotated[str, AfterValidator(_host_entry)]
-HttpUrl = Annotated[str, AfterValidator(_http_url), Field(json_schema_extra={"pattern": "^https?://"})]
+HttpUrl = Annotated[
+    str, AfterValidator(_http_url), Field(json_schema_extra={"pattern": "^https?://"})
+]
 Commands = Annotated[tuple[str, ...], AfterValidator(_commands)]
 Patterns = Annotated[
     tuple[Annotated[str, AfterValidator(_pattern)], ...],
     BeforeValidator(_one_or_many),
-    WithJsonSchema(
-        {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}
-    ),
+    WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}),
 ]
 JsonScalar = str | int | float | bool | None
 JsonPairs = Annotated[
@@ -261,8 +261,7 @@ class Network(_Model):
     allow: tuple[HostEntry, ...] = Field(
         (),
         description=(
-            "Added to the default package registries. Each entry covers itself and its "
-            "subdomains."
+            "Added to the default package registries. Each entry covers itself and its subdomains."
         ),
     )
     only: tuple[HostEntry, ...] | None = Field(
@@ -402,7 +401,9 @@ class TaskSpec(_Model):
     setup: Commands = Field((), description="Commands run before the agent starts.")
     replay: Commands = Field(
         (),
-        description="The documented commands, run in order by --agent replay; the first failure stops.",
+        description=(
+            "The documented commands, run in order by --agent replay; the first failure stops."
+        ),
     )
     network: Network = Network()
     budgets: Budgets = Budgets()

@@ -39,16 +39,53 @@ FILTERS = frozenset(
 
 # Housekeeping whose failure is deliberately ignored (``kill $pid || true``).
 HOUSEKEEPING = frozenset(
-    {"kill", "pkill", "killall", "rm", "rmdir", "wait", "umount", "mkdir", "cd", "pushd",
-     "popd", "cp", "mv", "touch", "ln", "chmod", "sleep", "deactivate"}
+    {
+        "kill",
+        "pkill",
+        "killall",
+        "rm",
+        "rmdir",
+        "wait",
+        "umount",
+        "mkdir",
+        "cd",
+        "pushd",
+        "popd",
+        "cp",
+        "mv",
+        "touch",
+        "ln",
+        "chmod",
+        "sleep",
+        "deactivate",
+    }
 )
 
 # The check helpers (and exit/return) that end the script themselves on failure.
 SELF_FAILING = frozenset({"qs_fail", "qs_wait_http", "qs_expect_output"})
 
 _OPERATORS = (
-    "&&", "||", ";;", "|&", "&>>", "&>", "<<-", "<<<", "<<", ">>", "<&", ">&", "<>", ">|",
-    "|", "&", ";", "(", ")", "<", ">",
+    "&&",
+    "||",
+    ";;",
+    "|&",
+    "&>>",
+    "&>",
+    "<<-",
+    "<<<",
+    "<<",
+    ">>",
+    "<&",
+    ">&",
+    "<>",
+    ">|",
+    "|",
+    "&",
+    ";",
+    "(",
+    ")",
+    "<",
+    ">",
 )
 _REDIRECTS = frozenset({"&>>", "&>", "<<<", ">>", "<&", ">&", "<>", ">|", "<", ">"})
 _HEREDOCS = frozenset({"<<", "<<-"})
@@ -147,7 +184,14 @@ def tokenize(script: str) -> list[Token]:
         op = next((o for o in _OPERATORS if script.startswith(o, i)), None)
         if op is not None:
             # ``2>&1``: the fd number belongs to the redirection, not the words.
-            if op in _REDIRECTS | _HEREDOCS and tokens and not tokens[-1].op and tokens[-1].text.isdigit() and i > 0 and script[i - 1].isdigit():
+            if (
+                op in _REDIRECTS | _HEREDOCS
+                and tokens
+                and not tokens[-1].op
+                and tokens[-1].text.isdigit()
+                and i > 0
+                and script[i - 1].isdigit()
+            ):
                 tokens.pop()
             tokens.append(Token(text=op, line=line, op=True))
             i += len(op)
@@ -528,7 +572,8 @@ def analyse(script: str) -> list[Issue]:
     if not (state.can_fail or last_can_fail):
         state.issues.append(
             Issue(
-                problem=Problem.ALWAYS_PASSES, line=1,
+                problem=Problem.ALWAYS_PASSES,
+                line=1,
                 message="no command in the check can fail, so it passes every run",
             )
         )
@@ -593,7 +638,9 @@ def _judge(statement: Statement, state: _State, is_last: bool) -> bool:
     if "fail" in outcomes and not is_last and outcomes["fail"] is not None:
         failed = outcomes["fail"]
         state.issues.append(
-            Issue(problem=Problem.IGNORED, line=failed.line, message=_ignored_message(failed, state))
+            Issue(
+                problem=Problem.IGNORED, line=failed.line, message=_ignored_message(failed, state)
+            )
         )
     return "fail" in outcomes
 
@@ -609,8 +656,16 @@ def _pipeline_may_fail(pipeline: Pipeline, state: _State) -> bool:
 def _masking(statement: Statement, position: int, pipeline: Pipeline, state: _State) -> None:
     commands = pipeline.commands
     last = commands[-1]
-    if not state.pipefail and len(commands) > 1 and last.kind is Kind.SIMPLE and last.name in FILTERS:
-        hidden = next((c for c in commands[:-1] if c.kind is not Kind.FUNCTION and c.name not in FILTERS), None)
+    if (
+        not state.pipefail
+        and len(commands) > 1
+        and last.kind is Kind.SIMPLE
+        and last.name in FILTERS
+    ):
+        hidden = next(
+            (c for c in commands[:-1] if c.kind is not Kind.FUNCTION and c.name not in FILTERS),
+            None,
+        )
         if hidden is not None:
             state.issues.append(
                 Issue(
@@ -646,12 +701,14 @@ def _ignored_message(cmd: Command, state: _State) -> str:
     if state.errexit:
         return (
             f"a failure of `{cmd.text()}` is ignored: under `set -e` a command before `&&` "
-            "does not stop the script; write `... || qs_fail \"why\"`"
+            'does not stop the script; write `... || qs_fail "why"`'
         )
     why = (
-        f"`set +e` at line {state.errexit_off_line}" if state.errexit_off_line is not None else "there is no `set -e`"
+        f"`set +e` at line {state.errexit_off_line}"
+        if state.errexit_off_line is not None
+        else "there is no `set -e`"
     )
     return (
         f"a failure of `{cmd.text()}` is ignored: {why} and it is not the last command; "
-        "write `... || qs_fail \"why\"`"
+        'write `... || qs_fail "why"`'
     )
