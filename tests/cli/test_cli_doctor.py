@@ -13,7 +13,7 @@ def test_doctor_names_the_layers_and_passes_on_this_machine(firstrun: Run) -> No
     proc = firstrun("doctor")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     text = proc.stdout.lower()
-    for word in ("bubblewrap", "landlock", "seccomp", "user namespaces", "docker", "/dev/kvm"):
+    for word in ("bubblewrap", "landlock", "seccomp", "user_namespaces", "docker", "/dev/kvm"):
         assert word in text, word
     assert "masks (secrets)" in text
     assert "/root" in text

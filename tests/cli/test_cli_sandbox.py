@@ -6,13 +6,15 @@ refuses on the name alone (and so never resolves), or nothing at all.
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -154,3 +156,59 @@ def test_interrupt_closes_the_session_and_leaves_nothing_running(
             proc.wait()
     assert proc.returncode == 128 + signum, err
     assert _processes_with_argument(marker) == []
+
+
+@pytest.fixture
+def loopback_http_server() -> Iterator[tuple[int, list[str]]]:
+    """A plain HTTP server on the host's 127.0.0.1 that remembers every path it served."""
+    seen: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+            seen.append(self.path)
+            body = b"canary\n"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1], seen
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_enforce_mode_refuses_the_hosts_loopback(
+    firstrun: Run, loopback_http_server: tuple[int, list[str]]
+) -> None:
+    port, seen = loopback_http_server
+    proc = firstrun("sandbox", "--json", "--allow", f"localhost:{port}", "--",
+                    "curl", "-s", "--noproxy", "", f"http://localhost:{port}/enforced")
+    doc = json.loads(proc.stdout)
+    assert seen == []
+    (rec,) = [r for r in doc["records"] if r["host"] == "localhost"]
+    assert rec["decision"] == "deny" and rec["reason"] == "resolved_loopback"
+
+
+def test_report_only_lets_the_request_through_and_records_would_deny(
+    firstrun: Run, loopback_http_server: tuple[int, list[str]]
+) -> None:
+    port, seen = loopback_http_server
+    # NO_PROXY lists localhost; --noproxy '' makes curl use the proxy anyway.
+    proc = firstrun("sandbox", "--report-only", "--json", "--",
+                    "curl", "-sS", "--noproxy", "", f"http://localhost:{port}/reported")
+    assert proc.returncode == 0, proc.stderr
+    assert "canary" in proc.stderr
+    assert seen == ["/reported"]
+    doc = json.loads(proc.stdout)
+    (rec,) = [r for r in doc["records"] if r["host"] == "localhost"]
+    assert rec["decision"] == "allow"
+    assert rec["would_deny"] in {"not_allowed", "resolved_loopback", "port_not_allowed"}
