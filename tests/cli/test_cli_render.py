@@ -52,11 +52,15 @@ def test_summary_states_backend_enforcement_attestation_and_hash() -> None:
         attestation=(Check(name="direct_dial_fails", passed=True, detail=""),
                      Check(name="proxy_answers", passed=True, detail="")),
     )
-    blocked = group_blocked([record("example.com", 80, Verdict.DENY, Reason.NOT_ALLOWED)])
-    text = "\n".join(summary_lines(info, blocked, report_only=False))
+    records = [
+        record("pypi.org", 443, Verdict.ALLOW, Reason.ALLOWED_BY_LIST),
+        record("example.com", 80, Verdict.DENY, Reason.NOT_ALLOWED),
+    ]
+    text = "\n".join(summary_lines(info, records, report_only=False))
     assert "backend linux" in text
     assert "enforcement enforced" in text
     assert "attestation 2/2 passed" in text
     assert "sha256:abc" in text
+    assert "egress: 1 allowed, 1 blocked" in text
     assert "example.com:80" in text and "not_allowed x1" in text
-    assert "blocked: none" in "\n".join(summary_lines(info, (), report_only=False))
+    assert "egress: 0 allowed, 0 blocked" in "\n".join(summary_lines(info, (), report_only=False))

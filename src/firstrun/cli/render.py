@@ -62,9 +62,10 @@ def group_blocked(records: Iterable[EgressRecord]) -> tuple[BlockedHost, ...]:
 
 
 def summary_lines(
-    info: SessionInfo, blocked: Sequence[BlockedHost], *, report_only: bool
+    info: SessionInfo, records: Sequence[EgressRecord], *, report_only: bool
 ) -> list[str]:
     """The end-of-run summary, one fact per line, for stderr."""
+    blocked = group_blocked(records)
     passed = sum(1 for c in info.attestation if c.passed)
     lines = [
         f"firstrun: backend {info.backend}, enforcement {info.enforcement.value}, "
@@ -72,11 +73,12 @@ def summary_lines(
     ]
     if info.downgrades:
         lines.append(f"firstrun: downgraded layers: {', '.join(info.downgrades)}")
-    verb = "would have been blocked (report mode)" if report_only else "blocked"
-    if not blocked:
-        lines.append(f"firstrun: egress {verb}: none")
-        return lines
     total = sum(g.attempts for g in blocked)
+    allowed = len(records) - total
+    verb = "would have been blocked (report mode)" if report_only else "blocked"
+    lines.append(f"firstrun: egress: {allowed} allowed, {total} {verb}")
+    if not blocked:
+        return lines
     lines.append(
         f"firstrun: egress {verb}: {total} attempt{'s' if total != 1 else ''} "
         f"to {len(blocked)} destination{'s' if len(blocked) != 1 else ''}"

@@ -18,7 +18,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 
 from firstrun.cli.interrupt import signals_unwind
-from firstrun.cli.render import group_blocked, summary_lines
+from firstrun.cli.render import summary_lines
 from firstrun.errors import UsageError
 from firstrun.policy.hosts import parse_patterns
 from firstrun.policy.network import DEFAULT_ALLOW, Channel, Mode, NetworkPolicy
@@ -132,8 +132,7 @@ def run_sandbox(request: SandboxRequest) -> int:
         }
         sys.stdout.write(json.dumps(document, indent=2) + "\n")
     else:
-        blocked = group_blocked(records)
-        for line in summary_lines(info, blocked, report_only=request.report_only):
+        for line in summary_lines(info, records, report_only=request.report_only):
             print(line, file=sys.stderr)
     return code
 
