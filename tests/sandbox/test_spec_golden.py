@@ -78,9 +78,9 @@ def test_argv_unprivileged_harness() -> None:
         "landlock": {
             "required": True,
             "min_abi": 1,
-            "dirs": ["/workspace", "/tmp", "/home/sandbox", "/dev/shm"],
+            "dirs": ["/workspace", "/tmp", "/home/sandbox", "/dev/shm", "/dev/pts"],
             "files": ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/random",
-                      "/dev/urandom"],
+                      "/dev/urandom", "/dev/ptmx"],
         },
     }
     assert spec.stage == ()

@@ -31,8 +31,10 @@ SANDBOX_TMP = "/tmp"
 PROXY_PORT = 3128
 # Landlock write rules for devices: files a command may write or truncate.
 WRITABLE_DEVICE_FILES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/random",
-                         "/dev/urandom")
-WRITABLE_DEVICE_DIRS = ("/dev/shm",)
+                         "/dev/urandom", "/dev/ptmx")
+# Pseudo-terminals stay usable (script, expect, test runners); TIOCSTI on
+# them is refused by seccomp.
+WRITABLE_DEVICE_DIRS = ("/dev/shm", "/dev/pts")
 
 
 @dataclass(frozen=True, kw_only=True)
