@@ -122,7 +122,7 @@ def check_writes(workspace: str, landlock: bool) -> tuple[bool, str]:
     ok = True
     for path in ("/etc/firstrun-attest", "/usr/firstrun-attest"):
         err = _try_write(path)
-        details.append(f"{path}: {errno.errorcode.get(err, 'written') if err else 'written'}")
+        details.append(f"{path}: {errno.errorcode.get(err, err) if err else 'written'}")
         ok = ok and err is not None
     if landlock:
         # The sandbox root is a tmpfs the sandbox uid owns: only Landlock stops this.

@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO
 
 from firstrun.errors import SandboxError, SandboxUnavailable
 from firstrun.policy.filesystem import SYSTEM_READONLY
@@ -72,7 +73,7 @@ _CLOSE_GRACE_S = 5.0
 _EXEC_GRACE_S = 30.0
 
 
-def _raise_from_os(what: str, exc: OSError) -> SandboxError:
+def _sandbox_error(what: str, exc: OSError) -> SandboxError:
     return SandboxError(f"{what}: {exc}", who="linux")
 
 
@@ -219,7 +220,7 @@ class LinuxSession:
         sandbox_uid: int | None,
         workspace_owner: tuple[int, int] | None,
         stage_dir: str | None,
-        stderr_file: tempfile.SpooledTemporaryFile | None,
+        stderr_file: IO[bytes] | None,
     ) -> None:
         self.info = info
         self._process = process
@@ -449,7 +450,7 @@ class LinuxBackend:
                                        close_fds=True)
         except OSError as exc:
             self._abandon(process, fs.workspace, owner, uid, stage_dir)
-            raise _raise_from_os("cannot launch bubblewrap", exc) from exc
+            raise _sandbox_error("cannot launch bubblewrap", exc) from exc
         finally:
             control_child.close()
             if dial_child is not None:

@@ -319,8 +319,7 @@ def _exit_code(returncode: int) -> int:
 
 
 class Helper:
-    def __init__(self, config: dict, channel: _Channel) -> None:
-        self.config = config
+    def __init__(self, channel: _Channel) -> None:
         self.channel = channel
 
     def serve(self) -> None:
@@ -335,8 +334,7 @@ class Helper:
     def shutdown(self) -> None:
         _kill_since(set(), None)
         _reap_orphans(None)
-        if self.channel is not None:
-            self.channel.send({"op": "closed"})
+        self.channel.send({"op": "closed"})
 
     def run(self, msg: dict) -> None:
         cmd_id = msg["id"]
@@ -446,7 +444,7 @@ def main(argv: list[str]) -> int:
     if relay is not None:
         relay.start()
     channel.send(report)
-    Helper(config, channel).serve()
+    Helper(channel).serve()
     return 0
 
 
