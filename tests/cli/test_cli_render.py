@@ -53,6 +53,7 @@ def test_summary_states_backend_enforcement_attestation_and_hash() -> None:
                      Check(name="proxy_answers", passed=True, detail="")),
     )
     records = [
+        record("attest.firstrun.invalid", 80, Verdict.ALLOW, Reason.ATTESTATION),
         record("pypi.org", 443, Verdict.ALLOW, Reason.ALLOWED_BY_LIST),
         record("example.com", 80, Verdict.DENY, Reason.NOT_ALLOWED),
     ]

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from firstrun.policy.network import Verdict
+from firstrun.policy.network import Reason, Verdict
 from firstrun.proxy.records import EgressRecord
 from firstrun.sandbox.base import SessionInfo
 
@@ -74,7 +74,8 @@ def summary_lines(
     if info.downgrades:
         lines.append(f"firstrun: downgraded layers: {', '.join(info.downgrades)}")
     total = sum(g.attempts for g in blocked)
-    allowed = len(records) - total
+    # The attestation probe is the harness's own request, not the command's.
+    allowed = sum(1 for r in records if r.reason is not Reason.ATTESTATION) - total
     verb = "would have been blocked (report mode)" if report_only else "blocked"
     lines.append(f"firstrun: egress: {allowed} allowed, {total} {verb}")
     if not blocked:

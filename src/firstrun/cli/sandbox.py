@@ -70,10 +70,33 @@ def _check_paths(request: SandboxRequest) -> None:
             raise UsageError(f"--record: {request.record!r} is a directory")
 
 
-def _write_live(stream: Stream, data: bytes, *, to_stderr: bool) -> None:
-    out = sys.stderr if to_stderr or stream is Stream.STDERR else sys.stdout
-    out.buffer.write(data)
-    out.buffer.flush()
+class _LiveOutput:
+    """Streams the command's output as it comes, and remembers where a line was left open."""
+
+    def __init__(self, *, all_to_stderr: bool) -> None:
+        self._all_to_stderr = all_to_stderr
+        self._open_line_on_stderr = False
+
+    def __call__(self, stream: Stream, data: bytes) -> None:
+        if not data:
+            return
+        to_stderr = self._all_to_stderr or stream is Stream.STDERR
+        out = sys.stderr if to_stderr else sys.stdout
+        out.buffer.write(data)
+        out.buffer.flush()
+        self._open_line_on_stderr = not data.endswith(b"\n") and (to_stderr or _same_file(1, 2))
+
+    def end_line(self) -> None:
+        """So the summary starts on its own line even after ``printf foo``."""
+        if self._open_line_on_stderr:
+            sys.stderr.write("\n")
+
+
+def _same_file(fd_a: int, fd_b: int) -> bool:
+    try:
+        return os.path.samestat(os.fstat(fd_a), os.fstat(fd_b))
+    except OSError:
+        return False
 
 
 def _exit_code(result: ExecResult) -> int:
@@ -103,19 +126,16 @@ def run_sandbox(request: SandboxRequest) -> int:
             limits=limits,
             downgrades=request.downgrades,
         )
-        # The proxy's socket lives in a private directory: only the harness
-        # and the session it is bound into may reach it.
+        # The proxy's socket lives in a private (0700) directory: only the
+        # harness connects to it, and the backend hands the connections in.
         sockdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="firstrun-proxy-"))
         proxy = stack.enter_context(EgressProxy(policy, record_path=request.record))
         socket_path = proxy.listen_unix(os.path.join(sockdir, "proxy.sock"), Channel.SHELL)
         session = stack.enter_context(
             backend.start(profile, proxy=ProxyEndpoint(socket_path=socket_path, nonce=proxy.nonce))
         )
-        result = session.exec(
-            list(request.command),
-            timeout=request.timeout_s,
-            on_output=lambda stream, data: _write_live(stream, data, to_stderr=request.json),
-        )
+        live = _LiveOutput(all_to_stderr=request.json)
+        result = session.exec(list(request.command), timeout=request.timeout_s, on_output=live)
     # Read after the session closed and the proxy stopped, so tunnels the
     # command left open are finished and recorded too.
     records = proxy.records()
@@ -132,6 +152,7 @@ def run_sandbox(request: SandboxRequest) -> int:
         }
         sys.stdout.write(json.dumps(document, indent=2) + "\n")
     else:
+        live.end_line()
         for line in summary_lines(info, records, report_only=request.report_only):
             print(line, file=sys.stderr)
     return code
