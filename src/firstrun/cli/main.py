@@ -17,7 +17,13 @@ from typing import NoReturn
 
 from firstrun import __version__
 from firstrun.cli.interrupt import Signalled
-from firstrun.errors import FirstrunError, PolicyError, SandboxUnavailable, UsageError
+from firstrun.errors import (
+    AttestationFailed,
+    FirstrunError,
+    PolicyError,
+    SandboxUnavailable,
+    UsageError,
+)
 from firstrun.policy.profile import LayerName
 
 EXIT_USAGE = 3
@@ -144,10 +150,13 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     except (UsageError, PolicyError) as exc:
         print(f"firstrun: error: {_one_line(exc.args[0])}", file=sys.stderr)
         code = EXIT_USAGE
-    except FirstrunError as exc:
-        print(f"firstrun: {exc.who} failed: {_one_line(exc.args[0])}", file=sys.stderr)
+    except (SandboxUnavailable, AttestationFailed) as exc:
+        print(f"firstrun: refused ({exc.who}): {_one_line(exc.args[0])}", file=sys.stderr)
         if isinstance(exc, SandboxUnavailable) and exc.fix:
             print(f"firstrun: fix: {exc.fix}", file=sys.stderr)
+        code = EXIT_SANDBOX
+    except FirstrunError as exc:
+        print(f"firstrun: {exc.who} failed: {_one_line(exc.args[0])}", file=sys.stderr)
         code = EXIT_SANDBOX
     except Signalled as sig:
         print("firstrun: interrupted; the session was closed", file=sys.stderr)
