@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Callable
+from pathlib import Path
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -27,3 +29,19 @@ def test_doctor_json_matches_its_exit_status(firstrun: Run) -> None:
     for cap in doc["capabilities"] + doc["optional"]:
         if not cap["available"]:
             assert cap["fix"], cap
+
+
+def test_a_missing_layer_fails_doctor_with_the_fix_and_refuses_sandbox(
+    firstrun: Run, tmp_path: Path
+) -> None:
+    # bubblewrap is found through PATH; a PATH without it is a machine without it.
+    env = dict(os.environ, PATH=str(tmp_path))
+    doctor = firstrun("doctor", env=env)
+    assert doctor.returncode == 1
+    assert "NOT usable" in doctor.stdout
+    assert "fix: apt-get install bubblewrap" in doctor.stdout
+
+    sandbox = firstrun("sandbox", "--workspace", str(tmp_path), "--", "/usr/bin/touch", "ran", env=env)
+    assert sandbox.returncode == 125
+    assert "refused" in sandbox.stderr and "apt-get install bubblewrap" in sandbox.stderr
+    assert not (tmp_path / "ran").exists()
