@@ -83,6 +83,23 @@ def host_processes_with(token: str) -> list[tuple[int, int]]:
     return found
 
 
+def wait_for_processes_with(token: str, count: int, *, deadline_s: float = 30.0) -> list[tuple[int, int]]:
+    """Poll until ``count`` host processes carry ``token``, or give up at the deadline.
+
+    A background process started by a command is not exec'd the moment the
+    command returns; asserting at once would race it. The deadline only
+    bounds a broken run, it is not a timing assertion.
+    """
+    import time
+
+    stop = time.monotonic() + deadline_s
+    found = host_processes_with(token)
+    while len(found) < count and time.monotonic() < stop:
+        time.sleep(0.05)
+        found = host_processes_with(token)
+    return found
+
+
 def alive(pid: int, start: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:

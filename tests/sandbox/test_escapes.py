@@ -19,7 +19,14 @@ import pytest
 
 from firstrun.proxy.server import EgressProxy
 from firstrun.sandbox.linux.backend import LinuxBackend, LinuxSession
-from sandbox_support import TcpCanary, UnixCanary, alive, host_processes_with, make_profile
+from sandbox_support import (
+    TcpCanary,
+    UnixCanary,
+    alive,
+    host_processes_with,
+    make_profile,
+    wait_for_processes_with,
+)
 
 pytestmark = pytest.mark.escape
 
@@ -195,7 +202,7 @@ def test_no_process_survives_close(workspace: str) -> None:
     session = LinuxBackend().start(make_profile(workspace), proxy=None)
     session.exec(["python3", "-c", daemon, token])
     session.exec(f"nohup bash -c 'exec -a {token} sleep 1000' > /dev/null 2>&1 & disown")
-    survivors = host_processes_with(token)
+    survivors = wait_for_processes_with(token, 2)
     assert len(survivors) == 2
     session.close()
     assert not any(alive(pid, start) for pid, start in survivors)
