@@ -1,0 +1,175 @@
+"""The typed events of one run, and the append-only trace they are written to.
+
+Guarantee: everything a run did that a report or a classification may use
+is one of these events, written to ``trace.jsonl`` in order, one JSON object
+per line, flushed as it happens, so a trace cut short by a crash or a kill
+still holds everything up to that moment. Classification reads the same
+typed events, never message text, so it is identical on every backend.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, ClassVar
+
+
+class Source(StrEnum):
+    """Who a command belongs to: the outcome depends on it."""
+
+    SETUP = "setup"
+    AGENT = "agent"
+    CHECK = "check"
+
+
+class AgentStop(StrEnum):
+    """Why the agent stopped; the classifier maps these, never free text."""
+
+    FINISHED = "finished"
+    STEP_FAILED = "step_failed"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    REFUSED = "refused"
+    NO_REPLAY = "no_replay"
+    INFRA_ERROR = "infra_error"
+    HARNESS_ERROR = "harness_error"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Event:
+    kind: ClassVar[str] = "event"
+
+    def to_data(self) -> dict[str, Any]:
+        return {"kind": self.kind, **asdict(self)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunStarted(Event):
+    kind: ClassVar[str] = "run_started"
+    task: str
+    attempt: int
+    agent: str
+    model: str | None
+    task_file: str
+    task_sha256: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class SandboxStarted(Event):
+    kind: ClassVar[str] = "sandbox_started"
+    info: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommandRan(Event):
+    kind: ClassVar[str] = "command"
+    source: Source
+    command: str
+    exit_code: int
+    duration_s: float
+    timed_out: bool = False
+    stdout: str = ""
+    stderr: str = ""
+    truncated: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class DocsRead(Event):
+    kind: ClassVar[str] = "docs_read"
+    page: dict[str, Any]
+    route: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Egress(Event):
+    kind: ClassVar[str] = "egress"
+    record: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentFinished(Event):
+    kind: ClassVar[str] = "agent_finished"
+    stop: AgentStop
+    turns: int = 0
+    claim: str = ""
+    detail: str = ""
+    usage: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckFinished(Event):
+    kind: ClassVar[str] = "check_finished"
+    exit_code: int | None
+    output: str = ""
+    duration_s: float = 0.0
+    detail: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Failure(Event):
+    """The harness or its infrastructure failed; ``who`` is FirstrunError.who."""
+
+    kind: ClassVar[str] = "failure"
+    phase: str
+    who: str
+    error_type: str
+    message: str
+    infra: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunFinished(Event):
+    kind: ClassVar[str] = "run_finished"
+    classification: str
+    reason: str
+
+
+class Trace:
+    """``trace.jsonl`` for one run: append-only, one flushed line per event, thread-safe."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._seq = 0
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+        self._fh = os.fdopen(fd, "a", encoding="utf-8")
+        self._events: list[Event] = []
+
+    def emit(self, event: Event) -> None:
+        with self._lock:
+            self._seq += 1
+            line = {
+                "seq": self._seq,
+                "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
+                "mono": round(time.monotonic(), 6),
+                **event.to_data(),
+            }
+            self._fh.write(json.dumps(line, sort_keys=True, default=str) + "\n")
+            self._fh.flush()
+            self._events.append(event)
+
+    def events(self) -> list[Event]:
+        with self._lock:
+            return list(self._events)
+
+    def close(self) -> None:
+        with self._lock:
+            self._fh.close()
+
+
+def read_trace(path: Path) -> list[dict[str, Any]]:
+    """Every complete line of a trace; a torn last line (a crash mid-write) is skipped."""
+    events = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                continue
+    return events
