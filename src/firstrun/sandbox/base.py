@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
+from firstrun.errors import SandboxError
 from firstrun.policy.profile import SandboxProfile
 
 
@@ -123,6 +124,30 @@ class ProxyEndpoint:
 
     socket_path: str
     nonce: str
+
+
+def command_argv(command: str | Sequence[str], *, who: str) -> list[str]:
+    """The argv every backend runs: a ``str`` under ``bash -c``, a sequence as given.
+
+    Refused here, once for every backend: an empty argv, non-strings, and NUL
+    bytes, which the kernel would silently truncate at.
+    """
+    argv = ["/bin/bash", "-c", command] if isinstance(command, str) else list(command)
+    if not argv or not all(isinstance(a, str) and "\0" not in a for a in argv):
+        raise SandboxError("command must be a non-empty string or argv without NUL bytes", who=who)
+    return argv
+
+
+def command_environment(
+    built: dict[str, str], extra: dict[str, str] | None, *, who: str
+) -> dict[str, str]:
+    """``built`` plus ``extra``; extra names add, never replace (PATH, HOME, proxies stay)."""
+    merged = dict(built)
+    for name, value in (extra or {}).items():
+        if not name or "=" in name or "\0" in name or "\0" in value:
+            raise SandboxError(f"invalid environment variable {name!r}", who=who)
+        merged.setdefault(name, value)
+    return merged
 
 
 class Session(Protocol):

@@ -35,6 +35,8 @@ from firstrun.sandbox.base import (
     ProxyEndpoint,
     SessionInfo,
     Stream,
+    command_argv,
+    command_environment,
 )
 from firstrun.sandbox.output import OutputCapture
 
@@ -68,12 +70,10 @@ class LocalSession:
         env: dict[str, str] | None = None,
         on_output: OutputCallback | None = None,
     ) -> ExecResult:
-        argv = ["/bin/bash", "-c", command] if isinstance(command, str) else list(command)
+        argv = command_argv(command, who="local")
         workspace = self._profile.fs.workspace
         cwd = workspace if cwd is None else os.path.join(workspace, cwd)
-        merged = dict(self._env)
-        for name, value in (env or {}).items():
-            merged.setdefault(name, value)
+        merged = command_environment(self._env, env, who="local")
         limit = self._profile.limits.command_timeout_s if timeout is None else timeout
         with self._lock:
             if self._closed:

@@ -48,6 +48,8 @@ from firstrun.sandbox.base import (
     ProxyEndpoint,
     SessionInfo,
     Stream,
+    command_argv,
+    command_environment,
 )
 from firstrun.sandbox.output import OutputCapture
 from firstrun.sandbox.linux import helper, launcher, probe, seccomp
@@ -261,18 +263,10 @@ class LinuxSession:
         env: dict[str, str] | None = None,
         on_output: OutputCallback | None = None,
     ) -> ExecResult:
-        argv = ["/bin/bash", "-c", command] if isinstance(command, str) else list(command)
-        if not argv or not all(isinstance(a, str) and "\0" not in a for a in argv):
-            raise SandboxError("command must be a non-empty string or argv without NUL bytes",
-                               who="linux")
+        argv = command_argv(command, who="linux")
         workspace = self._profile.fs.sandbox_workspace
         cwd = workspace if cwd is None else posixpath.normpath(posixpath.join(workspace, cwd))
-        merged = dict(self._env)
-        for name, value in (env or {}).items():
-            if not name or "=" in name or "\0" in name or "\0" in value:
-                raise SandboxError(f"invalid environment variable {name!r}", who="linux")
-            # Adds, never replaces: PATH, HOME and the proxy variables stay as built.
-            merged.setdefault(name, value)
+        merged = command_environment(self._env, env, who="linux")
         limit = self._profile.limits.command_timeout_s if timeout is None else timeout
         outputs = {Stream.STDOUT: OutputCapture(self._profile.limits.output_bytes),
                    Stream.STDERR: OutputCapture(self._profile.limits.output_bytes)}
