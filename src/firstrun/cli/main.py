@@ -1,10 +1,14 @@
 """The ``firstrun`` command: argument wiring, and the only place that exits the process.
 
 Guarantee: every bad input (an unknown flag, a malformed value, a host
-pattern that is too broad, a missing workspace or command) ends in one line
-naming the flag and exit status 3, never a traceback. A sandbox that refused
-or failed ends in exit status 125 with who failed and, when known, the fix.
-Everything else is the command's own exit status (124 if it timed out).
+pattern that is too broad, a missing workspace or command, an invalid task
+file) ends in one line naming the flag, or the file and line, and exit
+status 3, never a traceback. For ``sandbox``, a sandbox that refused or
+failed ends in exit status 125 with who failed and, when known, the fix, and
+everything else is the command's own exit status (124 if it timed out).
+``run`` and ``check`` exit 0 when every evidential run passed, 1 on a docs
+gap, 2 when nothing produced evidence, and 128+N when signal N interrupted
+them (130 for Ctrl-C).
 """
 
 from __future__ import annotations
@@ -37,6 +41,16 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(message)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    return value
 
 
 def _positive_seconds(text: str) -> float:
@@ -77,9 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     sb.add_argument("--record", metavar="FILE", help="write one JSON line per egress decision to FILE")
     sb.add_argument("--allow-unenforced", action="store_true",
                     help="permit the 'local' backend, which enforces nothing (recorded as unenforced)")
-    sb.add_argument("--allow-downgrade", action="append", default=[], metavar="LAYER",
-                    choices=[layer.value for layer in LayerName],
-                    help=f"run even if LAYER cannot be applied (recorded); one of: {', '.join(sorted(LayerName))}")
+    _downgrade_flag(sb)
     sb.add_argument("--report-only", action="store_true",
                     help="let denied requests through but record would_deny (for writing allow-lists)")
     sb.add_argument("--timeout", type=_positive_seconds, metavar="SECONDS",
@@ -95,7 +107,127 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     doc.add_argument("--json", action="store_true", help="print the findings as JSON")
+
+    _add_run_parser(sub)
+    _add_task_parsers(sub)
     return parser
+
+
+def _downgrade_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--allow-downgrade", action="append", default=[], metavar="LAYER",
+                        choices=[layer.value for layer in LayerName],
+                        help=f"run even if LAYER cannot be applied (recorded); one of: {', '.join(sorted(LayerName))}")
+
+
+def _add_run_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    run = sub.add_parser(
+        "run",
+        help="run tasks: sandbox, agent, success check, an honest result for each run",
+        usage="firstrun run [TASK|DIR|GLOB...] [--example NAME|all] [OPTIONS]",
+        description="Run each task in a fresh sandbox: setup, then the agent, then the success "
+        "check, and save every finished run to OUT/results.json with its trace under OUT/runs/. "
+        "With no TASK and no --example, runs tasks/*.yaml. Exit status: 0 every evidential run "
+        "passed, 1 a docs gap, 2 no run produced evidence, 3 bad usage, 130 interrupted.",
+        allow_abbrev=False,
+    )
+    run.add_argument("tasks", nargs="*", metavar="TASK",
+                     help="task files, directories of them, or globs (default: tasks/*.yaml)")
+    run.add_argument("--example", action="append", default=[], metavar="NAME",
+                     help="run a bundled example (see 'firstrun examples'), or 'all'; repeatable")
+    run.add_argument("--agent", default="replay",
+                     help="who works through the docs (default: replay, which runs the task's "
+                     "replay steps and needs no model or key)")
+    run.add_argument("--model", help="the model the agent uses (agents that take one)")
+    run.add_argument("--backend", choices=BACKENDS, default="auto",
+                     help="sandbox backend (default: auto, the strongest available)")
+    run.add_argument("--out", default="results", metavar="DIR",
+                     help="where results.json and runs/TASK/ATTEMPT/trace.jsonl go (default: results)")
+    run.add_argument("--keep-sandbox", action="store_true",
+                     help="keep each run's workspace at OUT/runs/TASK/ATTEMPT/workspace (for 'firstrun check')")
+    run.add_argument("--repeat", type=_positive_int, default=1, metavar="N",
+                     help="run each task N times (default: 1)")
+    run.add_argument("--workers", type=_positive_int, default=1, metavar="N",
+                     help="run up to N runs at once (default: 1)")
+    run.add_argument("--junit", metavar="FILE",
+                     help="also write JUnit XML: a docs gap is a failure, trouble that kept a run "
+                     "from judging is an error, a skip is skipped")
+    run.add_argument("--docs-mirror", action="append", default=[], metavar="HOST=SRC",
+                     help="serve docs host HOST from directory SRC or a loopback server URL; repeatable")
+    run.add_argument("--cache-dir", metavar="DIR", help="cache fetched docs pages in DIR")
+    run.add_argument("--allow-unenforced", action="store_true",
+                     help="permit the 'local' backend, which enforces nothing (recorded as unenforced)")
+    _downgrade_flag(run)
+
+    check = sub.add_parser(
+        "check",
+        help="re-run only a task's success check against a kept workspace",
+        usage="firstrun check TASK --sandbox DIR [--backend B] [--allow-unenforced]",
+        description="Re-run only the success check of TASK in a fresh sandbox over a workspace "
+        "kept by 'firstrun run --keep-sandbox'. Same backend rules as run. Exit status: 0 "
+        "passed, 1 failed (a docs gap), 2 no evidence (the check could not run), 3 bad usage.",
+        allow_abbrev=False,
+    )
+    check.add_argument("task", metavar="TASK", help="the task file")
+    check.add_argument("--sandbox", required=True, metavar="DIR",
+                       help="the kept workspace (OUT/runs/TASK/ATTEMPT/workspace)")
+    check.add_argument("--backend", choices=BACKENDS, default="auto",
+                       help="sandbox backend (default: auto)")
+    check.add_argument("--allow-unenforced", action="store_true",
+                       help="permit the 'local' backend, which enforces nothing")
+    check.add_argument("--out", default="results", metavar="DIR",
+                       help="where the check's trace goes (default: results)")
+
+
+def _add_task_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    show = sub.add_parser(
+        "show",
+        help="narrate a saved run trace in order",
+        description="Narrate a saved trace: commands with exit codes and durations, docs reads, "
+        "egress decisions (blocked ones marked), the check and the classification. TRACE is a "
+        "trace.jsonl, a run directory, or a results directory (every run in it).",
+        allow_abbrev=False,
+    )
+    show.add_argument("trace", metavar="TRACE")
+
+    sub.add_parser(
+        "schema",
+        help="print the task file JSON Schema",
+        description="Print the JSON Schema of task files, generated from the model that loads them.",
+        allow_abbrev=False,
+    )
+
+    validate = sub.add_parser(
+        "validate",
+        help="lint task files",
+        description="Lint task files: invalid fields, checks that cannot fail or fail in silence, "
+        "'serve' with no criterion, environments nothing creates, and (with --check-urls) "
+        "unreachable docs pages. Exit status 1 if any finding is an error, 3 if no task file was found.",
+        allow_abbrev=False,
+    )
+    validate.add_argument("tasks", nargs="*", metavar="TASK",
+                          help="task files, directories or globs (default: tasks/)")
+    validate.add_argument("--check-urls", action="store_true",
+                          help="also fetch every page of each documented route")
+
+    init = sub.add_parser(
+        "init",
+        help="scaffold a task file for a docs page",
+        description="Write a task file to start from for the docs page URL. It loads, but its "
+        "goal and check are placeholders that 'firstrun validate' reports and that fail every "
+        "run until edited. Never overwrites a file.",
+        allow_abbrev=False,
+    )
+    init.add_argument("url", metavar="URL", help="the first page a reader opens")
+    init.add_argument("--name", help="the task name (default: from the URL's host and path)")
+    init.add_argument("--out", metavar="FILE", help="where to write it (default: tasks/NAME.yaml)")
+
+    sub.add_parser(
+        "examples",
+        help="list the bundled examples",
+        description="List the bundled examples, one per line: the name, then what it does. "
+        "Run one with: firstrun run --example NAME",
+        allow_abbrev=False,
+    )
 
 
 def _split_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
@@ -110,12 +242,14 @@ def _split_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
 def _run(argv: Sequence[str]) -> int:
     options, command = _split_command(argv)
     args = build_parser().parse_args(options)
+    if args.subcommand != "sandbox" and command is not None:
+        raise UsageError(f"{args.subcommand} takes no command after '--'")
     if args.subcommand == "doctor":
-        if command is not None:
-            raise UsageError("doctor takes no command after '--'")
         from firstrun.cli.doctor import run_doctor
 
         return run_doctor(as_json=args.json)
+    if args.subcommand in _COMMANDS:
+        return _COMMANDS[args.subcommand](args, argv)
 
     if not command:
         raise UsageError(
@@ -138,6 +272,91 @@ def _run(argv: Sequence[str]) -> int:
             json=args.json,
         )
     )
+
+
+def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from firstrun.cli.run import RunRequest, run_command
+
+    return run_command(
+        RunRequest(
+            tasks=tuple(args.tasks),
+            examples=tuple(args.example),
+            agent=args.agent,
+            model=args.model,
+            backend=args.backend,
+            out=args.out,
+            keep_sandbox=args.keep_sandbox,
+            repeat=args.repeat,
+            workers=args.workers,
+            junit=args.junit,
+            docs_mirrors=tuple(args.docs_mirror),
+            cache_dir=args.cache_dir,
+            allow_unenforced=args.allow_unenforced,
+            downgrades=frozenset(LayerName(layer) for layer in args.allow_downgrade),
+            argv=("firstrun", *argv),
+        )
+    )
+
+
+def _cmd_check(args: argparse.Namespace, _argv: Sequence[str]) -> int:
+    from firstrun.cli.run import check_command
+
+    return check_command(
+        args.task, sandbox=args.sandbox, backend=args.backend,
+        allow_unenforced=args.allow_unenforced, out=args.out,
+    )
+
+
+def _cmd_show(args: argparse.Namespace, _argv: Sequence[str]) -> int:
+    from firstrun.cli.show import show
+
+    return show(args.trace)
+
+
+def _cmd_schema(_args: argparse.Namespace, _argv: Sequence[str]) -> int:
+    from firstrun.tasks.cli_support import schema_text
+
+    sys.stdout.write(schema_text())
+    return 0
+
+
+def _cmd_validate(args: argparse.Namespace, _argv: Sequence[str]) -> int:
+    from firstrun.tasks.cli_support import validate_paths
+
+    findings, code = validate_paths(args.tasks, check_urls=args.check_urls)
+    for finding in findings:
+        print(_one_line(str(finding)))
+    return code
+
+
+def _cmd_init(args: argparse.Namespace, _argv: Sequence[str]) -> int:
+    from firstrun.cli.scaffold import init_task
+
+    path = init_task(args.url, name=args.name, out=args.out)
+    print(f"wrote {path}: replace its goal, replay steps and success check "
+          f"(firstrun validate {path} lists what is left), then: firstrun run {path}")
+    return 0
+
+
+def _cmd_examples(_args: argparse.Namespace, _argv: Sequence[str]) -> int:
+    from firstrun.examples import list_examples
+
+    examples = list_examples()
+    width = max(len(e.name) for e in examples)
+    for example in examples:
+        print(f"{example.name.ljust(width)}  {example.summary}")
+    return 0
+
+
+_COMMANDS = {
+    "run": _cmd_run,
+    "check": _cmd_check,
+    "show": _cmd_show,
+    "schema": _cmd_schema,
+    "validate": _cmd_validate,
+    "init": _cmd_init,
+    "examples": _cmd_examples,
+}
 
 
 def _one_line(text: str) -> str:

@@ -57,6 +57,12 @@ class Code(StrEnum):
     NETWORK_ALLOW_UNUSED = "network_allow_unused"
     DOCS_UNREACHABLE = "docs_unreachable"
     DOCS_REDIRECT_OUTSIDE_ALLOW = "docs_redirect_outside_allow"
+    SCAFFOLD_UNEDITED = "scaffold_unedited"
+
+
+# What ``firstrun init`` writes where the author must put their own words; a
+# task still holding it has a placeholder goal or a check that fails every run.
+SCAFFOLD_MARKER = "EDIT ME (firstrun init)"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,7 +80,13 @@ class Finding:
 
 def lint_task(task: Task) -> list[Finding]:
     """Every finding about ``task``, in file order within each kind."""
-    return [*_criteria(task), *_check_script(task), *_environments(task), *_hosts(task)]
+    return [
+        *_criteria(task),
+        *_check_script(task),
+        *_environments(task),
+        *_hosts(task),
+        *_scaffold(task),
+    ]
 
 
 def _at(task: Task, severity: Severity, code: Code, message: str, path: KeyPath) -> Finding:
@@ -85,6 +97,39 @@ def _at(task: Task, severity: Severity, code: Code, message: str, path: KeyPath)
         file=task.path,
         line=task.locations.line(path),
     )
+
+
+def _scaffold(task: Task) -> list[Finding]:
+    """A placeholder ``firstrun init`` wrote and nobody replaced.
+
+    A warning, not an error: the scaffold must load so its author can try it,
+    and its check fails every run until edited, so it cannot pass silently.
+    """
+    findings = []
+    if SCAFFOLD_MARKER in task.spec.goal:
+        findings.append(
+            _at(
+                task,
+                Severity.WARNING,
+                Code.SCAFFOLD_UNEDITED,
+                "the goal is still firstrun init's placeholder; say what a reader ends up with",
+                ("goal",),
+            )
+        )
+    at = task.check.find(SCAFFOLD_MARKER)
+    if at >= 0:
+        file, line = _check_line(task, task.check.count("\n", 0, at))
+        findings.append(
+            Finding(
+                severity=Severity.WARNING,
+                code=Code.SCAFFOLD_UNEDITED,
+                message="the check is still firstrun init's placeholder, which fails every run; "
+                "write the check that proves the quickstart worked",
+                file=file,
+                line=line,
+            )
+        )
+    return findings
 
 
 def _declarative(task: Task) -> bool:

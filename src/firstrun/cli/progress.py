@@ -1,0 +1,152 @@
+"""Live progress of a suite: one line per run, from the runner's events as they happen.
+
+Guarantee: the board only reads the typed events the runner emits (the same
+ones written to the trace), so what it shows is what is being recorded. Each
+line shows the run's elapsed time, its current step (starting the sandbox,
+setup, agent step n, check, then the classification), pages read and blocked
+egress. The board is drawn on stderr only when stderr is a terminal; on a
+pipe or a file nothing is drawn, and the final summary is all that is
+printed. Events arrive from worker threads; the board takes a lock.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from firstrun.run.events import (
+    AgentFinished,
+    CheckFinished,
+    CommandRan,
+    DocsRead,
+    Egress,
+    Event,
+    RunFinished,
+    SandboxStarted,
+    Source,
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunLine:
+    """What the board says about one run at one instant."""
+
+    task: str
+    attempt: int
+    elapsed_s: float
+    step: str
+    pages: int
+    blocked: int
+    classification: str | None
+
+    def text(self) -> str:
+        return (
+            f"{self.task} #{self.attempt}  {_clock(self.elapsed_s)}  {self.step}"
+            f"  pages {self.pages}  blocked egress {self.blocked}"
+        )
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes:02d}:{secs:02d}"
+
+
+def _blocked(record: dict[str, object]) -> bool:
+    return record.get("decision") == "deny" or record.get("would_deny") is not None
+
+
+class _Run:
+    def __init__(self, started: float) -> None:
+        self.started = started
+        self.ended: float | None = None
+        self.phase = "starting the sandbox"
+        self.agent_steps = 0
+        self.pages = 0
+        self.blocked = 0
+        self.classification: str | None = None
+
+
+class ProgressBoard:
+    """Per-run state, updated by ``update`` from any thread and read as ``lines()``."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._runs: dict[tuple[str, int], _Run] = {}
+
+    def update(self, task: str, attempt: int, event: Event) -> None:
+        with self._lock:
+            run = self._runs.get((task, attempt))
+            if run is None:
+                run = self._runs[(task, attempt)] = _Run(self._clock())
+            if isinstance(event, SandboxStarted):
+                run.phase = "setup"
+            elif isinstance(event, CommandRan):
+                if event.source is Source.AGENT:
+                    run.agent_steps += 1
+                    run.phase = "agent"
+                elif event.source is Source.CHECK:
+                    run.phase = "check"
+            elif isinstance(event, DocsRead):
+                run.pages += 1
+                if run.phase == "setup":
+                    run.phase = "agent"
+            elif isinstance(event, Egress):
+                run.blocked += _blocked(event.record)
+            elif isinstance(event, AgentFinished | CheckFinished):
+                run.phase = "check"
+            elif isinstance(event, RunFinished):
+                run.classification = event.classification
+                run.ended = self._clock()
+
+    def lines(self) -> list[RunLine]:
+        now = self._clock()
+        with self._lock:
+            return [
+                RunLine(
+                    task=task,
+                    attempt=attempt,
+                    elapsed_s=(run.ended if run.ended is not None else now) - run.started,
+                    step=_step(run),
+                    pages=run.pages,
+                    blocked=run.blocked,
+                    classification=run.classification,
+                )
+                for (task, attempt), run in self._runs.items()
+            ]
+
+
+def _step(run: _Run) -> str:
+    if run.classification is not None:
+        return run.classification
+    if run.phase == "agent":
+        # The command being worked on is the one after those already recorded.
+        return f"agent step {run.agent_steps + 1}"
+    return run.phase
+
+
+_STYLES = {"passed": "green", "docs_gap": "red"}
+
+
+@contextmanager
+def live_board(board: ProgressBoard, *, enabled: bool) -> Iterator[None]:
+    """Draw ``board`` on stderr while the block runs, when ``enabled`` (stderr is a terminal)."""
+    if not enabled:
+        yield
+        return
+    from rich.console import Console, Group
+    from rich.live import Live
+    from rich.text import Text
+
+    def render() -> Group:
+        texts = []
+        for line in board.lines():
+            style = _STYLES.get(line.classification or "", "yellow" if line.classification else "")
+            texts.append(Text(line.text(), style=style))
+        return Group(*texts)
+
+    with Live(get_renderable=render, console=Console(stderr=True), refresh_per_second=4, transient=False):
+        yield

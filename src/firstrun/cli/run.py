@@ -1,0 +1,235 @@
+"""``firstrun run`` and ``firstrun check``: tasks in, saved results and an honest exit status out.
+
+Guarantee: every bad input (a flag, a task file, a mirror) is refused before
+any run starts. Every finished run is in ``OUT/results.json`` the moment it
+finishes (the store writes it atomically), so whatever ends the command, a
+signal included, what finished is kept. The first SIGINT or SIGTERM stops
+the suite from starting new runs and lets the running ones end cleanly
+(their sessions closed, nothing left running); further signals are ignored
+until that is done, then the command exits 128+N. The summary, the JUnit
+file and the exit status are computed from the saved ``RunRecord``s only.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from firstrun import __version__
+from firstrun.cli.interrupt import Signalled, signals_unwind
+from firstrun.cli.progress import ProgressBoard, live_board
+from firstrun.docs import Mirror, parse_mirrors
+from firstrun.errors import UsageError
+from firstrun.policy.profile import LayerName
+from firstrun.reports.junit import write_junit
+from firstrun.reports.summary import table_lines
+from firstrun.results.model import Classification, RunRecord
+from firstrun.results.store import RESULTS_FILE, ResultsStore
+from firstrun.tasks.load import DEFAULT_TASK_DIR, expand_task_paths, load_tasks
+from firstrun.tasks.model import Task
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunRequest:
+    """Validated-by-argparse ``firstrun run`` arguments; the rest is checked in ``run_command``."""
+
+    tasks: tuple[str, ...] = ()
+    examples: tuple[str, ...] = ()
+    agent: str = "replay"
+    model: str | None = None
+    backend: str = "auto"
+    out: str = "results"
+    keep_sandbox: bool = False
+    repeat: int = 1
+    workers: int = 1
+    junit: str | None = None
+    docs_mirrors: tuple[str, ...] = ()
+    cache_dir: str | None = None
+    allow_unenforced: bool = False
+    downgrades: frozenset[LayerName] = frozenset()
+    argv: tuple[str, ...] = ()
+
+
+def _check_paths(request: RunRequest) -> None:
+    out = Path(request.out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out: {request.out!r} exists and is not a directory")
+    if request.junit is not None:
+        parent = os.path.dirname(os.path.abspath(request.junit))
+        if not os.path.isdir(parent):
+            raise UsageError(f"--junit: directory {parent!r} does not exist")
+        if os.path.isdir(request.junit):
+            raise UsageError(f"--junit: {request.junit!r} is a directory")
+    if request.cache_dir is not None and os.path.exists(request.cache_dir) and not os.path.isdir(request.cache_dir):
+        raise UsageError(f"--cache-dir: {request.cache_dir!r} exists and is not a directory")
+
+
+def _select(request: RunRequest) -> tuple[list[Task], dict[str, Mirror]]:
+    """The tasks to run and the docs mirrors they need; ``--docs-mirror`` wins over an example's own."""
+    from firstrun.examples import example_mirrors, find_example, list_examples
+
+    examples = []
+    for name in request.examples:
+        chosen = list_examples() if name == "all" else [find_example(name)]
+        examples.extend(e for e in chosen if e not in examples)
+    paths: list[str] = list(request.tasks)
+    if not paths and not examples:
+        files, _ = expand_task_paths([])
+        if not files:
+            raise UsageError(
+                f"run: no task files in {DEFAULT_TASK_DIR}/; name TASK files, or try a bundled "
+                "example: firstrun run --example NAME (firstrun examples lists them)"
+            )
+        paths = files
+    paths += [os.fspath(e.task_path) for e in examples]
+    tasks = load_tasks(paths)
+    mirrors = example_mirrors(examples)
+    mirrors.update(parse_mirrors(request.docs_mirrors))
+    return tasks, mirrors
+
+
+def run_command(request: RunRequest) -> int:
+    """Run the suite; return the exit status (0/1/2, or 128+N after signal N)."""
+    from firstrun.agents import make_agent
+    from firstrun.run.runner import RunConfig
+    from firstrun.run.suite import run_suite, suite_exit_code
+
+    _check_paths(request)
+    tasks, mirrors = _select(request)
+    # Built once up front so an unknown --agent or a bad --model is refused before any run.
+    make_agent(request.agent, model=request.model)
+    out = Path(request.out)
+    config = RunConfig(
+        out_dir=out,
+        backend=request.backend,
+        allow_unenforced=request.allow_unenforced,
+        allow_downgrade=request.downgrades,
+        keep_sandbox=request.keep_sandbox,
+        docs_mirrors=mirrors,
+        cache_dir=Path(request.cache_dir) if request.cache_dir is not None else None,
+    )
+    store = ResultsStore(
+        out,
+        meta={
+            "firstrun": __version__,
+            "agent": request.agent,
+            "model": request.model,
+            "backend": request.backend,
+            "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "argv": list(request.argv),
+        },
+    )
+    # Written now, so results.json exists (with its meta) even if no run finishes.
+    store.flush()
+    board = ProgressBoard()
+    stop = threading.Event()
+    failed: list[BaseException] = []
+
+    def suite() -> None:
+        try:
+            run_suite(
+                tasks,
+                agent_factory=lambda: make_agent(request.agent, model=request.model),
+                config=config,
+                store=store,
+                repeat=request.repeat,
+                workers=request.workers,
+                stop=stop,
+                on_event=board.update,
+            )
+        except BaseException as exc:  # handed to the main thread, which reports it
+            failed.append(exc)
+
+    signum: int | None = None
+    with signals_unwind(), live_board(board, enabled=sys.stderr.isatty()):
+        worker = threading.Thread(target=suite, name="firstrun-suite")
+        try:
+            worker.start()
+            worker.join()
+        except Signalled as sig:
+            # Further signals are ignored from here until the block exits:
+            # the suite is ending its running sessions and must not be cut short.
+            signum = sig.signum
+            stop.set()
+            if worker.is_alive():
+                worker.join()
+    if failed:
+        raise failed[0]
+    records = [RunRecord.from_data(run) for run in store.runs()]
+    if request.junit is not None:
+        write_junit(request.junit, records)
+    _print_summary(records, out, interrupted=signum is not None)
+    if signum is not None:
+        return 128 + signum
+    return suite_exit_code(records)
+
+
+def _print_summary(records: list[RunRecord], out: Path, *, interrupted: bool) -> None:
+    if interrupted:
+        print(
+            f"firstrun: interrupted: {len(records)} finished run{'s' if len(records) != 1 else ''} "
+            "kept; runs that had not finished are not recorded",
+            file=sys.stderr,
+        )
+    if not records:
+        print("no run finished")
+    elif sys.stdout.isatty():
+        _rich_table(records)
+    else:
+        print("\n".join(table_lines(records)))
+    print(f"results: {out / RESULTS_FILE}")
+    print(f"traces:  {out / 'runs'}/TASK/ATTEMPT/trace.jsonl (narrate one: firstrun show DIR)")
+    for record in records:
+        if record.classification is not Classification.PASSED and record.trace:
+            run_dir = (out / record.trace).parent
+            print(f"  {record.classification.value} ({record.reason}): firstrun show {run_dir}")
+
+
+def _rich_table(records: list[RunRecord]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from firstrun.reports.summary import columns, summarize
+
+    rows, total = summarize(records)
+    cols = columns([*rows, total])
+    table = Table(title="firstrun run", title_justify="left")
+    table.add_column("task")
+    table.add_column("runs", justify="right")
+    for c in cols:
+        table.add_column(c.value, justify="right")
+    table.add_column("pass rate (evidential runs)", justify="right")
+    for row in [*rows, total]:
+        table.add_row(
+            row.task, str(row.runs), *(str(row.counts.get(c, 0)) for c in cols), row.pass_rate_text(),
+            end_section=row is rows[-1],
+        )
+    Console(highlight=False).print(table)
+
+
+def check_command(
+    task_path: str, *, sandbox: str, backend: str, allow_unenforced: bool, out: str
+) -> int:
+    """Re-run only the success check of one task against a kept workspace."""
+    from firstrun.run.check import recheck
+    from firstrun.run.runner import RunConfig
+    from firstrun.run.suite import suite_exit_code
+
+    if not os.path.isdir(sandbox):
+        raise UsageError(f"--sandbox: {sandbox!r} is not a directory (a workspace kept by run --keep-sandbox)")
+    tasks = load_tasks([task_path])
+    if len(tasks) != 1:
+        raise UsageError(f"check: TASK must name one task file; {task_path!r} holds {len(tasks)}")
+    config = RunConfig(out_dir=Path(out), backend=backend, allow_unenforced=allow_unenforced)
+    with signals_unwind():
+        record = recheck(tasks[0], sandbox_dir=Path(sandbox), config=config)
+    print(f"check: {record.classification.value} ({record.reason}), exit {record.check_exit}")
+    if record.detail:
+        print(f"detail: {record.detail}")
+    if record.check_output:
+        print(record.check_output.rstrip("\n"))
+    return suite_exit_code([record])

@@ -1,0 +1,231 @@
+"""``firstrun show``: a saved trace told in order, as a person would retell the run.
+
+Guarantee: the narration is a pure function of the events in ``trace.jsonl``
+(read with ``firstrun.run.events.read_trace``), in their recorded order,
+never of a live run. Every event appears: each command with its exit code
+and duration, each docs read, each egress decision (blocked ones marked
+``BLOCKED`` and styled as such), the check, and the classification. An event
+kind this version does not know is shown as such rather than dropped, so a
+newer trace is never silently shortened.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from firstrun.errors import UsageError
+from firstrun.results.store import RESULTS_FILE, load_results
+from firstrun.run.events import read_trace
+
+TRACE_FILE = "trace.jsonl"
+
+# Lines of a command's output shown under it; the trace keeps all of it.
+_OUTPUT_TAIL = 6
+
+
+class Style(StrEnum):
+    """How a line should stand out; renderers map these to colours or leave them plain."""
+
+    PLAIN = "plain"
+    HEADING = "heading"
+    OK = "ok"
+    BAD = "bad"
+    DIM = "dim"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Line:
+    text: str
+    style: Style = Style.PLAIN
+
+
+def trace_paths(target: str | os.PathLike[str]) -> list[Path]:
+    """The traces ``firstrun show TARGET`` narrates.
+
+    TARGET is a ``trace.jsonl``, a run directory holding one, or a results
+    directory (``--out``), whose runs are narrated in the order they finished.
+    """
+    path = Path(target)
+    if path.is_file():
+        return [path]
+    if (path / TRACE_FILE).is_file():
+        return [path / TRACE_FILE]
+    if (path / RESULTS_FILE).is_file():
+        runs = load_results(path / RESULTS_FILE)["runs"]
+        traces = [path / run["trace"] for run in runs if run.get("trace")]
+        if not traces:
+            raise UsageError(f"{path / RESULTS_FILE}: no run in it has a trace")
+        return traces
+    if path.is_dir():
+        raise UsageError(
+            f"{path}: neither a trace ({TRACE_FILE}), a run directory holding one, "
+            f"nor a results directory ({RESULTS_FILE})"
+        )
+    raise UsageError(f"{path}: no such trace or directory")
+
+
+def narrate_file(path: Path) -> list[Line]:
+    """Narrate one saved trace; an unreadable file is a one-line ``UsageError``."""
+    try:
+        events = read_trace(path)
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such trace") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read the trace ({exc})") from None
+    if not events:
+        raise UsageError(f"{path}: not a trace (no event in it)")
+    return narrate(events)
+
+
+def narrate(events: Sequence[Mapping[str, Any]]) -> list[Line]:
+    """The narration of one run's events, one or more lines per event, in order."""
+    start = next((e["mono"] for e in events if isinstance(e.get("mono"), int | float)), None)
+    lines: list[Line] = []
+    for event in events:
+        mono = event.get("mono")
+        at = f"{mono - start:8.2f}s" if start is not None and isinstance(mono, int | float) else " " * 9
+        told = _TELLERS.get(str(event.get("kind")), _unknown)(event)
+        first, *rest = told
+        lines.append(Line(text=f"{at}  {first.text}", style=first.style))
+        lines.extend(Line(text=" " * 11 + line.text, style=line.style) for line in rest)
+    if not any(e.get("kind") == "run_finished" for e in events):
+        lines.append(
+            Line(text=" " * 11 + "(the trace ends here: the run never finished; it was killed or crashed)",
+                 style=Style.BAD)
+        )
+    return lines
+
+
+def _tail(text: str, label: str) -> list[Line]:
+    kept = text.rstrip("\n").splitlines()
+    if not kept:
+        return []
+    shown = kept[-_OUTPUT_TAIL:]
+    head = f"{label} (last {len(shown)} of {len(kept)} lines):" if len(kept) > len(shown) else f"{label}:"
+    return [Line(text=head, style=Style.DIM), *(Line(text=f"  | {s}", style=Style.DIM) for s in shown)]
+
+
+def _run_started(e: Mapping[str, Any]) -> list[Line]:
+    model = f" ({e['model']})" if e.get("model") else ""
+    return [
+        Line(text=f"run started: task {e.get('task')} attempt {e.get('attempt')}, agent {e.get('agent')}{model}",
+             style=Style.HEADING),
+        Line(text=f"task file {e.get('task_file')} (sha256 {str(e.get('task_sha256'))[:12]})", style=Style.DIM),
+    ]
+
+
+def _sandbox_started(e: Mapping[str, Any]) -> list[Line]:
+    info = e.get("info") or {}
+    checks = info.get("attestation") or []
+    passed = sum(1 for c in checks if c.get("passed"))
+    lines = [
+        Line(text=f"sandbox started: backend {info.get('backend')}, enforcement {info.get('enforcement')}, "
+                  f"attestation {passed}/{len(checks)} passed, policy {info.get('policy_hash')}")
+    ]
+    if info.get("downgrades"):
+        lines.append(Line(text=f"downgraded layers: {', '.join(info['downgrades'])}", style=Style.BAD))
+    lines.extend(
+        Line(text=f"attestation failed: {c.get('name')}: {c.get('detail')}", style=Style.BAD)
+        for c in checks if not c.get("passed")
+    )
+    return lines
+
+
+def _command(e: Mapping[str, Any]) -> list[Line]:
+    code = e.get("exit_code")
+    outcome = "timed out" if e.get("timed_out") else f"exit {code}"
+    failed = bool(e.get("timed_out")) or code != 0
+    lines = [
+        Line(text=f"[{e.get('source')}] $ {e.get('command')}"),
+        Line(text=f"-> {outcome} in {float(e.get('duration_s') or 0):.2f}s"
+                  + (" (output truncated)" if e.get("truncated") else ""),
+             style=Style.BAD if failed else Style.OK),
+    ]
+    if failed:
+        lines += _tail(str(e.get("stdout") or ""), "stdout") + _tail(str(e.get("stderr") or ""), "stderr")
+    return lines
+
+
+def _docs_read(e: Mapping[str, Any]) -> list[Line]:
+    page = e.get("page") or {}
+    route = " (documented route)" if e.get("route") else ""
+    requested, final = page.get("url_requested"), page.get("url_final")
+    where = requested if final in (None, requested) else f"{requested} -> {final}"
+    if page.get("error"):
+        detail = f": {page['detail']}" if page.get("detail") else ""
+        return [Line(text=f"docs read{route}: {where}: NOT READ, {page['error']}{detail}", style=Style.BAD)]
+    cached = ", from cache" if page.get("from_cache") else ""
+    title = f" \"{page['title']}\"" if page.get("title") else ""
+    return [Line(text=f"docs read{route}: {where}{title}: {page.get('status')}, "
+                      f"{page.get('bytes')} bytes{cached}")]
+
+
+def _egress(e: Mapping[str, Any]) -> list[Line]:
+    r = e.get("record") or {}
+    host = r.get("host") or "(no valid host)"
+    where = f"{host}:{r['port']}" if r.get("port") is not None else host
+    what = f"{r.get('method') or ''} {where}{r.get('path') or ''}".strip()
+    channel = r.get("channel")
+    if r.get("decision") == "deny":
+        return [Line(text=f"egress BLOCKED ({channel}): {what}: {r.get('reason')} [{r.get('layer')}]",
+                     style=Style.BAD)]
+    if r.get("would_deny"):
+        return [Line(text=f"egress WOULD BE BLOCKED ({channel}, report mode): {what}: {r['would_deny']}",
+                     style=Style.BAD)]
+    status = f", status {r['status']}" if r.get("status") is not None else ""
+    return [Line(text=f"egress allowed ({channel}): {what}: {r.get('reason')}{status}", style=Style.DIM)]
+
+
+def _agent_finished(e: Mapping[str, Any]) -> list[Line]:
+    stop = e.get("stop")
+    lines = [Line(text=f"agent finished: {stop} after {e.get('turns')} turns",
+                  style=Style.OK if stop == "finished" else Style.BAD)]
+    if e.get("detail"):
+        lines.append(Line(text=f"detail: {e['detail']}"))
+    if e.get("claim"):
+        lines.append(Line(text=f"claim: {e['claim']}"))
+    return lines
+
+
+def _check_finished(e: Mapping[str, Any]) -> list[Line]:
+    code = e.get("exit_code")
+    verdict = "no exit code (did not run)" if code is None else f"exit {code}"
+    lines = [Line(text=f"check: {verdict} in {float(e.get('duration_s') or 0):.2f}s",
+                  style=Style.OK if code == 0 else Style.BAD)]
+    if e.get("detail"):
+        lines.append(Line(text=f"detail: {e['detail']}"))
+    return lines + _tail(str(e.get("output") or ""), "check output")
+
+
+def _failure(e: Mapping[str, Any]) -> list[Line]:
+    kind = "infrastructure" if e.get("infra") else "harness"
+    return [Line(text=f"{kind} failure in {e.get('phase')} ({e.get('who')}, {e.get('error_type')}): "
+                      f"{e.get('message')}", style=Style.BAD)]
+
+
+def _run_finished(e: Mapping[str, Any]) -> list[Line]:
+    classification = e.get("classification")
+    return [Line(text=f"classification: {classification} ({e.get('reason')})",
+                 style=Style.OK if classification == "passed" else Style.BAD)]
+
+
+def _unknown(e: Mapping[str, Any]) -> list[Line]:
+    return [Line(text=f"event {e.get('kind')!r} (not known to this firstrun version)", style=Style.DIM)]
+
+
+_TELLERS: dict[str, Callable[[Mapping[str, Any]], list[Line]]] = {
+    "run_started": _run_started,
+    "sandbox_started": _sandbox_started,
+    "command": _command,
+    "docs_read": _docs_read,
+    "egress": _egress,
+    "agent_finished": _agent_finished,
+    "check_finished": _check_finished,
+    "failure": _failure,
+    "run_finished": _run_finished,
+}

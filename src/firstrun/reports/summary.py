@@ -1,0 +1,99 @@
+"""The end-of-suite summary: per task, runs by classification and an honest pass rate.
+
+Guarantee: the pass rate is taken over evidential runs only (``passed`` and
+``docs_gap``); runs that could not judge the docs (infrastructure trouble, a
+budget, a refusal, a skip) are counted and shown, never folded into the
+rate. When nothing produced evidence the rate says so in words, never 0%,
+because 0% would claim every documented route failed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from firstrun.results.model import Classification, RunRecord
+
+# Column order of the table: evidence first, then what could not judge.
+ORDER = (
+    Classification.PASSED,
+    Classification.DOCS_GAP,
+    Classification.BUDGET_EXHAUSTED,
+    Classification.AGENT_REFUSAL,
+    Classification.INFRA_ERROR,
+    Classification.HARNESS_ERROR,
+    Classification.SKIPPED,
+)
+
+NO_EVIDENCE = "no evidence"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskSummary:
+    """Every run of one task (or of the whole suite, for the total row)."""
+
+    task: str
+    counts: Mapping[Classification, int]
+
+    @property
+    def runs(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def passed(self) -> int:
+        return self.counts.get(Classification.PASSED, 0)
+
+    @property
+    def evidential(self) -> int:
+        return self.passed + self.counts.get(Classification.DOCS_GAP, 0)
+
+    @property
+    def pass_rate(self) -> float | None:
+        """Passed over evidential runs; None when no run produced evidence."""
+        return self.passed / self.evidential if self.evidential else None
+
+    def pass_rate_text(self) -> str:
+        rate = self.pass_rate
+        if rate is None:
+            return NO_EVIDENCE
+        return f"{self.passed}/{self.evidential} ({rate:.0%})"
+
+
+def summarize(records: Sequence[RunRecord]) -> tuple[list[TaskSummary], TaskSummary]:
+    """One summary per task, in the order tasks first finished, and the total."""
+    per_task: dict[str, Counter[Classification]] = {}
+    for record in records:
+        per_task.setdefault(record.task, Counter())[record.classification] += 1
+    rows = [TaskSummary(task=task, counts=dict(counts)) for task, counts in per_task.items()]
+    total: Counter[Classification] = Counter()
+    for counts in per_task.values():
+        total.update(counts)
+    return rows, TaskSummary(task="all tasks", counts=dict(total))
+
+
+def columns(rows: Sequence[TaskSummary]) -> list[Classification]:
+    """The classifications that occurred, in table order (passed and docs_gap always)."""
+    seen = {c for row in rows for c, n in row.counts.items() if n}
+    return [c for c in ORDER if c in seen or c in (Classification.PASSED, Classification.DOCS_GAP)]
+
+
+def table_lines(records: Sequence[RunRecord]) -> list[str]:
+    """The summary as aligned plain-text lines (for a log, a pipe, a CI console)."""
+    rows, total = summarize(records)
+    cols = columns([*rows, total])
+    header = ["task", "runs", *(c.value for c in cols), "pass rate (evidential runs)"]
+    body = [
+        [row.task, str(row.runs), *(str(row.counts.get(c, 0)) for c in cols), row.pass_rate_text()]
+        for row in [*rows, total]
+    ]
+    widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header))]
+
+    def fmt(cells: list[str]) -> str:
+        return "  ".join(
+            cell.ljust(width) if i == 0 else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return [fmt(header), rule, *(fmt(cells) for cells in body[:-1]), rule, fmt(body[-1])]
