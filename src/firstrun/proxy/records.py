@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import IO
@@ -80,11 +81,19 @@ class EgressRecord:
 
 
 class RecordLog:
-    """Records in memory, and appended to ``path`` when one is given."""
+    """Records in memory, and appended to ``path`` when one is given.
 
-    def __init__(self, path: str | None) -> None:
+    ``on_record`` sees every record as it is appended, in append order (it is
+    called under the lock), so a subscriber's copy is complete and ordered. It
+    must not raise or block: it runs on the proxy's own thread.
+    """
+
+    def __init__(
+        self, path: str | None, *, on_record: Callable[[EgressRecord], None] | None = None
+    ) -> None:
         self._lock = threading.Lock()
         self._records: list[EgressRecord] = []
+        self._on_record = on_record
         self._file: IO[str] | None = (
             open(path, "a", encoding="utf-8") if path is not None else None  # noqa: SIM115
         )
@@ -96,6 +105,8 @@ class RecordLog:
             if self._file is not None:
                 self._file.write(line)
                 self._file.flush()
+            if self._on_record is not None:
+                self._on_record(record)
 
     def snapshot(self) -> list[EgressRecord]:
         with self._lock:

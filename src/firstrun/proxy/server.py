@@ -510,11 +510,13 @@ class EgressProxy:
         record_path: str | None = None,
         resolver: Resolver | None = None,
         limits: ProxyLimits | None = None,
+        on_record: Callable[[EgressRecord], None] | None = None,
     ) -> None:
         self._policy = policy
         self._resolver: Resolver = resolver or system_resolver
         self.limits = limits or ProxyLimits()
-        self._log = RecordLog(record_path)
+        # ``on_record`` sees each record the moment it is written (see RecordLog).
+        self._log = RecordLog(record_path, on_record=on_record)
         self.nonce = secrets.token_urlsafe(24)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None

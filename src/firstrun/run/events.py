@@ -19,6 +19,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, ClassVar
 
+# Defined beside the agents that return it; a trace names the same values.
+from firstrun.agents.base import AgentStop
+
 
 class Source(StrEnum):
     """Who a command belongs to: the outcome depends on it."""
@@ -26,18 +29,6 @@ class Source(StrEnum):
     SETUP = "setup"
     AGENT = "agent"
     CHECK = "check"
-
-
-class AgentStop(StrEnum):
-    """Why the agent stopped; the classifier maps these, never free text."""
-
-    FINISHED = "finished"
-    STEP_FAILED = "step_failed"
-    BUDGET_EXHAUSTED = "budget_exhausted"
-    REFUSED = "refused"
-    NO_REPLAY = "no_replay"
-    INFRA_ERROR = "infra_error"
-    HARNESS_ERROR = "harness_error"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,7 +103,12 @@ class CheckFinished(Event):
 
 @dataclass(frozen=True, kw_only=True)
 class Failure(Event):
-    """The harness or its infrastructure failed; ``who`` is FirstrunError.who."""
+    """The harness or its infrastructure failed; ``who`` is FirstrunError.who.
+
+    ``reason`` is the stable key the classifier reports (``sandbox_refused``,
+    ``proxy_failed``, ...), decided from the exception's type where it was
+    caught; ``message`` is for people.
+    """
 
     kind: ClassVar[str] = "failure"
     phase: str
@@ -120,6 +116,7 @@ class Failure(Event):
     error_type: str
     message: str
     infra: bool
+    reason: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,108 @@
+"""What an agent is given, what it may do, and what it reports back.
+
+Guarantee: an agent sees a read-only ``Brief`` and a ``Toolbelt`` of two
+tools, ``bash`` (one command in the attested session) and ``read_docs`` (one
+page, fetched on the harness side), and nothing else: no session, no proxy,
+no task file, no check. Every call it makes goes through the toolbelt, so the
+harness records it and enforces the wall budget on it whatever the agent
+does; an agent that runs out is told by ``BudgetExhausted``, not trusted to
+notice. Why it stopped is one ``AgentStop`` from a closed set, which the
+classifier maps; ``claim`` and ``detail`` are for people and never decide.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Protocol
+
+from firstrun.tasks.model import Budgets
+
+if TYPE_CHECKING:
+    # Type-only: an agent reads the data the toolbelt hands it and never
+    # touches the sandbox or the docs reader itself (pyproject's import
+    # contract allows exactly these two edges).
+    from firstrun.docs.page import Page
+    from firstrun.sandbox.base import ExecResult
+
+
+class AgentStop(StrEnum):
+    """Why the agent stopped; the classifier maps these, never free text."""
+
+    FINISHED = "finished"
+    STEP_FAILED = "step_failed"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    REFUSED = "refused"
+    NO_REPLAY = "no_replay"
+    INFRA_ERROR = "infra_error"
+    HARNESS_ERROR = "harness_error"
+
+
+class Budget(StrEnum):
+    """Which budget ran out."""
+
+    MAX_SECONDS = "max_seconds"
+    MAX_TURNS = "max_turns"
+    MAX_TOKENS = "max_tokens"
+
+
+class BudgetExhausted(Exception):
+    """Raised by a toolbelt when a call would go past the run's budget.
+
+    Control flow between the harness and an agent, not a failure: the agent
+    (or, if it lets this escape, the runner) ends the agent phase with
+    ``AgentStop.BUDGET_EXHAUSTED``.
+    """
+
+    def __init__(self, budget: Budget, detail: str) -> None:
+        super().__init__(detail)
+        self.budget = budget
+        self.detail = detail
+
+
+@dataclass(frozen=True, kw_only=True)
+class Brief:
+    """Everything an agent is told about its task. The check is not in it."""
+
+    task: str
+    goal: str
+    docs_route: tuple[str, ...]
+    docs_hosts: tuple[str, ...]
+    budgets: Budgets
+    replay: tuple[str, ...]
+
+
+class Toolbelt(Protocol):
+    def bash(self, command: str, *, timeout: float | None = None) -> ExecResult:
+        """Run ``command`` under bash in the workspace; recorded as an agent command.
+
+        ``timeout`` can only shorten the task's per-command limit and the
+        time left in the wall budget. Raises ``BudgetExhausted`` when no
+        time is left, or when the command was cut short because the wall
+        budget ran out (the command is recorded first).
+        """
+        ...
+
+    def read_docs(self, url: str) -> Page:
+        """Read one documentation page on the harness side; recorded as a docs read.
+
+        A page that cannot be read is a ``Page`` with ``error`` set, never an
+        exception. Raises ``BudgetExhausted`` when no time is left.
+        """
+        ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentResult:
+    stop: AgentStop
+    turns: int = 0
+    claim: str = ""
+    detail: str = ""
+    usage: dict[str, Any] = field(default_factory=dict)
+
+
+class Agent(Protocol):
+    name: str
+    model: str | None
+
+    def run(self, brief: Brief, tools: Toolbelt) -> AgentResult: ...

@@ -1,0 +1,157 @@
+"""The success check: one bash script, generated, run in the session after the agent.
+
+Guarantee: the check a task declares becomes one bash script from the pure
+function ``build_check_script``: the helpers (``qs_fail``, ``qs_serve``,
+``qs_wait_http``, ``qs_expect_output``, ``$QS_PORT``), then the declarative
+criteria in the order ``serve``, ``wait_http``, ``expect_output``, then the
+task's own ``script`` or ``file`` text, run in a subshell so its ``exit``,
+``set -e`` and traps stay its own while the helpers still clean up. The
+script travels to the session as an argument of ``bash -c`` and is never
+written into the workspace, so no agent can read the answer key. The agent
+output ``expect_output`` matches is the stdout and stderr of the agent's
+commands that exited 0 (not setup's, not the commands' text), written
+host-side into the workspace under an unguessable name just before the check
+and removed right after it. Exit status 0 is a pass and nothing else is: a
+timeout, a signal or a lost session is a failure.
+"""
+
+from __future__ import annotations
+
+import secrets
+import shlex
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from importlib import resources
+
+from firstrun.run.events import CheckFinished, CommandRan, Event, Source
+from firstrun.run.workspace import Workspace
+from firstrun.sandbox.base import ExecResult, Session
+from firstrun.tasks.model import JsonScalar, Task
+
+# As quickstarted: above the ports quickstarts document (3000, 5173, 8000,
+# 8080), stable per task name so a failure reproduces by hand.
+PORT_BASE = 21000
+PORT_SPAN = 20000
+
+OUTPUT_EXCERPT_CHARS = 4000
+
+
+def check_port(task_name: str) -> int:
+    return PORT_BASE + zlib.crc32(task_name.encode("utf-8")) % PORT_SPAN
+
+
+def prelude() -> str:
+    return resources.files("firstrun.run").joinpath("prelude.sh").read_text(encoding="utf-8")
+
+
+def _json_text(value: JsonScalar) -> str:
+    # As the body spells it: JSON's literals, not Python's.
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if value is None:
+        return "null"
+    return str(value)
+
+
+def _declared(task: Task) -> list[str]:
+    success = task.spec.success
+    lines: list[str] = []
+    if success.serve is not None:
+        # The author's command line, as written: it may use $QS_PORT and quoting.
+        lines.append(f"qs_serve {success.serve.strip()}")
+    wait = success.wait_http
+    if wait is not None:
+        args = [wait.url if wait.url is not None else wait.path or "/"]
+        args += ["--status", str(wait.status), "--timeout", str(wait.timeout)]
+        for text in wait.contains:
+            args += ["--contains", text]
+        for pattern in wait.matches:
+            args += ["--matches", pattern]
+        for key, value in wait.json_pairs:
+            args += ["--json", f"{key}={_json_text(value)}"]
+        lines.append("qs_wait_http " + " ".join(shlex.quote(a) for a in args))
+    expect = success.expect_output
+    if expect is not None:
+        args = []
+        for text in expect.contains:
+            args += ["--contains", text]
+        for pattern in expect.matches:
+            args += ["--matches", pattern]
+        lines.append("qs_expect_output " + " ".join(shlex.quote(a) for a in args))
+    return lines
+
+
+def build_check_script(task: Task, *, port: int) -> str:
+    """The complete check for ``task``, as bash text. Pure."""
+    parts = [f"QS_PORT={port}", prelude().rstrip("\n"), "# ---- the task's criteria"]
+    parts += _declared(task)
+    if task.check.strip():
+        parts += ["(", task.check.rstrip("\n"), ")"]
+    return "\n".join(parts) + "\n"
+
+
+def agent_output(events: Sequence[Event]) -> bytes:
+    """What ``expect_output`` matches: the output of agent commands that exited 0."""
+    chunks: list[str] = []
+    for event in events:
+        if isinstance(event, CommandRan) and event.source is Source.AGENT and event.exit_code == 0:
+            chunks += [event.stdout, event.stderr]
+    return "".join(c if c.endswith("\n") or not c else c + "\n" for c in chunks).encode()
+
+
+def _excerpt(result: ExecResult) -> str:
+    text = result.stdout.text() + result.stderr.text()
+    return text[-OUTPUT_EXCERPT_CHARS:]
+
+
+def run_check(
+    task: Task,
+    *,
+    session: Session,
+    workspace: Workspace,
+    output: bytes,
+    timeout_s: float,
+    emit: Callable[[Event], None],
+) -> CheckFinished:
+    """Run the check in ``session`` over ``workspace``; emit and return its result."""
+    log_name = f".firstrun-output-{secrets.token_hex(8)}.log"
+    workspace.write_new(log_name, output)
+    script = build_check_script(task, port=check_port(task.name))
+    started = time.monotonic()
+    try:
+        result = session.exec(
+            ["/bin/bash", "-c", script, "firstrun-check"],
+            timeout=timeout_s,
+            env={"QS_SESSION_LOG": log_name},
+        )
+    finally:
+        workspace.remove(log_name)
+    emit(
+        CommandRan(
+            source=Source.CHECK,
+            command="<success check>",
+            exit_code=result.exit_code,
+            duration_s=result.duration_s,
+            timed_out=result.timed_out,
+            stdout=result.stdout.text(),
+            stderr=result.stderr.text(),
+            truncated=result.stdout.truncated or result.stderr.truncated,
+        )
+    )
+    if result.timed_out:
+        detail = f"timed out after {timeout_s:g}s"
+    else:
+        # qs_fail prints its reason last, so the last line says why.
+        lines = [line for line in result.stdout.text().splitlines() if line.strip()]
+        detail = lines[-1] if lines and result.exit_code != 0 else ""
+    finished = CheckFinished(
+        exit_code=None if result.timed_out else result.exit_code,
+        output=_excerpt(result),
+        duration_s=round(time.monotonic() - started, 3),
+        detail=detail,
+    )
+    emit(finished)
+    return finished

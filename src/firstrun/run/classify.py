@@ -1,0 +1,104 @@
+"""Deciding what a run means, from its typed events alone.
+
+Guarantee: ``classify`` is a pure function of the events a run emitted. It
+reads types and enums, never message text, so the same events classify the
+same way on every backend and when read back from a trace. The order of the
+rules is the order below, and the first that applies decides:
+
+1. a harness failure (a bug in firstrun)            -> harness_error
+2. an infrastructure failure (sandbox refused or failed, attestation,
+   proxy, docs reader), or a failed setup step        -> infra_error
+3. the agent stopped for an infrastructure reason     -> infra_error
+4. replay with no replay block                        -> skipped
+5. the agent refused                                  -> agent_refusal
+6. otherwise the check alone decides: exit 0          -> passed
+   non-zero: a spent budget                           -> budget_exhausted
+             else                                     -> docs_gap
+   (reason replay_step_failed when an agent step failed first, else check_failed)
+
+A route page that could not be read is a finding, not a rule here: the check
+alone decides between passed and docs_gap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from firstrun.agents.base import AgentStop
+from firstrun.results.model import Classification
+from firstrun.run.events import AgentFinished, CheckFinished, CommandRan, Event, Failure, Source
+
+
+class Reason(StrEnum):
+    """Stable keys for ``RunRecord.reason``; results and statistics key on them."""
+
+    PASSED = "passed"
+    CHECK_FAILED = "check_failed"
+    REPLAY_STEP_FAILED = "replay_step_failed"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    NO_REPLAY = "no_replay"
+    AGENT_REFUSED = "agent_refused"
+    SETUP_FAILED = "setup_failed"
+    SANDBOX_REFUSED = "sandbox_refused"
+    SANDBOX_FAILED = "sandbox_failed"
+    ATTESTATION_FAILED = "attestation_failed"
+    PROXY_FAILED = "proxy_failed"
+    DOCS_FAILED = "docs_failed"
+    AGENT_INFRA = "agent_infra_error"
+    HARNESS_ERROR = "harness_error"
+    NO_CHECK = "no_check"
+    INTERRUPTED = "interrupted"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    classification: Classification
+    reason: Reason
+
+
+def classify(events: Sequence[Event]) -> Verdict:
+    failures = [e for e in events if isinstance(e, Failure)]
+    for failure in failures:
+        if not failure.infra:
+            return Verdict(classification=Classification.HARNESS_ERROR, reason=Reason.HARNESS_ERROR)
+    if failures:
+        return Verdict(classification=Classification.INFRA_ERROR, reason=_infra_reason(failures[0]))
+    if any(
+        isinstance(e, CommandRan) and e.source is Source.SETUP and e.exit_code != 0 for e in events
+    ):
+        return Verdict(classification=Classification.INFRA_ERROR, reason=Reason.SETUP_FAILED)
+    finished = next((e for e in events if isinstance(e, AgentFinished)), None)
+    if finished is not None:
+        if finished.stop is AgentStop.INFRA_ERROR:
+            return Verdict(classification=Classification.INFRA_ERROR, reason=Reason.AGENT_INFRA)
+        if finished.stop is AgentStop.HARNESS_ERROR:
+            return Verdict(classification=Classification.HARNESS_ERROR, reason=Reason.HARNESS_ERROR)
+        if finished.stop is AgentStop.NO_REPLAY:
+            return Verdict(classification=Classification.SKIPPED, reason=Reason.NO_REPLAY)
+        if finished.stop is AgentStop.REFUSED:
+            return Verdict(classification=Classification.AGENT_REFUSAL, reason=Reason.AGENT_REFUSED)
+    check = next((e for e in events if isinstance(e, CheckFinished)), None)
+    if finished is None or check is None:
+        # Every path that skips the check emits a Failure first; reaching
+        # here means the runner itself lost its way.
+        return Verdict(classification=Classification.HARNESS_ERROR, reason=Reason.NO_CHECK)
+    if check.exit_code == 0:
+        return Verdict(classification=Classification.PASSED, reason=Reason.PASSED)
+    if finished.stop is AgentStop.BUDGET_EXHAUSTED:
+        return Verdict(classification=Classification.BUDGET_EXHAUSTED, reason=Reason.BUDGET_EXHAUSTED)
+    return Verdict(
+        classification=Classification.DOCS_GAP,
+        reason=Reason.REPLAY_STEP_FAILED
+        if finished.stop is AgentStop.STEP_FAILED
+        else Reason.CHECK_FAILED,
+    )
+
+
+def _infra_reason(failure: Failure) -> Reason:
+    try:
+        return Reason(failure.reason)
+    except ValueError:
+        # A trace from a build that knew a reason this one does not.
+        return Reason.SANDBOX_FAILED

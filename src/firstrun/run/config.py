@@ -1,0 +1,35 @@
+"""How runs are carried out: one frozen value shared by every run of a sweep.
+
+Guarantee: the defaults are the secure ones: an enforcing backend chosen by
+``auto``, no unenforced execution, no downgraded layer, the workspace thrown
+away after the run, and egress enforced rather than reported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from firstrun.docs import Mirror, Politeness
+from firstrun.policy.profile import LayerName
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunConfig:
+    """``out_dir`` is ``--out``; traces go to ``out_dir/runs/<task>/<attempt>/``.
+
+    ``politeness`` is shared by every run given this config, so parallel runs
+    space their requests to one docs host together; None gives each run its
+    own (``run_suite`` shares one across its workers).
+    """
+
+    out_dir: Path
+    backend: str = "auto"
+    allow_unenforced: bool = False
+    allow_downgrade: frozenset[LayerName] = frozenset()
+    keep_sandbox: bool = False
+    docs_mirrors: Mapping[str, Mirror] = field(default_factory=dict)
+    cache_dir: Path | None = None
+    politeness: Politeness | None = None
+    report_only: bool = False

@@ -1,0 +1,126 @@
+"""Many runs: bounded concurrency, repeats, a clean stop, and results kept as they finish.
+
+Guarantee: each finished run is added to the ``ResultsStore`` (which rewrites
+``results.json`` atomically) the moment it finishes, so an interrupt keeps
+every finished run. When ``stop`` is set no new run starts, and the runs in
+flight end at their next call boundary with their sessions closed; a run cut
+short that way is not a finished run and is neither stored nor returned.
+Every run executes start to finish on one worker thread that outlives its
+session, because the linux backend's bubblewrap dies with the thread that
+forked it (``--die-with-parent`` follows the thread, not the process).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from firstrun.agents.base import Agent
+from firstrun.docs import Politeness
+from firstrun.errors import UsageError
+from firstrun.results.model import Classification, RunRecord
+from firstrun.results.store import ResultsStore
+from firstrun.run.classify import Reason
+from firstrun.run.config import RunConfig
+from firstrun.run.events import Event
+from firstrun.run.runner import run_task
+from firstrun.tasks.model import Task
+
+EXIT_PASSED = 0
+EXIT_DOCS_GAP = 1
+EXIT_NO_EVIDENCE = 2
+
+
+@dataclass(frozen=True, kw_only=True)
+class SuiteOutcome:
+    records: list[RunRecord]
+    interrupted: bool
+
+
+def run_suite(
+    tasks: Sequence[Task],
+    *,
+    agent_factory: Callable[[], Agent],
+    config: RunConfig,
+    store: ResultsStore,
+    repeat: int = 1,
+    workers: int = 1,
+    stop: threading.Event | None = None,
+    on_event: Callable[[str, int, Event], None] | None = None,
+) -> SuiteOutcome:
+    """Run every task ``repeat`` times on ``workers`` threads; records in finishing order.
+
+    ``on_event(task_name, attempt, event)`` is called from worker threads.
+    """
+    if repeat < 1:
+        raise UsageError("--repeat must be at least 1")
+    if workers < 1:
+        raise UsageError("--workers must be at least 1")
+    stop = stop if stop is not None else threading.Event()
+    if config.politeness is None:
+        # One spacing for the whole sweep, so parallel runs are polite together.
+        config = replace(config, politeness=Politeness())
+    jobs: queue.SimpleQueue[tuple[Task, int]] = queue.SimpleQueue()
+    for attempt in range(1, repeat + 1):
+        for task in tasks:
+            jobs.put((task, attempt))
+    records: list[RunRecord] = []
+    lock = threading.Lock()
+    crashed: list[BaseException] = []
+
+    def work() -> None:
+        while not stop.is_set():
+            try:
+                task, attempt = jobs.get_nowait()
+            except queue.Empty:
+                return
+            forward = None
+            if on_event is not None:
+                def forward(event: Event, name: str = task.name, n: int = attempt) -> None:
+                    on_event(name, n, event)
+            try:
+                record = run_task(task, attempt=attempt, agent=agent_factory(), config=config,
+                                  on_event=forward, stop=stop)
+            except BaseException as exc:
+                # run_task maps everything inside a run; this is the store or
+                # the trace directory failing. Stop the sweep, keep what finished.
+                with lock:
+                    crashed.append(exc)
+                stop.set()
+                return
+            if record.reason == Reason.INTERRUPTED:
+                continue
+            with lock:
+                store.add(record.to_data())
+                records.append(record)
+
+    threads = [threading.Thread(target=work, name=f"firstrun-run-{i}", daemon=False)
+               for i in range(min(workers, len(tasks) * repeat) or 1)]
+    for thread in threads:
+        thread.start()
+    try:
+        for thread in threads:
+            # Short joins keep the main thread responsive to signals.
+            while thread.is_alive():
+                thread.join(0.2)
+    except BaseException:
+        # Ctrl-C in the main thread: let the runs in flight end cleanly (their
+        # sessions closed, finished ones stored) before the interrupt goes on.
+        stop.set()
+        for thread in threads:
+            thread.join()
+        raise
+    if crashed:
+        raise crashed[0]
+    return SuiteOutcome(records=records, interrupted=stop.is_set())
+
+
+def suite_exit_code(records: Sequence[RunRecord]) -> int:
+    """0: every evidential run passed (and there was one); 1: a docs gap; 2: no evidence."""
+    if any(r.classification is Classification.DOCS_GAP for r in records):
+        return EXIT_DOCS_GAP
+    if any(r.classification is Classification.PASSED for r in records):
+        return EXIT_PASSED
+    return EXIT_NO_EVIDENCE

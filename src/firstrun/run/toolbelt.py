@@ -1,0 +1,90 @@
+"""The toolbelt an agent gets: ``bash`` in the session, ``read_docs`` on the harness side.
+
+Guarantee: every call is recorded as it completes (a ``command`` event with
+source ``agent``, or a ``docs_read`` event, ``route`` true when the URL is a
+page of the documented route) and every call is held to the wall budget of
+the agent phase: a command's timeout is the smallest of what the agent
+asked, the task's per-command limit and the time left, and once the time is
+spent no call starts; ``BudgetExhausted`` says so. When the run's ``stop``
+event is set (Ctrl-C on the suite) no further call starts: ``RunInterrupted``
+unwinds the agent, and the command already running finishes within its own
+timeout first, because a session cannot be cut mid-command from outside.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from firstrun.agents.base import Budget, BudgetExhausted
+from firstrun.docs import DocsReader, Page
+from firstrun.run.events import CommandRan, DocsRead, Event, Source
+from firstrun.sandbox.base import ExecResult, Session
+
+
+class RunInterrupted(BaseException):
+    """The sweep was asked to stop. A BaseException, so an agent's ``except
+    Exception`` cannot swallow it and carry on."""
+
+
+class RunToolbelt:
+    def __init__(
+        self,
+        *,
+        session: Session,
+        reader: DocsReader,
+        route: tuple[str, ...],
+        max_seconds: float,
+        max_command_seconds: float,
+        emit: Callable[[Event], None],
+        stop: threading.Event | None = None,
+    ) -> None:
+        self._session = session
+        self._reader = reader
+        self._route = frozenset(route)
+        self._max_seconds = max_seconds
+        self._max_command_seconds = max_command_seconds
+        self._deadline = time.monotonic() + max_seconds
+        self._emit = emit
+        self._stop = stop
+
+    def _remaining(self) -> float:
+        if self._stop is not None and self._stop.is_set():
+            raise RunInterrupted()
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise BudgetExhausted(
+                Budget.MAX_SECONDS, f"the agent phase used its {self._max_seconds:g}s"
+            )
+        return left
+
+    def bash(self, command: str, *, timeout: float | None = None) -> ExecResult:
+        left = self._remaining()
+        limit = min(self._max_command_seconds, left if timeout is None else min(timeout, left))
+        cut_by_budget = limit >= left
+        result = self._session.exec(command, timeout=limit)
+        self._emit(
+            CommandRan(
+                source=Source.AGENT,
+                command=command,
+                exit_code=result.exit_code,
+                duration_s=round(result.duration_s, 3),
+                timed_out=result.timed_out,
+                stdout=result.stdout.text(),
+                stderr=result.stderr.text(),
+                truncated=result.stdout.truncated or result.stderr.truncated,
+            )
+        )
+        if result.timed_out and cut_by_budget:
+            raise BudgetExhausted(
+                Budget.MAX_SECONDS,
+                f"the agent phase used its {self._max_seconds:g}s during: {command}",
+            )
+        return result
+
+    def read_docs(self, url: str) -> Page:
+        self._remaining()
+        page = self._reader.read(url)
+        self._emit(DocsRead(page=page.to_record(), route=url in self._route))
+        return page
