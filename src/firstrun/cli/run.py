@@ -215,15 +215,15 @@ def check_command(
     task_path: str, *, sandbox: str, backend: str, allow_unenforced: bool, out: str
 ) -> int:
     """Re-run only the success check of one task against a kept workspace."""
-    from firstrun.run.check import recheck
-    from firstrun.run.runner import RunConfig
-    from firstrun.run.suite import suite_exit_code
-
     if not os.path.isdir(sandbox):
         raise UsageError(f"--sandbox: {sandbox!r} is not a directory (a workspace kept by run --keep-sandbox)")
     tasks = load_tasks([task_path])
     if len(tasks) != 1:
         raise UsageError(f"check: TASK must name one task file; {task_path!r} holds {len(tasks)}")
+    from firstrun.run.check import recheck
+    from firstrun.run.runner import RunConfig
+    from firstrun.run.suite import suite_exit_code
+
     config = RunConfig(out_dir=Path(out), backend=backend, allow_unenforced=allow_unenforced)
     with signals_unwind():
         record = recheck(tasks[0], sandbox_dir=Path(sandbox), config=config)

@@ -204,7 +204,8 @@ def _check_finished(e: Mapping[str, Any]) -> list[Line]:
 
 def _failure(e: Mapping[str, Any]) -> list[Line]:
     kind = "infrastructure" if e.get("infra") else "harness"
-    return [Line(text=f"{kind} failure in {e.get('phase')} ({e.get('who')}, {e.get('error_type')}): "
+    reason = f" [{e['reason']}]" if e.get("reason") else ""
+    return [Line(text=f"{kind} failure in {e.get('phase')}{reason} ({e.get('who')}, {e.get('error_type')}): "
                       f"{e.get('message')}", style=Style.BAD)]
 
 
