@@ -17,17 +17,40 @@ timeout, a signal or a lost session is a failure.
 
 from __future__ import annotations
 
+import os
 import secrets
 import shlex
+import shutil
 import time
 import zlib
 from collections.abc import Callable, Sequence
 from importlib import resources
+from pathlib import Path
+from typing import Any
 
-from firstrun.run.events import CheckFinished, CommandRan, Event, Source
+from firstrun.docs import Politeness
+from firstrun.errors import UsageError
+from firstrun.results.model import RunRecord
+from firstrun.run.classify import classify
+from firstrun.run.config import RunConfig
+from firstrun.run.events import (
+    CheckFinished,
+    CommandRan,
+    Event,
+    RunFinished,
+    RunStarted,
+    SandboxStarted,
+    Source,
+    Trace,
+    read_trace,
+)
+from firstrun.run.record import Recorder, build_record, failure_event, now_iso
+from firstrun.run.sandbox import open_sandbox
 from firstrun.run.workspace import Workspace
 from firstrun.sandbox.base import ExecResult, Session
 from firstrun.tasks.model import JsonScalar, Task
+
+RECHECK_AGENT = "check"
 
 # As quickstarted: above the ports quickstarts document (3000, 5173, 8000,
 # 8080), stable per task name so a failure reproduces by hand.
@@ -95,11 +118,27 @@ def build_check_script(task: Task, *, port: int) -> str:
 
 def agent_output(events: Sequence[Event]) -> bytes:
     """What ``expect_output`` matches: the output of agent commands that exited 0."""
-    chunks: list[str] = []
-    for event in events:
-        if isinstance(event, CommandRan) and event.source is Source.AGENT and event.exit_code == 0:
-            chunks += [event.stdout, event.stderr]
-    return "".join(c if c.endswith("\n") or not c else c + "\n" for c in chunks).encode()
+    return _joined(
+        [e.stdout, e.stderr]
+        for e in events
+        if isinstance(e, CommandRan) and e.source is Source.AGENT and e.exit_code == 0
+    )
+
+
+def agent_output_from_trace(lines: Sequence[dict[str, Any]]) -> bytes:
+    """``agent_output`` of a run read back from its ``trace.jsonl``."""
+    return _joined(
+        [line.get("stdout", ""), line.get("stderr", "")]
+        for line in lines
+        if line.get("kind") == CommandRan.kind
+        and line.get("source") == Source.AGENT.value
+        and line.get("exit_code") == 0
+    )
+
+
+def _joined(pairs: Any) -> bytes:
+    chunks = [c for pair in pairs for c in pair if c]
+    return "".join(c if c.endswith("\n") else c + "\n" for c in chunks).encode()
 
 
 def _excerpt(result: ExecResult) -> str:
@@ -155,3 +194,51 @@ def run_check(
     )
     emit(finished)
     return finished
+
+
+def recheck(task: Task, *, sandbox_dir: Path, config: RunConfig) -> RunRecord:
+    """Run only the check of ``task`` against a kept workspace, on ``config``'s backend.
+
+    The backend is chosen exactly as for a run, so ``local`` is refused
+    unless unenforced execution was allowed. ``expect_output`` matches the
+    agent output recorded in the run's ``trace.jsonl`` beside the workspace
+    (``--keep-sandbox`` puts it there); without that trace it matches
+    nothing. The recheck's own trace is ``out_dir/runs/<task>/check/trace.jsonl``.
+    """
+    if not sandbox_dir.is_dir():
+        raise UsageError(f"--sandbox: {os.fspath(sandbox_dir)!r} is not a directory")
+    workspace = sandbox_dir.resolve()
+    beside = workspace.parent / "trace.jsonl"
+    output = agent_output_from_trace(read_trace(beside)) if beside.is_file() else b""
+    where = config.out_dir / "runs" / task.name / RECHECK_AGENT
+    if where.exists():
+        shutil.rmtree(where)
+    trace = Trace(where / "trace.jsonl")
+    recorder = Recorder(trace, None)
+    started_at, started = now_iso(), time.monotonic()
+    try:
+        recorder.emit(RunStarted(task=task.name, attempt=0, agent=RECHECK_AGENT, model=None,
+                                 task_file=task.path, task_sha256=task.sha256))
+        phase = "sandbox"
+        try:
+            with open_sandbox(task, workspace=str(workspace), config=config,
+                              politeness=config.politeness or Politeness(),
+                              on_record=recorder.egress) as enclosure:
+                recorder.emit(SandboxStarted(info=enclosure.session.info.to_data()))
+                phase = "check"
+                with Workspace(workspace) as handle:
+                    run_check(task, session=enclosure.session, workspace=handle, output=output,
+                              timeout_s=float(task.spec.budgets.max_command_seconds),
+                              emit=recorder.emit)
+            recorder.raise_deferred()
+        except Exception as exc:
+            recorder.emit(failure_event(exc, phase=phase))
+        verdict = classify(trace.events())
+        recorder.emit(RunFinished(classification=verdict.classification.value,
+                                  reason=verdict.reason.value))
+        return build_record(task, attempt=0, agent_name=RECHECK_AGENT, model=None,
+                            verdict=verdict, events=trace.events(), started_at=started_at,
+                            duration_s=time.monotonic() - started,
+                            trace=str((where / "trace.jsonl").relative_to(config.out_dir)))
+    finally:
+        trace.close()

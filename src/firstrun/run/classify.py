@@ -16,6 +16,8 @@ rules is the order below, and the first that applies decides:
              else                                     -> docs_gap
    (reason replay_step_failed when an agent step failed first, else check_failed)
 
+A recheck (``firstrun check``) has no agent events; its check alone decides.
+
 A route page that could not be read is a finding, not a rule here: the check
 alone decides between passed and docs_gap.
 """
@@ -80,12 +82,15 @@ def classify(events: Sequence[Event]) -> Verdict:
         if finished.stop is AgentStop.REFUSED:
             return Verdict(classification=Classification.AGENT_REFUSAL, reason=Reason.AGENT_REFUSED)
     check = next((e for e in events if isinstance(e, CheckFinished)), None)
-    if finished is None or check is None:
-        # Every path that skips the check emits a Failure first; reaching
-        # here means the runner itself lost its way.
+    if check is None:
+        # Every path that skips the check emits a Failure first or stops the
+        # agent above; reaching here means the runner itself lost its way.
         return Verdict(classification=Classification.HARNESS_ERROR, reason=Reason.NO_CHECK)
     if check.exit_code == 0:
         return Verdict(classification=Classification.PASSED, reason=Reason.PASSED)
+    if finished is None:
+        # ``firstrun check``: the check alone, over a kept workspace.
+        return Verdict(classification=Classification.DOCS_GAP, reason=Reason.CHECK_FAILED)
     if finished.stop is AgentStop.BUDGET_EXHAUSTED:
         return Verdict(classification=Classification.BUDGET_EXHAUSTED, reason=Reason.BUDGET_EXHAUSTED)
     return Verdict(

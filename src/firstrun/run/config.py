@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from firstrun.docs import Mirror, Politeness
+from firstrun.errors import UsageError
 from firstrun.policy.profile import LayerName
+from firstrun.sandbox.select import BACKENDS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,3 +35,10 @@ class RunConfig:
     cache_dir: Path | None = None
     politeness: Politeness | None = None
     report_only: bool = False
+
+    def __post_init__(self) -> None:
+        # Refused here, once, so a sweep never starts runs that all fail alike.
+        if self.backend not in BACKENDS:
+            raise UsageError(
+                f"--backend: unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}"
+            )

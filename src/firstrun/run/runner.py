@@ -21,33 +21,18 @@ import shutil
 import tempfile
 import threading
 import time
-import traceback
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from firstrun.agents.base import Agent, AgentResult, AgentStop, Brief, BudgetExhausted
 from firstrun.docs import Politeness
-from firstrun.errors import (
-    AttestationFailed,
-    DocsError,
-    FirstrunError,
-    ProxyError,
-    SandboxError,
-    SandboxUnavailable,
-)
-from firstrun.proxy.records import EgressRecord
-from firstrun.results.model import PageRead, RunRecord
+from firstrun.results.model import RunRecord
 from firstrun.run.check import agent_output, run_check
-from firstrun.run.classify import Reason, Verdict, classify
+from firstrun.run.classify import Reason, classify
 from firstrun.run.config import RunConfig
 from firstrun.run.events import (
     AgentFinished,
-    CheckFinished,
     CommandRan,
-    DocsRead,
-    Egress,
     Event,
     Failure,
     RunFinished,
@@ -56,6 +41,7 @@ from firstrun.run.events import (
     Source,
     Trace,
 )
+from firstrun.run.record import Recorder, build_record, failure_event, now_iso
 from firstrun.run.sandbox import open_sandbox
 from firstrun.run.toolbelt import RunInterrupted, RunToolbelt
 from firstrun.run.workspace import Workspace
@@ -70,70 +56,6 @@ _CHECKED = frozenset({AgentStop.FINISHED, AgentStop.STEP_FAILED, AgentStop.BUDGE
 
 def run_dir(config: RunConfig, task_name: str, attempt: int) -> Path:
     return config.out_dir / "runs" / task_name / str(attempt)
-
-
-def infra_reason(exc: BaseException) -> Reason | None:
-    """The infrastructure reason for ``exc``, or None when it is a harness bug. By type only."""
-    if isinstance(exc, SandboxUnavailable):
-        return Reason.SANDBOX_REFUSED
-    if isinstance(exc, AttestationFailed):
-        return Reason.ATTESTATION_FAILED
-    if isinstance(exc, SandboxError):
-        return Reason.SANDBOX_FAILED
-    if isinstance(exc, ProxyError):
-        return Reason.PROXY_FAILED
-    if isinstance(exc, DocsError):
-        return Reason.DOCS_FAILED
-    return None
-
-
-def failure_event(exc: BaseException, *, phase: str) -> Failure:
-    reason = infra_reason(exc)
-    if reason is not None:
-        assert isinstance(exc, FirstrunError)
-        return Failure(phase=phase, who=exc.who, error_type=type(exc).__name__,
-                       message=str(exc), infra=True, reason=reason.value)
-    return Failure(phase=phase, who="harness", error_type=type(exc).__name__,
-                   message="".join(traceback.format_exception(exc)), infra=False,
-                   reason=Reason.HARNESS_ERROR.value)
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-class _Recorder:
-    """Writes events to the trace and the caller's callback, from any thread.
-
-    Egress arrives on the proxy's thread, which must never see an exception;
-    a failure there is kept and raised on the run's own thread.
-    """
-
-    def __init__(self, trace: Trace, on_event: Callable[[Event], None] | None) -> None:
-        self._trace = trace
-        self._on_event = on_event
-        self._lock = threading.Lock()
-        self.errors: list[Exception] = []
-
-    def emit(self, event: Event) -> None:
-        self._trace.emit(event)
-        if self._on_event is not None:
-            self._on_event(event)
-
-    def events(self) -> list[Event]:
-        return self._trace.events()
-
-    def egress(self, record: EgressRecord) -> None:
-        try:
-            self.emit(Egress(record=record.to_data()))
-        except Exception as exc:
-            with self._lock:
-                self.errors.append(exc)
-
-    def raise_deferred(self) -> None:
-        with self._lock:
-            if self.errors:
-                raise self.errors[0]
 
 
 def run_task(
@@ -152,8 +74,8 @@ def run_task(
         # removes symlinks a kept workspace holds and never follows them.
         shutil.rmtree(where)
     trace = Trace(where / TRACE_FILE)
-    recorder = _Recorder(trace, on_event)
-    started_at, started = _now(), time.monotonic()
+    recorder = Recorder(trace, on_event)
+    started_at, started = now_iso(), time.monotonic()
     try:
         recorder.emit(RunStarted(task=task.name, attempt=attempt, agent=agent.name,
                                  model=agent.model, task_file=task.path, task_sha256=task.sha256))
@@ -161,7 +83,8 @@ def run_task(
         verdict = classify(trace.events())
         recorder.emit(RunFinished(classification=verdict.classification.value,
                                   reason=verdict.reason.value))
-        return build_record(task, attempt=attempt, agent=agent, verdict=verdict,
+        return build_record(task, attempt=attempt, agent_name=agent.name, model=agent.model,
+                            verdict=verdict,
                             events=trace.events(), started_at=started_at,
                             duration_s=time.monotonic() - started,
                             trace=str((where / TRACE_FILE).relative_to(config.out_dir)))
@@ -170,7 +93,7 @@ def run_task(
 
 
 def _carry_out(task: Task, *, agent: Agent, config: RunConfig, where: Path,
-               recorder: _Recorder, stop: threading.Event | None) -> None:
+               recorder: Recorder, stop: threading.Event | None) -> None:
     """Everything between run_started and classification; exceptions end here as events."""
     phase = "workspace"
     temporary: str | None = None
@@ -239,78 +162,3 @@ def _carry_out(task: Task, *, agent: Agent, config: RunConfig, where: Path,
 def _stop_point(stop: threading.Event | None) -> None:
     if stop is not None and stop.is_set():
         raise RunInterrupted()
-
-
-def _page(record: dict[str, Any]) -> PageRead:
-    return PageRead(url_requested=record["url_requested"], url_final=record.get("url_final"),
-                    status=record.get("status"), error=record.get("error"),
-                    bytes=record.get("bytes", 0), sha256=record.get("sha256"),
-                    from_cache=bool(record.get("from_cache", False)))
-
-
-def last_page_before_failure(events: list[Event]) -> str | None:
-    """The last page read before the first failing agent command, or before a failed check."""
-    last: str | None = None
-    for event in events:
-        if isinstance(event, DocsRead):
-            last = event.page["url_requested"]
-        elif isinstance(event, CommandRan) and event.source is Source.AGENT and event.exit_code != 0:
-            return last
-        elif isinstance(event, CheckFinished):
-            return last if event.exit_code != 0 else None
-    return None
-
-
-def build_record(task: Task, *, attempt: int, agent: Agent, verdict: Verdict, events: list[Event],
-                 started_at: str, duration_s: float, trace: str) -> RunRecord:
-    info = next((e.info for e in events if isinstance(e, SandboxStarted)), None)
-    reads = [e for e in events if isinstance(e, DocsRead)]
-    finished = next((e for e in events if isinstance(e, AgentFinished)), None)
-    check = next((e for e in events if isinstance(e, CheckFinished)), None)
-    failure = next((e for e in events if isinstance(e, Failure)), None)
-    findings = tuple(
-        {"url": e.page["url_requested"], "error": e.page["error"], "status": e.page["status"],
-         "detail": e.page["detail"]}
-        for e in reads if e.route and e.page.get("error") is not None
-    )
-    blocked = tuple(e.record for e in events
-                    if isinstance(e, Egress) and e.record.get("decision") == "deny")
-    failed_setup = next((e for e in events if isinstance(e, CommandRan)
-                         and e.source is Source.SETUP and e.exit_code != 0), None)
-    if failure is not None:
-        detail = failure.message.strip().splitlines()[-1] if failure.message.strip() else ""
-    elif failed_setup is not None:
-        detail = f"setup step exited {failed_setup.exit_code}: {failed_setup.command}"
-    elif check is not None and check.exit_code != 0:
-        detail = check.detail or (finished.detail if finished else "")
-    else:
-        detail = finished.detail if finished is not None else ""
-    extra: dict[str, Any] = {}
-    if finished is not None:
-        extra = {"agent_stop": finished.stop.value, "turns": finished.turns,
-                 "usage": finished.usage, "claim": finished.claim}
-    if failure is not None:
-        extra["failure"] = {"phase": failure.phase, "who": failure.who,
-                            "error_type": failure.error_type}
-    return RunRecord(
-        task=task.name, task_file=task.path, task_sha256=task.sha256, attempt=attempt,
-        agent=agent.name, model=agent.model, classification=verdict.classification,
-        reason=verdict.reason.value,
-        backend=info["backend"] if info else None,
-        enforcement=info["enforcement"] if info else None,
-        policy_hash=info["policy_hash"] if info else None,
-        attestation=tuple(info["attestation"]) if info else (),
-        layers=tuple(info["layers"]) if info else (),
-        pages=tuple(_page(e.page) for e in reads),
-        last_page_before_failure=last_page_before_failure(events),
-        route_findings=findings,
-        blocked_egress=blocked,
-        check_exit=check.exit_code if check is not None else None,
-        check_output=check.output if check is not None else "",
-        commands=sum(1 for e in events if isinstance(e, CommandRan) and e.source is Source.AGENT),
-        started_at=started_at,
-        duration_s=round(duration_s, 3),
-        trace=trace,
-        detail=detail,
-        extra=extra,
-    )
