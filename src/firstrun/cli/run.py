@@ -127,9 +127,8 @@ def run_command(request: RunRequest) -> int:
     store.flush()
     board = ProgressBoard()
     stop = threading.Event()
-    failed: list[BaseException] = []
-
-    def suite() -> None:
+    signum: int | None = None
+    with signals_unwind(), live_board(board, enabled=sys.stderr.isatty()):
         try:
             run_suite(
                 tasks,
@@ -141,24 +140,13 @@ def run_command(request: RunRequest) -> int:
                 stop=stop,
                 on_event=board.update,
             )
-        except BaseException as exc:  # handed to the main thread, which reports it
-            failed.append(exc)
-
-    signum: int | None = None
-    with signals_unwind(), live_board(board, enabled=sys.stderr.isatty()):
-        worker = threading.Thread(target=suite, name="firstrun-suite")
-        try:
-            worker.start()
-            worker.join()
         except Signalled as sig:
-            # Further signals are ignored from here until the block exits:
-            # the suite is ending its running sessions and must not be cut short.
-            signum = sig.signum
+            # run_suite has already set ``stop`` and waited for the runs in
+            # flight to end with their sessions closed; signals stay ignored
+            # until this block exits. Setting it here too covers a signal that
+            # came before run_suite's own handling began.
             stop.set()
-            if worker.is_alive():
-                worker.join()
-    if failed:
-        raise failed[0]
+            signum = sig.signum
     records = [RunRecord.from_data(run) for run in store.runs()]
     if request.junit is not None:
         write_junit(request.junit, records)

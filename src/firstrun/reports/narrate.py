@@ -138,15 +138,20 @@ def _sandbox_started(e: Mapping[str, Any]) -> list[Line]:
 
 def _command(e: Mapping[str, Any]) -> list[Line]:
     code = e.get("exit_code")
-    outcome = "timed out" if e.get("timed_out") else f"exit {code}"
     failed = bool(e.get("timed_out")) or code != 0
-    lines = [
-        Line(text=f"[{e.get('source')}] $ {e.get('command')}"),
-        Line(text=f"-> {outcome} in {float(e.get('duration_s') or 0):.2f}s"
-                  + (" (output truncated)" if e.get("truncated") else ""),
-             style=Style.BAD if failed else Style.OK),
-    ]
-    if failed:
+    outcome = "timed out" if e.get("timed_out") else f"exit {code}"
+    result = (f"-> {outcome} in {float(e.get('duration_s') or 0):.2f}s"
+              + (" (output truncated)" if e.get("truncated") else ""))
+    style = Style.BAD if failed else Style.OK
+    first, *more = str(e.get("command") or "").splitlines() or [""]
+    head = f"[{e.get('source')}] $ {first}"
+    if more:
+        lines = [Line(text=head), *(Line(text=f"    {line}", style=Style.DIM) for line in more),
+                 Line(text=result, style=style)]
+    else:
+        lines = [Line(text=f"{head}  {result}", style=style)]
+    # The check's output is told with its verdict (check_finished), not twice.
+    if failed and e.get("source") != "check":
         lines += _tail(str(e.get("stdout") or ""), "stdout") + _tail(str(e.get("stderr") or ""), "stderr")
     return lines
 
