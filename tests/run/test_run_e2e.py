@@ -150,3 +150,192 @@ def test_the_check_file_never_reaches_the_workspace(config: RunConfig, tmp_path:
     # Only what the agent made: no check, and no agent-output file left behind.
     assert [p.name for p in files] == ["greeting.txt"]
     assert not any(b"ANSWER-KEY" in p.read_bytes() for p in files if p.is_file())
+
+
+GREETER_HEAD = f"""
+goal: Create greeting.txt holding the greeting the quickstart shows.
+docs:
+  entrypoint: http://{DOCS_HOST}/
+success:
+  script: |
+    grep -q 'hello, reader' greeting.txt || qs_fail "greeting.txt lacks the greeting"
+"""
+
+
+def test_symlinks_planted_by_the_agent_never_lead_the_harness_out(
+    config: RunConfig, tmp_path: Path
+) -> None:
+    canary = tmp_path / "canary"
+    canary.mkdir()
+    (canary / "canary.txt").write_text("untouched\n")
+    # The links point at host paths the sandbox cannot see; only a harness
+    # that followed them (writing the output log, cleaning up) would reach them.
+    task = write_task(tmp_path, "trap", f"name: greeter-symlink-trap\n{GREETER_HEAD}"
+                      "replay:\n"
+                      "  - printf 'hello, reader\\n' > greeting.txt\n"
+                      f"  - ln -s {canary} results && ln -s {canary}/canary.txt canary-link\n"
+                      f"  - mkdir -p deep/er && ln -s {canary} deep/er/link\n")
+    record = run_task(task, attempt=1, agent=ReplayAgent(), config=config)
+    assert record.classification is Classification.PASSED
+    # The temporary workspace, links and all, was removed; the targets were not.
+    assert sorted(p.name for p in canary.iterdir()) == ["canary.txt"]
+    assert (canary / "canary.txt").read_text() == "untouched\n"
+
+
+class WaitsForItsEgress:
+    """Makes one denied request, then waits until the run's on_event has seen its record."""
+
+    name = "egress-watcher"
+    model = None
+
+    def __init__(self, seen: threading.Event) -> None:
+        self.seen = seen
+        self.seen_during_agent_phase = False
+
+    def run(self, brief: Brief, tools: Toolbelt) -> AgentResult:
+        tools.bash(f"curl -sS -o /dev/null -w '%{{http_code}}' http://{DOCS_HOST}/")
+        # A synchronisation bound, not a timing assertion.
+        self.seen_during_agent_phase = self.seen.wait(30)
+        tools.bash("printf 'hello, reader\\n' > greeting.txt")
+        return AgentResult(stop=AgentStop.FINISHED, turns=2)
+
+
+def test_egress_reaches_the_trace_while_the_run_is_live(config: RunConfig, tmp_path: Path) -> None:
+    task = write_task(tmp_path, "egress", f"name: greeter-egress\n{GREETER_HEAD}")
+    seen = threading.Event()
+    events: list[Event] = []
+
+    def on_event(event: Event) -> None:
+        events.append(event)
+        if isinstance(event, Egress) and event.record["host"] == DOCS_HOST:
+            seen.set()
+
+    agent = WaitsForItsEgress(seen)
+    record = run_task(task, attempt=1, agent=agent, config=config, on_event=on_event)
+    assert agent.seen_during_agent_phase
+    assert record.classification is Classification.PASSED
+    # The docs host is refused to the shell, and that refusal is on record.
+    (blocked,) = record.blocked_egress
+    assert (blocked["host"], blocked["channel"], blocked["reason"]) == (
+        DOCS_HOST, "shell", "docs_host_on_shell")
+    egress = next(i for i, e in enumerate(events) if isinstance(e, Egress))
+    finished = next(i for i, e in enumerate(events) if isinstance(e, AgentFinished))
+    assert egress < finished < len(events) - 1
+    assert isinstance(events[-1], RunFinished)
+
+
+def test_a_redirect_off_the_docs_hosts_is_refused_and_a_route_finding(
+    config: RunConfig, tmp_path: Path
+) -> None:
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from firstrun.docs import Mirror
+
+    class Redirects(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            if self.path == "/robots.txt":
+                self.send_response(404)
+                self.end_headers()
+                return
+            self.send_response(302)
+            self.send_header("Location", "http://elsewhere.test/landing")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Redirects)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        mirrored = replace(config, docs_mirrors={
+            **config.docs_mirrors,
+            "moved.greeter.test": Mirror(host="moved.greeter.test", base_url=base)})
+        task = write_task(tmp_path, "redirect", f"""name: greeter-redirect
+goal: Create greeting.txt holding the greeting the quickstart shows.
+docs:
+  path:
+    - http://moved.greeter.test/start
+    - http://{DOCS_HOST}/
+replay:
+  - printf 'hello, reader\\n' > greeting.txt
+success:
+  script: grep -q 'hello, reader' greeting.txt || qs_fail "no greeting"
+""")
+        record = run_task(task, attempt=1, agent=ReplayAgent(), config=mirrored)
+    finally:
+        server.shutdown()
+        server.server_close()
+    # The finding is shown, and the check alone decides.
+    assert record.classification is Classification.PASSED
+    (finding,) = record.route_findings
+    assert (finding["url"], finding["error"]) == ("http://moved.greeter.test/start",
+                                                  "redirect_not_allowed")
+    first = trace_of(mirrored, record)
+    read = next(line for line in first if line["kind"] == "docs_read")
+    assert read["page"]["hops"] == ["http://moved.greeter.test/start",
+                                    "http://elsewhere.test/landing"]
+
+
+def test_a_refused_sandbox_is_infra_error(config: RunConfig) -> None:
+    record, events = run("pass", replace(config, backend="local"))
+    assert (record.classification, record.reason) == (Classification.INFRA_ERROR,
+                                                      "sandbox_refused")
+    (failure,) = [e for e in events if isinstance(e, Failure)]
+    assert failure.infra and failure.phase == "sandbox" and failure.who == "local"
+
+
+class Broken:
+    name = "broken"
+    model = None
+
+    def run(self, brief: Brief, tools: Toolbelt) -> AgentResult:
+        tools.bash("true")
+        return {}["no such key"]
+
+
+class Refuses:
+    name = "refuses"
+    model = None
+
+    def run(self, brief: Brief, tools: Toolbelt) -> AgentResult:
+        return AgentResult(stop=AgentStop.REFUSED, claim="I will not do that")
+
+
+def test_a_bug_in_the_agent_is_a_harness_error_with_its_traceback(config: RunConfig) -> None:
+    events: list[Event] = []
+    record = run_task(fixture_task("pass"), attempt=1, agent=Broken(), config=config,
+                      on_event=events.append)
+    assert (record.classification, record.reason) == (Classification.HARNESS_ERROR,
+                                                      "harness_error")
+    (failure,) = [line for line in trace_of(config, record) if line["kind"] == "failure"]
+    assert failure["error_type"] == "KeyError" and not failure["infra"]
+    assert "Traceback" in failure["message"] and "no such key" in failure["message"]
+
+
+def test_an_agent_refusal_is_its_own_classification(config: RunConfig) -> None:
+    record = run_task(fixture_task("pass"), attempt=1, agent=Refuses(), config=config)
+    assert (record.classification, record.reason) == (Classification.AGENT_REFUSAL,
+                                                      "agent_refused")
+    assert record.check_exit is None
+
+
+def test_recheck_reruns_only_the_check_over_a_kept_workspace(config: RunConfig) -> None:
+    from firstrun.run.check import recheck
+
+    kept = replace(config, keep_sandbox=True)
+    record, _ = run("expect-output", kept)
+    assert record.classification is Classification.PASSED
+    workspace = kept.out_dir / "runs" / "greeter-expect-output" / "1" / "workspace"
+    again = recheck(fixture_task("expect-output"), sandbox_dir=workspace, config=kept)
+    assert (again.classification, again.check_exit) == (Classification.PASSED, 0)
+    kinds = [line["kind"] for line in read_trace(kept.out_dir / again.trace)]
+    assert "command" in kinds and "agent_finished" not in kinds
+    (workspace / "greeting.txt").unlink()
+    failing = recheck(fixture_task("pass"), sandbox_dir=workspace, config=kept)
+    assert failing.classification is Classification.DOCS_GAP
+    refused = recheck(fixture_task("pass"), sandbox_dir=workspace,
+                      config=replace(kept, backend="local"))
+    assert (refused.classification, refused.reason) == (Classification.INFRA_ERROR,
+                                                        "sandbox_refused")

@@ -1,0 +1,145 @@
+"""Suites: concurrency and repeats, results kept as runs finish, a stop that keeps what finished."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+
+import pytest
+from conftest import fixture_task, write_task
+
+from firstrun.agents import make_agent
+from firstrun.errors import UsageError
+from firstrun.results.model import Classification, RunRecord
+from firstrun.results.store import ResultsStore
+from firstrun.run.events import CommandRan, Event, RunFinished, Source
+from firstrun.run.runner import RunConfig
+from firstrun.run.suite import run_suite, suite_exit_code
+
+
+def replay() -> object:
+    return make_agent("replay")
+
+
+def stored(config: RunConfig) -> list[dict]:
+    return json.loads((config.out_dir / "results.json").read_text())["runs"]
+
+
+def test_a_suite_runs_every_task_every_time_and_stores_each_run(config: RunConfig) -> None:
+    tasks = [fixture_task(n) for n in ("pass", "check-fails", "expect-output")]
+    store = ResultsStore(config.out_dir, meta={"agent": "replay"})
+    seen: list[tuple[str, int, str]] = []
+    lock = threading.Lock()
+
+    def on_event(task: str, attempt: int, event: Event) -> None:
+        if isinstance(event, RunFinished):
+            with lock:
+                seen.append((task, attempt, event.classification))
+
+    outcome = run_suite(tasks, agent_factory=replay, config=config, store=store, repeat=2,
+                        workers=2, on_event=on_event)
+    assert not outcome.interrupted
+    got = sorted((r.task, r.attempt, r.classification.value) for r in outcome.records)
+    assert got == sorted(seen)
+    assert got == sorted((t.name, n, c) for t, c in (
+        (tasks[0], "passed"), (tasks[1], "docs_gap"), (tasks[2], "passed")) for n in (1, 2))
+    runs = stored(config)
+    assert sorted((r["task"], r["attempt"]) for r in runs) == [(t, n) for t, n, _ in got]
+    assert all((config.out_dir / r["trace"]).is_file() for r in runs)
+    assert json.loads(json.dumps(RunRecord.from_data(runs[0]).to_data())) == runs[0]
+    assert suite_exit_code(outcome.records) == 1
+
+
+def test_stop_after_a_run_finishes_keeps_it_and_starts_nothing_more(config: RunConfig) -> None:
+    tasks = [fixture_task(n) for n in ("pass", "check-fails", "expect-output")]
+    store = ResultsStore(config.out_dir, meta={})
+    stop = threading.Event()
+
+    def on_event(task: str, attempt: int, event: Event) -> None:
+        if isinstance(event, RunFinished):
+            stop.set()
+
+    outcome = run_suite(tasks, agent_factory=replay, config=config, store=store, workers=1,
+                        stop=stop, on_event=on_event)
+    assert outcome.interrupted
+    assert [r.task for r in outcome.records] == ["greeter-pass"]
+    assert [r["task"] for r in stored(config)] == ["greeter-pass"]
+    assert sorted(p.name for p in (config.out_dir / "runs").iterdir()) == ["greeter-pass"]
+
+
+def _processes_named(token: str) -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/cmdline", "rb") as f:
+                    if token.encode() in f.read():
+                        found.append(int(name))
+            except OSError:
+                continue
+    return found
+
+
+def test_stop_mid_run_ends_it_cleanly_and_keeps_the_finished_ones(
+    config: RunConfig, tmp_path: Path
+) -> None:
+    token = f"firstrun-suite-stop-{os.getpid()}"
+    slow = write_task(tmp_path, "slow", f"""name: greeter-interrupted
+goal: Create greeting.txt holding the greeting the quickstart shows.
+docs:
+  entrypoint: http://docs.greeter.test/
+replay:
+  - (exec -a {token} sleep 600) >/dev/null 2>&1 &
+  - printf 'hello, reader\\n' > greeting.txt
+success:
+  script: grep -q 'hello, reader' greeting.txt || qs_fail "no greeting"
+""")
+    store = ResultsStore(config.out_dir, meta={})
+    stop = threading.Event()
+    alive_at_stop: list[int] = []
+
+    def on_event(task: str, attempt: int, event: Event) -> None:
+        if task == "greeter-interrupted" and isinstance(event, CommandRan) \
+                and event.source is Source.AGENT:
+            alive_at_stop.extend(_processes_named(token))
+            stop.set()
+
+    outcome = run_suite([fixture_task("pass"), slow, fixture_task("check-fails")],
+                        agent_factory=replay, config=config, store=store, workers=1, stop=stop,
+                        on_event=on_event)
+    assert outcome.interrupted
+    assert [r.task for r in outcome.records] == ["greeter-pass"]
+    assert [r["task"] for r in stored(config)] == ["greeter-pass"]
+    # The process the interrupted run left behind existed, and the session took it down.
+    assert alive_at_stop
+    assert _processes_named(token) == []
+    trace = (config.out_dir / "runs" / "greeter-interrupted" / "1" / "trace.jsonl").read_text()
+    assert '"reason": "interrupted"' in trace
+
+
+def test_bad_counts_are_usage_errors(config: RunConfig) -> None:
+    store = ResultsStore(config.out_dir, meta={})
+    with pytest.raises(UsageError, match="--repeat"):
+        run_suite([], agent_factory=replay, config=config, store=store, repeat=0)
+    with pytest.raises(UsageError, match="--workers"):
+        run_suite([], agent_factory=replay, config=config, store=store, workers=0)
+
+
+def _record(classification: Classification) -> RunRecord:
+    return RunRecord(task="t", task_file="t.yaml", task_sha256="0", attempt=1, agent="replay",
+                     model=None, classification=classification, reason="r", backend=None,
+                     enforcement=None, policy_hash=None)
+
+
+@pytest.mark.parametrize(("classes", "code"), [
+    ([Classification.PASSED], 0),
+    ([Classification.PASSED, Classification.SKIPPED, Classification.INFRA_ERROR], 0),
+    ([Classification.PASSED, Classification.DOCS_GAP], 1),
+    ([Classification.DOCS_GAP, Classification.HARNESS_ERROR], 1),
+    ([Classification.SKIPPED, Classification.BUDGET_EXHAUSTED, Classification.AGENT_REFUSAL], 2),
+    ([], 2),
+])
+def test_suite_exit_code(classes: list[Classification], code: int) -> None:
+    assert suite_exit_code([_record(c) for c in classes]) == code
