@@ -174,7 +174,18 @@ def _print_summary(records: list[RunRecord], out: Path, *, interrupted: bool) ->
     for record in records:
         if record.classification is not Classification.PASSED and record.trace:
             run_dir = (out / record.trace).parent
-            print(f"  {record.classification.value} ({record.reason}): firstrun show {run_dir}")
+            print(f"  {record.task} #{record.attempt} {record.classification.value} ({record.reason})"
+                  f"{_detail(record)}; firstrun show {run_dir}")
+
+
+_DETAIL_CHARS = 160
+
+
+def _detail(record: RunRecord) -> str:
+    text = " ".join(record.detail.split())
+    if not text:
+        return ""
+    return ": " + (text if len(text) <= _DETAIL_CHARS else text[: _DETAIL_CHARS - 3] + "...")
 
 
 def _rich_table(records: list[RunRecord]) -> None:
@@ -215,9 +226,10 @@ def check_command(
     config = RunConfig(out_dir=Path(out), backend=backend, allow_unenforced=allow_unenforced)
     with signals_unwind():
         record = recheck(tasks[0], sandbox_dir=Path(sandbox), config=config)
-    print(f"check: {record.classification.value} ({record.reason}), exit {record.check_exit}")
-    if record.detail:
-        print(f"detail: {record.detail}")
+    ran = "the check did not run" if record.check_exit is None else f"exit {record.check_exit}"
+    print(f"check: {record.classification.value} ({record.reason}), {ran}{_detail(record)}")
     if record.check_output:
         print(record.check_output.rstrip("\n"))
+    if record.trace:
+        print(f"trace: {Path(out) / record.trace}")
     return suite_exit_code([record])
