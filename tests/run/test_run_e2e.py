@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import DOCS_HOST, fixture_task, write_task
+from run_support import DOCS_HOST, fixture_task, write_task
 
 from firstrun.agents import AgentResult, AgentStop, Brief, ReplayAgent, Toolbelt
 from firstrun.results.model import Classification

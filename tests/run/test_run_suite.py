@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import fixture_task, write_task
+from run_support import fixture_task, write_task
 
 from firstrun.agents import make_agent
 from firstrun.errors import UsageError
