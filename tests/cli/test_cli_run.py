@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import re
 import signal
 import subprocess
 import time
@@ -68,6 +70,8 @@ def test_a_mixed_suite_writes_junit_and_an_honest_summary(firstrun: Run, tmp_pat
     assert rows["greet-gap"].endswith("0/1 (0%)")
     assert rows["all"].endswith("1/2 (50%)")
     assert f"firstrun show {out / 'runs' / 'greet-gap' / '1'}" in proc.stdout
+    assert "greet-gap #1 route page not read: https://greeter.docs.example/missing.html (http_error, HTTP 404)" \
+        in proc.stdout
 
 
 def test_repeat_records_every_attempt(firstrun: Run, tmp_path: Path) -> None:
@@ -93,6 +97,7 @@ def test_show_narrates_a_real_trace(firstrun: Run, tmp_path: Path) -> None:
         at("sandbox started: backend linux"),
         at("docs read (documented route): https://greeter.docs.example/index.html"),
         at("docs read (documented route): https://greeter.docs.example/first-greeting.html"),
+        at("docs read (documented route): https://greeter.docs.example/missing.html: NOT READ, http_error"),
         at("egress BLOCKED (shell): GET not-allowed.example:80/greeting: not_allowed"),
         at("[agent] $ printf 'goodbye\\n' > greeting.txt  -> exit 0"),
         at("check: exit 1"),
@@ -180,3 +185,29 @@ def test_interrupt_keeps_finished_runs_and_leaves_nothing_running(tmp_path: Path
     assert _in_session(proc.pid) == []
     root = ET.parse(tmp_path / "junit.xml").getroot()
     assert root.get("tests") == "1"
+
+
+def test_progress_is_drawn_on_a_terminal(tmp_path: Path) -> None:
+    """stderr on a pseudo-terminal gets the live board; stdout (a pipe) still gets only the summary."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [str(FIRSTRUN), "run", str(TASKS / "greet-pass.yaml"), *MIRROR, "--out", str(tmp_path / "out")],
+        stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL,
+        env={**os.environ, "COLUMNS": "200", "TERM": "xterm"},
+    )
+    os.close(slave)
+    drawn = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: every writer of the terminal has closed it
+            break
+        if not chunk:
+            break
+        drawn += chunk
+    os.close(master)
+    stdout, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0
+    text = drawn.decode("utf-8", "replace")
+    assert re.search(r"greet-pass #1  \d\d:\d\d  passed  pages 2  blocked egress 0", text), text
+    assert b"greet-pass #1" not in stdout and b"1/1 (100%)" in stdout

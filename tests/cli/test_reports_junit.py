@@ -15,7 +15,9 @@ def test_outcomes_map_onto_junit_and_counts_agree(tmp_path: Path) -> None:
     records = [
         record("alpha", 1, C.PASSED),
         record("alpha", 2, C.DOCS_GAP, check_exit=1, check_output="expected hello\n",
-               last_page_before_failure="https://docs.test/install/"),
+               last_page_before_failure="https://docs.test/install/",
+               route_findings=({"url": "https://docs.test/gone/", "error": "http_error",
+                                "status": 404, "detail": "HTTP 404"},)),
         record("beta", 1, C.INFRA_ERROR, detail="landlock unavailable"),
         record("beta", 2, C.SKIPPED),
         record("beta", 3, C.BUDGET_EXHAUSTED),
@@ -39,6 +41,7 @@ def test_outcomes_map_onto_junit_and_counts_agree(tmp_path: Path) -> None:
     assert failure is not None and failure.get("type") == "docs_gap"
     assert "expected hello" in (failure.text or "")
     assert "https://docs.test/install/" in (failure.text or "")
+    assert "route page not read: https://docs.test/gone/ (http_error, HTTP 404): HTTP 404" in (failure.text or "")
     error = cases[2].find("error")
     assert error is not None and "landlock unavailable" in (error.get("message") or "")
     assert cases[4].find("error").get("type") == "budget_exhausted"  # type: ignore[union-attr]

@@ -26,7 +26,7 @@ from firstrun.docs import Mirror, parse_mirrors
 from firstrun.errors import UsageError
 from firstrun.policy.profile import LayerName
 from firstrun.reports.junit import write_junit
-from firstrun.reports.summary import table_lines
+from firstrun.reports.summary import route_finding_text, table_lines
 from firstrun.results.model import Classification, RunRecord
 from firstrun.results.store import RESULTS_FILE, ResultsStore
 from firstrun.tasks.load import DEFAULT_TASK_DIR, expand_task_paths, load_tasks
@@ -176,6 +176,10 @@ def _print_summary(records: list[RunRecord], out: Path, *, interrupted: bool) ->
             run_dir = (out / record.trace).parent
             print(f"  {record.task} #{record.attempt} {record.classification.value} ({record.reason})"
                   f"{_detail(record)}; firstrun show {run_dir}")
+    for record in records:
+        # Recorded, never classified: the check alone decides, but a reader hit this page.
+        for finding in record.route_findings:
+            print(f"  {record.task} #{record.attempt} route page not read: {route_finding_text(finding)}")
 
 
 _DETAIL_CHARS = 160

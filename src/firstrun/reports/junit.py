@@ -25,6 +25,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
 
+from firstrun.reports.summary import route_finding_text
 from firstrun.results.model import Classification, RunRecord
 
 # XML 1.0 Char production: what is left out here cannot appear in a document at all.
@@ -51,8 +52,7 @@ def _details(record: RunRecord) -> str:
         lines.append(f"check exit: {record.check_exit}")
     if record.last_page_before_failure:
         lines.append(f"last page read before the failure: {record.last_page_before_failure}")
-    for finding in record.route_findings:
-        lines.append(f"route finding: {finding}")
+    lines.extend(f"route page not read: {route_finding_text(f)}" for f in record.route_findings)
     for blocked in record.blocked_egress:
         host, port, reason = blocked.get("host"), blocked.get("port"), blocked.get("reason")
         lines.append(f"blocked egress: {host}:{port} ({reason})")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from firstrun.results.model import Classification, RunRecord
 
@@ -97,3 +98,10 @@ def table_lines(records: Sequence[RunRecord]) -> list[str]:
 
     rule = "  ".join("-" * w for w in widths)
     return [fmt(header), rule, *(fmt(cells) for cells in body[:-1]), rule, fmt(body[-1])]
+
+
+def route_finding_text(finding: Mapping[str, Any]) -> str:
+    """One unreadable page of the documented route, as a person reads it."""
+    status = f", HTTP {finding['status']}" if finding.get("status") is not None else ""
+    detail = f": {finding['detail']}" if finding.get("detail") else ""
+    return f"{finding.get('url')} ({finding.get('error')}{status}){detail}"
