@@ -1,0 +1,131 @@
+"""Every classification the replay agent can reach, reached for real in one suite.
+
+One ``firstrun run`` over the fixture tasks (real bubblewrap, real proxy,
+the fixture docs served from a directory mirror); each run is judged by its
+saved record and by its trace: what ran, what did not, and why.
+
+Not here, and why: ``agent_refusal`` needs an agent that can refuse, which
+replay cannot (the LLM agents' issue covers it); ``harness_error`` means a
+bug in firstrun, and there is no honest way to cause one from outside
+without a backdoor in product code (its mapping is covered by the runner's
+classification table).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import DOCS, DOCS_HOST, FIRSTRUN, Run, events, runs_by_task, task, trace_of
+
+pytestmark = pytest.mark.e2e
+
+FIXTURES = [
+    "passes",
+    "replay-step-fails",
+    "check-fails",
+    "turns-budget",
+    "setup-fails",
+    "no-replay",
+]
+ROUTE = [f"https://{DOCS_HOST}/index.html", f"https://{DOCS_HOST}/guide.html"]
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path]:
+    out = tmp_path_factory.mktemp("classes") / "out"
+    done = subprocess.run(
+        [str(FIRSTRUN), "run", *(task(name) for name in FIXTURES), "--agent", "replay",
+         "--docs-mirror", f"{DOCS_HOST}={DOCS}", "--out", str(out)],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=600,
+    )
+    return done.returncode, out
+
+
+def _run(suite: tuple[int, Path], name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    _, out = suite
+    run = runs_by_task(out)[f"e2e-{name}"]
+    return run, trace_of(out, run)
+
+
+def _verdict(trace: list[dict[str, Any]]) -> tuple[str, str]:
+    (finished,) = events(trace, "run_finished")
+    return finished["classification"], finished["reason"]
+
+
+def test_a_docs_gap_in_the_suite_makes_the_exit_status_1(suite: tuple[int, Path]) -> None:
+    code, out = suite
+    assert code == 1
+    assert len(runs_by_task(out)) == len(FIXTURES)
+
+
+def test_passed(suite: tuple[int, Path]) -> None:
+    run, trace = _run(suite, "passes")
+    assert (run["classification"], run["reason"]) == ("passed", "passed") == _verdict(trace)
+    assert [p["url_requested"] for p in run["pages"]] == ROUTE
+    assert run["check_exit"] == 0 and run["last_page_before_failure"] is None
+
+
+def test_docs_gap_when_a_documented_step_fails(suite: tuple[int, Path]) -> None:
+    run, trace = _run(suite, "replay-step-fails")
+    assert (run["classification"], run["reason"]) == ("docs_gap", "replay_step_failed")
+    assert _verdict(trace) == ("docs_gap", "replay_step_failed")
+    # Replay stops at the first failure: the second step never ran.
+    (step,) = events(trace, "command", source="agent")
+    assert step["command"] == "cat greeting-template.txt" and step["exit_code"] != 0
+    assert run["last_page_before_failure"] == ROUTE[-1]
+    assert run["check_exit"] == 1
+
+
+def test_docs_gap_when_the_steps_succeed_and_the_check_fails(suite: tuple[int, Path]) -> None:
+    run, trace = _run(suite, "check-fails")
+    assert (run["classification"], run["reason"]) == ("docs_gap", "check_failed") == _verdict(trace)
+    assert all(c["exit_code"] == 0 for c in events(trace, "command", source="agent"))
+    assert run["check_exit"] == 1
+    assert "check failed: greeting.txt does not say hello" in run["check_output"]
+
+
+def test_budget_exhausted_when_the_turns_run_out(suite: tuple[int, Path]) -> None:
+    run, trace = _run(suite, "turns-budget")
+    assert (run["classification"], run["reason"]) == ("budget_exhausted", "budget_exhausted")
+    assert _verdict(trace) == ("budget_exhausted", "budget_exhausted")
+    assert [c["command"] for c in events(trace, "command", source="agent")] == ["echo preparing"]
+    (finished,) = events(trace, "agent_finished")
+    assert finished["stop"] == "budget_exhausted" and finished["turns"] == 1
+    # The check still ran and decided that the goal was not reached.
+    assert run["check_exit"] == 1
+
+
+def test_infra_error_when_setup_fails_and_the_agent_never_starts(suite: tuple[int, Path]) -> None:
+    run, trace = _run(suite, "setup-fails")
+    assert (run["classification"], run["reason"]) == ("infra_error", "setup_failed")
+    assert _verdict(trace) == ("infra_error", "setup_failed")
+    (setup,) = events(trace, "command", source="setup")
+    assert setup["exit_code"] != 0
+    assert events(trace, "command", source="agent") == []
+    assert events(trace, "docs_read") == [] and events(trace, "check_finished") == []
+
+
+def test_skipped_when_there_is_nothing_to_replay(suite: tuple[int, Path]) -> None:
+    run, trace = _run(suite, "no-replay")
+    assert (run["classification"], run["reason"]) == ("skipped", "no_replay") == _verdict(trace)
+    assert events(trace, "command") == [] and events(trace, "check_finished") == []
+
+
+def test_infra_error_when_the_sandbox_is_refused(firstrun: Run, tmp_path: Path) -> None:
+    # bubblewrap is found through PATH; a PATH without it is a machine without
+    # it, and a run there is refused before anything untrusted runs.
+    out = tmp_path / "out"
+    done = firstrun("run", task("passes"), "--docs-mirror", f"{DOCS_HOST}={DOCS}",
+                    "--out", str(out), env=dict(os.environ, PATH=str(tmp_path)))
+    assert done.returncode == 2, done.stdout + done.stderr
+    (run,) = runs_by_task(out).values()
+    assert (run["classification"], run["reason"]) == ("infra_error", "sandbox_refused")
+    trace = trace_of(out, run)
+    (failure,) = events(trace, "failure")
+    assert failure["infra"] and failure["phase"] == "sandbox"
+    assert events(trace, "sandbox_started") == [] and events(trace, "command") == []
