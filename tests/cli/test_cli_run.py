@@ -15,16 +15,19 @@ import pty
 import re
 import signal
 import subprocess
+import sys
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import FIRSTRUN
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
 
+# Not imported from conftest: every test directory has one, and a bare
+# ``import conftest`` gets whichever was imported last.
+FIRSTRUN = Path(sys.executable).parent / "firstrun"
 HERE = Path(__file__).resolve().parent / "run_fixtures"
 TASKS = HERE / "tasks"
 MIRROR = ["--docs-mirror", f"greeter.docs.example={HERE / 'docs'}"]
