@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from conftest import DOCS, DOCS_HOST, FIRSTRUN, Run, events, runs_by_task, task, trace_of
+from e2e_support import DOCS, DOCS_HOST, FIRSTRUN, Run, events, runs_by_task, task, trace_of
 
 pytestmark = pytest.mark.e2e
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIRSTRUN, Run, events, runs_by_task, trace_of
+from e2e_support import FIRSTRUN, Run, events, runs_by_task, trace_of
 from firstrun.examples import list_examples
 from firstrun.tasks.load import load_task
 
