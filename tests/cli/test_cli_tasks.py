@@ -103,6 +103,8 @@ BAD = [
     (["run", "--docs-mirror", "docs.test=/nonexistent/firstrun"], "--docs-mirror"),
     (["run", "--junit", "/nonexistent/dir/j.xml"], "--junit"),
     (["run", "--allow-downgrade", "all"], "--allow-downgrade"),
+    (["run", "--out", "tasks/t.yaml"], "--out"),
+    (["run", "--cache-dir", "tasks/t.yaml"], "--cache-dir"),
     (["run", "/nonexistent/task.yaml"], "/nonexistent/task.yaml"),
     (["run", "--frobnicate"], "--frobnicate"),
     (["check", "task.yaml"], "--sandbox"),
