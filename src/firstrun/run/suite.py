@@ -96,22 +96,40 @@ def run_suite(
                 store.add(record.to_data())
                 records.append(record)
 
-    threads = [threading.Thread(target=work, name=f"firstrun-run-{i}", daemon=False)
-               for i in range(min(workers, len(tasks) * repeat) or 1)]
+    count = min(workers, len(tasks) * repeat)
+    remaining = [count]
+    all_done = threading.Event()
+
+    def worker() -> None:
+        try:
+            work()
+        finally:
+            with lock:
+                remaining[0] -= 1
+                if remaining[0] == 0:
+                    all_done.set()
+
+    threads = [threading.Thread(target=worker, name=f"firstrun-run-{i}") for i in range(count)]
+    if not threads:
+        all_done.set()
     for thread in threads:
         thread.start()
     try:
-        for thread in threads:
-            # Short joins keep the main thread responsive to signals.
-            while thread.is_alive():
-                thread.join(0.2)
+        # Short waits keep the main thread responsive to signals. Not
+        # Thread.join: an exception raised inside join (a signal handler's)
+        # can leave the thread marked finished while it still runs.
+        while not all_done.wait(0.2):
+            pass
     except BaseException:
         # Ctrl-C in the main thread: let the runs in flight end cleanly (their
         # sessions closed, finished ones stored) before the interrupt goes on.
         stop.set()
-        for thread in threads:
-            thread.join()
+        all_done.wait()
         raise
+    finally:
+        if all_done.is_set():
+            for thread in threads:
+                thread.join()
     if crashed:
         raise crashed[0]
     return SuiteOutcome(records=records, interrupted=stop.is_set())
