@@ -28,6 +28,7 @@ from firstrun.run.events import (
     read_trace,
 )
 from firstrun.run.runner import RunConfig, run_task
+from firstrun.run.workspace import Workspace, WorkspaceError
 
 
 def run(name: str, config: RunConfig, **kwargs: object):
@@ -178,6 +179,17 @@ def test_symlinks_planted_by_the_agent_never_lead_the_harness_out(
     record = run_task(task, attempt=1, agent=ReplayAgent(), config=config)
     assert record.classification is Classification.PASSED
     # The temporary workspace, links and all, was removed; the targets were not.
+    assert sorted(p.name for p in canary.iterdir()) == ["canary.txt"]
+    assert (canary / "canary.txt").read_text() == "untouched\n"
+    # Kept, the planted links are still there, and harness writes refuse them.
+    kept = replace(config, keep_sandbox=True)
+    assert run_task(task, attempt=1, agent=ReplayAgent(), config=kept).evidential
+    workspace = kept.out_dir / "runs" / task.name / "1" / "workspace"
+    assert (workspace / "results").is_symlink()
+    with Workspace(workspace) as handle:
+        for path in ("results/out.log", "canary-link", "deep/er/link/x"):
+            with pytest.raises(WorkspaceError):
+                handle.write_new(path, b"escaped")
     assert sorted(p.name for p in canary.iterdir()) == ["canary.txt"]
     assert (canary / "canary.txt").read_text() == "untouched\n"
 
