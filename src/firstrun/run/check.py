@@ -12,7 +12,8 @@ output ``expect_output`` matches is the stdout and stderr of the agent's
 commands that exited 0 (not setup's, not the commands' text), written
 host-side into the workspace under an unguessable name just before the check
 and removed right after it. Exit status 0 is a pass and nothing else is: a
-timeout, a signal or a lost session is a failure.
+timeout (the check gets the task's per-command limit), a signal or a lost
+session is a failure.
 """
 
 from __future__ import annotations
@@ -87,7 +88,10 @@ def _declared(task: Task) -> list[str]:
         lines.append(f"qs_serve {success.serve.strip()}")
     wait = success.wait_http
     if wait is not None:
-        args = [wait.url if wait.url is not None else wait.path or "/"]
+        # The model guarantees one of the two; url wins, as quickstarted had it.
+        target = wait.url if wait.url is not None else wait.path
+        assert target is not None
+        args = [target]
         args += ["--status", str(wait.status), "--timeout", str(wait.timeout)]
         for text in wait.contains:
             args += ["--contains", text]
