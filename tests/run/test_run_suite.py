@@ -119,6 +119,52 @@ success:
     assert '"reason": "interrupted"' in trace
 
 
+@pytest.mark.timeout(120)
+def test_stop_during_a_long_command_interrupts_it_instead_of_waiting_out_its_timeout(
+    config: RunConfig, tmp_path: Path
+) -> None:
+    # The command's own timeout is an hour; only the interrupt can end this
+    # run before the test's hang guard does.
+    token = f"firstrun-long-command-{os.getpid()}"
+    slow = write_task(tmp_path, "long", f"""name: greeter-long-command
+goal: Create greeting.txt holding the greeting the quickstart shows.
+docs:
+  entrypoint: http://docs.greeter.test/
+budgets:
+  max_seconds: 3600
+  max_command_seconds: 3600
+replay:
+  - exec -a {token} sleep 3600
+success:
+  script: test -d . || qs_fail "no workspace"
+""")
+    store = ResultsStore(config.out_dir, meta={})
+    stop = threading.Event()
+    seen_running: list[int] = []
+
+    def stop_once_running() -> None:
+        while not (found := _processes_named(token)):
+            if stop.wait(0.05):
+                return
+        seen_running.extend(found)
+        stop.set()
+
+    watcher = threading.Thread(target=stop_once_running)
+    watcher.start()
+    try:
+        outcome = run_suite([slow], agent_factory=replay, config=config, store=store,
+                            workers=1, stop=stop)
+    finally:
+        stop.set()
+        watcher.join()
+    assert seen_running
+    assert outcome.interrupted
+    assert outcome.records == []
+    assert _processes_named(token) == []
+    trace = (config.out_dir / "runs" / "greeter-long-command" / "1" / "trace.jsonl").read_text()
+    assert '"reason": "interrupted"' in trace
+
+
 def test_bad_counts_are_usage_errors(config: RunConfig) -> None:
     store = ResultsStore(config.out_dir, meta={})
     with pytest.raises(UsageError, match="--repeat"):

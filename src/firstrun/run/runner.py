@@ -21,11 +21,13 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from firstrun.agents.base import Agent, AgentResult, AgentStop, Brief, BudgetExhausted
 from firstrun.docs import Politeness
+from firstrun.errors import SandboxError
 from firstrun.results.model import RunRecord
 from firstrun.run.check import agent_output, run_check
 from firstrun.run.classify import Reason, classify
@@ -45,6 +47,7 @@ from firstrun.run.record import Recorder, build_record, failure_event, now_iso
 from firstrun.run.sandbox import open_sandbox
 from firstrun.run.toolbelt import RunInterrupted, RunToolbelt
 from firstrun.run.workspace import Workspace
+from firstrun.sandbox.base import Session
 from firstrun.tasks.model import Task
 
 __all__ = ["RunConfig", "run_task", "run_dir"]
@@ -52,6 +55,8 @@ __all__ = ["RunConfig", "run_task", "run_dir"]
 TRACE_FILE = "trace.jsonl"
 # Agent stops after which the check can still decide the run.
 _CHECKED = frozenset({AgentStop.FINISHED, AgentStop.STEP_FAILED, AgentStop.BUDGET_EXHAUSTED})
+# How soon a stop reaches a command that is running; only bounds the watcher's sleep.
+_STOP_POLL_S = 0.2
 
 
 def run_dir(config: RunConfig, task_name: str, attempt: int) -> Path:
@@ -107,9 +112,12 @@ def _carry_out(task: Task, *, agent: Agent, config: RunConfig, where: Path,
         _stop_point(stop)
         phase = "sandbox"
         politeness = config.politeness if config.politeness is not None else Politeness()
-        with open_sandbox(task, workspace=str(workspace), config=config, politeness=politeness,
-                          on_record=recorder.egress) as enclosure:
+        with ExitStack() as stack:
+            enclosure = stack.enter_context(open_sandbox(
+                task, workspace=str(workspace), config=config, politeness=politeness,
+                on_record=recorder.egress))
             session = enclosure.session
+            stack.enter_context(_interrupt_on(stop, session))
             recorder.emit(SandboxStarted(info=session.info.to_data()))
             budgets = task.spec.budgets
             phase = "setup"
@@ -149,14 +157,47 @@ def _carry_out(task: Task, *, agent: Agent, config: RunConfig, where: Path,
         phase = "teardown"
         recorder.raise_deferred()
     except RunInterrupted:
-        recorder.emit(Failure(phase=phase, who="user", error_type="Interrupted",
-                              message="the sweep was stopped", infra=True,
-                              reason=Reason.INTERRUPTED.value))
+        recorder.emit(_interrupted(phase))
     except Exception as exc:
-        recorder.emit(failure_event(exc, phase=phase))
+        # A command cut short by the stop fails with a SandboxError; that is
+        # the interrupt, not a sandbox fault.
+        interrupted = stop is not None and stop.is_set() and isinstance(exc, SandboxError)
+        recorder.emit(_interrupted(phase) if interrupted else failure_event(exc, phase=phase))
     finally:
         if temporary is not None:
             shutil.rmtree(temporary, ignore_errors=True)
+
+
+def _interrupted(phase: str) -> Failure:
+    return Failure(phase=phase, who="user", error_type="Interrupted",
+                   message="the sweep was stopped", infra=True, reason=Reason.INTERRUPTED.value)
+
+
+@contextmanager
+def _interrupt_on(stop: threading.Event | None, session: Session) -> Iterator[None]:
+    """While the block runs, a set ``stop`` interrupts ``session`` at once.
+
+    Without this, Ctrl-C would wait for the running command's own timeout
+    (minutes, for an install) before the sweep could end.
+    """
+    if stop is None:
+        yield
+        return
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            if stop.wait(_STOP_POLL_S):
+                session.interrupt()
+                return
+
+    watcher = threading.Thread(target=watch, name="firstrun-stop-watch", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
 
 
 def _stop_point(stop: threading.Event | None) -> None:

@@ -169,6 +169,15 @@ class Session(Protocol):
         """
         ...
 
+    def interrupt(self) -> None:
+        """End whatever runs now; callable from any thread while ``exec`` blocks.
+
+        For Ctrl-C: a sweep must not wait out a command's timeout. The
+        running ``exec`` then raises ``SandboxError``, the session is
+        unusable, and ``close`` still cleans up.
+        """
+        ...
+
     def close(self) -> None: ...
 
     def __enter__(self) -> Session: ...

@@ -54,6 +54,7 @@ class LocalSession:
         self._groups: set[int] = set()
         self._lock = threading.Lock()
         self._closed = False
+        self._cleaned = False
 
     def __enter__(self) -> LocalSession:
         return self
@@ -112,17 +113,26 @@ class LocalSession:
         code = proc.wait()
         proc.stdout.close()
         proc.stderr.close()
+        with self._lock:
+            if self._closed:
+                raise SandboxError("the session was interrupted during a command", who="local")
         return ExecResult(exit_code=128 - code if code < 0 else code,
                           stdout=outputs[Stream.STDOUT].result(),
                           stderr=outputs[Stream.STDERR].result(),
                           duration_s=time.monotonic() - started, timed_out=timed_out)
 
+    def interrupt(self) -> None:
+        with self._lock:
+            self._closed = True
+        for pgid in list(self._groups):
+            _killpg(pgid)
+
     def close(self) -> None:
         with self._lock:
-            if self._closed:
+            if self._cleaned:
                 return
-            self._closed = True
-        for pgid in self._groups:
+            self._closed = self._cleaned = True
+        for pgid in list(self._groups):
             _killpg(pgid)
         shutil.rmtree(self._home, ignore_errors=True)
 

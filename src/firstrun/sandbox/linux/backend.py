@@ -304,6 +304,12 @@ class LinuxSession:
             except (OSError, ValueError) as exc:
                 raise SandboxError(f"lost the sandbox helper: {exc}", who="linux") from exc
 
+    def interrupt(self) -> None:
+        # Killing bubblewrap takes its pid namespace, and every command in it,
+        # down at once; the exec blocked on the control socket then sees EOF.
+        if self._process.poll() is None:
+            self._process.kill()
+
     def close(self) -> None:
         with self._lock:
             if self._closed:
