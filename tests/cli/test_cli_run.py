@@ -124,11 +124,15 @@ def test_check_reruns_only_the_check_against_a_kept_workspace(firstrun: Run, tmp
     failed = firstrun("check", task, "--sandbox", str(workspace), "--out", str(out))
     assert failed.returncode == 1
     assert "greeting.txt does not say hello" in failed.stdout
-    # 'local' is refused for a check exactly as for a run: recorded, no evidence.
+    # 'local' is refused for a check exactly as for a run: once, before anything runs, no evidence.
     local = firstrun("check", task, "--sandbox", str(workspace), "--out", str(out), "--backend", "local")
     ran = firstrun("run", task, *MIRROR, "--out", str(tmp_path / "local"), "--backend", "local")
     assert local.returncode == ran.returncode == 2
-    assert "sandbox_refused" in local.stdout and "sandbox_refused" in ran.stdout
+    for refused in (local, ran):
+        assert refused.stderr.startswith("firstrun: refused (local):")
+        assert "--allow-unenforced" in refused.stderr
+        assert len(refused.stderr.splitlines()) == 1
+    assert not (tmp_path / "local" / "runs").exists()
 
 
 def _marked_processes() -> list[int]:

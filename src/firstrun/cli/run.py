@@ -23,12 +23,13 @@ from firstrun import __version__
 from firstrun.cli.interrupt import Signalled, signals_unwind
 from firstrun.cli.progress import ProgressBoard, live_board
 from firstrun.docs import Mirror, parse_mirrors
-from firstrun.errors import UsageError
+from firstrun.errors import SandboxUnavailable, UsageError
 from firstrun.policy.profile import LayerName
 from firstrun.reports.junit import write_junit
 from firstrun.reports.summary import route_finding_text, table_lines
 from firstrun.results.model import Classification, RunRecord
 from firstrun.results.store import RESULTS_FILE, ResultsStore
+from firstrun.sandbox.select import select_backend
 from firstrun.tasks.load import DEFAULT_TASK_DIR, expand_task_paths, load_tasks
 from firstrun.tasks.model import Task
 
@@ -102,6 +103,10 @@ def run_command(request: RunRequest) -> int:
     tasks, mirrors = _select(request)
     # Built once up front so an unknown --agent or a bad --model is refused before any run.
     make_agent(request.agent, model=request.model)
+    refusal = _backend_refusal(request.backend, request.allow_unenforced)
+    if refusal is not None:
+        print(refusal, file=sys.stderr)
+        return EXIT_NO_EVIDENCE
     out = Path(request.out)
     config = RunConfig(
         out_dir=out,
@@ -214,6 +219,25 @@ def _rich_table(records: list[RunRecord]) -> None:
     Console(highlight=False).print(table)
 
 
+# ``run``/``check`` status when nothing could produce evidence (see suite_exit_code).
+EXIT_NO_EVIDENCE = 2
+
+
+def _backend_refusal(backend: str, allow_unenforced: bool) -> str | None:
+    """Why every run would be refused on this backend, said once before any starts.
+
+    A backend that cannot enforce (``local`` without --allow-unenforced, a
+    machine without bubblewrap) would refuse each run alike; recording that
+    as one infra_error per run would only bury the one line that matters.
+    """
+    try:
+        select_backend(backend, allow_unenforced=allow_unenforced)
+    except SandboxUnavailable as exc:
+        fix = f"; fix: {exc.fix}" if exc.fix else ""
+        return f"firstrun: refused ({exc.who}): {' '.join(exc.args[0].split())}{fix}"
+    return None
+
+
 def check_command(
     task_path: str, *, sandbox: str, backend: str, allow_unenforced: bool, out: str
 ) -> int:
@@ -227,6 +251,10 @@ def check_command(
     from firstrun.run.runner import RunConfig
     from firstrun.run.suite import suite_exit_code
 
+    refusal = _backend_refusal(backend, allow_unenforced)
+    if refusal is not None:
+        print(refusal, file=sys.stderr)
+        return EXIT_NO_EVIDENCE
     config = RunConfig(out_dir=Path(out), backend=backend, allow_unenforced=allow_unenforced)
     with signals_unwind():
         record = recheck(tasks[0], sandbox_dir=Path(sandbox), config=config)
