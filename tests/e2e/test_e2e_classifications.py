@@ -13,14 +13,19 @@ classification table).
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from e2e_support import DOCS, DOCS_HOST, FIRSTRUN, Run, events, runs_by_task, task, trace_of
+from e2e_support import DOCS, DOCS_HOST, FIRSTRUN, events, runs_by_task, task, trace_of
+from firstrun.agents import make_agent
+from firstrun.docs import Mirror
+from firstrun.results.store import ResultsStore
+from firstrun.run.runner import RunConfig
+from firstrun.run.suite import run_suite, suite_exit_code
+from firstrun.tasks.load import load_tasks
 
 pytestmark = pytest.mark.e2e
 
@@ -116,13 +121,20 @@ def test_skipped_when_there_is_nothing_to_replay(suite: tuple[int, Path]) -> Non
     assert events(trace, "command") == [] and events(trace, "check_finished") == []
 
 
-def test_infra_error_when_the_sandbox_is_refused(firstrun: Run, tmp_path: Path) -> None:
+def test_infra_error_when_the_sandbox_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # bubblewrap is found through PATH; a PATH without it is a machine without
-    # it, and a run there is refused before anything untrusted runs.
+    # it. The CLI refuses such a sweep up front, so the run is driven through
+    # run_suite, where the refusal is a run's own: recorded, never started.
+    monkeypatch.setenv("PATH", str(tmp_path))
     out = tmp_path / "out"
-    done = firstrun("run", task("passes"), "--docs-mirror", f"{DOCS_HOST}={DOCS}",
-                    "--out", str(out), env=dict(os.environ, PATH=str(tmp_path)))
-    assert done.returncode == 2, done.stdout + done.stderr
+    store = ResultsStore(out, meta={})
+    config = RunConfig(out_dir=out, backend="linux",
+                       docs_mirrors={DOCS_HOST: Mirror(host=DOCS_HOST, directory=str(DOCS))})
+    outcome = run_suite(load_tasks([task("passes")]), agent_factory=lambda: make_agent("replay"),
+                        config=config, store=store)
+    assert suite_exit_code(outcome.records) == 2
     (run,) = runs_by_task(out).values()
     assert (run["classification"], run["reason"]) == ("infra_error", "sandbox_refused")
     trace = trace_of(out, run)
