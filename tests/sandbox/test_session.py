@@ -214,3 +214,19 @@ def test_probe_reports_every_capability_with_fixes_when_missing() -> None:
     assert [c.name for c in caps] == ["user_namespaces", "bubblewrap", "landlock", "seccomp",
                                       "uid_switch"]
     assert all(c.available or c.fix for c in caps)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="staging only happens when the harness is root")
+def test_a_private_tmpdir_does_not_stop_the_sandbox_uid(tmp_path, monkeypatch) -> None:
+    # pytest's own tmp_path parents are 0700: the dropped uid cannot walk them.
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    workspace = private / "ws"
+    workspace.mkdir()
+    monkeypatch.setenv("TMPDIR", str(private))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    with LinuxBackend().start(make_profile(str(workspace)), proxy=None) as session:
+        result = session.exec("echo reached > here && cat here")
+    assert result.stdout.text() == "reached\n"
+    assert (workspace / "here").stat().st_uid == os.geteuid()
+    assert list(private.iterdir()) == [workspace]

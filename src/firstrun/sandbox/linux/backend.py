@@ -141,6 +141,37 @@ def _uid_in_use(uid: int) -> bool:
     return False
 
 
+# The sandbox uid must walk to the stage after the launcher drops root, so
+# the stage cannot live under TMPDIR, which may be 0700 (pytest's is). Under
+# /run it is beside other runtime state, and empty on the host either way:
+# the launcher mounts the stage's tmpfs in its own mount namespace.
+_STAGE_PARENTS = ("/run/firstrun", "/tmp")
+
+
+def _stage_parent() -> str:
+    for parent in _STAGE_PARENTS:
+        try:
+            os.makedirs(parent, mode=0o711, exist_ok=True)
+        except OSError:
+            continue
+        if _walkable_by_anyone(parent):
+            return parent
+    raise SandboxUnavailable(
+        "no directory the sandbox uid can reach to stage binds in "
+        f"(tried {', '.join(_STAGE_PARENTS)})",
+        who="linux", fix="make /run or /tmp world-searchable (mode o+x)")
+
+
+def _walkable_by_anyone(path: str) -> bool:
+    here = os.path.abspath(path)
+    while True:
+        if not os.stat(here).st_mode & 0o001:
+            return False
+        if here == "/":
+            return True
+        here = os.path.dirname(here)
+
+
 def _pick_uid() -> int:
     import pwd
 
@@ -418,7 +449,7 @@ class LinuxBackend:
         st = os.lstat(fs.workspace)
         owner = (st.st_uid, st.st_gid)
         uid = _pick_uid() if root else None
-        stage_dir = tempfile.mkdtemp(prefix="firstrun-stage-") if root else None
+        stage_dir = tempfile.mkdtemp(prefix="firstrun-stage-", dir=_stage_parent()) if root else None
         control_parent, control_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         dial_parent = dial_child = None
         if proxy is not None:
