@@ -6,13 +6,16 @@ page, fetched on the harness side), and nothing else: no session, no proxy,
 no task file, no check. Every call it makes goes through the toolbelt, so the
 harness records it and enforces the wall budget on it whatever the agent
 does; an agent that runs out is told by ``BudgetExhausted``, not trusted to
-notice. Why it stopped is one ``AgentStop`` from a closed set, which the
-classifier maps; ``claim`` and ``detail`` are for people and never decide.
+notice. A model-driven agent also hands each model turn to the toolbelt
+(``record_turn``), so the trace holds what the model said beside what ran.
+Why it stopped is one ``AgentStop`` from a closed set, which the classifier
+maps; ``claim`` and ``detail`` are for people and never decide.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from decimal import Decimal
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -44,6 +47,10 @@ class Budget(StrEnum):
     MAX_SECONDS = "max_seconds"
     MAX_TURNS = "max_turns"
     MAX_TOKENS = "max_tokens"
+    MAX_SPEND = "max_spend"
+    # The model's own context window, not a task budget, but it ends the run
+    # the same way: the conversation cannot go on.
+    CONTEXT_WINDOW = "context_window"
 
 
 class BudgetExhausted(Exception):
@@ -62,7 +69,11 @@ class BudgetExhausted(Exception):
 
 @dataclass(frozen=True, kw_only=True)
 class Brief:
-    """Everything an agent is told about its task. The check is not in it."""
+    """Everything an agent is told about its task. The check is not in it.
+
+    ``max_spend`` is this run's spend limit in USD: the amount reserved for
+    it under ``--max-spend``, or None when the sweep has no spend cap.
+    """
 
     task: str
     goal: str
@@ -70,6 +81,30 @@ class Brief:
     docs_hosts: tuple[str, ...]
     budgets: Budgets
     replay: tuple[str, ...]
+    max_spend: Decimal | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnRecord:
+    """One model turn as the trace records it: what the model said and asked for.
+
+    ``tool_calls`` holds ``{"id", "name", "arguments"}`` per call, plus
+    ``"error"`` for a call the loop refused to run (an unknown tool, bad
+    arguments); the calls that ran are recorded again, with their results, by
+    the toolbelt. ``usage`` holds ``input_tokens`` (all input, cached
+    included), ``output_tokens``, ``cached_tokens`` and ``cache_write_tokens``;
+    ``spend`` is this turn's cost in USD as a decimal string, None when the
+    price is unknown.
+    """
+
+    turn: int
+    text: str
+    tool_calls: tuple[dict[str, Any], ...]
+    stop: str
+    vendor_stop: str | None
+    usage: dict[str, int]
+    spend: str | None
+    retries: int = 0
 
 
 class Toolbelt(Protocol):
@@ -89,6 +124,10 @@ class Toolbelt(Protocol):
         A page that cannot be read is a ``Page`` with ``error`` set, never an
         exception. Raises ``BudgetExhausted`` when no time is left.
         """
+        ...
+
+    def record_turn(self, turn: TurnRecord) -> None:
+        """Write one model turn to the trace (agents without a model never call it)."""
         ...
 
 

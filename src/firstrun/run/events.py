@@ -77,6 +77,25 @@ class DocsRead(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ModelTurn(Event):
+    """One model turn: its text, the tool calls it asked for, and what it cost.
+
+    The calls that ran appear again as ``command``/``docs_read`` events with
+    their results; a call the loop refused carries its ``error`` here.
+    """
+
+    kind: ClassVar[str] = "model_turn"
+    turn: int
+    text: str
+    tool_calls: list[dict[str, Any]]
+    stop: str
+    vendor_stop: str | None
+    usage: dict[str, int]
+    spend: str | None
+    retries: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
 class Egress(Event):
     kind: ClassVar[str] = "egress"
     record: dict[str, Any]

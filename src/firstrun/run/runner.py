@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from decimal import Decimal
 from pathlib import Path
 
 from firstrun.agents.base import Agent, AgentResult, AgentStop, Brief, BudgetExhausted
@@ -71,8 +72,13 @@ def run_task(
     config: RunConfig,
     on_event: Callable[[Event], None] | None = None,
     stop: threading.Event | None = None,
+    max_spend: Decimal | None = None,
 ) -> RunRecord:
-    """Run ``task`` once. ``stop`` (set on Ctrl-C) ends the run at the next call boundary."""
+    """Run ``task`` once. ``stop`` (set on Ctrl-C) ends the run at the next call boundary.
+
+    ``max_spend`` is the run's spend limit in USD (its ``--max-spend``
+    reservation), handed to the agent in its brief.
+    """
     where = run_dir(config, task.name, attempt)
     if where.exists():
         # A fresh sweep into the same --out replaces this attempt; rmtree
@@ -84,7 +90,8 @@ def run_task(
     try:
         recorder.emit(RunStarted(task=task.name, attempt=attempt, agent=agent.name,
                                  model=agent.model, task_file=task.path, task_sha256=task.sha256))
-        _carry_out(task, agent=agent, config=config, where=where, recorder=recorder, stop=stop)
+        _carry_out(task, agent=agent, config=config, where=where, recorder=recorder, stop=stop,
+                   max_spend=max_spend)
         verdict = classify(trace.events())
         recorder.emit(RunFinished(classification=verdict.classification.value,
                                   reason=verdict.reason.value))
@@ -98,7 +105,8 @@ def run_task(
 
 
 def _carry_out(task: Task, *, agent: Agent, config: RunConfig, where: Path,
-               recorder: Recorder, stop: threading.Event | None) -> None:
+               recorder: Recorder, stop: threading.Event | None,
+               max_spend: Decimal | None = None) -> None:
     """Everything between run_started and classification; exceptions end here as events."""
     phase = "workspace"
     temporary: str | None = None
@@ -134,7 +142,8 @@ def _carry_out(task: Task, *, agent: Agent, config: RunConfig, where: Path,
             _stop_point(stop)
             phase = "agent"
             brief = Brief(task=task.name, goal=task.spec.goal, docs_route=task.docs_route,
-                          docs_hosts=task.docs_hosts, budgets=budgets, replay=task.spec.replay)
+                          docs_hosts=task.docs_hosts, budgets=budgets, replay=task.spec.replay,
+                          max_spend=max_spend)
             tools = RunToolbelt(session=session, reader=enclosure.reader, route=task.docs_route,
                                 max_seconds=float(budgets.max_seconds),
                                 max_command_seconds=float(budgets.max_command_seconds),

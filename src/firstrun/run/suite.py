@@ -8,6 +8,13 @@ short that way is not a finished run and is neither stored nor returned.
 Every run executes start to finish on one worker thread that outlives its
 session, because the linux backend's bubblewrap dies with the thread that
 forked it (``--die-with-parent`` follows the thread, not the process).
+
+With a ``SpendGovernor`` (``--max-spend``), a run starts only once its
+reservation is held, and that reservation is the run's spend limit; it is
+settled at the run's recorded spend when the run ends. When a reservation
+cannot fit, no new run starts (``SuiteOutcome.spend_reached``) while the
+runs in flight finish normally: the cap stops the sweep, it does not
+interrupt it.
 """
 
 from __future__ import annotations
@@ -16,8 +23,10 @@ import queue
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from decimal import Decimal, InvalidOperation
 
 from firstrun.agents.base import Agent
+from firstrun.agents.spend import SpendGovernor
 from firstrun.docs import Politeness
 from firstrun.errors import UsageError
 from firstrun.results.model import Classification, RunRecord
@@ -37,6 +46,7 @@ EXIT_NO_EVIDENCE = 2
 class SuiteOutcome:
     records: list[RunRecord]
     interrupted: bool
+    spend_reached: bool = False
 
 
 def run_suite(
@@ -49,6 +59,7 @@ def run_suite(
     workers: int = 1,
     stop: threading.Event | None = None,
     on_event: Callable[[str, int, Event], None] | None = None,
+    spend: SpendGovernor | None = None,
 ) -> SuiteOutcome:
     """Run every task ``repeat`` times on ``workers`` threads; records in finishing order.
 
@@ -72,17 +83,26 @@ def run_suite(
 
     def work() -> None:
         while not stop.is_set():
+            if spend is not None and spend.reached:
+                return
             try:
                 task, attempt = jobs.get_nowait()
             except queue.Empty:
                 return
+            reservation = None
+            if spend is not None:
+                reservation = spend.reserve(task.spec.budgets, stop=stop)
+                if reservation is None:
+                    return
             forward = None
             if on_event is not None:
                 def forward(event: Event, name: str = task.name, n: int = attempt) -> None:
                     on_event(name, n, event)
+            record = None
             try:
                 record = run_task(task, attempt=attempt, agent=agent_factory(), config=config,
-                                  on_event=forward, stop=stop)
+                                  on_event=forward, stop=stop,
+                                  max_spend=None if reservation is None else reservation.amount)
             except BaseException as exc:
                 # run_task maps everything inside a run; this is the store or
                 # the trace directory failing. Stop the sweep, keep what finished.
@@ -90,6 +110,9 @@ def run_suite(
                     crashed.append(exc)
                 stop.set()
                 return
+            finally:
+                if spend is not None and reservation is not None:
+                    spend.settle(reservation, None if record is None else recorded_spend(record))
             if record.reason == Reason.INTERRUPTED:
                 continue
             with lock:
@@ -132,7 +155,26 @@ def run_suite(
                 thread.join()
     if crashed:
         raise crashed[0]
-    return SuiteOutcome(records=records, interrupted=stop.is_set())
+    return SuiteOutcome(records=records, interrupted=stop.is_set(),
+                        spend_reached=spend is not None and spend.reached)
+
+
+def recorded_spend(record: RunRecord) -> Decimal | None:
+    """What a run spent, from its record; None when unknown, never guessed as zero."""
+    if "usage" not in record.extra:
+        failure = record.extra.get("failure")
+        # No usage: either the agent never started (nothing spent) or it
+        # failed mid-conversation, having spent an unknown amount.
+        return None if isinstance(failure, dict) and failure.get("phase") == "agent" else Decimal(0)
+    usage = record.extra["usage"]
+    if not usage:
+        return Decimal(0)  # an agent with no model (replay) spends nothing
+    if usage.get("spend") is None:
+        return None
+    try:
+        return Decimal(str(usage["spend"]))
+    except InvalidOperation:
+        return None
 
 
 def suite_exit_code(records: Sequence[RunRecord]) -> int:

@@ -2,7 +2,8 @@
 
 Guarantee: every call is recorded as it completes (a ``command`` event with
 source ``agent``, or a ``docs_read`` event, ``route`` true when the URL is a
-page of the documented route) and every call is held to the wall budget of
+page of the documented route; a model agent's turns as ``model_turn``
+events) and every call is held to the wall budget of
 the agent phase: a command's timeout is the smallest of what the agent
 asked, the task's per-command limit and the time left, and once the time is
 spent no call starts; ``BudgetExhausted`` says so. When the run's ``stop``
@@ -17,9 +18,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from firstrun.agents.base import Budget, BudgetExhausted
+from firstrun.agents.base import Budget, BudgetExhausted, TurnRecord
 from firstrun.docs import DocsReader, Page
-from firstrun.run.events import CommandRan, DocsRead, Event, Source
+from firstrun.run.events import CommandRan, DocsRead, Event, ModelTurn, Source
 from firstrun.sandbox.base import ExecResult, Session
 
 
@@ -88,3 +89,12 @@ class RunToolbelt:
         page = self._reader.read(url)
         self._emit(DocsRead(page=page.to_record(), route=url in self._route))
         return page
+
+    def record_turn(self, turn: TurnRecord) -> None:
+        # Recorded even past the budget: the turn happened and was paid for.
+        self._emit(ModelTurn(turn=turn.turn, text=turn.text, tool_calls=list(turn.tool_calls),
+                             stop=turn.stop, vendor_stop=turn.vendor_stop, usage=dict(turn.usage),
+                             spend=turn.spend, retries=turn.retries))
+        # A stopped sweep pays for no further model call.
+        if self._stop is not None and self._stop.is_set():
+            raise RunInterrupted()
