@@ -17,6 +17,7 @@ import argparse
 import sys
 import traceback
 from collections.abc import Sequence
+from decimal import Decimal, InvalidOperation
 from typing import NoReturn
 
 from firstrun import __version__
@@ -60,6 +61,16 @@ def _positive_seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds: {text!r}")
+    return value
+
+
+def _usd(text: str) -> Decimal:
+    try:
+        value = Decimal(text)
+    except InvalidOperation:
+        raise argparse.ArgumentTypeError(f"not an amount of USD: {text!r}") from None
+    if not value.is_finite() or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive amount of USD: {text!r}")
     return value
 
 
@@ -138,6 +149,14 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
                      help="who works through the docs (default: replay, which runs the task's "
                      "replay steps and needs no model or key)")
     run.add_argument("--model", help="the model the agent uses (agents that take one)")
+    run.add_argument("--base-url", metavar="URL",
+                     help="send the model agent's API calls to URL (a proxy, a compatible server)")
+    run.add_argument("--max-spend", type=_usd, metavar="USD",
+                     help="stop starting runs once this much could be spent; each run reserves "
+                     "its share before it starts, so it holds with --workers too")
+    run.add_argument("--price-file", metavar="FILE",
+                     help="model prices (JSON or YAML: MODEL: {input, output, cached} USD per "
+                     "million tokens); wins over the bundled genai-prices table")
     run.add_argument("--backend", choices=BACKENDS, default="auto",
                      help="sandbox backend (default: auto, the strongest available)")
     run.add_argument("--out", default="results", metavar="DIR",
@@ -283,6 +302,9 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
             examples=tuple(args.example),
             agent=args.agent,
             model=args.model,
+            base_url=args.base_url,
+            max_spend=args.max_spend,
+            price_file=args.price_file,
             backend=args.backend,
             out=args.out,
             keep_sandbox=args.keep_sandbox,

@@ -17,10 +17,13 @@ import sys
 import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 
 from firstrun import __version__
 from firstrun.cli.interrupt import Signalled, signals_unwind
+from firstrun.agents.base import Agent
+from firstrun.agents.spend import SpendGovernor
 from firstrun.cli.progress import ProgressBoard, live_board
 from firstrun.docs import Mirror, parse_mirrors
 from firstrun.errors import SandboxUnavailable, UsageError
@@ -42,6 +45,9 @@ class RunRequest:
     examples: tuple[str, ...] = ()
     agent: str = "replay"
     model: str | None = None
+    base_url: str | None = None
+    max_spend: Decimal | None = None
+    price_file: str | None = None
     backend: str = "auto"
     out: str = "results"
     keep_sandbox: bool = False
@@ -96,13 +102,21 @@ def _select(request: RunRequest) -> tuple[list[Task], dict[str, Mirror]]:
 def run_command(request: RunRequest) -> int:
     """Run the suite; return the exit status (0/1/2, or 128+N after signal N)."""
     from firstrun.agents import make_agent
+    from firstrun.agents.spend import load_price_file
     from firstrun.run.runner import RunConfig
     from firstrun.run.suite import run_suite, suite_exit_code
 
     _check_paths(request)
     tasks, mirrors = _select(request)
-    # Built once up front so an unknown --agent or a bad --model is refused before any run.
-    make_agent(request.agent, model=request.model)
+    prices = load_price_file(request.price_file) if request.price_file is not None else None
+
+    def new_agent() -> Agent:
+        return make_agent(request.agent, model=request.model, base_url=request.base_url,
+                          price_file=prices)
+
+    # Built once up front so an unknown --agent, a bad --model, a missing SDK
+    # or key, or an unpriced --max-spend is refused before any run.
+    spend = _spend_governor(new_agent(), request.max_spend)
     refusal = _backend_refusal(request.backend, request.allow_unenforced)
     if refusal is not None:
         print(refusal, file=sys.stderr)
@@ -123,6 +137,7 @@ def run_command(request: RunRequest) -> int:
             "firstrun": __version__,
             "agent": request.agent,
             "model": request.model,
+            "max_spend": None if request.max_spend is None else str(request.max_spend),
             "backend": request.backend,
             "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "argv": list(request.argv),
@@ -133,18 +148,21 @@ def run_command(request: RunRequest) -> int:
     board = ProgressBoard()
     stop = threading.Event()
     signum: int | None = None
+    spend_reached = False
     with signals_unwind(), live_board(board, enabled=sys.stderr.isatty()):
         try:
-            run_suite(
+            outcome = run_suite(
                 tasks,
-                agent_factory=lambda: make_agent(request.agent, model=request.model),
+                agent_factory=new_agent,
                 config=config,
                 store=store,
                 repeat=request.repeat,
                 workers=request.workers,
                 stop=stop,
                 on_event=board.update,
+                spend=spend,
             )
+            spend_reached = outcome.spend_reached
         except Signalled as sig:
             # run_suite has already set ``stop`` and waited for the runs in
             # flight to end with their sessions closed; signals stay ignored
@@ -153,6 +171,9 @@ def run_command(request: RunRequest) -> int:
             stop.set()
             signum = sig.signum
     records = [RunRecord.from_data(run) for run in store.runs()]
+    if spend_reached and spend is not None:
+        print(f"firstrun: --max-spend {spend.cap} USD reached ({spend.spent} USD settled): "
+              "no further run was started", file=sys.stderr)
     if request.junit is not None:
         write_junit(request.junit, records)
     _print_summary(records, out, interrupted=signum is not None)
@@ -217,6 +238,19 @@ def _rich_table(records: list[RunRecord]) -> None:
             end_section=row is rows[-1],
         )
     Console(highlight=False).print(table)
+
+
+def _spend_governor(agent: Agent, max_spend: Decimal | None) -> SpendGovernor | None:
+    """The --max-spend governor, refused up front when the agent's spend cannot be known."""
+    if max_spend is None:
+        return None
+    pricing = getattr(agent, "pricing", None)
+    if agent.model is None:
+        raise UsageError(f"--max-spend: the {agent.name} agent uses no model and spends nothing")
+    if pricing is None:
+        raise UsageError(f"--max-spend: no price is known for model {agent.model!r}; "
+                         "give one with --price-file")
+    return SpendGovernor(cap=max_spend, pricing=pricing)
 
 
 # ``run``/``check`` status when nothing could produce evidence (see suite_exit_code).
