@@ -81,3 +81,135 @@ def test_multi_turn_tool_use_ends_in_a_pass(config: RunConfig, tmp_path: Path) -
                 + Decimal(140) * 15) / 1_000_000
     assert Decimal(usage["spend"]) == expected
     assert record.extra["claim"] == "Done: greeting.txt holds the greeting."
+
+
+def test_a_run_whose_commands_miss_the_goal_is_a_docs_gap(config: RunConfig,
+                                                         tmp_path: Path) -> None:
+    transcript = wire.script(
+        wire.message(wire.read_docs(DOCS)),
+        wire.message(wire.bash("printf 'goodbye\\n' > greeting.txt")),
+        wire.message(wire.text("The greeting file is created.")),
+    )
+    with VendorServer(transcript) as server:
+        record, _ = run(greeter_task(tmp_path), claude(server.url), config)
+    assert (record.classification, record.reason) == (Classification.DOCS_GAP, "check_failed")
+    assert record.last_page_before_failure == DOCS
+    # The model claimed success; the claim is on record and decided nothing.
+    assert record.extra["claim"] == "The greeting file is created."
+    assert record.extra["agent_stop"] == "finished"
+
+
+def test_a_rate_limit_is_waited_out_then_the_run_goes_on(config: RunConfig,
+                                                        tmp_path: Path) -> None:
+    transcript = wire.script(
+        [wire.rate_limited(retry_after="7"), wire.message(wire.bash(GREET))],
+        wire.message(wire.text("Done.")),
+    )
+    sleeps: list[float] = []
+    with VendorServer(transcript) as server:
+        record, events = run(greeter_task(tmp_path), claude(server.url, sleeps=sleeps), config)
+    assert record.classification is Classification.PASSED
+    assert len(server.seen()) == 3
+    # One wait, at least as long as the server's retry-after asked.
+    (waited,) = sleeps
+    assert waited >= 7
+    turns = [e for e in events if isinstance(e, ModelTurn)]
+    assert [t.retries for t in turns] == [1, 0]
+
+
+def test_server_errors_until_retries_run_out_are_an_infra_error(config: RunConfig,
+                                                               tmp_path: Path) -> None:
+    transcript = wire.script([wire.overloaded(), wire.server_error()])
+    sleeps: list[float] = []
+    retry = RetryPolicy(attempts=4, base_s=1.0, cap_s=8.0)
+    with VendorServer(transcript) as server:
+        record, events = run(greeter_task(tmp_path),
+                             claude(server.url, sleeps=sleeps, retry=retry), config)
+    assert (record.classification, record.reason) == (Classification.INFRA_ERROR,
+                                                      "agent_infra_error")
+    assert len(server.seen()) == 4 and len(sleeps) == 3
+    # Full jitter under an exponential ceiling: 1, 2, 4 seconds at most.
+    assert all(0 <= s <= cap for s, cap in zip(sleeps, (1, 2, 4), strict=True))
+    assert "InternalServerError (HTTP 500)" in record.detail
+    assert "gave up after 4 attempts" in record.detail
+    assert record.check_exit is None and not any(isinstance(e, ModelTurn) for e in events)
+
+
+def test_a_refusal_is_an_agent_refusal_and_nothing_runs_after_it(config: RunConfig,
+                                                                tmp_path: Path) -> None:
+    transcript = wire.script(wire.refusal("This request was flagged."))
+    with VendorServer(transcript) as server:
+        record, events = run(greeter_task(tmp_path), claude(server.url), config)
+    assert (record.classification, record.reason) == (Classification.AGENT_REFUSAL,
+                                                      "agent_refused")
+    assert record.extra["agent_stop"] == "refused"
+    assert record.detail == "cyber This request was flagged."
+    assert record.check_exit is None and agent_commands(events) == []
+    (turn,) = [e for e in events if isinstance(e, ModelTurn)]
+    assert (turn.stop, turn.vendor_stop) == ("refusal", "refusal")
+
+
+def test_a_bad_key_is_a_harness_error_with_a_clear_message(config: RunConfig,
+                                                          tmp_path: Path) -> None:
+    transcript = wire.script(wire.unauthorized())
+    sleeps: list[float] = []
+    with VendorServer(transcript) as server:
+        record, _ = run(greeter_task(tmp_path), claude(server.url, sleeps=sleeps), config)
+    assert (record.classification, record.reason) == (Classification.HARNESS_ERROR,
+                                                      "harness_error")
+    assert record.detail.startswith("anthropic: AuthenticationError (HTTP 401)")
+    assert "invalid x-api-key" in record.detail
+    # Not retried: a bad key stays bad.
+    assert len(server.seen()) == 1 and sleeps == []
+
+
+def test_the_token_budget_ends_the_run_before_its_calls_run(config: RunConfig,
+                                                           tmp_path: Path) -> None:
+    transcript = wire.script(
+        wire.message(wire.read_docs(DOCS), tokens=(600, 100)),
+        wire.message(wire.bash(GREET), tokens=(900, 150)),
+    )
+    task = greeter_task(tmp_path, budgets={"max_tokens": 1500})
+    with VendorServer(transcript) as server:
+        record, events = run(task, claude(server.url), config)
+    assert (record.classification, record.reason) == (Classification.BUDGET_EXHAUSTED,
+                                                      "budget_exhausted")
+    assert record.detail == "max_tokens: 1750 tokens used of max_tokens 1500"
+    # The second turn was recorded and paid for, but its command never ran.
+    assert len(server.seen()) == 2 and agent_commands(events) == []
+    assert record.extra["usage"]["turns"] == 2 and record.check_exit == 1
+
+
+def test_the_turn_budget_ends_the_run(config: RunConfig, tmp_path: Path) -> None:
+    transcript = wire.script(*(wire.message(wire.bash(f"echo {n}")) for n in range(5)))
+    task = greeter_task(tmp_path, budgets={"max_turns": 3})
+    with VendorServer(transcript) as server:
+        record, events = run(task, claude(server.url), config)
+    assert (record.classification, record.reason) == (Classification.BUDGET_EXHAUSTED,
+                                                      "budget_exhausted")
+    assert record.detail == "max_turns: max_turns 3 reached"
+    # The third turn's call ran; no fourth request was made.
+    assert len(server.seen()) == 3
+    assert [c.command for c in agent_commands(events)] == ["echo 0", "echo 1", "echo 2"]
+
+
+def test_curl_to_the_docs_host_from_the_shell_is_refused_and_recorded(config: RunConfig,
+                                                                     tmp_path: Path) -> None:
+    curl = f"curl -sS -o /dev/null -w '%{{http_code}}' {DOCS}"
+    transcript = wire.script(
+        wire.message(wire.bash(curl)),
+        wire.message(wire.read_docs(DOCS)),
+        wire.message(wire.bash(GREET)),
+        wire.message(wire.text("Done.")),
+    )
+    with VendorServer(transcript) as server:
+        record, events = run(greeter_task(tmp_path), claude(server.url), config)
+    assert record.classification is Classification.PASSED
+    (tried, _) = agent_commands(events)
+    assert tried.command == curl and tried.stdout == "403"
+    (blocked,) = record.blocked_egress
+    assert (blocked["host"], blocked["channel"], blocked["reason"]) == (
+        DOCS_HOST, "shell", "docs_host_on_shell")
+    # The model was told what happened, in its tool result.
+    (result,) = wire.tool_results(server.seen()[1])
+    assert "403" in result["content"]

@@ -23,7 +23,7 @@ from pathlib import Path
 from firstrun import __version__
 from firstrun.cli.interrupt import Signalled, signals_unwind
 from firstrun.agents.base import Agent
-from firstrun.agents.spend import SpendGovernor
+from firstrun.agents.spend import DEFAULT_RUN_TOKENS, SpendGovernor
 from firstrun.cli.progress import ProgressBoard, live_board
 from firstrun.docs import Mirror, parse_mirrors
 from firstrun.errors import SandboxUnavailable, UsageError
@@ -116,7 +116,7 @@ def run_command(request: RunRequest) -> int:
 
     # Built once up front so an unknown --agent, a bad --model, a missing SDK
     # or key, or an unpriced --max-spend is refused before any run.
-    spend = _spend_governor(new_agent(), request.max_spend)
+    spend = _spend_governor(new_agent(), request.max_spend, tasks)
     refusal = _backend_refusal(request.backend, request.allow_unenforced)
     if refusal is not None:
         print(refusal, file=sys.stderr)
@@ -240,8 +240,10 @@ def _rich_table(records: list[RunRecord]) -> None:
     Console(highlight=False).print(table)
 
 
-def _spend_governor(agent: Agent, max_spend: Decimal | None) -> SpendGovernor | None:
-    """The --max-spend governor, refused up front when the agent's spend cannot be known."""
+def _spend_governor(agent: Agent, max_spend: Decimal | None,
+                    tasks: list[Task]) -> SpendGovernor | None:
+    """The --max-spend governor, refused up front when the agent's spend cannot be known
+    or a task's run could never fit under it."""
     if max_spend is None:
         return None
     pricing = getattr(agent, "pricing", None)
@@ -250,7 +252,15 @@ def _spend_governor(agent: Agent, max_spend: Decimal | None) -> SpendGovernor | 
     if pricing is None:
         raise UsageError(f"--max-spend: no price is known for model {agent.model!r}; "
                          "give one with --price-file")
-    return SpendGovernor(cap=max_spend, pricing=pricing)
+    governor = SpendGovernor(cap=max_spend, pricing=pricing)
+    for task in tasks:
+        need = governor.estimate(task.spec.budgets)
+        if need > max_spend:
+            raise UsageError(
+                f"--max-spend: {max_spend} USD is less than one run of {task.name} reserves "
+                f"({need.normalize():f} USD: its budgets.max_tokens, or "
+                f"{DEFAULT_RUN_TOKENS} tokens when unset, at {agent.model}'s highest rate)")
+    return governor
 
 
 # ``run``/``check`` status when nothing could produce evidence (see suite_exit_code).
