@@ -1,0 +1,221 @@
+"""Statistics over saved runs: pass rates with Wilson intervals, and Fisher comparisons.
+
+Guarantee: a pass rate is taken over evidential runs only (``passed`` and
+``docs_gap``), with a Wilson score interval; runs that could not judge the
+docs are counted apart and never folded in. With no evidential run the rate
+and its interval are ``None``, never 0%, because 0% would claim that every
+documented route failed. A comparison of two sweeps is a two-sided Fisher
+exact test per task, and it refuses to report a result when the samples are
+too small for any outcome at all to reach significance: it says so, and
+names the smallest sample per side that could. The numerics are scipy's
+(``binomtest(...).proportion_ci(method="wilson")`` and ``fisher_exact``),
+checked in the tests against published values, not reimplemented here.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from scipy.stats import binomtest, fisher_exact
+
+from firstrun.results.model import EVIDENTIAL, Classification, RunRecord
+
+CONFIDENCE = 0.95
+ALPHA = 0.05
+ALL_TASKS = "all tasks"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Interval:
+    """A confidence interval for a proportion, both ends in [0, 1]."""
+
+    low: float
+    high: float
+    confidence: float = CONFIDENCE
+
+
+def wilson_interval(successes: int, trials: int, *, confidence: float = CONFIDENCE) -> Interval | None:
+    """The Wilson score interval for ``successes`` of ``trials``; None for no trials."""
+    if not 0 <= successes <= trials:
+        raise ValueError(f"successes must be within 0..trials, got {successes} of {trials}")
+    if trials == 0:
+        return None
+    ci = binomtest(successes, trials).proportion_ci(confidence_level=confidence, method="wilson")
+    return Interval(low=float(ci.low), high=float(ci.high), confidence=confidence)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PassRate:
+    """The runs of one task (or of all tasks): evidence, its rate, and what could not judge."""
+
+    task: str
+    passed: int
+    docs_gap: int
+    not_evidential: Mapping[Classification, int]
+    interval: Interval | None
+
+    @property
+    def evidential(self) -> int:
+        return self.passed + self.docs_gap
+
+    @property
+    def not_evidential_runs(self) -> int:
+        return sum(self.not_evidential.values())
+
+    @property
+    def runs(self) -> int:
+        return self.evidential + self.not_evidential_runs
+
+    @property
+    def rate(self) -> float | None:
+        """Passed over evidential runs; None when no run produced evidence."""
+        return self.passed / self.evidential if self.evidential else None
+
+    def text(self) -> str:
+        """``3/4 passed (75%, 95% CI 30-95%)``, or ``no evidence`` in words."""
+        if self.rate is None or self.interval is None:
+            return "no evidence"
+        ci = self.interval
+        return (f"{self.passed}/{self.evidential} passed ({self.rate:.0%}, "
+                f"{ci.confidence:.0%} CI {ci.low:.0%}-{ci.high:.0%})")
+
+
+def pass_rate(records: Iterable[RunRecord], *, task: str = ALL_TASKS,
+              confidence: float = CONFIDENCE) -> PassRate:
+    """The pass rate of ``records`` taken together."""
+    counts: Counter[Classification] = Counter(r.classification for r in records)
+    passed = counts.pop(Classification.PASSED, 0)
+    docs_gap = counts.pop(Classification.DOCS_GAP, 0)
+    return PassRate(
+        task=task,
+        passed=passed,
+        docs_gap=docs_gap,
+        not_evidential={c: n for c, n in counts.items() if n and c not in EVIDENTIAL},
+        interval=wilson_interval(passed, passed + docs_gap, confidence=confidence),
+    )
+
+
+def by_task(records: Iterable[RunRecord]) -> dict[str, list[RunRecord]]:
+    """Records grouped by task, tasks in the order they first appear."""
+    grouped: dict[str, list[RunRecord]] = {}
+    for record in records:
+        grouped.setdefault(record.task, []).append(record)
+    return grouped
+
+
+def pass_rates(records: Sequence[RunRecord], *, confidence: float = CONFIDENCE) -> list[PassRate]:
+    """One pass rate per task, in the order tasks first appear."""
+    return [pass_rate(runs, task=task, confidence=confidence) for task, runs in by_task(records).items()]
+
+
+def fisher_p(before_passed: int, before_failed: int, after_passed: int, after_failed: int) -> float:
+    """The two-sided Fisher exact p-value of the 2x2 table (rows: before, after)."""
+    table = [[before_passed, before_failed], [after_passed, after_failed]]
+    return float(fisher_exact(table, alternative="two-sided").pvalue)
+
+
+def min_p_value(n_before: int, n_after: int) -> float:
+    """The smallest two-sided Fisher p any outcome of these sample sizes can reach.
+
+    With the rows fixed at ``n_before`` and ``n_after``, a table's point
+    probability is C(m, a) * C(N - m, b) times that of the perfectly
+    separated table (all of one side passed, all of the other failed), where
+    m is its column total and a, b its top row. That factor is an integer of
+    at least 1, so no table is less likely than the separated one, and no
+    two-sided p is smaller than the separated table's.
+    """
+    if n_before < 1 or n_after < 1:
+        raise ValueError(f"both samples need at least one run, got {n_before} and {n_after}")
+    return fisher_p(n_before, 0, 0, n_after)
+
+
+def smallest_sample(alpha: float) -> int:
+    """The smallest n such that n evidential runs per side can reach p < ``alpha``."""
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be within (0, 1), got {alpha}")
+    n = 1
+    while not min_p_value(n, n) < alpha:
+        n += 1
+    return n
+
+
+class Verdict(StrEnum):
+    """What a comparison of one task can say; a closed set, keyed on by CI."""
+
+    REGRESSED = "regressed"
+    IMPROVED = "improved"
+    NO_SIGNIFICANT_CHANGE = "no_significant_change"
+    TOO_SMALL = "too_small"
+    NO_EVIDENCE = "no_evidence"
+    ONLY_BEFORE = "only_before"
+    ONLY_AFTER = "only_after"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskComparison:
+    """One task, before and after. ``p_value`` is set only when a test was reported."""
+
+    task: str
+    before: PassRate | None
+    after: PassRate | None
+    verdict: Verdict
+    p_value: float | None = None
+    task_changed: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Comparison:
+    """Every task of two sweeps, compared at ``alpha``."""
+
+    alpha: float
+    smallest_sample: int
+    tasks: tuple[TaskComparison, ...]
+
+    @property
+    def regressions(self) -> tuple[TaskComparison, ...]:
+        return tuple(t for t in self.tasks if t.verdict is Verdict.REGRESSED)
+
+    @property
+    def tested(self) -> int:
+        """Tasks for which a test result was reported (significant or not)."""
+        return sum(1 for t in self.tasks if t.p_value is not None)
+
+
+def compare(before: Sequence[RunRecord], after: Sequence[RunRecord], *, alpha: float = ALPHA,
+            confidence: float = CONFIDENCE) -> Comparison:
+    """Compare two sweeps task by task (tasks in BEFORE's order, then AFTER-only ones)."""
+    needed = smallest_sample(alpha)
+    old, new = by_task(before), by_task(after)
+    tasks = []
+    for task in [*old, *(t for t in new if t not in old)]:
+        b = pass_rate(old[task], task=task, confidence=confidence) if task in old else None
+        a = pass_rate(new[task], task=task, confidence=confidence) if task in new else None
+        changed = (b is not None and a is not None
+                   and {r.task_sha256 for r in old[task]} != {r.task_sha256 for r in new[task]})
+        tasks.append(_compare_task(task, b, a, alpha=alpha, changed=changed))
+    return Comparison(alpha=alpha, smallest_sample=needed, tasks=tuple(tasks))
+
+
+def _compare_task(task: str, before: PassRate | None, after: PassRate | None, *,
+                  alpha: float, changed: bool) -> TaskComparison:
+    def verdict(v: Verdict, p: float | None = None) -> TaskComparison:
+        return TaskComparison(task=task, before=before, after=after, verdict=v, p_value=p,
+                              task_changed=changed)
+
+    if after is None:
+        return verdict(Verdict.ONLY_BEFORE)
+    if before is None:
+        return verdict(Verdict.ONLY_AFTER)
+    if not before.evidential or not after.evidential:
+        return verdict(Verdict.NO_EVIDENCE)
+    if not min_p_value(before.evidential, after.evidential) < alpha:
+        return verdict(Verdict.TOO_SMALL)
+    p = fisher_p(before.passed, before.docs_gap, after.passed, after.docs_gap)
+    if not p < alpha:
+        return verdict(Verdict.NO_SIGNIFICANT_CHANGE, p)
+    # Cross-multiplied, so the direction is decided on whole numbers.
+    dropped = after.passed * before.evidential < before.passed * after.evidential
+    return verdict(Verdict.REGRESSED if dropped else Verdict.IMPROVED, p)
