@@ -58,6 +58,9 @@ class RunRecord:
     attestation: tuple[dict[str, Any], ...] = ()
     layers: tuple[dict[str, Any], ...] = ()
     pages: tuple[PageRead, ...] = ()
+    # The task's documented route as it was when the run started, so a report
+    # can set the pages read against it from saved data alone.
+    docs_route: tuple[str, ...] = ()
     last_page_before_failure: str | None = None
     route_findings: tuple[dict[str, Any], ...] = ()
     blocked_egress: tuple[dict[str, Any], ...] = ()
@@ -84,6 +87,6 @@ class RunRecord:
         fields = dict(data)
         fields["classification"] = Classification(fields["classification"])
         fields["pages"] = tuple(PageRead(**p) for p in fields.get("pages", ()))
-        for name in ("attestation", "layers", "route_findings", "blocked_egress"):
+        for name in ("attestation", "layers", "route_findings", "blocked_egress", "docs_route"):
             fields[name] = tuple(fields.get(name, ()))
         return cls(**fields)

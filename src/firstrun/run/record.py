@@ -170,6 +170,7 @@ def build_record(task: Task, *, attempt: int, agent_name: str, model: str | None
         attestation=tuple(info["attestation"]) if info else (),
         layers=tuple(info["layers"]) if info else (),
         pages=tuple(_page(e.page) for e in reads),
+        docs_route=task.docs_route,
         last_page_before_failure=last_page_before_failure(events),
         route_findings=findings,
         blocked_egress=blocked,
