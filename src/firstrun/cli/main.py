@@ -121,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_run_parser(sub)
     _add_task_parsers(sub)
+    _add_report_parsers(sub)
     return parser
 
 
@@ -249,6 +250,61 @@ def _add_task_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[
     )
 
 
+def _alpha(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1 (exclusive): {text!r}")
+    return value
+
+
+def _add_report_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    diff = sub.add_parser(
+        "diff",
+        help="compare two sweeps task by task (Fisher exact test)",
+        usage="firstrun diff BEFORE AFTER [--alpha A] [--fail-on-regression]",
+        description="Compare the pass rates of two sweeps per task with a two-sided Fisher exact "
+        "test over evidential runs. A task whose samples are too small for any outcome to be "
+        "significant says so, with the sample per side that could. BEFORE and AFTER are results "
+        "directories or results.json files. Exit status: 0, or 1 with --fail-on-regression when "
+        "a task's pass rate dropped significantly; 3 bad usage.",
+        allow_abbrev=False,
+    )
+    diff.add_argument("before", metavar="BEFORE", help="the earlier results directory or results.json")
+    diff.add_argument("after", metavar="AFTER", help="the later results directory or results.json")
+    diff.add_argument("--alpha", type=_alpha, default=0.05, metavar="A",
+                      help="significance level of each test (default: 0.05)")
+    diff.add_argument("--fail-on-regression", action="store_true",
+                      help="exit 1 when any task's pass rate dropped significantly (the CI form)")
+
+    report = sub.add_parser(
+        "report",
+        help="write an HTML report (and/or a markdown summary) of saved results",
+        usage="firstrun report RESULTS_DIR [--out FILE.html] [--markdown FILE|-] [--github-summary [FILE]]",
+        description="Render saved results: --out writes one self-contained HTML page (no network "
+        "needed to view it); --markdown writes a markdown summary ('-' for stdout); "
+        "--github-summary appends that summary to FILE or to $GITHUB_STEP_SUMMARY. "
+        "Exit status: 0, or 3 bad usage.",
+        allow_abbrev=False,
+    )
+    report.add_argument("results", metavar="RESULTS_DIR", help="a results directory or its results.json")
+    report.add_argument("--out", metavar="FILE", help="write the HTML report to FILE")
+    report.add_argument("--markdown", metavar="FILE", help="write the markdown summary to FILE ('-': stdout)")
+    _github_summary_flag(report)
+
+
+# ``--github-summary`` given with no FILE: the file $GITHUB_STEP_SUMMARY names.
+GITHUB_SUMMARY_FROM_ENV = "$GITHUB_STEP_SUMMARY"
+
+
+def _github_summary_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--github-summary", nargs="?", const=GITHUB_SUMMARY_FROM_ENV, metavar="FILE",
+                        help="append a markdown summary to FILE (default: the file named by "
+                        "$GITHUB_STEP_SUMMARY)")
+
+
 def _split_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
     """Options before the first ``--``, the command after it (None when there is no ``--``)."""
     args = list(argv)
@@ -370,6 +426,20 @@ def _cmd_examples(_args: argparse.Namespace, _argv: Sequence[str]) -> int:
     return 0
 
 
+def _cmd_diff(args: argparse.Namespace, _argv: Sequence[str]) -> int:
+    from firstrun.cli.report import diff_command
+
+    return diff_command(args.before, args.after, alpha=args.alpha,
+                        fail_on_regression=args.fail_on_regression)
+
+
+def _cmd_report(args: argparse.Namespace, _argv: Sequence[str]) -> int:
+    from firstrun.cli.report import report_command
+
+    return report_command(args.results, out=args.out, markdown=args.markdown,
+                          github_summary=args.github_summary)
+
+
 _COMMANDS = {
     "run": _cmd_run,
     "check": _cmd_check,
@@ -378,6 +448,8 @@ _COMMANDS = {
     "validate": _cmd_validate,
     "init": _cmd_init,
     "examples": _cmd_examples,
+    "diff": _cmd_diff,
+    "report": _cmd_report,
 }
 
 

@@ -1,0 +1,94 @@
+"""``firstrun diff`` and ``firstrun report``, and where a GitHub step summary goes.
+
+Guarantee: both read saved results only, and every bad input (a missing
+results file, an unwritable output, an ``--alpha`` outside (0, 1), a bare
+``--github-summary`` with ``$GITHUB_STEP_SUMMARY`` unset) is refused in one
+line naming the flag or argument before anything is written. ``diff`` exits
+0, or 1 with ``--fail-on-regression`` when some task's pass rate dropped
+significantly; a task whose samples are too small to show anything is never
+counted as a regression, and says so.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from firstrun.cli.main import GITHUB_SUMMARY_FROM_ENV
+from firstrun.errors import UsageError
+from firstrun.reports.diff import HEADER, diff_lines, diff_notes, diff_rows
+from firstrun.reports.html import write_html
+from firstrun.reports.load import load_saved
+from firstrun.reports.markdown import render_markdown
+from firstrun.reports.output import append_text, write_text_atomic
+from firstrun.results.stats import compare
+
+GITHUB_ENV = "GITHUB_STEP_SUMMARY"
+
+
+def summary_target(value: str) -> Path:
+    """The file ``--github-summary`` appends to, checked before any run or report starts."""
+    if value == GITHUB_SUMMARY_FROM_ENV:
+        named = os.environ.get(GITHUB_ENV)
+        if not named:
+            raise UsageError(f"--github-summary: no FILE given and ${GITHUB_ENV} is not set")
+        return _writable_file("--github-summary", named)
+    return _writable_file("--github-summary", value)
+
+
+def _writable_file(flag: str, value: str) -> Path:
+    path = Path(value)
+    if path.is_dir():
+        raise UsageError(f"{flag}: {value!r} is a directory")
+    parent = path.absolute().parent
+    if not parent.is_dir():
+        raise UsageError(f"{flag}: directory {os.fspath(parent)!r} does not exist")
+    return path
+
+
+def diff_command(before: str, after: str, *, alpha: float, fail_on_regression: bool) -> int:
+    if not 0 < alpha < 1:
+        raise UsageError(f"--alpha: must be between 0 and 1 (exclusive), got {alpha}")
+    old = load_saved(before, label="BEFORE")
+    new = load_saved(after, label="AFTER")
+    comparison = compare(old.records, new.records, alpha=alpha)
+    if sys.stdout.isatty() and comparison.tasks:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"firstrun diff (alpha {alpha:g})", title_justify="left")
+        for name in HEADER:
+            table.add_column(name)
+        for row in diff_rows(comparison):
+            table.add_row(*row, style="bold red" if row[-1].startswith("REGRESSED") else None)
+        console = Console(highlight=False)
+        console.print(table)
+        for note in diff_notes(comparison):
+            console.print(note, markup=False)
+    else:
+        print("\n".join(diff_lines(comparison)))
+    return 1 if fail_on_regression and comparison.regressions else 0
+
+
+def report_command(results: str, *, out: str | None, markdown: str | None, github_summary: str | None) -> int:
+    if out is None and markdown is None and github_summary is None:
+        raise UsageError("report: say what to write: --out FILE.html, --markdown FILE, or --github-summary")
+    html_path = _writable_file("--out", out) if out is not None else None
+    md_path = _writable_file("--markdown", markdown) if markdown not in (None, "-") else None
+    summary = summary_target(github_summary) if github_summary is not None else None
+    saved = load_saved(results, label="RESULTS_DIR")
+    text = render_markdown(saved.records, meta=saved.meta)
+    # With the markdown on stdout, where things went is said on stderr.
+    status = sys.stderr if markdown == "-" else sys.stdout
+    if html_path is not None:
+        write_html(html_path, saved)
+        print(f"report: {html_path}", file=status)
+    if markdown == "-":
+        sys.stdout.write(text)
+    elif md_path is not None:
+        write_text_atomic(md_path, text)
+        print(f"markdown: {md_path}", file=status)
+    if summary is not None:
+        append_text(summary, text)
+    return 0

@@ -1,0 +1,359 @@
+"""``firstrun report``: one self-contained HTML page about a sweep, from saved results only.
+
+Guarantee: the page needs no network and runs no code. Its CSS is inline,
+its plots are inline SVG, it loads no font, script, image or frame, and a
+Content-Security-Policy of ``default-src 'none'`` (inline styles only) makes
+the browser refuse anything that would. Every string that came from results
+or traces (task names, URLs, commands, output, reasons) passes through one
+escaping function: markup is built only by ``_el`` from constant tag and
+attribute names, and text reaches it only as ``str``, which is always
+escaped; characters HTML cannot carry are replaced, never written raw. Only
+``http``/``https`` URLs become links. Each run's narrated trace
+(``firstrun.reports.narrate``) is in the page under an anchor, so a run's
+link works offline.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from firstrun import __version__
+from firstrun.errors import UsageError
+from firstrun.reports.analysis import RouteReport, blocked_by_destination, route_report, run_route
+from firstrun.reports.load import SavedResults
+from firstrun.reports.narrate import Line, Style, narrate_file
+from firstrun.reports.output import write_text_atomic
+from firstrun.reports.summary import ORDER
+from firstrun.results.model import EVIDENTIAL, Classification, RunRecord
+from firstrun.results.stats import PassRate, by_task, pass_rate
+
+# The plot's own colour: used by nothing else on the page, so a screenshot can find the plot.
+PLOT_COLOUR = "#1f6feb"
+
+_NOT_HTML = re.compile("[\x00-\x08\x0b\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufdd0-\ufdef\ufffe\uffff]")
+
+CSP = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
+
+
+class Markup(str):
+    """HTML this module built; the only ``str`` that ``_el`` does not escape."""
+
+
+Child = Markup | str | int | float | None | Iterable["Child"]
+
+
+def _text(value: object) -> Markup:
+    return Markup(html.escape(_NOT_HTML.sub("\ufffd", str(value)), quote=True))
+
+
+def _children(children: Iterable[Child]) -> str:
+    out = []
+    for child in children:
+        if child is None:
+            continue
+        if isinstance(child, Markup):
+            out.append(child)
+        elif isinstance(child, str | int | float):
+            out.append(_text(child))
+        else:
+            out.append(_children(child))
+    return "".join(out)
+
+
+def _el(tag: str, attrs: Mapping[str, object] | None = None, *children: Child) -> Markup:
+    attributes = "".join(
+        f' {name}="{_text(value)}"' for name, value in (attrs or {}).items() if value is not None
+    )
+    return Markup(f"<{tag}{attributes}>{_children(children)}</{tag}>")
+
+
+def _link(url: str | None) -> Markup:
+    if not url:
+        return _text("")
+    if urlsplit(url).scheme in ("http", "https"):
+        return _el("a", {"href": url, "rel": "noreferrer"}, url)
+    return _el("code", None, url)
+
+
+def _pct(value: float) -> str:
+    return f"{value:.0%}"
+
+
+# --- the plot ---------------------------------------------------------------
+
+_W, _H, _PAD = 360, 58, 18
+
+
+def _x(value: float) -> float:
+    return round(_PAD + value * (_W - 2 * _PAD), 2)
+
+
+def rate_plot(rate: PassRate) -> Markup:
+    """The pass rate as a point with its Wilson interval as a bar, on a 0-100% axis."""
+    axis_y = 40
+    parts: list[Markup] = [
+        _el("line", {"x1": _x(0), "y1": axis_y, "x2": _x(1), "y2": axis_y, "class": "axis"}),
+    ]
+    for tick in (0, 0.25, 0.5, 0.75, 1):
+        parts.append(_el("line", {"x1": _x(tick), "y1": axis_y, "x2": _x(tick), "y2": axis_y + 4,
+                                  "class": "axis"}))
+        parts.append(_el("text", {"x": _x(tick), "y": axis_y + 15, "text-anchor": "middle",
+                                  "class": "tick"}, _pct(tick)))
+    if rate.rate is None or rate.interval is None:
+        label = "no evidence: no run could judge the docs"
+        parts.append(_el("text", {"x": _x(0.5), "y": 22, "text-anchor": "middle", "class": "none"}, label))
+    else:
+        ci, y = rate.interval, 20
+        label = (f"pass rate {_pct(rate.rate)} ({rate.passed}/{rate.evidential}), "
+                 f"{_pct(ci.confidence)} Wilson interval {_pct(ci.low)} to {_pct(ci.high)}")
+        parts += [
+            _el("line", {"x1": _x(ci.low), "y1": y, "x2": _x(ci.high), "y2": y, "stroke": PLOT_COLOUR,
+                         "stroke-width": 3}),
+            _el("line", {"x1": _x(ci.low), "y1": y - 7, "x2": _x(ci.low), "y2": y + 7, "stroke": PLOT_COLOUR,
+                         "stroke-width": 2}),
+            _el("line", {"x1": _x(ci.high), "y1": y - 7, "x2": _x(ci.high), "y2": y + 7,
+                         "stroke": PLOT_COLOUR, "stroke-width": 2}),
+            _el("circle", {"cx": _x(rate.rate), "cy": y, "r": 6, "fill": PLOT_COLOUR}),
+        ]
+    return _el("svg", {"xmlns": "http://www.w3.org/2000/svg", "class": "plot", "width": _W, "height": _H,
+                       "viewBox": f"0 0 {_W} {_H}", "role": "img", "aria-label": label},
+               _el("title", None, label), parts)
+
+
+# --- sections ---------------------------------------------------------------
+
+def _badge(classification: Classification) -> Markup:
+    return _el("span", {"class": f"badge {classification.value}"}, classification.value)
+
+
+def _table(head: Sequence[str], rows: Iterable[Sequence[Child]], *, cls: str | None = None) -> Markup:
+    return _el("table", {"class": cls},
+               _el("thead", None, _el("tr", None, [_el("th", None, h) for h in head])),
+               _el("tbody", None, [_el("tr", None, [_el("td", None, c) for c in row]) for row in rows]))
+
+
+def _rate_cell(rate: PassRate) -> Markup:
+    if rate.rate is None or rate.interval is None:
+        return _el("span", {"class": "none"}, "no evidence")
+    return _text(rate.text())
+
+
+def _classification_table(rate: PassRate) -> Markup:
+    counts = {Classification.PASSED: rate.passed, Classification.DOCS_GAP: rate.docs_gap, **rate.not_evidential}
+    rows = [
+        [_badge(c), counts[c], "evidence about the docs" if c in EVIDENTIAL else "could not judge the docs"]
+        for c in ORDER if counts.get(c)
+    ]
+    return _table(["classification", "runs", ""], rows, cls="counts")
+
+
+def _route_section(report: RouteReport) -> Markup:
+    if not report.pages:
+        return _el("p", {"class": "dim"}, "No run read any docs page.")
+    intro: list[Child] = []
+    if not report.route:
+        intro.append(_el("p", {"class": "dim"},
+                         "The documented route was not recorded with these runs (results from an older "
+                         "firstrun): pages read are listed, but not set against the route."))
+    elif report.route_varies:
+        intro.append(_el("p", {"class": "warn"},
+                         "The documented route changed between these runs; the latest run's route is shown."))
+    summary = [f"{report.left_route} of {report.runs} run{'s' if report.runs != 1 else ''} left the route"]
+    if report.left_before_route:
+        summary.append(f"{report.left_before_route} before reading any route page")
+    if report.failures:
+        summary.append(f"{report.failures} docs gap{'s' if report.failures != 1 else ''}")
+    if report.failures_without_page:
+        summary.append(f"{report.failures_without_page} with no page read before the failure")
+    intro.append(_el("p", None, "; ".join(summary) + "."))
+    rows = []
+    for page in report.pages:
+        where = (_el("span", {"class": "route"}, f"route {page.position}") if page.position is not None
+                 else _el("span", {"class": "off"}, "off route" if report.route else "page"))
+        rows.append([
+            where, _link(page.url), f"{page.read_by}/{report.runs}",
+            page.not_read or "", page.left_route_after or "",
+            _el("strong", None, page.last_before_failure) if page.last_before_failure else "",
+        ])
+    return _el("div", None, intro, _table(
+        ["", "page", "read by", "could not be read", "left the route after it", "last page before a docs gap"],
+        rows, cls="routes"))
+
+
+def _blocked_section(records: Sequence[RunRecord]) -> Markup:
+    groups = blocked_by_destination(records)
+    if not groups:
+        return _el("p", {"class": "dim"}, "No egress was blocked.")
+    rows = [
+        [_el("code", None, g.destination), g.attempts, g.runs, ", ".join(g.channels),
+         ", ".join(f"{reason} \u00d7{n}" for reason, n in g.reasons)]
+        for g in groups
+    ]
+    return _table(["destination", "attempts", "runs", "channel", "reasons"], rows, cls="blocked")
+
+
+def _pages_cell(record: RunRecord, route: Sequence[str]) -> Markup:
+    walk = run_route(record, route)
+    items = []
+    for i, (url, off) in enumerate(zip(walk.pages, walk.off_route, strict=True)):
+        cls = "off" if off else None
+        title = "left the documented route here" if walk.left_at == i else None
+        items.append(_el("li", {"class": cls, "title": title}, url))
+    return _el("ol", {"class": "pages"}, items) if items else _el("span", {"class": "dim"}, "none")
+
+
+def _runs_table(records: Sequence[tuple[int, RunRecord]], route: Sequence[str]) -> Markup:
+    rows = []
+    for index, r in records:
+        agent = r.agent + (f" ({r.model})" if r.model else "")
+        enforcement = _el("span", {"class": "warn" if r.enforcement != "enforced" else None},
+                          r.enforcement or "none")
+        rows.append([
+            _el("a", {"href": f"#run-{index}"}, f"#{r.attempt}"), _badge(r.classification), r.reason,
+            r.backend or "none", enforcement, agent, f"{r.duration_s:.1f}s", _pages_cell(r, route),
+            _link(r.last_page_before_failure) if r.last_page_before_failure else "",
+            r.detail,
+        ])
+    return _table(["run", "classification", "reason", "backend", "enforcement", "agent", "time",
+                   "pages read (in order; off the route marked)", "last page before the failure", "detail"],
+                  rows, cls="runs")
+
+
+def _task_section(number: int, task: str, runs: Sequence[tuple[int, RunRecord]]) -> Markup:
+    records = [r for _, r in runs]
+    rate = pass_rate(records, task=task)
+    route = route_report(records)
+    files = sorted({r.task_file for r in records})
+    return _el(
+        "section", {"id": f"task-{number}", "class": "task"},
+        _el("h2", None, task),
+        _el("p", {"class": "dim"}, "task file: ", ", ".join(files)),
+        _el("div", {"class": "rate"}, rate_plot(rate),
+            _el("div", None, _el("p", {"class": "big"}, _rate_cell(rate)),
+                _el("p", {"class": "dim"},
+                    "Over evidential runs only (passed, docs_gap); ",
+                    f"{rate.not_evidential_runs} run{'s' if rate.not_evidential_runs != 1 else ''} "
+                    "could not judge the docs and are counted apart."))),
+        _el("h3", None, "Runs by classification"), _classification_table(rate),
+        _el("h3", None, "Documented route against the pages read"), _route_section(route),
+        _el("h3", None, "Blocked egress"), _blocked_section(records),
+        _el("h3", None, "Runs"), _runs_table(runs, route.route),
+    )
+
+
+_LINE_CLASSES = {Style.HEADING: "h", Style.OK: "ok", Style.BAD: "bad", Style.DIM: "dim", Style.PLAIN: None}
+
+
+def _narration(saved: SavedResults, record: RunRecord) -> Markup:
+    path = saved.trace_path(record)
+    if path is None:
+        why = ("this run has no trace" if not record.trace
+               else f"trace path {record.trace!r} leads outside the results directory; not read")
+        return _el("p", {"class": "warn"}, why)
+    try:
+        lines: list[Line] = narrate_file(path)
+    except UsageError as exc:
+        return _el("p", {"class": "warn"}, exc.args[0])
+    return _el("pre", {"class": "trace"},
+               [_el("span", {"class": _LINE_CLASSES[line.style]}, line.text, "\n") for line in lines])
+
+
+def _trace_section(saved: SavedResults, runs: Sequence[tuple[int, RunRecord]]) -> Markup:
+    items = []
+    for index, r in runs:
+        items.append(_el(
+            "details", {"id": f"run-{index}"},
+            _el("summary", None, f"{r.task} #{r.attempt} ", _badge(r.classification), f" {r.reason}"),
+            _el("p", {"class": "dim"}, "trace: ", r.trace or "none"),
+            _narration(saved, r),
+        ))
+    return _el("section", {"id": "traces"}, _el("h2", None, "Narrated traces"), items)
+
+
+def _overview(tasks: Sequence[tuple[int, str, list[tuple[int, RunRecord]]]],
+              records: Sequence[RunRecord]) -> Markup:
+    rows = []
+    for number, task, runs in tasks:
+        rate = pass_rate([r for _, r in runs], task=task)
+        rows.append([_el("a", {"href": f"#task-{number}"}, task), rate.runs, rate.passed, rate.docs_gap,
+                     rate.not_evidential_runs, _rate_cell(rate)])
+    total = pass_rate(records)
+    rows.append([_el("strong", None, "all tasks"), total.runs, total.passed, total.docs_gap,
+                 total.not_evidential_runs, _rate_cell(total)])
+    return _table(["task", "runs", "passed", "docs_gap", "could not judge", "pass rate (evidential runs)"],
+                  rows, cls="overview")
+
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;color:#1f2328;margin:24px auto;
+max-width:1200px;padding:0 16px;background:#fff}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:18px;margin:32px 0 8px;border-bottom:1px solid #d0d7de;
+padding-bottom:4px}h3{font-size:15px;margin:18px 0 6px}
+table{border-collapse:collapse;margin:4px 0 8px}th,td{border:1px solid #d0d7de;padding:3px 8px;
+text-align:left;vertical-align:top}th{background:#f6f8fa;font-weight:600}
+td{overflow-wrap:anywhere}.runs td{max-width:360px}
+.dim{color:#656d76}.warn{color:#9a6700}.none{color:#9a6700;font-style:italic}
+.big{font-size:16px;font-weight:600;margin:4px 0}
+.rate{display:flex;gap:16px;align-items:center}.plot .axis{stroke:#8c959f;stroke-width:1}
+.plot .tick{font-size:10px;fill:#656d76}.plot .none{font-size:12px;fill:#9a6700}
+.badge{display:inline-block;padding:0 6px;border-radius:8px;font-size:12px;background:#eaeef2}
+.badge.passed{background:#dafbe1;color:#116329}.badge.docs_gap{background:#ffebe9;color:#a40e26}
+.route{color:#116329}.off{color:#a40e26;font-weight:600}
+ol.pages{margin:0;padding-left:20px}ol.pages li.off::after{content:" (off route)";font-weight:400}
+details{border:1px solid #d0d7de;border-radius:4px;margin:6px 0;padding:4px 8px}
+details:target{outline:2px solid #9a6700}summary{cursor:pointer}
+pre.trace{font:12px/1.35 ui-monospace,"DejaVu Sans Mono",monospace;white-space:pre-wrap;
+overflow-wrap:anywhere;margin:6px 0}
+pre .h{font-weight:700}pre .ok{color:#116329}pre .bad{color:#a40e26;font-weight:600}pre .dim{color:#656d76}
+"""
+
+
+def render_html(saved: SavedResults, *, generated_at: datetime | None = None) -> str:
+    """The whole page for ``saved``."""
+    indexed = list(enumerate(saved.records))
+    grouped: dict[str, list[tuple[int, RunRecord]]] = {}
+    for index, record in indexed:
+        grouped.setdefault(record.task, []).append((index, record))
+    tasks = [(n, task, runs) for n, (task, runs) in enumerate(grouped.items(), start=1)]
+    meta = saved.meta
+    when = (generated_at or datetime.now(UTC)).isoformat(timespec="seconds")
+    agent = " ".join(str(v) for v in (meta.get("agent"), meta.get("model")) if v) or "unknown"
+    backends = Counter(f"{r.backend or 'none'} ({r.enforcement or 'none'})" for r in saved.records)
+    header = _el(
+        "header", None,
+        _el("h1", None, "firstrun report"),
+        _el("p", {"class": "dim"},
+            f"{len(saved.records)} run{'s' if len(saved.records) != 1 else ''} of {len(tasks)} "
+            f"task{'s' if len(tasks) != 1 else ''}; agent {agent}; started {meta.get('started_at') or 'unknown'}; "
+            f"backend (enforcement): {', '.join(f'{k} x{n}' for k, n in backends.items()) or 'none'}"),
+        _el("p", {"class": "dim"}, f"Rendered {when} by firstrun {__version__} from ",
+            _el("code", None, os.fspath(saved.path)), " only."),
+    )
+    if not saved.records:
+        body: list[Child] = [_el("p", {"class": "none"}, "No run finished: there is nothing to report.")]
+    else:
+        body = [_el("h2", None, "Overview"), _overview(tasks, saved.records),
+                [_task_section(n, task, runs) for n, task, runs in tasks],
+                _trace_section(saved, indexed)]
+    head = Markup(
+        '<meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{_text(CSP)}">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        '<meta name="referrer" content="no-referrer">'
+    )
+    page = _el("html", {"lang": "en"},
+               _el("head", None, head, _el("title", None, "firstrun report"), _el("style", None, Markup(_CSS))),
+               _el("body", None, header, body))
+    return "<!DOCTYPE html>\n" + page + "\n"
+
+
+def write_html(path: str | os.PathLike[str], saved: SavedResults) -> None:
+    """Write the page to ``path``, replacing it atomically."""
+    write_text_atomic(Path(path), render_html(saved))

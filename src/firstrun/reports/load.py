@@ -1,0 +1,65 @@
+"""Saved results as reports read them: a results directory, or its ``results.json``.
+
+Guarantee: a target is accepted only if it is a results document this
+version reads, and every run in it parses as a ``RunRecord``; anything else
+is one ``UsageError`` line naming the argument and the file, never a
+traceback and never a report built from half a file. Trace paths are
+resolved against the results directory and refused when they lead outside
+it, so a report built from a results file someone else wrote embeds no
+other file of this machine.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from firstrun.errors import UsageError
+from firstrun.results.model import RunRecord
+from firstrun.results.store import RESULTS_FILE, load_results
+
+
+@dataclass(frozen=True, kw_only=True)
+class SavedResults:
+    """One sweep's saved runs; ``root`` is the directory its trace paths are relative to."""
+
+    root: Path
+    path: Path
+    meta: Mapping[str, Any]
+    records: tuple[RunRecord, ...]
+
+    def trace_path(self, record: RunRecord) -> Path | None:
+        """The run's trace inside ``root``; None when it has none or it points outside."""
+        if not record.trace:
+            return None
+        root = self.root.resolve()
+        path = (root / record.trace).resolve()
+        return path if path.is_relative_to(root) else None
+
+
+def load_saved(target: str | os.PathLike[str], *, label: str) -> SavedResults:
+    """Read a results directory (holding ``results.json``) or a ``results.json`` itself.
+
+    ``label`` names the argument in errors (``BEFORE``, ``RESULTS_DIR``).
+    """
+    given = Path(target)
+    path = given / RESULTS_FILE if given.is_dir() else given
+    if not path.is_file():
+        where = f"{given} holds no {RESULTS_FILE}" if given.is_dir() else f"{given}: no such file or directory"
+        raise UsageError(f"{label}: {where} (give a results directory or its {RESULTS_FILE})")
+    try:
+        document = load_results(path)
+    except UsageError as exc:
+        raise UsageError(f"{label}: {exc.args[0]}") from None
+    records = []
+    for i, run in enumerate(document["runs"], start=1):
+        try:
+            records.append(RunRecord.from_data(run))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UsageError(f"{label}: {path}: run {i} is not a run record ({type(exc).__name__}: {exc})") from None
+    meta = document.get("meta")
+    return SavedResults(root=path.parent, path=path, meta=meta if isinstance(meta, dict) else {},
+                        records=tuple(records))
