@@ -40,9 +40,9 @@ def greeter_task(directory: Path, *, name: str = "greeter", goal: str | None = N
 
 
 def claude(url: str, *, sleeps: list[float] | None = None, key: str = TEST_KEY,
-           **loop: Any) -> LoopAgent:
+           price: FilePrice = PRICE, **loop: Any) -> LoopAgent:
     """A Claude agent on the scripted server; retry waits go to ``sleeps``, not to sleep."""
     record = sleeps if sleeps is not None else []
-    return make_claude(model=MODEL, base_url=url, price_file={MODEL: PRICE},
+    return make_claude(model=MODEL, base_url=url, price_file={MODEL: price},
                        environ={"FIRSTRUN_ANTHROPIC_API_KEY": key},
                        sleep=record.append, rng=random.Random(7), **loop)

@@ -67,7 +67,8 @@ def test_firstrun_s_own_variable_wins_then_the_vendor_s() -> None:
     assert KEY_VARIABLES["anthropic"] == ("FIRSTRUN_ANTHROPIC_API_KEY", "ANTHROPIC_API_KEY")
     both = {"FIRSTRUN_ANTHROPIC_API_KEY": "ours", "ANTHROPIC_API_KEY": "theirs"}
     assert read_key("anthropic", both) == "ours"
-    assert read_key("anthropic", {"FIRSTRUN_ANTHROPIC_API_KEY": " ", "ANTHROPIC_API_KEY": "theirs"}) == "theirs"
+    blank = {"FIRSTRUN_ANTHROPIC_API_KEY": " ", "ANTHROPIC_API_KEY": "theirs"}
+    assert read_key("anthropic", blank) == "theirs"
     assert read_key("openai", {"OPENAI_API_KEY": "o"}) == "o"
     assert read_key("gemini", {}) is None
 

@@ -67,7 +67,8 @@ def test_a_missing_sdk_is_one_line_naming_the_extra(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("FIRSTRUN_ANTHROPIC_API_KEY", "k")
     with pytest.raises(UsageError) as caught:
         make_agent("claude")
-    assert str(caught.value) == 'usage: --agent claude needs the anthropic SDK: pip install "firstrun[claude]"'
+    assert str(caught.value) == (
+        'usage: --agent claude needs the anthropic SDK: pip install "firstrun[claude]"')
 
 
 def test_make_agent_refuses_what_an_agent_cannot_use(monkeypatch: pytest.MonkeyPatch) -> None:

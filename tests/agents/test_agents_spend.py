@@ -127,9 +127,7 @@ def test_a_run_stops_at_its_own_spend_limit(config: RunConfig, tmp_path: Path) -
 
 def _priced_claude(url: str):
     # A thousandth of a USD per token, either way: spend is tokens / 1000.
-    agent = claude(url)
-    agent.pricing = FilePrice(model=wire.MODEL, input=Decimal(1000), output=Decimal(1000))
-    return agent
+    return claude(url, price=FilePrice(model=wire.MODEL, input=Decimal(1000), output=Decimal(1000)))
 
 
 def test_max_spend_stops_a_parallel_sweep_without_passing_the_cap(config: RunConfig,
@@ -171,3 +169,17 @@ def test_parallel_runs_each_follow_their_own_transcript(config: RunConfig,
         assert record.classification is Classification.PASSED
         assert record.extra["claim"] == f"Done with variant {n}."
     assert len(server.seen()) == 6
+
+
+def test_a_turn_without_a_price_ends_a_run_that_has_a_spend_limit(config: RunConfig,
+                                                                  tmp_path: Path) -> None:
+    # The price has no rate for cached reads, and this turn read from the cache.
+    transcript = wire.script(wire.message(wire.bash(GREET), tokens=(100, 10), cached=50))
+    with VendorServer(transcript) as server:
+        agent = claude(server.url, price=FilePrice(model=wire.MODEL, input=Decimal(3),
+                                                   output=Decimal(15)))
+        record = run_task(greeter_task(tmp_path), attempt=1, agent=agent, config=config,
+                          max_spend=Decimal(1))
+    assert record.classification is Classification.BUDGET_EXHAUSTED
+    assert record.detail == "max_spend: turn 1 has no price, so the run's 1 USD cannot be held"
+    assert record.extra["usage"]["spend"] is None and record.commands == 0

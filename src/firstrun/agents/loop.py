@@ -12,7 +12,8 @@ enforced the same way:
   (0 is no limit), checked after each reply;
 - spend: against the run's ``Brief.max_spend``, checked after each reply
   and, before the next, against the least the next can cost (it re-sends at
-  least the input just sent).
+  least the input just sent); a reply with no price ends a run that has a
+  spend limit, because the limit can no longer be held.
 
 A spent budget ends the run ``BUDGET_EXHAUSTED`` naming the budget, before
 any further tool call runs. A transient vendor failure is retried with
@@ -231,8 +232,12 @@ class LoopAgent:
             if budgets.max_tokens and ledger.tokens >= budgets.max_tokens:
                 raise BudgetExhausted(Budget.MAX_TOKENS,
                                       f"{ledger.tokens} tokens used of max_tokens {budgets.max_tokens}")
-            if (brief.max_spend is not None and ledger.spend is not None
-                    and ledger.spend >= brief.max_spend):
+            if brief.max_spend is not None and ledger.spend is None:
+                # A limit that can no longer be checked is treated as reached.
+                raise BudgetExhausted(Budget.MAX_SPEND, f"turn {len(ledger.turns)} has no price, "
+                                      f"so the run's {brief.max_spend} USD cannot be held")
+            if brief.max_spend is not None and ledger.spend is not None \
+                    and ledger.spend >= brief.max_spend:
                 raise BudgetExhausted(Budget.MAX_SPEND,
                                       f"{ledger.spend} USD spent of the run's {brief.max_spend}")
             if not calls:

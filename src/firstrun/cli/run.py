@@ -21,9 +21,9 @@ from decimal import Decimal
 from pathlib import Path
 
 from firstrun import __version__
-from firstrun.cli.interrupt import Signalled, signals_unwind
 from firstrun.agents.base import Agent
 from firstrun.agents.spend import DEFAULT_RUN_TOKENS, SpendGovernor
+from firstrun.cli.interrupt import Signalled, signals_unwind
 from firstrun.cli.progress import ProgressBoard, live_board
 from firstrun.docs import Mirror, parse_mirrors
 from firstrun.errors import SandboxUnavailable, UsageError
