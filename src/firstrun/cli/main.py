@@ -171,6 +171,7 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
     run.add_argument("--junit", metavar="FILE",
                      help="also write JUnit XML: a docs gap is a failure, trouble that kept a run "
                      "from judging is an error, a skip is skipped")
+    _github_summary_flag(run)
     run.add_argument("--docs-mirror", action="append", default=[], metavar="HOST=SRC",
                      help="serve docs host HOST from directory SRC or a loopback server URL; repeatable")
     run.add_argument("--cache-dir", metavar="DIR", help="cache fetched docs pages in DIR")
@@ -302,7 +303,7 @@ GITHUB_SUMMARY_FROM_ENV = "$GITHUB_STEP_SUMMARY"
 def _github_summary_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--github-summary", nargs="?", const=GITHUB_SUMMARY_FROM_ENV, metavar="FILE",
                         help="append a markdown summary to FILE (default: the file named by "
-                        "$GITHUB_STEP_SUMMARY)")
+                        "$GITHUB_STEP_SUMMARY); write --github-summary=FILE when TASK arguments follow")
 
 
 def _split_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
@@ -367,6 +368,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
             repeat=args.repeat,
             workers=args.workers,
             junit=args.junit,
+            github_summary=args.github_summary,
             docs_mirrors=tuple(args.docs_mirror),
             cache_dir=args.cache_dir,
             allow_unenforced=args.allow_unenforced,

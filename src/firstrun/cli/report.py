@@ -34,6 +34,11 @@ def summary_target(value: str) -> Path:
         if not named:
             raise UsageError(f"--github-summary: no FILE given and ${GITHUB_ENV} is not set")
         return _writable_file("--github-summary", named)
+    if Path(value).suffix.lower() in (".yaml", ".yml"):
+        # ``run --github-summary tasks/a.yaml`` reads the task as FILE; appending
+        # markdown to a task file would corrupt it.
+        raise UsageError(f"--github-summary: {value!r} looks like a task file; to name the summary "
+                         "file write --github-summary=FILE, or put TASK arguments before the flag")
     return _writable_file("--github-summary", value)
 
 

@@ -54,6 +54,7 @@ class RunRequest:
     repeat: int = 1
     workers: int = 1
     junit: str | None = None
+    github_summary: str | None = None
     docs_mirrors: tuple[str, ...] = ()
     cache_dir: str | None = None
     allow_unenforced: bool = False
@@ -107,6 +108,11 @@ def run_command(request: RunRequest) -> int:
     from firstrun.run.suite import run_suite, suite_exit_code
 
     _check_paths(request)
+    summary = None
+    if request.github_summary is not None:
+        from firstrun.cli.report import summary_target
+
+        summary = summary_target(request.github_summary)
     tasks, mirrors = _select(request)
     prices = load_price_file(request.price_file) if request.price_file is not None else None
 
@@ -176,6 +182,11 @@ def run_command(request: RunRequest) -> int:
               "no further run was started", file=sys.stderr)
     if request.junit is not None:
         write_junit(request.junit, records)
+    if summary is not None:
+        from firstrun.reports.markdown import render_markdown
+        from firstrun.reports.output import append_text
+
+        append_text(summary, render_markdown(records, meta={"agent": request.agent, "model": request.model}))
     _print_summary(records, out, interrupted=signum is not None)
     if signum is not None:
         return 128 + signum
