@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from firstrun.run.check import build_check_script, check_port
+from firstrun.run.check import build_check_script, check_port, prelude
 from firstrun.tasks.load import load_task
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tasks"
@@ -24,11 +24,17 @@ VALID = Path(__file__).parents[1] / "fixtures" / "tasks" / "valid"
 
 @pytest.mark.parametrize("name", ["serve-declared", "check-file", "expect-output"])
 def test_check_script_golden(name: str) -> None:
+    # The prelude is the same for every task and is checked verbatim below;
+    # the golden files pin what differs per task, so a prelude change does
+    # not rewrite every one of them.
     script = build_check_script(load_task(FIXTURES / f"{name}.yaml"), port=21234)
+    head = "QS_PORT=21234\n" + prelude().rstrip("\n") + "\n"
+    assert script.startswith(head)
+    criteria = script[len(head):]
     golden = GOLDEN / f"{name}.sh"
     if os.environ.get("FIRSTRUN_UPDATE_GOLDEN"):
-        golden.write_text(script, encoding="utf-8")
-    assert script == golden.read_text(encoding="utf-8")
+        golden.write_text(criteria, encoding="utf-8")
+    assert criteria == golden.read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize("path", sorted([*FIXTURES.glob("*.yaml"), *VALID.glob("*.yaml")]),
