@@ -108,5 +108,6 @@ def write_results(out: Path, records: list[RunRecord], *, traces: bool = True,
 def firstrun(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """The installed console script, never through a shell, stdin closed."""
     assert FIRSTRUN.exists(), f"{FIRSTRUN} missing: run scripts/install"
-    return subprocess.run([str(FIRSTRUN), *args], capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                          timeout=120, env=env if env is not None else dict(os.environ))
+    return subprocess.run([str(FIRSTRUN), *args], check=False, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=120,
+                          env=env if env is not None else dict(os.environ))

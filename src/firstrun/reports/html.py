@@ -26,13 +26,18 @@ from urllib.parse import urlsplit
 
 from firstrun import __version__
 from firstrun.errors import UsageError
-from firstrun.reports.analysis import RouteReport, blocked_by_destination, route_report, run_route
+from firstrun.reports.analysis import (
+    RouteReport,
+    blocked_by_destination,
+    route_report,
+    run_route,
+)
 from firstrun.reports.load import SavedResults
 from firstrun.reports.narrate import Line, Style, narrate_file
 from firstrun.reports.output import write_text_atomic
 from firstrun.reports.summary import ORDER
 from firstrun.results.model import EVIDENTIAL, Classification, RunRecord
-from firstrun.results.stats import PassRate, by_task, pass_rate
+from firstrun.results.stats import PassRate, pass_rate
 
 # The plot's own colour: used by nothing else on the page, so a screenshot can find the plot.
 PLOT_COLOUR = "#1f6feb"
