@@ -73,6 +73,11 @@ _ACCESS_FS_FILE = (1 << 1) | (1 << 14) | (1 << 15)
 _SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0
 _SCOPE_SIGNAL = 1 << 1
 
+# After a command exits, how long its pipes may stay quiet before the helper
+# stops listening, and how long a background writer may keep them busy.
+_IDLE_S = 0.05
+_DRAIN_S = 1.0
+
 _PR_SET_DUMPABLE = 4
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_CHILD_SUBREAPER = 36
@@ -374,7 +379,12 @@ class Helper:
 
         A background process may keep the pipes open after the command
         exits; once the command is gone, output is drained until the pipes
-        are idle for a moment, then the helper stops listening.
+        are idle for a moment, and for at most ``_DRAIN_S``, then the helper
+        stops listening. Both bounds are checked on every round, not only
+        when the pipes go quiet: a command that keeps a pipe full (one
+        enlarged with F_SETPIPE_SZ never empties between two reads) would
+        otherwise never time out, and a chatty server left running would
+        hold the exec forever.
         """
         sel = selectors.DefaultSelector()
         streams = {proc.stdout: "stdout", proc.stderr: "stderr"}
@@ -384,19 +394,24 @@ class Helper:
         pidfd = os.pidfd_open(proc.pid)
         sel.register(pidfd, selectors.EVENT_READ)
         exited = False
+        drain_end = None
         try:
             while streams:
-                wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
+                    return not exited
+                if drain_end is not None and now >= drain_end:
+                    return False
+                wait = None if deadline is None else deadline - now
                 if exited:
-                    wait = 0.05 if wait is None else min(wait, 0.05)
+                    wait = _IDLE_S if wait is None else min(wait, _IDLE_S)
                 events = sel.select(wait)
                 if not events:
-                    if exited:
-                        return False
-                    return True
+                    return not exited
                 for key, _ in events:
                     if key.fileobj == pidfd:
                         exited = True
+                        drain_end = time.monotonic() + _DRAIN_S
                         sel.unregister(pidfd)
                         continue
                     data = os.read(key.fileobj.fileno(), 65536)
