@@ -1,0 +1,1 @@
+"""The macOS Seatbelt backend's launch spec: profile text plus ``-D`` parameters."""

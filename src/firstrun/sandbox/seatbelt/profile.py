@@ -1,0 +1,194 @@
+"""The macOS Seatbelt launch of a session, as a pure function of the profile.
+
+Guarantee: ``build_seatbelt_spec`` is pure (no I/O, no clock), so the
+profile text and the ``sandbox-exec`` argv are golden-tested. The profile
+text is the same for every run: it denies by default and names every path
+through ``(param "...")``, and each path reaches ``sandbox-exec`` only as a
+``-D NAME=VALUE`` argument. A path is never spliced into the text, so no
+workspace name (quotes, parentheses, newlines) can change what the profile
+says. The only value written into the text is the proxy port, an integer
+checked here.
+
+What the profile allows, and nothing else:
+- reads everywhere except beneath the real homes and the hidden (secret)
+  paths, plus the workspace, the sandbox's temporary directory and the
+  toolchain roots ``PATH`` needs beneath a home (secrets inside still hidden);
+- writes only beneath the workspace and the sandbox's temporary directory,
+  and to a few device files;
+- outbound network only to the harness's egress proxy on localhost; no
+  inbound, no Unix sockets (so no docker.sock, ssh-agent or D-Bus).
+
+Every rule is an ``allow`` under ``(deny default)``, with exclusions written
+as ``require-not`` inside the rule, so the result does not depend on how
+Seatbelt orders competing rules.
+
+The profile file must sit outside every writable root, or a command could
+replace it for the next command: ``build_seatbelt_spec`` refuses otherwise.
+Paths are expected canonical (macOS's ``/tmp`` is ``/private/tmp``); the
+backend resolves them before calling this.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+
+from firstrun.errors import SandboxError
+from firstrun.policy.profile import SandboxProfile
+
+SANDBOX_EXEC = "/usr/bin/sandbox-exec"
+
+# Device files every shell and installer writes to.
+WRITABLE_DEVICES = ("/dev/null", "/dev/zero", "/dev/tty", "/dev/dtracehelper",
+                    "/dev/stdout", "/dev/stderr")
+
+# Mach services a command needs to run at all: user and group lookups
+# (getpwuid, which Python, git and npm call), the system logger, and the
+# trust daemon that verifies TLS certificates for curl and git (Security
+# framework). No other service is reachable.
+MACH_SERVICES = (
+    "com.apple.system.opendirectoryd.libinfo",
+    "com.apple.system.logger",
+    "com.apple.trustd",
+    "com.apple.trustd.agent",
+    "com.apple.SecurityServer",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SeatbeltHost:
+    """What the pure builder needs from the host, gathered by the backend.
+
+    ``canonical`` maps each policy path whose real path differs (macOS's
+    ``/var`` is ``/private/var``) to that real path; Seatbelt matches real
+    paths only. ``tmpdir`` is the sandbox's own temporary directory (HOME
+    lives inside it); ``profile_file`` is where the profile text is written.
+    """
+
+    canonical: tuple[tuple[str, str], ...] = ()
+    tmpdir: str
+    profile_file: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class SeatbeltSpec:
+    profile_text: str
+    parameters: tuple[tuple[str, str], ...]
+    profile_file: str
+
+    def argv(self, command: list[str], *, sandbox_exec: str = SANDBOX_EXEC) -> list[str]:
+        """``sandbox-exec -f FILE -D NAME=VALUE ... -- COMMAND...``."""
+        argv = [sandbox_exec, "-f", self.profile_file]
+        for name, value in self.parameters:
+            argv += ["-D", f"{name}={value}"]
+        return [*argv, "--", *command]
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _ancestors(path: str) -> list[str]:
+    found = []
+    while path != "/":
+        path = posixpath.dirname(path)
+        found.append(path)
+    return found
+
+
+def _rule(action: str, *filters: str) -> str:
+    return f"(allow {action} {' '.join(f for f in filters if f)})"
+
+
+def _params(kind: str, names: list[str]) -> str:
+    return " ".join(f'({kind} (param "{n}"))' for n in names)
+
+
+def _excluding(names: list[str]) -> str:
+    return " ".join(f'(require-not (subpath (param "{n}")))' for n in names)
+
+
+def build_seatbelt_spec(profile: SandboxProfile, *, host: SeatbeltHost,
+                        proxy_port: int | None) -> SeatbeltSpec:
+    """The profile text, its parameters and the profile file for one session."""
+    if proxy_port is not None and not (type(proxy_port) is int and 0 < proxy_port < 65536):
+        raise SandboxError(f"proxy port {proxy_port!r} is not a TCP port", who="seatbelt")
+    fs = profile.fs
+    real = dict(host.canonical)
+
+    def canonical(path: str, what: str) -> str:
+        path = real.get(path, path)
+        if not path.startswith("/") or posixpath.normpath(path) != path or "\0" in path:
+            raise SandboxError(f"{what} {path!r} is not a canonical absolute path",
+                               who="seatbelt")
+        return path
+
+    workspace = canonical(fs.workspace, "workspace")
+    tmpdir = canonical(host.tmpdir, "sandbox temporary directory")
+    profile_file = canonical(host.profile_file, "profile file")
+    homes = [canonical(h, "home") for h in fs.real_homes]
+    for root in (workspace, tmpdir):
+        if _under(profile_file, root):
+            raise SandboxError(
+                f"the profile file {profile_file} is inside the writable root {root}; "
+                "a command could replace it", who="seatbelt")
+    toolchains = [canonical(p, "toolchain root") for p in fs.readonly
+                  if any(_under(canonical(p, "read-only root"), h) for h in homes)]
+
+    params: list[tuple[str, str]] = []
+
+    def name_all(prefix: str, values: list[str]) -> list[str]:
+        names = []
+        for i, value in enumerate(dict.fromkeys(values)):
+            names.append(f"{prefix}_{i}")
+            params.append((names[-1], value))
+        return names
+
+    home_names = name_all("HOME", homes)
+    hidden_names = name_all("HIDDEN", [canonical(p, "hidden path") for p in fs.hidden])
+    toolchain_names = name_all("TOOLCHAIN", toolchains)
+    writable_names = name_all("WRITABLE", [workspace, tmpdir])
+    # Resolving a path under a home lstat()s each ancestor: allow their
+    # metadata (names and modes, never contents) and nothing more.
+    ancestor_names = name_all("ANCESTOR", sorted(
+        {a for p in (workspace, tmpdir, *toolchains) for a in _ancestors(p)}))
+
+    lines = [
+        "(version 1)",
+        "(deny default)",
+        "",
+        ";; processes: only within this sandbox",
+        "(allow process-exec process-fork)",
+        "(allow signal (target same-sandbox))",
+        "(allow process-info* (target same-sandbox))",
+        "(allow sysctl-read)",
+        "(allow ipc-posix-sem ipc-posix-shm)",
+        "(allow mach-lookup",
+        *(f'  (global-name "{s}")' for s in MACH_SERVICES),
+        ")",
+        "",
+        ";; reads: the system, never the real homes or the hidden paths",
+        _rule("file-read*", "(require-all (subpath \"/\")",
+              _excluding(home_names), _excluding(hidden_names) + ")"),
+        _rule("file-read*", _params("subpath", writable_names)),
+    ]
+    if toolchain_names:
+        lines.append(_rule("file-read*", "(require-all (require-any",
+                           _params("subpath", toolchain_names) + ")",
+                           _excluding(hidden_names) + ")"))
+    if ancestor_names:
+        lines.append(_rule("file-read-metadata", _params("literal", ancestor_names)))
+    lines += [
+        "",
+        ";; writes: the workspace, the sandbox's temporary directory, a few devices",
+        _rule("file-write*", _params("subpath", writable_names)),
+        "(allow file-write-data file-ioctl",
+        *(f'  (literal "{d}")' for d in WRITABLE_DEVICES),
+        ")",
+        "",
+        ";; network: only the harness's egress proxy on localhost",
+        f'(allow network-outbound (remote ip "localhost:{proxy_port}"))'
+        if proxy_port is not None else ";; no proxy: no network at all",
+    ]
+    return SeatbeltSpec(profile_text="\n".join(lines) + "\n", parameters=tuple(params),
+                        profile_file=profile_file)
