@@ -82,3 +82,12 @@ def test_a_background_writer_cannot_hold_the_exec(session: LinuxSession, workspa
     assert result.stderr.text() == "started\n"
     # The session is still usable: the flood lost its pipe with the exec.
     assert session.exec("echo next", timeout=20).stdout.text() == "next\n"
+
+
+def test_dev_shm_is_capped_like_every_other_tmpfs(small: LinuxSession) -> None:
+    # /dev/shm was a directory of bubblewrap's /dev tmpfs, which has no size
+    # option: half the host's RAM for a command whose memory limit is 32 MiB.
+    result = small.exec("head -c 64M /dev/zero > /dev/shm/fill; stat -c %s /dev/shm/fill",
+                        timeout=60)
+    assert "No space left on device" in result.stderr.text()
+    assert int(result.stdout.text()) <= 32 << 20

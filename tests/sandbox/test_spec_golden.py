@@ -45,6 +45,7 @@ EXPECTED_HEAD = [
     "--hostname", "sandbox",
     "--proc", "/proc",
     "--dev", "/dev",
+    "--size", "1073741824", "--tmpfs", "/dev/shm",
     "--size", "1073741824", "--tmpfs", "/tmp",
 ]
 

@@ -4,9 +4,10 @@ Guarantee: ``build_launch_spec`` is pure (no I/O, no clock): the same profile
 and host view give the same argv, so the argv is golden-tested. The argv
 unshares every namespace bubblewrap offers (user, mount, pid, ipc, uts, net,
 cgroup where available), forbids nested user namespaces, gives the sandbox a
-fresh /proc, a minimal /dev and a private /tmp and HOME, binds the system
-directories and the exposed toolchain roots read-only with the secrets inside
-them masked, and binds exactly one host directory read-write: the workspace.
+fresh /proc, a minimal /dev and a private /tmp, /dev/shm and HOME (each a
+tmpfs capped at the profile's memory limit), binds the system directories
+and the exposed toolchain roots read-only with the secrets inside them masked,
+and binds exactly one host directory read-write: the workspace.
 Nothing under /run, /var/run or the host's /tmp is ever bound, so host sockets
 (docker, containerd, ssh-agent, D-Bus) do not exist inside; a read-only bind
 would not stop ``connect()`` on a socket.
@@ -134,6 +135,9 @@ def build_launch_spec(
         "--hostname", "sandbox",
         "--proc", "/proc",
         "--dev", "/dev",
+        # bubblewrap's /dev is a tmpfs without a size: capped here, /dev/shm
+        # would let a command put half the host's RAM in files.
+        "--size", str(profile.limits.memory_bytes), "--tmpfs", "/dev/shm",
         "--size", str(profile.limits.memory_bytes), "--tmpfs", SANDBOX_TMP,
     ]
     # Parents before children, so a nested bind lands on top of its parent's.
