@@ -28,7 +28,7 @@ from firstrun.agents.replay import ReplayAgent
 from firstrun.agents.spend import FilePrice
 from firstrun.errors import UsageError
 
-AGENTS = ("replay", "claude")
+AGENTS = ("replay", "claude", "openai", "gemini")
 
 
 def make_agent(name: str, *, model: str | None = None, base_url: str | None = None,
@@ -48,6 +48,14 @@ def make_agent(name: str, *, model: str | None = None, base_url: str | None = No
         from firstrun.agents.claude import make_claude
 
         return make_claude(model=model, base_url=base_url, price_file=price_file)
+    if name == "openai":
+        from firstrun.agents.openai_agent import make_openai
+
+        return make_openai(model=model, base_url=base_url, price_file=price_file)
+    if name == "gemini":
+        from firstrun.agents.gemini_agent import make_gemini
+
+        return make_gemini(model=model, base_url=base_url, price_file=price_file)
     close = difflib.get_close_matches(name, AGENTS, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     raise UsageError(f"--agent: unknown agent {name!r}{hint} (choose one of {', '.join(AGENTS)})")

@@ -92,9 +92,9 @@ class TurnRecord:
     ``"error"`` for a call the loop refused to run (an unknown tool, bad
     arguments); the calls that ran are recorded again, with their results, by
     the toolbelt. ``usage`` holds ``input_tokens`` (all input, cached
-    included), ``output_tokens``, ``cached_tokens`` and ``cache_write_tokens``;
-    ``spend`` is this turn's cost in USD as a decimal string, None when the
-    price is unknown.
+    included), ``output_tokens``, ``cached_tokens`` and ``cache_write_tokens``,
+    each None when the server reported no usage; ``spend`` is this turn's
+    cost in USD as a decimal string, None when the price is unknown.
     """
 
     turn: int
@@ -102,7 +102,7 @@ class TurnRecord:
     tool_calls: tuple[dict[str, Any], ...]
     stop: str
     vendor_stop: str | None
-    usage: dict[str, int]
+    usage: dict[str, int | None]
     spend: str | None
     retries: int = 0
 

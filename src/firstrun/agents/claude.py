@@ -13,8 +13,6 @@ API error (401, 403, 404, 400, ...) and a credentials error are
 
 from __future__ import annotations
 
-import email.utils
-import time
 from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import Any
@@ -31,6 +29,8 @@ from firstrun.agents.vendor import (
     TurnStop,
     VendorConfigError,
     VendorUnavailable,
+    describe,
+    retry_after,
 )
 from firstrun.errors import UsageError
 
@@ -147,32 +147,13 @@ def _turn(reply: Any) -> Turn:
 
 
 def _describe(exc: BaseException) -> str:
-    """The SDK's message with the HTTP status when there was one; never a header."""
-    status = getattr(exc, "status_code", None)
-    name = type(exc).__name__
-    message = getattr(exc, "message", None) or str(exc)
-    return f"{name}{f' (HTTP {status})' if status else ''}: {' '.join(message.split())}"
+    return describe(exc, status=getattr(exc, "status_code", None),
+                    message=getattr(exc, "message", None))
 
 
 def _retry_after(exc: BaseException) -> float | None:
-    """Seconds the server asked to wait (retry-after-ms, retry-after seconds or date)."""
     response = getattr(exc, "response", None)
-    if response is None:
-        return None
-    headers = response.headers
-    try:
-        if "retry-after-ms" in headers:
-            return max(0.0, float(headers["retry-after-ms"]) / 1000)
-        if "retry-after" in headers:
-            value = headers["retry-after"]
-            try:
-                return max(0.0, float(value))
-            except ValueError:
-                when = email.utils.parsedate_to_datetime(value)
-                return max(0.0, when.timestamp() - time.time())
-    except (ValueError, TypeError):
-        return None
-    return None
+    return None if response is None else retry_after(response.headers)
 
 
 def make_claude(*, model: str | None = None, base_url: str | None = None,

@@ -9,7 +9,9 @@ enforced the same way:
 - wall seconds: the toolbelt holds every tool call to them, and the loop
   holds every model call (its timeout and its retries) to the same clock;
 - tokens: input plus output, summed over the run, against ``max_tokens``
-  (0 is no limit), checked after each reply;
+  (0 is no limit), checked after each reply; a reply that reports no usage
+  makes the run's tokens unknown (recorded as None, never zero) and, like an
+  unpriced reply under a spend limit, ends a run that has a token limit;
 - spend: against the run's ``Brief.max_spend``, checked after each reply
   and, before the next, against the least the next can cost (it re-sends at
   least the input just sent); a reply with no price ends a run that has a
@@ -99,6 +101,8 @@ MAX_OUTPUT_TOKENS = 8192
 # body); a command's output is held to the task's max_output_chars instead.
 MAX_PAGE_CHARS = 60_000
 CUT_OFF = "(Your reply hit the output limit and was cut off. Continue.)"
+# A turn's token counts, all None when the server reported no usage.
+_COUNTS = ("input_tokens", "output_tokens", "cached_tokens", "cache_write_tokens")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,21 +135,24 @@ class _Ledger:
     def __init__(self, pricing: Pricing | None) -> None:
         self.pricing = pricing
         self.turns: list[dict[str, Any]] = []
-        self.tokens = 0
+        self.tokens: int | None = 0
         self.spend: Decimal | None = Decimal(0) if pricing is not None else None
         self.last_input = 0
         self.last_text = ""
         self.served: list[str] = []
 
     def add(self, turn: Turn) -> Decimal | None:
-        cost = self.pricing.cost(turn.usage) if self.pricing is not None else None
-        # One unpriced turn makes the run's spend unknown from then on.
+        usage = turn.usage
+        cost = self.pricing.cost(usage) if self.pricing is not None and usage is not None else None
+        # One unpriced (or uncounted) turn makes the run's spend, and one
+        # uncounted turn its tokens, unknown from then on.
         self.spend = None if cost is None or self.spend is None else self.spend + cost
-        self.tokens += turn.usage.total
-        self.last_input = turn.usage.input_tokens
+        self.tokens = None if usage is None or self.tokens is None else self.tokens + usage.total
+        self.last_input = usage.input_tokens if usage is not None else 0
         if turn.text:
             self.last_text = turn.text
-        self.turns.append({**turn.usage.to_data(), "spend": None if cost is None else str(cost)})
+        counts = usage.to_data() if usage is not None else dict.fromkeys(_COUNTS)
+        self.turns.append({**counts, "spend": None if cost is None else str(cost)})
         if turn.model and turn.model not in self.served:
             self.served.append(turn.model)
         return cost
@@ -222,13 +229,18 @@ class LoopAgent:
                 turn=len(ledger.turns), text=turn.text,
                 tool_calls=tuple({"id": c.id, "name": c.name, "arguments": c.arguments,
                                   **({"error": why} if why else {})} for c, why in calls),
-                stop=turn.stop.value, vendor_stop=turn.vendor_stop, usage=turn.usage.to_data(),
+                stop=turn.stop.value, vendor_stop=turn.vendor_stop,
+                usage=turn.usage.to_data() if turn.usage is not None else dict.fromkeys(_COUNTS),
                 spend=None if cost is None else str(cost), retries=retries))
             conversation.append(turn.message)
             if turn.stop is TurnStop.REFUSAL:
                 return AgentStop.REFUSED, turn.detail or "the model refused"
             if turn.stop is TurnStop.CONTEXT_FULL:
                 raise BudgetExhausted(Budget.CONTEXT_WINDOW, "the conversation outgrew the model")
+            if budgets.max_tokens and ledger.tokens is None:
+                raise BudgetExhausted(Budget.MAX_TOKENS, f"turn {len(ledger.turns)} reported no "
+                                      f"token usage, so max_tokens {budgets.max_tokens} "
+                                      "cannot be held")
             if budgets.max_tokens and ledger.tokens >= budgets.max_tokens:
                 raise BudgetExhausted(Budget.MAX_TOKENS,
                                       f"{ledger.tokens} tokens used of max_tokens {budgets.max_tokens}")
@@ -297,14 +309,20 @@ class LoopAgent:
             "prompt_version": PROMPT_VERSION,
             "turns": len(ledger.turns),
             "per_turn": list(ledger.turns),
-            "input_tokens": sum(t["input_tokens"] for t in ledger.turns),
-            "output_tokens": sum(t["output_tokens"] for t in ledger.turns),
-            "cached_tokens": sum(t["cached_tokens"] for t in ledger.turns),
+            "input_tokens": _total(ledger.turns, "input_tokens"),
+            "output_tokens": _total(ledger.turns, "output_tokens"),
+            "cached_tokens": _total(ledger.turns, "cached_tokens"),
             "spend": None if ledger.spend is None else str(ledger.spend),
             "currency": "USD",
             "price_source": None if self.pricing is None else self.pricing.source,
             "max_spend": None if brief.max_spend is None else str(brief.max_spend),
         }
+
+
+def _total(turns: list[dict[str, Any]], key: str) -> int | None:
+    """A count summed over the turns, or None when any turn's is unknown."""
+    counts = [t[key] for t in turns]
+    return None if None in counts else sum(counts)
 
 
 def _refusal(call: ToolCall) -> str | None:

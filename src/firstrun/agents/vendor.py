@@ -13,7 +13,9 @@ traceback), never as a guess.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import email.utils
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
@@ -69,13 +71,15 @@ class Turn:
     """One model reply, normalized. ``message`` is the reply in the vendor's
     own shape, appended to the conversation as it is. ``vendor_stop`` is the
     vendor's stop reason verbatim and ``detail`` any explanation it gave
-    (a refusal's, say): both for people, never decided on."""
+    (a refusal's, say): both for people, never decided on. ``usage`` is None
+    when the server reported none (a local OpenAI-compatible server may not):
+    the turn's tokens, and so its cost, are unknown, never taken as zero."""
 
     text: str
     tool_calls: tuple[ToolCall, ...]
     stop: TurnStop
     vendor_stop: str | None
-    usage: TokenUsage
+    usage: TokenUsage | None
     message: Any
     model: str | None = None
     detail: str = ""
@@ -155,3 +159,28 @@ class VendorClient(Protocol):
     def close(self) -> None:
         """Release the connection pool; the client is not used again."""
         ...
+
+
+def retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds a server asked to wait: ``retry-after-ms``, else ``retry-after`` in
+    seconds or as an HTTP date; None when it did not say or said nonsense."""
+    try:
+        if "retry-after-ms" in headers:
+            return max(0.0, float(headers["retry-after-ms"]) / 1000)
+        if "retry-after" in headers:
+            value = headers["retry-after"]
+            try:
+                return max(0.0, float(value))
+            except ValueError:
+                when = email.utils.parsedate_to_datetime(value)
+                return max(0.0, when.timestamp() - time.time())
+    except (ValueError, TypeError):
+        return None
+    return None
+
+
+def describe(exc: BaseException, *, status: int | None, message: str | None) -> str:
+    """An SDK exception for people: its type, the HTTP status when there was one,
+    and the SDK's message on one line. Headers (and so keys) are never in it."""
+    text = message or str(exc)
+    return f"{type(exc).__name__}{f' (HTTP {status})' if status else ''}: {' '.join(text.split())}"
