@@ -88,6 +88,7 @@ class Reason(StrEnum):
     REQUEST_TIMEOUT = "request_timeout"
     SMUGGLING_SUSPECTED = "smuggling_suspected"
     SNI_MISMATCH = "sni_mismatch"
+    ENCRYPTED_CLIENT_HELLO = "encrypted_client_hello"
     HOST_MISMATCH = "host_mismatch"
     UNSUPPORTED_METHOD = "unsupported_method"
     UPSTREAM_FAILED = "upstream_failed"

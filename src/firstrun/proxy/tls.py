@@ -7,6 +7,9 @@ ClientHello that is ambiguous about its server name (two ``server_name``
 extensions, two host names in one, trailing bytes, a name that is not ASCII)
 is ``MALFORMED``, because a server and this parser could pick different
 names from it, and the difference is exactly what domain fronting exploits.
+A ClientHello that carries Encrypted Client Hello (or its ESNI draft) is
+flagged ``ech``: its server name is a decoy by design, and the server that
+decrypts it (a CDN in front of an allowed host) routes on the hidden one.
 
 There is no h11 for TLS, and the well-kept TLS libraries parse a ClientHello
 only as a server about to answer it; this parser reads the few fields the
@@ -24,6 +27,8 @@ from enum import StrEnum
 _RECORD_HANDSHAKE = 0x16
 _HANDSHAKE_CLIENT_HELLO = 0x01
 _EXT_SERVER_NAME = 0x0000
+# encrypted_client_hello (RFC 9849) and the encrypted_server_name draft.
+_EXT_ENCRYPTED_NAMES = frozenset({0xFE0D, 0xFFCE})
 _NAME_TYPE_HOST = 0x00
 # A plaintext record carries at most 2^14 bytes (RFC 8446 section 5.1).
 _MAX_FRAGMENT = 1 << 14
@@ -44,6 +49,8 @@ class Hello:
     status: HelloStatus
     # The host_name from server_name, as sent (not canonicalised); None when absent.
     sni: str | None = None
+    # The real server name is encrypted; ``sni`` is only the outer, public one.
+    ech: bool = False
 
 
 _INCOMPLETE = Hello(status=HelloStatus.INCOMPLETE)
@@ -158,7 +165,7 @@ def _parse_message(r: _Reader) -> Hello:
             if name is None:
                 return _MALFORMED
             sni = name
-    return Hello(status=HelloStatus.CLIENT_HELLO, sni=sni)
+    return Hello(status=HelloStatus.CLIENT_HELLO, sni=sni, ech=bool(seen & _EXT_ENCRYPTED_NAMES))
 
 
 def _server_name(ext: _Reader) -> str | None:

@@ -2,8 +2,9 @@
 
 Guarantee: no client byte reaches the upstream before the client's first
 flight has been judged. A TLS ClientHello whose SNI does not canonicalise to
-the host the policy allowed, or a ClientHello that is malformed or cut short,
-closes the tunnel with nothing forwarded; bytes that are not TLS pass, since
+the host the policy allowed, one that hides its server name with Encrypted
+Client Hello, or one that is malformed or cut short, closes the tunnel with
+nothing forwarded; bytes that are not TLS pass, since
 the policy already allowed that host and port. Upstream bytes flow to the
 client from the start, so protocols where the server speaks first work.
 
@@ -49,7 +50,14 @@ def judge_first_flight(hello: Hello, host: str) -> Refused | None:
     """Whether a client's first flight may go to ``host`` (canonical)."""
     if hello.status is HelloStatus.MALFORMED or hello.status is HelloStatus.INCOMPLETE:
         return Refused(Reason.MALFORMED_REQUEST, "malformed TLS ClientHello", host=host)
-    if hello.status is HelloStatus.NOT_TLS or hello.sni is None:
+    if hello.status is HelloStatus.NOT_TLS:
+        return None
+    if hello.ech:
+        # The checked name would be the decoy: a CDN in front of an allowed
+        # host would route on the encrypted one, to any of its tenants.
+        return Refused(Reason.ENCRYPTED_CLIENT_HELLO,
+                       "encrypted ClientHello hides the server name", host=host)
+    if hello.sni is None:
         return None
     try:
         sni = canonical_host(hello.sni)
