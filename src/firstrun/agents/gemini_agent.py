@@ -19,6 +19,7 @@ handed to the SDK client and nowhere else.
 
 from __future__ import annotations
 
+import importlib
 import itertools
 from collections.abc import Mapping, Sequence
 from types import ModuleType
@@ -60,7 +61,9 @@ _RETRY_INFO = "type.googleapis.com/google.rpc.RetryInfo"
 
 def import_sdk() -> ModuleType:
     try:
-        from google import genai
+        # Imported by its full name, so the import system (not an attribute
+        # left on the google namespace package) decides whether it is there.
+        genai = importlib.import_module("google.genai")
     except ImportError:
         raise UsageError(
             '--agent gemini needs the google-genai SDK: pip install "firstrun[gemini]"') from None
@@ -157,7 +160,8 @@ class GeminiClient:
         if not reply.candidates:
             blocked = _name(feedback.block_reason) if feedback is not None else None
             detail = " ".join(part for part in (
-                blocked, feedback.block_reason_message if feedback is not None else None) if part)
+                blocked, *(_blocked(feedback.safety_ratings) if feedback is not None else ()),
+                feedback.block_reason_message if feedback is not None else None) if part)
             return Turn(text="", tool_calls=(), stop=TurnStop.REFUSAL if blocked else TurnStop.OTHER,
                         vendor_stop=blocked, usage=usage,
                         message=types.Content(role="model", parts=[]), model=reply.model_version,
@@ -187,7 +191,7 @@ class GeminiClient:
             stop = _STOPS.get(finish or "", TurnStop.OTHER)
         detail = ""
         if stop is TurnStop.REFUSAL:
-            detail = " ".join(p for p in (finish, candidate.finish_message) if p)
+            detail = " ".join(p for p in (finish, *_blocked(candidate.safety_ratings)) if p)
         return Turn(
             text="\n".join(texts),
             tool_calls=tuple(calls),
@@ -205,6 +209,11 @@ def _name(value: Any) -> str | None:
     if value is None:
         return None
     return str(getattr(value, "value", value))
+
+
+def _blocked(ratings: Any) -> list[str]:
+    """The harm categories whose safety rating blocked the reply."""
+    return [str(_name(r.category)) for r in ratings or () if r.blocked and r.category is not None]
 
 
 def _usage(metadata: Any) -> TokenUsage | None:
