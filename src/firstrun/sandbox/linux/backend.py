@@ -333,7 +333,19 @@ class LinuxSession:
                             timed_out=bool(msg["timed_out"]),
                         )
             except (OSError, ValueError) as exc:
+                # A helper that stopped answering enforces nothing any more
+                # (a command may SIGSTOP its parent): end the sandbox now,
+                # not at close, so nothing runs on unsupervised meanwhile.
+                self._end_sandbox()
                 raise SandboxError(f"lost the sandbox helper: {exc}", who="linux") from exc
+
+    def _end_sandbox(self) -> None:
+        """Kill bubblewrap and, for a root harness, every process of the session's uid."""
+        if self._process.poll() is None:
+            self._process.kill()
+        self._process.wait()
+        if self._sandbox_uid is not None:
+            _kill_uid(self._sandbox_uid)
 
     def interrupt(self) -> None:
         # Killing bubblewrap takes its pid namespace, and every command in it,
@@ -365,11 +377,7 @@ class LinuxSession:
             pass
         # Killing bubblewrap kills its pid namespace's init (die-with-parent),
         # and with it every process in the namespace.
-        if self._process.poll() is None:
-            self._process.kill()
-            self._process.wait()
-        if self._sandbox_uid is not None:
-            _kill_uid(self._sandbox_uid)
+        self._end_sandbox()
         for sock in (self._control_sock, self._dial):
             if sock is not None:
                 sock.close()
