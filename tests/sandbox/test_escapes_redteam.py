@@ -110,3 +110,73 @@ def test_a_command_that_stops_the_helper_takes_the_sandbox_down(workspace: str) 
         assert host_processes_with(token) == []
     finally:
         session.close()
+
+
+# Runs one raw syscall through a foreign ABI, from machine code in an
+# executable page: ``i386`` is ``int 0x80`` (IA-32 emulation is on in this
+# kernel), ``x32`` is ``syscall`` with the x32 bit (0x40000000) set. The
+# filter's rules are written for x86-64 numbers; either ABI would read them
+# as different syscalls if the filter let it through.
+FOREIGN_ABI = (
+    "import ctypes, mmap, os, sys\n"
+    "abi = sys.argv[1]\n"
+    "if abi == 'i386':\n"  # push rbx; mov eax, 310 (unshare); mov ebx, NEWUSER; int 0x80; pop rbx; ret
+    "    code = b'\\x53\\xb8' + (310).to_bytes(4, 'little') + b'\\xbb' + (0x10000000).to_bytes(4, 'little') + b'\\xcd\\x80\\x5b\\xc3'\n"
+    "else:\n"  # mov eax, 0x40000000|272 (x32 unshare); mov edi, NEWUSER; syscall; ret
+    "    code = b'\\xb8' + (0x40000000 | 272).to_bytes(4, 'little') + b'\\xbf' + (0x10000000).to_bytes(4, 'little') + b'\\x0f\\x05\\xc3'\n"
+    "page = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\n"
+    "page.write(code)\n"
+    "call = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(page)))\n"
+    "before = os.readlink('/proc/self/ns/user')\n"
+    "print('calling', flush=True)\n"
+    "rc = call()\n"
+    "print('returned', rc, os.readlink('/proc/self/ns/user') != before, flush=True)\n"
+)
+
+
+@pytest.mark.parametrize("abi", ["i386", "x32"])
+def test_seccomp_cannot_be_sidestepped_through_a_foreign_abi(session: LinuxSession,
+                                                             abi: str) -> None:
+    result = session.exec(["python3", "-c", FOREIGN_ABI, abi], timeout=60)
+    # The kernel killed the process at the syscall (SIGSYS: 128 + 31);
+    # nothing after it ran, so no new user namespace was ever entered.
+    assert result.stdout.text() == "calling\n"
+    assert result.exit_code == 128 + 31
+
+
+# Every way to make a name that is not a plain open(O_CREAT), aimed at the
+# sandbox root: a tmpfs the sandbox uid owns, so only Landlock stands in the
+# way (file permissions would allow each one).
+ODD_WRITES = (
+    "import os, socket\n"
+    "open('/workspace/f', 'w').close()\n"
+    "open('/tmp/g', 'w').close()\n"
+    "attempts = {\n"
+    "    'rename_refer': lambda: os.rename('/tmp/g', '/g'),\n"
+    "    'hard_link': lambda: os.link('/tmp/g', '/h'),\n"
+    "    'o_tmpfile': lambda: os.open('/', os.O_TMPFILE | os.O_RDWR, 0o600),\n"
+    "    'fifo': lambda: os.mkfifo('/fifo'),\n"
+    "    'unix_socket': lambda: socket.socket(socket.AF_UNIX).bind('/sock'),\n"
+    "    'symlink': lambda: os.symlink('/etc', '/link'),\n"
+    "    'mkdir_dev': lambda: os.mkdir('/dev/planted'),\n"
+    # Raising it needs no privilege: only Landlock refuses the open for writing.
+    "    'oom_score_adj': lambda: open('/proc/self/oom_score_adj', 'w').write('1000'),\n"
+    "}\n"
+    "for name, attempt in attempts.items():\n"
+    "    try:\n"
+    "        attempt()\n"
+    "        print(name, 'DONE')\n"
+    "    except OSError as e:\n"
+    "        print(name, e.errno)\n"
+    "print('score', open('/proc/self/oom_score_adj').read().strip())\n"
+)
+
+
+def test_landlock_refuses_every_kind_of_new_name_outside_the_writable_roots(
+        session: LinuxSession) -> None:
+    before = session.exec("ls -a / /dev", timeout=60).stdout.text()
+    out = session.exec(["python3", "-c", ODD_WRITES], timeout=60).stdout.text()
+    assert "DONE" not in out and len(out.splitlines()) == 9
+    # Evidence, not errnos: nothing new exists, and the process kept its score.
+    assert out.splitlines()[-1] == "score 0"
+    assert session.exec("ls -a / /dev", timeout=60).stdout.text() == before
