@@ -8,19 +8,18 @@ verdict on the workspace the model's commands changed.
 
 from __future__ import annotations
 
-import random
 import sys
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
 
 import openai_wire as wire
 import pytest
 from agent_support import DOCS, DOCS_HOST, greeter_task
+from openai_support import KEY, agent
 from vendor_support import Router, VendorServer
 
 from firstrun.agents import make_agent
-from firstrun.agents.loop import LoopAgent, RetryPolicy
+from firstrun.agents.loop import RetryPolicy
 from firstrun.agents.openai_agent import DEFAULT_MODEL, make_openai
 from firstrun.agents.prompt import PROMPT_VERSION, SYSTEM_PROMPT
 from firstrun.agents.spend import FilePrice, SpendGovernor
@@ -32,18 +31,6 @@ from firstrun.run.runner import RunConfig, run_task
 from firstrun.run.suite import run_suite
 
 GREET = "printf 'hello, reader\\n' > greeting.txt"
-KEY = "sk-openai-test-key"
-# USD per million tokens: round numbers, so spend is exact.
-PRICE = FilePrice(model=wire.MODEL, input=Decimal(2), output=Decimal(8), cached=Decimal("0.5"))
-
-
-def agent(url: str, *, sleeps: list[float] | None = None, price: FilePrice = PRICE,
-          **loop: Any) -> LoopAgent:
-    """An OpenAI agent on the scripted server; retry waits go to ``sleeps``, not to sleep."""
-    record = sleeps if sleeps is not None else []
-    return make_openai(model=wire.MODEL, base_url=f"{url}/v1", price_file={wire.MODEL: price},
-                       environ={"FIRSTRUN_OPENAI_API_KEY": KEY}, sleep=record.append,
-                       rng=random.Random(7), **loop)
 
 
 def run(task, agent, config: RunConfig):

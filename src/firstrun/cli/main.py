@@ -175,6 +175,14 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
     run.add_argument("--docs-mirror", action="append", default=[], metavar="HOST=SRC",
                      help="serve docs host HOST from directory SRC or a loopback server URL; repeatable")
     run.add_argument("--cache-dir", metavar="DIR", help="cache fetched docs pages in DIR")
+    # The values of firstrun.docs.Affordances, named here so parsing imports no docs code.
+    run.add_argument("--affordances", choices=("all", "none"), default="all",
+                     help="none hides llms.txt, llms-full.txt and .md page variants from "
+                     "read_docs (pages on the task's route excepted), to measure what they "
+                     "are worth (default: all)")
+    run.add_argument("--probe-affordances", action="store_true",
+                     help="record which of llms.txt, llms-full.txt and the route pages' .md "
+                     "variants exist, and their sizes, without changing what the agent reads")
     run.add_argument("--allow-unenforced", action="store_true",
                      help="permit the 'local' backend, which enforces nothing (recorded as unenforced)")
     _downgrade_flag(run)
@@ -371,6 +379,8 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
             github_summary=args.github_summary,
             docs_mirrors=tuple(args.docs_mirror),
             cache_dir=args.cache_dir,
+            affordances=args.affordances,
+            probe_affordances=args.probe_affordances,
             allow_unenforced=args.allow_unenforced,
             downgrades=frozenset(LayerName(layer) for layer in args.allow_downgrade),
             argv=("firstrun", *argv),

@@ -25,7 +25,7 @@ from firstrun.agents.base import Agent
 from firstrun.agents.spend import DEFAULT_RUN_TOKENS, SpendGovernor
 from firstrun.cli.interrupt import Signalled, signals_unwind
 from firstrun.cli.progress import ProgressBoard, live_board
-from firstrun.docs import Mirror, parse_mirrors
+from firstrun.docs import Affordances, Mirror, parse_mirrors
 from firstrun.errors import SandboxUnavailable, UsageError
 from firstrun.policy.profile import LayerName
 from firstrun.reports.junit import write_junit
@@ -57,6 +57,8 @@ class RunRequest:
     github_summary: str | None = None
     docs_mirrors: tuple[str, ...] = ()
     cache_dir: str | None = None
+    affordances: str = "all"
+    probe_affordances: bool = False
     allow_unenforced: bool = False
     downgrades: frozenset[LayerName] = frozenset()
     argv: tuple[str, ...] = ()
@@ -136,6 +138,8 @@ def run_command(request: RunRequest) -> int:
         keep_sandbox=request.keep_sandbox,
         docs_mirrors=mirrors,
         cache_dir=Path(request.cache_dir) if request.cache_dir is not None else None,
+        affordances=Affordances(request.affordances),
+        probe_affordances=request.probe_affordances,
     )
     store = ResultsStore(
         out,
@@ -145,6 +149,8 @@ def run_command(request: RunRequest) -> int:
             "model": request.model,
             "max_spend": None if request.max_spend is None else str(request.max_spend),
             "backend": request.backend,
+            "affordances": request.affordances,
+            "probe_affordances": request.probe_affordances,
             "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "argv": list(request.argv),
         },

@@ -4,12 +4,16 @@ Guarantee: this package is the only way an agent reads docs; see ``reader``
 for what each read checks and records.
 """
 
+from .affordances import AffordanceFilter, AffordanceProbe, Affordances, probe_affordances
 from .mirror import Mirror, parse_mirrors
 from .page import Page, ReadFailure
 from .politeness import Politeness
 from .reader import DocsReader, default_user_agent
 
 __all__ = [
+    "AffordanceFilter",
+    "AffordanceProbe",
+    "Affordances",
     "DocsReader",
     "Mirror",
     "Page",
@@ -17,4 +21,5 @@ __all__ = [
     "ReadFailure",
     "default_user_agent",
     "parse_mirrors",
+    "probe_affordances",
 ]

@@ -24,6 +24,8 @@ class ReadFailure(enum.StrEnum):
     NOT_TEXT = "not_text"
     REDIRECT_NOT_ALLOWED = "redirect_not_allowed"
     TOO_MANY_REDIRECTS = "too_many_redirects"
+    # An llms.txt, llms-full.txt or .md variant, hidden by --affordances none.
+    AFFORDANCE_HIDDEN = "affordance_hidden"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -8,7 +8,10 @@ with); a redirect that leaves the list is refused and its chain recorded.
 robots.txt is honoured per origin, requests to one host are spaced by a
 shared ``Politeness``, the User-Agent says who is asking, and with ``proxy``
 set every request to a docs host goes through the egress proxy's docs
-channel so its records see it too. A page problem never raises: it is a
+channel so its records see it too. With ``hidden`` set (``--affordances
+none``), every hop to an affordance URL is refused before it is requested
+(``firstrun.docs.affordances``); ``probe`` reads as ``read`` does with
+hiding off, for the harness's own probes. A page problem never raises: it is a
 ``Page`` with ``error`` set. Only a harness failure raises (``DocsError``
 for the cache, ``ProxyError`` when the proxy cannot be reached,
 ``UsageError`` for a bad configuration).
@@ -28,6 +31,7 @@ from firstrun import __version__
 from firstrun.errors import PolicyError, ProxyError, UsageError
 from firstrun.policy.hosts import HostPattern, canonical_host
 
+from .affordances import AffordanceFilter
 from .cache import DiskCache, Entry
 from .convert import charset_of, convert, media_type
 from .mirror import Mirror, MirrorTransport
@@ -113,6 +117,7 @@ class DocsReader:
         max_bytes: int = MAX_BYTES,
         max_markdown_chars: int = MAX_MARKDOWN_CHARS,
         max_redirects: int = MAX_REDIRECTS,
+        hidden: AffordanceFilter | None = None,
     ) -> None:
         if min_delay_s < 0 or timeout_s <= 0 or max_bytes <= 0 or max_markdown_chars <= 0:
             raise UsageError("docs reader: delays, timeouts and limits must be positive")
@@ -126,6 +131,7 @@ class DocsReader:
             if canonical_host(key) != mirror.host:
                 raise UsageError(f"docs reader: mirror for {mirror.host} is filed under {key!r}")
         self.allow = tuple(allow)
+        self.hidden = hidden
         self.user_agent = user_agent
         self.min_delay_s = min_delay_s
         self.politeness = politeness if politeness is not None else Politeness()
@@ -163,8 +169,15 @@ class DocsReader:
         self.close()
 
     def read(self, url: str) -> Page:
+        return self._read(url, self.hidden)
+
+    def probe(self, url: str) -> Page:
+        """Read ``url`` with no affordance hidden: for the harness, never the agent."""
+        return self._read(url, None)
+
+    def _read(self, url: str, hidden: AffordanceFilter | None) -> Page:
         started = time.perf_counter()
-        walk = self._walk(url)
+        walk = self._walk(url, hidden)
         last = walk.last
         body = last.body if last is not None else b""
         content_type = last.content_type if last is not None else None
@@ -198,7 +211,7 @@ class DocsReader:
             duration_ms=round((time.perf_counter() - started) * 1000),
         )
 
-    def _walk(self, url: str) -> _Walk:
+    def _walk(self, url: str, hidden: AffordanceFilter | None) -> _Walk:
         """Follow ``url`` hop by hop, checking each hop before it is requested."""
         hops = [url]
         cached: list[bool] = []
@@ -210,6 +223,11 @@ class DocsReader:
             if isinstance(target, str):
                 refused = ReadFailure.NOT_ALLOWED if len(hops) == 1 else ReadFailure.REDIRECT_NOT_ALLOWED
                 failure = _Failed(error=refused, detail=target)
+                break
+            if hidden is not None and hidden.hides(target.url):
+                failure = _Failed(error=ReadFailure.AFFORDANCE_HIDDEN,
+                                  detail=f"{target.url.path} is a docs affordance "
+                                  "(llms.txt, llms-full.txt or a .md variant), hidden in this run")
                 break
             rules = self._rules(target)
             if not rules.allows(str(target.url), self.user_agent):

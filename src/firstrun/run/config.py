@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from firstrun.docs import Mirror, Politeness
+from firstrun.docs import Affordances, Mirror, Politeness
 from firstrun.errors import UsageError
 from firstrun.policy.profile import LayerName
 from firstrun.sandbox.select import BACKENDS
@@ -23,7 +23,9 @@ class RunConfig:
 
     ``politeness`` is shared by every run given this config, so parallel runs
     space their requests to one docs host together; None gives each run its
-    own (``run_suite`` shares one across its workers).
+    own (``run_suite`` shares one across its workers). ``affordances`` is
+    ``--affordances`` (``none`` hides llms.txt, llms-full.txt and .md variants
+    from read_docs) and ``probe_affordances`` records which of them exist.
     """
 
     out_dir: Path
@@ -35,6 +37,8 @@ class RunConfig:
     cache_dir: Path | None = None
     politeness: Politeness | None = None
     report_only: bool = False
+    affordances: Affordances = Affordances.ALL
+    probe_affordances: bool = False
 
     def __post_init__(self) -> None:
         # Refused here, once, so a sweep never starts runs that all fail alike.

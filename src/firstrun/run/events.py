@@ -77,6 +77,16 @@ class DocsRead(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class AffordancesProbed(Event):
+    """What ``--probe-affordances`` found (``firstrun.docs.affordances``): a summary
+    and every candidate checked, with its status and size."""
+
+    kind: ClassVar[str] = "affordance_probe"
+    summary: dict[str, Any]
+    checked: list[dict[str, Any]]
+
+
+@dataclass(frozen=True, kw_only=True)
 class ModelTurn(Event):
     """One model turn: its text, the tool calls it asked for, and what it cost.
 

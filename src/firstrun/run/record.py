@@ -29,6 +29,7 @@ from firstrun.proxy.records import EgressRecord
 from firstrun.results.model import PageRead, RunRecord
 from firstrun.run.classify import Reason, Verdict
 from firstrun.run.events import (
+    AffordancesProbed,
     AgentFinished,
     CheckFinished,
     CommandRan,
@@ -160,6 +161,9 @@ def build_record(task: Task, *, attempt: int, agent_name: str, model: str | None
     if failure is not None:
         extra["failure"] = {"phase": failure.phase, "who": failure.who,
                             "error_type": failure.error_type}
+    probed = next((e for e in events if isinstance(e, AffordancesProbed)), None)
+    if probed is not None:
+        extra["affordances"] = probed.summary
     return RunRecord(
         task=task.name, task_file=task.path, task_sha256=task.sha256, attempt=attempt,
         agent=agent_name, model=model, classification=verdict.classification,

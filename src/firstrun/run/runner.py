@@ -27,13 +27,14 @@ from decimal import Decimal
 from pathlib import Path
 
 from firstrun.agents.base import Agent, AgentResult, AgentStop, Brief, BudgetExhausted
-from firstrun.docs import Politeness
+from firstrun.docs import Politeness, probe_affordances
 from firstrun.errors import SandboxError
 from firstrun.results.model import RunRecord
 from firstrun.run.check import agent_output, run_check
 from firstrun.run.classify import Reason, classify
 from firstrun.run.config import RunConfig
 from firstrun.run.events import (
+    AffordancesProbed,
     AgentFinished,
     CommandRan,
     Event,
@@ -127,6 +128,10 @@ def _carry_out(task: Task, *, agent: Agent, config: RunConfig, where: Path,
             session = enclosure.session
             stack.enter_context(_interrupt_on(stop, session))
             recorder.emit(SandboxStarted(info=session.info.to_data()))
+            if config.probe_affordances:
+                phase = "docs_probe"
+                probe = probe_affordances(enclosure.reader, task.docs_route)
+                recorder.emit(AffordancesProbed(**probe.to_data()))
             budgets = task.spec.budgets
             phase = "setup"
             for step in task.spec.setup:

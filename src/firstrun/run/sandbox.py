@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
-from firstrun.docs import DocsReader, Politeness, default_user_agent
+from firstrun.docs import AffordanceFilter, Affordances, DocsReader, Politeness, default_user_agent
 from firstrun.policy.network import Channel, Mode, NetworkPolicy
 from firstrun.policy.process import Limits
 from firstrun.policy.profile import SandboxProfile
@@ -94,6 +94,8 @@ def open_sandbox(
                 min_delay_s=DOCS_MIN_DELAY_S,
                 mirrors=config.docs_mirrors,
                 politeness=politeness,
+                hidden=AffordanceFilter.for_route(task.docs_route)
+                if config.affordances is Affordances.NONE else None,
             )
         )
         session = stack.enter_context(
