@@ -21,6 +21,7 @@ from decimal import Decimal, InvalidOperation
 from typing import NoReturn
 
 from firstrun import __version__
+from firstrun.cli.images import add_images_parser, images_command
 from firstrun.cli.interrupt import Signalled
 from firstrun.errors import (
     AttestationFailed,
@@ -122,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_parser(sub)
     _add_task_parsers(sub)
     _add_report_parsers(sub)
+    add_images_parser(sub)
     return parser
 
 
@@ -334,6 +336,8 @@ def _run(argv: Sequence[str]) -> int:
         return run_doctor(as_json=args.json)
     if args.subcommand in _COMMANDS:
         return _COMMANDS[args.subcommand](args, argv)
+    if args.subcommand == "images":
+        return images_command(args)
 
     if not command:
         raise UsageError(

@@ -1,0 +1,212 @@
+"""Default sandbox images, built locally from Debian packages: no image registry needed.
+
+Guarantee: an image is built from a Debian bookworm ``minbase`` root
+filesystem made by ``debootstrap`` from the Debian archive (reached over the
+ordinary network, like any apt install), with the image's packages installed
+by debootstrap itself, then loaded with ``docker import``. Nothing is pulled
+from an image registry. The root filesystem tarball is cached and reused, so
+a rebuild after ``docker image rm`` costs one import; a tarball is only ever
+published whole (written to a temporary name, then renamed), so a build cut
+short leaves nothing that looks finished.
+
+The images are named for what they contain: ``firstrun/python:3.11`` is
+Debian bookworm's Python 3.11, and ``firstrun/node:18`` is bookworm's
+Node.js 18 with npm. A task that asks for ``node:22-slim`` is not silently
+given Node 18: ``resolve_image`` refuses it with a message that says which
+image exists and how to build or pull the one asked for.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from firstrun.errors import SandboxError, SandboxUnavailable
+
+SUITE = "bookworm"
+MIRROR = "http://deb.debian.org/debian"
+LABEL = "org.firstrun.image"
+# The uid the run container's commands use; created in every image so
+# tools that look the user up (pip, npm, getpass) find a name and a HOME.
+SANDBOX_UID = 1000
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageRecipe:
+    """One default image: its tag and the Debian packages beyond minbase.
+
+    ``packages`` are installed by debootstrap itself; ``apt_packages`` by
+    apt inside the new root afterwards, for dependency trees debootstrap's
+    own resolver cannot order (npm's hundreds of node-* packages).
+    """
+
+    key: str
+    tag: str
+    packages: tuple[str, ...]
+    apt_packages: tuple[str, ...] = ()
+
+
+_COMMON = ("ca-certificates", "curl", "bash", "coreutils", "procps")
+
+PYTHON = ImageRecipe(
+    key="python",
+    tag="firstrun/python:3.11",
+    packages=(*_COMMON, "python3", "python3-venv", "python3-pip"),
+)
+NODE = ImageRecipe(
+    key="node",
+    tag="firstrun/node:18",
+    # python3 too: attestation runs its probe with the image's Python.
+    packages=(*_COMMON, "python3"),
+    apt_packages=("nodejs", "npm"),
+)
+RECIPES = (PYTHON, NODE)
+DEFAULT_IMAGE = PYTHON.tag
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "firstrun" / "images"
+
+
+def debootstrap_argv(recipe: ImageRecipe, target: str) -> list[str]:
+    """The debootstrap command for one recipe (pure)."""
+    return ["debootstrap", "--variant=minbase", f"--include={','.join(recipe.packages)}",
+            SUITE, target, MIRROR]
+
+
+def apt_argvs(recipe: ImageRecipe, root: str) -> list[list[str]]:
+    """The apt commands run in the new root for ``apt_packages`` (pure; empty when none)."""
+    if not recipe.apt_packages:
+        return []
+    return [["chroot", root, "apt-get", "update", "-qq"],
+            ["chroot", root, "apt-get", "install", "-y", "-qq", "--no-install-recommends",
+             *recipe.apt_packages]]
+
+
+def import_argv(recipe: ImageRecipe, tarball: str, docker: str = "docker") -> list[str]:
+    """``docker import`` with the image's config (pure): non-root user, no CMD surprises."""
+    return [docker, "import",
+            "--change", f"LABEL {LABEL}={recipe.key}",
+            "--change", f"USER {SANDBOX_UID}:{SANDBOX_UID}",
+            "--change", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "--change", "ENV HOME=/home/sandbox",
+            "--change", "WORKDIR /workspace",
+            "--change", 'CMD ["/bin/bash"]',
+            tarball, recipe.tag]
+
+
+def _run(argv: list[str], what: str, log: Callable[[str], None],
+         failure_log: str | None = None) -> None:
+    log(f"{what} ...")
+    try:
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+    except OSError as exc:
+        raise SandboxUnavailable(f"{what}: cannot run {argv[0]}: {exc}", who="images",
+                                 fix=f"apt-get install {'debootstrap' if argv[0] == 'debootstrap' else 'docker.io'}") from exc
+    if done.returncode != 0:
+        # debootstrap reports on stdout and in its own log, not on stderr.
+        detail = (done.stdout + done.stderr).strip()[-2000:]
+        if failure_log is not None and os.path.isfile(failure_log):
+            with open(failure_log, encoding="utf-8", errors="replace") as f:
+                detail += "\n" + f.read()[-2000:]
+        raise SandboxError(f"{what} failed (exit {done.returncode}): {detail}", who="images")
+
+
+def _prepare_rootfs(root: str) -> None:
+    """Make the tree a container root: a sandbox user, apt caches gone, dirs the run mounts on."""
+    with open(os.path.join(root, "etc/passwd"), "a", encoding="utf-8") as f:
+        f.write(f"sandbox:x:{SANDBOX_UID}:{SANDBOX_UID}:sandbox:/home/sandbox:/bin/bash\n")
+    with open(os.path.join(root, "etc/group"), "a", encoding="utf-8") as f:
+        f.write(f"sandbox:x:{SANDBOX_UID}:\n")
+    for sub in ("home/sandbox", "workspace"):
+        path = os.path.join(root, sub)
+        os.makedirs(path, exist_ok=True)
+        os.chown(path, SANDBOX_UID, SANDBOX_UID)
+    for sub in ("var/cache/apt/archives", "var/lib/apt/lists"):
+        path = os.path.join(root, sub)
+        for name in os.listdir(path):
+            full = os.path.join(path, name)
+            if os.path.isfile(full):
+                os.unlink(full)
+
+
+def rootfs_tarball(recipe: ImageRecipe, cache_dir: Path, log: Callable[[str], None]) -> Path:
+    """The cached root filesystem tarball for ``recipe``, built only when missing."""
+    tarball = cache_dir / f"{recipe.key}-{SUITE}.tar"
+    if tarball.is_file():
+        log(f"{recipe.tag}: using cached root filesystem {tarball}")
+        return tarball
+    if os.geteuid() != 0:
+        raise SandboxUnavailable("building an image root filesystem needs root (debootstrap)",
+                                 who="images", fix="run 'sudo firstrun images build'")
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    work = tempfile.mkdtemp(prefix=f"firstrun-rootfs-{recipe.key}-", dir=cache_dir)
+    try:
+        root = os.path.join(work, "root")
+        _run(debootstrap_argv(recipe, root), f"{recipe.tag}: debootstrap", log,
+             failure_log=os.path.join(root, "debootstrap", "debootstrap.log"))
+        for argv in apt_argvs(recipe, root):
+            _run(argv, f"{recipe.tag}: {' '.join(argv[2:4])}", log)
+        _prepare_rootfs(root)
+        partial = os.path.join(work, "rootfs.tar")
+        _run(["tar", "--numeric-owner", "--xattrs", "-C", root, "-cf", partial, "."],
+             f"{recipe.tag}: tar", log)
+        os.replace(partial, tarball)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return tarball
+
+
+def image_present(tag: str, docker: str = "docker") -> bool:
+    try:
+        done = subprocess.run([docker, "image", "inspect", "--format", "{{.Id}}", tag],
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    except OSError as exc:
+        raise SandboxUnavailable(f"cannot run {docker}: {exc}", who="images",
+                                 fix="apt-get install docker.io") from exc
+    return done.returncode == 0
+
+
+def build_images(recipes: tuple[ImageRecipe, ...], *, cache_dir: Path | None = None,
+                 log: Callable[[str], None] = lambda _: None, docker: str = "docker") -> None:
+    """Build each missing image: the cached rootfs (or a fresh debootstrap), then import."""
+    cache = cache_dir or default_cache_dir()
+    for recipe in recipes:
+        if image_present(recipe.tag, docker):
+            log(f"{recipe.tag}: present")
+            continue
+        tarball = rootfs_tarball(recipe, cache, log)
+        _run(import_argv(recipe, str(tarball), docker), f"{recipe.tag}: docker import", log)
+        log(f"{recipe.tag}: built")
+
+
+# Names a task may use for the images above, and what they are not.
+_ALIASES = {"python:3.11": PYTHON.tag, "python:3.11-slim": PYTHON.tag,
+            "python:3.11-slim-bookworm": PYTHON.tag}
+
+
+def resolve_image(requested: str | None, docker: str = "docker") -> str:
+    """The local image to run for a task's ``image`` (or the default); refuse what is absent.
+
+    A registry name with a local equivalent of the same version maps to it.
+    Any other image must already be present (pulled or loaded by the user);
+    a different version is never substituted.
+    """
+    tag = _ALIASES.get(requested or DEFAULT_IMAGE, requested or DEFAULT_IMAGE)
+    if image_present(tag, docker):
+        return tag
+    own = {r.tag: r for r in RECIPES}
+    if tag in own:
+        fix = f"firstrun images build --{own[tag].key}"
+    else:
+        fix = (f"docker pull {tag} (or docker load it), or use an image built locally: "
+               + ", ".join(r.tag for r in RECIPES) + " (firstrun images build)")
+    raise SandboxUnavailable(f"image {tag} is not present in the local Docker daemon",
+                             who="docker", fix=fix)

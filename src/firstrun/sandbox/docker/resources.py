@@ -1,0 +1,176 @@
+"""Creating, firewalling and removing a docker session's resources, and reaping leftovers.
+
+Guarantee: every resource is created from the pure ``Topology`` and carries
+the session's labels, one of which names the harness that made it by pid and
+start time. ``reap`` removes every labelled container, network and volume
+whose harness is gone (a SIGKILLed harness included) and never one whose
+harness still runs, so concurrent sessions are safe. ``remove`` removes one
+session's resources whether or not they were all created.
+
+``firewall_rules`` closes what ``--internal`` leaves open. Docker gives a
+container on an internal network a default route through the bridge, and
+the host answers on the bridge's address: any host service listening on
+0.0.0.0 is reachable from the sandbox (proven in tests/docker). On daemons
+before 26.0.0 the embedded DNS server at 127.0.0.11 also forwards names
+from the host's namespace (CVE-2024-29018), a way to leak data by lookup.
+So the run container's own network namespace gets an egress firewall, set
+from the host (the container has no CAP_NET_ADMIN to undo it): loopback,
+except 127.0.0.11, and the sidecar's proxy port are the only destinations;
+IPv6 has loopback only. Nothing else leaves, whatever the daemon version.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+from firstrun.errors import SandboxError, SandboxUnavailable
+from firstrun.sandbox.docker.topology import (
+    LABEL_HARNESS,
+    LABEL_MANAGED,
+    LABEL_SESSION,
+    PROXY_PORT,
+    Topology,
+)
+
+EMBEDDED_DNS = "127.0.0.11"
+_DOCKER_TIMEOUT_S = 120.0
+
+
+def docker_binary() -> str:
+    path = shutil.which("docker")
+    if path is None:
+        raise SandboxUnavailable("the docker CLI is not installed", who="docker",
+                                 fix="apt-get install docker.io")
+    return path
+
+
+def docker(*args: str, docker_bin: str | None = None, stdin: str | None = None,
+           check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run one docker CLI command; a failure is a ``SandboxError`` carrying docker's words."""
+    argv = [docker_bin or docker_binary(), *args]
+    try:
+        done = subprocess.run(argv, input=stdin, capture_output=True, text=True,
+                              stdin=None if stdin is not None else subprocess.DEVNULL,
+                              timeout=_DOCKER_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SandboxError(f"docker {args[0]}: {exc}", who="docker") from exc
+    if check and done.returncode != 0:
+        raise SandboxError(f"docker {' '.join(args[:2])}: {done.stderr.strip()[-1000:]}",
+                           who="docker")
+    return done
+
+
+def process_identity(pid: int) -> str | None:
+    """``PID:STARTTIME`` (clock ticks since boot), so a reused pid is not mistaken for ours."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(b")") + 2:].split()
+    return f"{pid}:{int(fields[19])}"
+
+
+def harness_identity() -> str:
+    identity = process_identity(os.getpid())
+    if identity is None:
+        raise SandboxError("cannot read this process's own /proc entry", who="docker")
+    return identity
+
+
+def _alive(identity: str) -> bool:
+    pid, _, _ = identity.partition(":")
+    return pid.isdigit() and process_identity(int(pid)) == identity
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reaped:
+    containers: tuple[str, ...]
+    networks: tuple[str, ...]
+    volumes: tuple[str, ...]
+
+
+def _labelled(kind: str, docker_bin: str | None) -> list[tuple[str, str]]:
+    listing = {"container": ("ps", "--all"), "network": ("network", "ls"),
+               "volume": ("volume", "ls")}[kind]
+    name = "{{.Name}}" if kind == "volume" else ("{{.Names}}" if kind == "container"
+                                                 else "{{.Name}}")
+    out = docker(*listing, "--filter", f"label={LABEL_MANAGED}=1", "--format",
+                 f'{name}\t{{{{.Label "{LABEL_HARNESS}"}}}}', docker_bin=docker_bin).stdout
+    return [tuple(line.split("\t", 1)) for line in out.splitlines() if "\t" in line]  # type: ignore[misc]
+
+
+def reap(*, docker_bin: str | None = None) -> Reaped:
+    """Remove every labelled resource whose harness is no longer running."""
+    removed: dict[str, list[str]] = {"container": [], "network": [], "volume": []}
+    for kind in ("container", "network", "volume"):
+        dead = [name for name, owner in _labelled(kind, docker_bin) if not _alive(owner)]
+        if dead:
+            remover = {"container": ("rm", "--force", "--volumes"),
+                       "network": ("network", "rm"), "volume": ("volume", "rm", "--force")}[kind]
+            docker(*remover, *dead, docker_bin=docker_bin)
+            removed[kind] = dead
+    return Reaped(containers=tuple(removed["container"]), networks=tuple(removed["network"]),
+                  volumes=tuple(removed["volume"]))
+
+
+def remove(topology: Topology, *, docker_bin: str | None = None) -> None:
+    """Remove whichever of the session's containers and networks exist, containers first."""
+    label = f"label={LABEL_SESSION}={topology.session}"
+    containers = docker("ps", "--all", "--filter", label, "--format", "{{.Names}}",
+                        docker_bin=docker_bin).stdout.split()
+    if containers:
+        docker("rm", "--force", "--volumes", *containers, docker_bin=docker_bin)
+    networks = docker("network", "ls", "--filter", label, "--format", "{{.Name}}",
+                      docker_bin=docker_bin).stdout.split()
+    if networks:
+        docker("network", "rm", *networks, docker_bin=docker_bin)
+
+
+def firewall_rules(sidecar_ip: str) -> tuple[str, str]:
+    """(iptables-restore, ip6tables-restore) input for the run container's namespace (pure)."""
+    v4 = "\n".join([
+        "*filter",
+        ":INPUT ACCEPT [0:0]",
+        ":FORWARD DROP [0:0]",
+        ":OUTPUT DROP [0:0]",
+        f"-A OUTPUT -d {EMBEDDED_DNS}/32 -j DROP",
+        "-A OUTPUT -o lo -j ACCEPT",
+        f"-A OUTPUT -d {sidecar_ip}/32 -p tcp -m tcp --dport {PROXY_PORT} -j ACCEPT",
+        "COMMIT",
+        "",
+    ])
+    v6 = "\n".join([
+        "*filter",
+        ":INPUT ACCEPT [0:0]",
+        ":FORWARD DROP [0:0]",
+        ":OUTPUT DROP [0:0]",
+        "-A OUTPUT -o lo -j ACCEPT",
+        "COMMIT",
+        "",
+    ])
+    return v4, v6
+
+
+def apply_firewall(container_pid: int, sidecar_ip: str) -> None:
+    """Load ``firewall_rules`` into the network namespace of ``container_pid``."""
+    for tool in ("nsenter", "iptables-restore", "ip6tables-restore"):
+        if shutil.which(tool) is None:
+            raise SandboxUnavailable(f"{tool} is not installed; the run container's egress "
+                                     "firewall cannot be set", who="docker",
+                                     fix="apt-get install iptables util-linux")
+    v4, v6 = firewall_rules(sidecar_ip)
+    for tool, rules in (("iptables-restore", v4), ("ip6tables-restore", v6)):
+        try:
+            done = subprocess.run(["nsenter", f"--target={container_pid}", "--net", tool],
+                                  input=rules, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise SandboxError(f"{tool} in the run container's namespace: {exc}",
+                               who="docker") from exc
+        if done.returncode != 0:
+            raise SandboxUnavailable(
+                f"{tool} in the run container's namespace failed: {done.stderr.strip()}",
+                who="docker", fix="run the harness as root with iptables installed")

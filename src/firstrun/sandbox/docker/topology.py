@@ -1,0 +1,149 @@
+"""A docker session's networks and containers, as data: a pure function of the profile.
+
+Guarantee: ``build_topology`` is pure (no I/O, no clock), so every docker
+command a session issues to create its resources is golden-tested. The
+shape it gives:
+
+- an **internal** network (``docker network create --internal``): no route
+  off it, no NAT, no published ports;
+- an **egress** network, an ordinary bridge, for the sidecar only;
+- the **proxy sidecar**, created on the egress network and then connected
+  to the internal one, running ``python -m firstrun.proxy`` (this package's
+  own egress proxy, bound read-only from the harness) with the policy as
+  JSON on its stdin;
+- the **run container**, attached to the internal network only, so its one
+  way out is the sidecar's port.
+
+Both containers drop every capability, set ``no-new-privileges``, keep
+Docker's default seccomp profile (never ``unconfined``), have a read-only
+root with a size-capped tmpfs ``/tmp``, run as a non-root uid, and carry
+pids, memory (no extra swap) and CPU limits. The workspace is the only host
+directory bound writable. Every resource carries the ``org.firstrun.session``
+label, so leftovers of a harness that died are found and removed by label.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from firstrun.policy.profile import SandboxProfile
+
+LABEL_MANAGED = "org.firstrun.managed"
+LABEL_SESSION = "org.firstrun.session"
+LABEL_HARNESS = "org.firstrun.harness"
+PROXY_PORT = 3128
+SANDBOX_TMP = "/tmp"
+# Where the sidecar finds this package and h11, bound read-only.
+SIDECAR_LIB = "/opt/firstrun/lib"
+# The sidecar handles a few connections at a time; it needs little.
+SIDECAR_LIMITS = {"pids": 64, "memory": 256 << 20, "cpus": "0.5"}
+SIDECAR_UID = 65534
+
+
+@dataclass(frozen=True, kw_only=True)
+class DockerHost:
+    """What the pure builder needs from the host, gathered by the driver.
+
+    ``lib_binds`` are (host directory, name under ``SIDECAR_LIB``) pairs: the
+    ``firstrun`` package and the pure-Python libraries the proxy imports.
+    ``uid``/``gid`` are who the run container's commands run as (the owner
+    of the workspace, or a per-session uid lent the workspace when that
+    owner is root). ``harness`` is recorded as a label, so the reaper can
+    tell a live session's resources from a dead harness's: ``harness`` is
+    ``PID:STARTTIME``, so a reused pid is not mistaken for the harness.
+    """
+
+    workspace: str
+    uid: int
+    gid: int
+    image: str
+    sidecar_image: str
+    lib_binds: tuple[tuple[str, str], ...]
+    harness: str
+    cpus: str = "1"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Topology:
+    session: str
+    internal_network: str
+    egress_network: str
+    sidecar: str
+    run: str
+    create: tuple[tuple[str, ...], ...]
+    """docker argvs (without the ``docker`` binary), in order."""
+
+    def resources(self) -> tuple[tuple[str, str], ...]:
+        """(kind, name) of everything created, in the order to remove it."""
+        return (("container", self.run), ("container", self.sidecar),
+                ("network", self.internal_network), ("network", self.egress_network))
+
+
+def _labels(session: str, harness: str) -> list[str]:
+    return ["--label", f"{LABEL_MANAGED}=1", "--label", f"{LABEL_SESSION}={session}",
+            "--label", f"{LABEL_HARNESS}={harness}"]
+
+
+def _hardening(*, user: str, pids: int, memory: int, cpus: str, tmp_bytes: int) -> list[str]:
+    return [
+        "--cap-drop", "ALL",
+        "--security-opt", "no-new-privileges",
+        "--read-only",
+        "--tmpfs", f"{SANDBOX_TMP}:rw,nosuid,nodev,size={tmp_bytes}",
+        "--user", user,
+        "--pids-limit", str(pids),
+        "--memory", str(memory),
+        "--memory-swap", str(memory),
+        "--cpus", cpus,
+        "--ulimit", "core=0",
+        "--ipc", "private",
+        "--log-driver", "none",
+    ]
+
+
+def build_topology(profile: SandboxProfile, *, session: str, host: DockerHost) -> Topology:
+    prefix = f"firstrun-{session}"
+    internal, egress = f"{prefix}-internal", f"{prefix}-egress"
+    sidecar, run = f"{prefix}-proxy", f"{prefix}-run"
+    labels = _labels(session, host.harness)
+    limits = profile.limits
+    fs = profile.fs
+    sidecar_argv = [
+        "create", "--name", sidecar, *labels,
+        "--network", egress,
+        "--interactive",
+        *_hardening(user=f"{SIDECAR_UID}:{SIDECAR_UID}", pids=SIDECAR_LIMITS["pids"],
+                    memory=SIDECAR_LIMITS["memory"], cpus=SIDECAR_LIMITS["cpus"],
+                    tmp_bytes=16 << 20),
+        "--env", f"PYTHONPATH={SIDECAR_LIB}",
+    ]
+    for source, name in host.lib_binds:
+        sidecar_argv += ["--mount", f"type=bind,source={source},target={SIDECAR_LIB}/{name},readonly"]
+    # -s, not -I: the bound library is found through PYTHONPATH, which -I ignores.
+    sidecar_argv += [host.sidecar_image, "python3", "-s", "-m", "firstrun.proxy", "0.0.0.0",
+                     str(PROXY_PORT)]
+    run_argv = [
+        "create", "--name", run, *labels,
+        "--network", internal,
+        *_hardening(user=f"{host.uid}:{host.gid}", pids=limits.pids,
+                    memory=limits.memory_bytes, cpus=host.cpus, tmp_bytes=limits.memory_bytes),
+        "--tmpfs", f"{fs.sandbox_home}:rw,nosuid,nodev,size={limits.memory_bytes},"
+                   f"uid={host.uid},gid={host.gid},mode=700",
+        "--ulimit", f"nofile={limits.open_files}:{limits.open_files}",
+        "--mount", f"type=bind,source={host.workspace},target={fs.sandbox_workspace}",
+        "--workdir", fs.sandbox_workspace,
+        "--hostname", "sandbox",
+        # An init as pid 1 reaps the orphans of every command.
+        "--init",
+        "--entrypoint", "/bin/sleep",
+        host.image, "infinity",
+    ]
+    create = (
+        ("network", "create", "--driver", "bridge", "--internal", *labels, internal),
+        ("network", "create", "--driver", "bridge", *labels, egress),
+        tuple(sidecar_argv),
+        ("network", "connect", internal, sidecar),
+        tuple(run_argv),
+    )
+    return Topology(session=session, internal_network=internal, egress_network=egress,
+                    sidecar=sidecar, run=run, create=create)

@@ -1,0 +1,111 @@
+"""Image building: the pinned commands, the cache, and the refusal of a missing image."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from firstrun.errors import SandboxUnavailable
+from firstrun.images.build import (
+    NODE,
+    PYTHON,
+    apt_argvs,
+    build_images,
+    debootstrap_argv,
+    default_cache_dir,
+    image_present,
+    import_argv,
+    resolve_image,
+)
+from firstrun.sandbox.docker.resources import docker
+
+FIRSTRUN = str(Path(sys.executable).parent / "firstrun")
+
+
+def test_debootstrap_and_import_commands_are_golden() -> None:
+    assert debootstrap_argv(PYTHON, "/T/root") == [
+        "debootstrap", "--variant=minbase",
+        "--include=ca-certificates,curl,bash,coreutils,procps,python3,python3-venv,python3-pip",
+        "bookworm", "/T/root", "http://deb.debian.org/debian"]
+    assert debootstrap_argv(NODE, "/T/root")[2] == (
+        "--include=ca-certificates,curl,bash,coreutils,procps,python3")
+    assert import_argv(PYTHON, "/C/python-bookworm.tar") == [
+        "docker", "import",
+        "--change", "LABEL org.firstrun.image=python",
+        "--change", "USER 1000:1000",
+        "--change", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "--change", "ENV HOME=/home/sandbox",
+        "--change", "WORKDIR /workspace",
+        "--change", 'CMD ["/bin/bash"]',
+        "/C/python-bookworm.tar", "firstrun/python:3.11"]
+
+
+@pytest.mark.usefixtures("docker_ready")
+def test_the_default_image_is_non_root_with_python_venv_and_pip() -> None:
+    config = json.loads(docker("image", "inspect", PYTHON.tag).stdout)[0]["Config"]
+    assert config["User"] == "1000:1000"
+    assert config["Labels"] == {"org.firstrun.image": "python"}
+    done = docker("run", "--rm", "--network", "none", PYTHON.tag, "bash", "-c",
+                  "python3 -m venv /tmp/v && /tmp/v/bin/pip --version && id -u && "
+                  "test -s /etc/ssl/certs/ca-certificates.crt && curl --version | head -1")
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("pip ") and lines[1] == "1000" and lines[2].startswith("curl ")
+
+
+@pytest.mark.usefixtures("docker_ready")
+def test_a_missing_image_is_rebuilt_from_the_cached_rootfs_without_debootstrap(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert (default_cache_dir() / "python-bookworm.tar").is_file()
+    recipe = replace(PYTHON, tag="firstrun-test/python:from-cache")
+    # debootstrap lives in /usr/sbin: off PATH, a rebuild that needed it would fail.
+    monkeypatch.setenv("PATH", "/usr/local/bin:/usr/bin:/bin")
+    lines: list[str] = []
+    try:
+        build_images((recipe,), log=lines.append)
+        assert image_present(recipe.tag)
+        assert any("using cached root filesystem" in line for line in lines)
+    finally:
+        docker("image", "rm", recipe.tag, check=False)
+    assert not image_present(recipe.tag)
+
+
+@pytest.mark.usefixtures("docker_ready")
+def test_images_resolve_or_refuse_with_the_way_to_get_them() -> None:
+    assert resolve_image(None) == PYTHON.tag
+    assert resolve_image("python:3.11-slim") == PYTHON.tag
+    with pytest.raises(SandboxUnavailable) as refused:
+        resolve_image("node:22-slim")
+    assert "node:22-slim is not present" in str(refused.value)
+    assert refused.value.fix is not None and "docker pull node:22-slim" in refused.value.fix
+    assert NODE.tag in refused.value.fix
+
+
+@pytest.mark.usefixtures("docker_ready")
+def test_cli_images_build_leaves_a_present_image_alone() -> None:
+    before = docker("image", "inspect", "--format", "{{.Id}}", PYTHON.tag).stdout
+    done = subprocess.run([FIRSTRUN, "images", "build", "--python"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert f"{PYTHON.tag}: present" in done.stderr
+    assert docker("image", "inspect", "--format", "{{.Id}}", PYTHON.tag).stdout == before
+
+
+def test_cli_images_needs_an_action() -> None:
+    done = subprocess.run([FIRSTRUN, "images"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3
+    assert done.stderr.count("\n") == 1
+
+
+
+def test_node_packages_go_through_apt_in_the_new_root() -> None:
+    assert "nodejs" not in debootstrap_argv(NODE, "/T/root")[2]
+    assert apt_argvs(NODE, "/T/root") == [
+        ["chroot", "/T/root", "apt-get", "update", "-qq"],
+        ["chroot", "/T/root", "apt-get", "install", "-y", "-qq", "--no-install-recommends",
+         "nodejs", "npm"]]
+    assert apt_argvs(PYTHON, "/T/root") == []

@@ -1,0 +1,74 @@
+"""Golden test: every docker command that creates a session's resources, pinned."""
+
+from __future__ import annotations
+
+from firstrun.policy.filesystem import FilesystemPolicy
+from firstrun.policy.process import Limits
+from firstrun.policy.profile import SandboxProfile
+from firstrun.sandbox.docker.topology import DockerHost, build_topology
+
+PROFILE = SandboxProfile(
+    fs=FilesystemPolicy(workspace="/HOST/ws", real_homes=("/root",)),
+    limits=Limits(pids=256, memory_bytes=1 << 30, open_files=2048),
+)
+HOST = DockerHost(
+    workspace="/HOST/ws", uid=1000, gid=1000, image="firstrun/python:3.11",
+    sidecar_image="firstrun/python:3.11",
+    lib_binds=(("/SRC/firstrun", "firstrun"), ("/SITE/h11", "h11")),
+    harness="4242:777",
+)
+LABELS = ("--label", "org.firstrun.managed=1", "--label", "org.firstrun.session=s1",
+          "--label", "org.firstrun.harness=4242:777")
+
+
+def test_topology_is_golden() -> None:
+    topo = build_topology(PROFILE, session="s1", host=HOST)
+    assert (topo.internal_network, topo.egress_network, topo.sidecar, topo.run) == (
+        "firstrun-s1-internal", "firstrun-s1-egress", "firstrun-s1-proxy", "firstrun-s1-run")
+    assert topo.create == (
+        ("network", "create", "--driver", "bridge", "--internal", *LABELS,
+         "firstrun-s1-internal"),
+        ("network", "create", "--driver", "bridge", *LABELS, "firstrun-s1-egress"),
+        ("create", "--name", "firstrun-s1-proxy", *LABELS,
+         "--network", "firstrun-s1-egress",
+         "--interactive",
+         "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--read-only",
+         "--tmpfs", "/tmp:rw,nosuid,nodev,size=16777216",
+         "--user", "65534:65534", "--pids-limit", "64",
+         "--memory", "268435456", "--memory-swap", "268435456", "--cpus", "0.5",
+         "--ulimit", "core=0", "--ipc", "private", "--log-driver", "none",
+         "--env", "PYTHONPATH=/opt/firstrun/lib",
+         "--mount", "type=bind,source=/SRC/firstrun,target=/opt/firstrun/lib/firstrun,readonly",
+         "--mount", "type=bind,source=/SITE/h11,target=/opt/firstrun/lib/h11,readonly",
+         "firstrun/python:3.11", "python3", "-s", "-m", "firstrun.proxy", "0.0.0.0", "3128"),
+        ("network", "connect", "firstrun-s1-internal", "firstrun-s1-proxy"),
+        ("create", "--name", "firstrun-s1-run", *LABELS,
+         "--network", "firstrun-s1-internal",
+         "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--read-only",
+         "--tmpfs", "/tmp:rw,nosuid,nodev,size=1073741824",
+         "--user", "1000:1000", "--pids-limit", "256",
+         "--memory", "1073741824", "--memory-swap", "1073741824", "--cpus", "1",
+         "--ulimit", "core=0", "--ipc", "private", "--log-driver", "none",
+         "--tmpfs", "/home/sandbox:rw,nosuid,nodev,size=1073741824,uid=1000,gid=1000,mode=700",
+         "--ulimit", "nofile=2048:2048",
+         "--mount", "type=bind,source=/HOST/ws,target=/workspace",
+         "--workdir", "/workspace", "--hostname", "sandbox", "--init",
+         "--entrypoint", "/bin/sleep", "firstrun/python:3.11", "infinity"),
+    )
+    assert topo.resources() == (
+        ("container", "firstrun-s1-run"), ("container", "firstrun-s1-proxy"),
+        ("network", "firstrun-s1-internal"), ("network", "firstrun-s1-egress"),
+    )
+
+
+def test_run_container_is_on_the_internal_network_only() -> None:
+    topo = build_topology(PROFILE, session="s1", host=HOST)
+    run = topo.create[4]
+    assert [run[i + 1] for i, a in enumerate(run) if a == "--network"] == [topo.internal_network]
+    assert not any(a.startswith("--network=") or a in ("--net", "--privileged", "--cap-add")
+                   for a in run)
+    assert not any("seccomp=unconfined" in a or "apparmor=unconfined" in a for a in run)
+    # Only the workspace is bound writable; the sidecar binds only read-only.
+    assert [a for a in run if a.startswith("type=bind")] == [
+        "type=bind,source=/HOST/ws,target=/workspace"]
+    assert all(a.endswith(",readonly") for a in topo.create[2] if a.startswith("type=bind"))
