@@ -1,0 +1,1 @@
+"""Container images built locally from Debian packages, for the docker backend."""
