@@ -198,17 +198,22 @@ def test_enforce_mode_refuses_the_hosts_loopback(
     assert rec["decision"] == "deny" and rec["reason"] == "resolved_loopback"
 
 
-def test_report_only_lets_the_request_through_and_records_would_deny(
+def test_report_only_reports_name_rules_but_still_enforces_the_floor(
     firstrun: Run, loopback_http_server: tuple[int, list[str]]
 ) -> None:
     port, seen = loopback_http_server
     # NO_PROXY lists localhost; --noproxy '' makes curl use the proxy anyway.
-    proc = firstrun("sandbox", "--report-only", "--json", "--",
-                    "curl", "-sS", "--noproxy", "", f"http://localhost:{port}/reported")
+    # pypi.org is on the default allow-list; --deny makes it a name-rule
+    # denial, which report mode lets through (a real registry request).
+    proc = firstrun("sandbox", "--report-only", "--deny", "pypi.org", "--json", "--", "bash", "-c",
+                    f"curl -sS --noproxy '' http://localhost:{port}/reported; "
+                    "curl -sS -o /dev/null https://pypi.org/simple/six/")
     assert proc.returncode == 0, proc.stderr
-    assert "canary" in proc.stderr
-    assert seen == ["/reported"]
+    assert seen == []
     doc = json.loads(proc.stdout)
-    (rec,) = [r for r in doc["records"] if r["host"] == "localhost"]
-    assert rec["decision"] == "allow"
-    assert rec["would_deny"] in {"not_allowed", "resolved_loopback", "port_not_allowed"}
+    (local,) = [r for r in doc["records"] if r["host"] == "localhost"]
+    assert (local["decision"], local["reason"], local["would_deny"]) == (
+        "deny", "resolved_loopback", None)
+    (pypi,) = [r for r in doc["records"] if r["host"] == "pypi.org"]
+    assert (pypi["decision"], pypi["would_deny"]) == ("allow", "denied_by_list")
+    assert pypi["bytes_down"] > 0

@@ -318,9 +318,13 @@ def test_report_mode_allows_with_would_deny() -> None:
     decision = _name("evil.com", policy=policy)
     assert decision.verdict is Verdict.ALLOW
     assert decision.would_deny is Reason.NOT_ALLOWED
+    # The floor is not part of an allow-list: report mode still enforces it.
     request = Request(channel=Channel.SHELL, host="pypi.org", port=443)
-    by_address = decide_addresses(policy, request, [ipaddress.ip_address("10.1.2.3")])
-    assert (by_address.verdict, by_address.would_deny) == (Verdict.ALLOW, Reason.RESOLVED_PRIVATE)
+    for address in ("10.1.2.3", "127.0.0.1", "169.254.169.254", "::ffff:127.0.0.1"):
+        by_address = decide_addresses(policy, request, [ipaddress.ip_address(address)])
+        assert (by_address.verdict, by_address.would_deny) == (Verdict.DENY, None)
+    assert _name("0x7f.1", policy=policy).verdict is Verdict.ALLOW  # a name rule: reported
+    assert _name("bad host", policy=policy).verdict is Verdict.DENY  # malformed: refused
 
 
 @given(port=st.integers(min_value=1, max_value=65535), host=st.sampled_from(["pypi.org", "[::1]"]))

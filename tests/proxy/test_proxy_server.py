@@ -313,8 +313,14 @@ def test_attestation_answers_the_nonce_without_resolving(proxied, resolver) -> N
 
 
 def test_report_mode_lets_through_and_records_would_deny(upstream, resolver) -> None:  # type: ignore[no-untyped-def]
+    # A deny-list entry is a name rule, so report mode lets it through; the
+    # override only opens the floor for this loopback fixture server.
     resolver.table["unlisted.test"] = ["127.0.0.1"]
-    proxy, address = start_proxy(NetworkPolicy.build(mode=Mode.REPORT), resolver)
+    policy = NetworkPolicy.build(
+        mode=Mode.REPORT, deny=["unlisted.test:%d" % upstream.port],
+        overrides=[("unlisted.test:%d" % upstream.port, ["127.0.0.1/32"])],
+    )
+    proxy, address = start_proxy(policy, resolver)
     try:
         with connect(address) as sock:
             sock.sendall(_get(upstream.port, "/r", host="unlisted.test"))
@@ -325,7 +331,24 @@ def test_report_mode_lets_through_and_records_would_deny(upstream, resolver) -> 
     assert (reply.status, reply.body) == (200, b"hello /r")
     assert [r.target for r in upstream.seen.requests] == [b"/r"]
     assert (record.decision, record.would_deny, record.resolved) == (
-        "allow", Reason.NOT_ALLOWED, "127.0.0.1",
+        "allow", Reason.DENIED_BY_LIST, "127.0.0.1",
+    )
+
+
+def test_report_mode_still_enforces_the_floor(upstream, resolver) -> None:  # type: ignore[no-untyped-def]
+    resolver.table["unlisted.test"] = ["127.0.0.1"]
+    proxy, address = start_proxy(NetworkPolicy.build(mode=Mode.REPORT), resolver)
+    try:
+        with connect(address) as sock:
+            sock.sendall(_get(upstream.port, "/r", host="unlisted.test"))
+            reply = read_reply(sock)
+        record = _only(proxy)
+    finally:
+        proxy.stop()
+    assert reply.status == 403
+    assert upstream.seen.requests == []
+    assert (record.decision, record.reason, record.would_deny) == (
+        "deny", Reason.RESOLVED_LOOPBACK, None,
     )
 
 

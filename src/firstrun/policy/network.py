@@ -15,8 +15,12 @@ order and the first with an opinion decides:
 4. the allow-list;
 5. deny.
 
-In report mode a denial is turned into an allow whose ``would_deny`` carries
-the reason, so an allow-list can be written from a real run.
+In report mode a denial by the name rules (attribution, the lists, the
+default) is turned into an allow whose ``would_deny`` carries the reason, so
+an allow-list can be written from a real run. The floor and malformed input
+stay enforced in every mode: report mode is for learning which names a
+quickstart needs, and a quickstart nobody vetted must not reach the host's
+loopback or the cloud metadata service while its allow-list is being learnt.
 
 Pure: stdlib only, no I/O, no clock.
 """
@@ -209,8 +213,12 @@ class Decision:
         return self.verdict is Verdict.ALLOW
 
 
+# Layers whose denials report mode never lifts.
+_ALWAYS_ENFORCED = frozenset({Layer.FLOOR, Layer.PROTOCOL})
+
+
 def _deny(policy: NetworkPolicy, reason: Reason, layer: Layer, host: str) -> Decision:
-    if policy.mode is Mode.REPORT:
+    if policy.mode is Mode.REPORT and layer not in _ALWAYS_ENFORCED:
         return Decision(
             verdict=Verdict.ALLOW, reason=reason, layer=layer, host=host, would_deny=reason
         )
