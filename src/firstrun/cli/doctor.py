@@ -2,8 +2,8 @@
 
 Guarantee: doctor only observes. It never changes the machine; every finding
 comes from asking the kernel or the daemon directly (the linux backend's own
-``probe()``, a connect to the Docker socket, an open of /dev/kvm), never from
-version strings or guesses. Its exit status says whether ``firstrun sandbox
+``probe()``, the docker backend's daemon probe over its socket, an open of
+/dev/kvm), never from guesses. Its exit status says whether ``firstrun sandbox
 --backend linux`` would be refused: 0 when the linux backend is usable, 1
 otherwise. It also shows what a default session would expose from the home
 directory (toolchain roots) and what it masks (secrets), computed by the same
@@ -14,23 +14,19 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import h11
-
 from firstrun.errors import SandboxUnavailable
 from firstrun.policy.filesystem import SYSTEM_READONLY
 from firstrun.sandbox.base import Capability
+from firstrun.sandbox.docker.probe import probe_daemon
 from firstrun.sandbox.hostfs import host_filesystem_policy
 from firstrun.sandbox.select import select_backend
 
-DOCKER_SOCKET = "/var/run/docker.sock"
 KVM_DEVICE = "/dev/kvm"
-_DOCKER_TIMEOUT_S = 3.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,65 +67,6 @@ class Findings:
                 "masked": list(self.exposure.masked),
             },
         }
-
-
-def _docker_socket_path(env: Mapping[str, str]) -> str | None:
-    host = env.get("DOCKER_HOST", "")
-    if not host:
-        return DOCKER_SOCKET
-    if host.startswith("unix://"):
-        return host[len("unix://") :]
-    return None
-
-
-def probe_docker(env: Mapping[str, str]) -> Capability:
-    """Whether a Docker daemon answers ``GET /_ping`` on its Unix socket."""
-    path = _docker_socket_path(env)
-    if path is None:
-        return Capability(
-            name="docker daemon",
-            available=False,
-            detail=f"DOCKER_HOST={env.get('DOCKER_HOST')!r} is not a unix:// socket; doctor does not dial remote daemons",
-            fix="point DOCKER_HOST at a local socket (unix:///var/run/docker.sock)",
-        )
-    install_fix = "apt-get install docker.io && systemctl start docker (or start dockerd yourself)"
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(_DOCKER_TIMEOUT_S)
-            sock.connect(path)
-            conn = h11.Connection(h11.CLIENT)
-            sock.sendall(
-                conn.send(h11.Request(method="GET", target="/_ping", headers=[("Host", "docker")]))
-                + conn.send(h11.EndOfMessage())
-            )
-            while True:
-                event = conn.next_event()
-                if event is h11.NEED_DATA:
-                    conn.receive_data(sock.recv(4096))
-                    continue
-                if isinstance(event, h11.Response):
-                    status = event.status_code
-                    break
-                if isinstance(event, h11.ConnectionClosed):
-                    raise h11.RemoteProtocolError("closed before a response")
-    except FileNotFoundError:
-        return Capability(name="docker daemon", available=False, detail=f"no socket at {path}", fix=install_fix)
-    except PermissionError:
-        return Capability(
-            name="docker daemon", available=False, detail=f"{path}: permission denied",
-            fix=f"add your user to the docker group (usermod -aG docker {os.environ.get('USER', '$USER')}) and log in again",
-        )
-    except (OSError, h11.ProtocolError) as exc:
-        return Capability(
-            name="docker daemon", available=False, detail=f"{path}: no answer ({exc.__class__.__name__}: {exc})",
-            fix="start the daemon: systemctl start docker (or dockerd)",
-        )
-    if status != 200:
-        return Capability(
-            name="docker daemon", available=False, detail=f"{path}: /_ping answered {status}",
-            fix="check the daemon's log: journalctl -u docker",
-        )
-    return Capability(name="docker daemon", available=True, detail=f"answers on {path}")
 
 
 def probe_kvm() -> Capability:
@@ -175,7 +112,7 @@ def gather(env: Mapping[str, str]) -> Findings:
         linux_refusal=refusal,
         linux_fix=fix,
         capabilities=capabilities,
-        optional=(probe_docker(env), probe_kvm()),
+        optional=(probe_daemon(env), probe_kvm()),
         exposure=default_exposure(env),
     )
 
