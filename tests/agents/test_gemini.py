@@ -325,7 +325,7 @@ def test_make_agent_gemini_refuses_without_a_key(monkeypatch: pytest.MonkeyPatch
     chosen = make_agent("gemini")
     assert (chosen.name, chosen.model) == ("gemini", DEFAULT_MODEL)
     # The default model is priced by the maintained table.
-    assert getattr(chosen, "pricing") is not None
+    assert isinstance(chosen, LoopAgent) and chosen.pricing is not None
 
 
 def test_a_missing_sdk_is_one_line_naming_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,7 +19,7 @@ from openai_support import KEY, agent
 from vendor_support import Router, VendorServer
 
 from firstrun.agents import make_agent
-from firstrun.agents.loop import RetryPolicy
+from firstrun.agents.loop import LoopAgent, RetryPolicy
 from firstrun.agents.openai_agent import DEFAULT_MODEL, make_openai
 from firstrun.agents.prompt import PROMPT_VERSION, SYSTEM_PROMPT
 from firstrun.agents.spend import FilePrice, SpendGovernor
@@ -349,7 +349,7 @@ def test_make_agent_openai_needs_a_key_unless_a_base_url_is_given(
     local = make_agent("openai", model="llama3.2", base_url="http://127.0.0.1:11434/v1")
     assert (local.name, local.model) == ("openai", "llama3.2")
     # A local model has no price: spend is unknown, never zero.
-    assert getattr(local, "pricing") is None
+    assert isinstance(local, LoopAgent) and local.pricing is None
     monkeypatch.setenv("OPENAI_API_KEY", "k")
     assert make_agent("openai").model == DEFAULT_MODEL
 

@@ -19,6 +19,7 @@ from agent_support import DOCS_HOST, FIXTURES, greeter_task
 from vendor_support import VendorServer
 
 from firstrun.agents.openai_agent import NO_KEY
+from firstrun.run.events import read_trace
 
 FIRSTRUN = Path(sys.executable).parent / "firstrun"
 GREET = "printf 'hello, reader\\n' > greeting.txt"
@@ -41,7 +42,10 @@ def test_a_local_server_without_key_or_usage_runs_and_records_spend_unknown(
         tmp_path: Path) -> None:
     task = greeter_task(tmp_path)
     out = tmp_path / "out"
-    transcript = wire.script(wire.completion(None, wire.bash(GREET), local=True),
+    # Some local servers end a turn that calls tools with finish_reason "stop":
+    # the calls run all the same, and the turn is recorded as tool use.
+    transcript = wire.script(wire.completion(None, wire.bash(GREET), local=True,
+                                             finish_reason="stop"),
                              wire.completion("Done.", local=True))
     env = {k: v for k, v in os.environ.items()
            if k not in ("FIRSTRUN_OPENAI_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL")}
@@ -58,6 +62,9 @@ def test_a_local_server_without_key_or_usage_runs_and_records_spend_unknown(
     assert usage["spend"] is None and usage["price_source"] is None
     assert usage["input_tokens"] is None and usage["output_tokens"] is None
     assert [t["spend"] for t in usage["per_turn"]] == [None, None]
+    turns = [e for e in read_trace(next(out.rglob("trace.jsonl"))) if e["kind"] == "model_turn"]
+    assert [(t["stop"], t["vendor_stop"]) for t in turns] == [("tool_use", "stop"),
+                                                              ("end", "stop")]
 
 
 def test_a_canary_key_is_nowhere_but_the_request_to_the_vendor(tmp_path: Path) -> None:

@@ -145,6 +145,9 @@ def _turn(reply: Any) -> Turn:
         sent.append({"id": call.id, "type": "function",
                      "function": {"name": function.name, "arguments": function.arguments}})
     stop = _STOPS.get(choice.finish_reason or "", TurnStop.OTHER)
+    if calls and stop is TurnStop.END:
+        # Some compatible servers (Ollama's, for one) finish a turn that calls tools with "stop".
+        stop = TurnStop.TOOL_USE
     detail = ""
     if message.refusal:
         stop, detail = TurnStop.REFUSAL, message.refusal
