@@ -5,6 +5,7 @@ from __future__ import annotations
 from firstrun.policy.filesystem import FilesystemPolicy
 from firstrun.policy.process import Limits
 from firstrun.policy.profile import SandboxProfile
+from firstrun.sandbox.docker.resources import firewall_rules
 from firstrun.sandbox.docker.topology import DockerHost, build_topology
 
 PROFILE = SandboxProfile(
@@ -61,6 +62,15 @@ def test_topology_is_golden() -> None:
     )
 
 
+def test_ca_bundles_are_bound_read_only_at_their_own_paths() -> None:
+    from dataclasses import replace
+
+    topo = build_topology(PROFILE, session="s1", host=replace(HOST, ca_files=("/etc/ca.pem",)))
+    run = topo.create[4]
+    at = run.index("type=bind,source=/etc/ca.pem,target=/etc/ca.pem,readonly")
+    assert run[at - 1] == "--mount"
+
+
 def test_run_container_is_on_the_internal_network_only() -> None:
     topo = build_topology(PROFILE, session="s1", host=HOST)
     run = topo.create[4]
@@ -72,3 +82,23 @@ def test_run_container_is_on_the_internal_network_only() -> None:
     assert [a for a in run if a.startswith("type=bind")] == [
         "type=bind,source=/HOST/ws,target=/workspace"]
     assert all(a.endswith(",readonly") for a in topo.create[2] if a.startswith("type=bind"))
+
+
+def test_namespace_firewall_rules_are_golden() -> None:
+    v4, v6 = firewall_rules("172.18.0.2")
+    assert v4.splitlines() == [
+        "*filter",
+        ":INPUT ACCEPT [0:0]",
+        ":FORWARD DROP [0:0]",
+        ":OUTPUT DROP [0:0]",
+        "-A OUTPUT -d 127.0.0.11/32 -j DROP",
+        "-A OUTPUT -o lo -j ACCEPT",
+        "-A OUTPUT -d 172.18.0.2/32 -p tcp -m tcp --dport 3128 -j ACCEPT",
+        "-A OUTPUT -p tcp -j REJECT --reject-with tcp-reset",
+        "COMMIT",
+    ]
+    assert v6.splitlines() == [
+        "*filter", ":INPUT ACCEPT [0:0]", ":FORWARD DROP [0:0]", ":OUTPUT DROP [0:0]",
+        "-A OUTPUT -o lo -j ACCEPT", "-A OUTPUT -p tcp -j REJECT --reject-with tcp-reset",
+        "COMMIT",
+    ]

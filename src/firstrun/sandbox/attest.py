@@ -29,6 +29,14 @@ class AttestPlan:
 
     ``landlock`` says whether the kernel write filter must be proven too (a
     write DAC would allow, refused); it is False only for a recorded downgrade.
+
+    ``network`` is what the sandbox's network must look like: ``loopback_only``
+    (an empty namespace: only ``lo``, no route) or ``firewalled`` (a
+    container's interface whose namespace firewall refuses every destination
+    but the proxy: a direct dial and the embedded DNS server must both be
+    refused). ``host_address`` is where the host is reachable from inside,
+    if anywhere: the canary listens there. ``proxy_host`` is the proxy's
+    address as seen inside.
     """
 
     python: str
@@ -38,16 +46,22 @@ class AttestPlan:
     proxy_port: int | None
     nonce: str | None
     landlock: bool
+    network: str = "loopback_only"
+    host_address: str = "127.0.0.1"
+    proxy_host: str = "127.0.0.1"
 
 
 def attest(session: Session, plan: AttestPlan) -> tuple[Check, ...]:
     """Run every check; never raises for a failed check, only records it."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as canary:
-        canary.bind(("127.0.0.1", 0))
+        canary.bind((plan.host_address, 0))
         canary.listen(16)
         canary.setblocking(False)
         data = {
             "canary_port": canary.getsockname()[1],
+            "host_address": plan.host_address,
+            "network": plan.network,
+            "proxy_host": plan.proxy_host,
             "proxy_port": plan.proxy_port,
             "nonce": plan.nonce,
             "real_homes": list(plan.real_homes),
@@ -78,7 +92,7 @@ def attest(session: Session, plan: AttestPlan) -> tuple[Check, ...]:
         checks.append(Check(name="proxy_answers", passed=True,
                             detail="not applicable: the session has no proxy"))
     checks.append(Check(name="host_canary_saw_nothing", passed=accepted == 0,
-                        detail=f"host canary on 127.0.0.1 accepted {accepted} connection(s)"))
+                        detail=f"host canary on {plan.host_address} accepted {accepted} connection(s)"))
     return tuple(checks)
 
 

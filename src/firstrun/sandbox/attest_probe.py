@@ -69,20 +69,56 @@ def check_no_route() -> tuple[bool, str]:
     return ok, "; ".join(details)
 
 
-def check_host_loopback(port: int) -> tuple[bool, str]:
+def check_host_loopback(port: int, host: str = "127.0.0.1") -> tuple[bool, str]:
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.settimeout(5)
     try:
-        s.connect(("127.0.0.1", port))
+        s.connect((host, port))
     except OSError as exc:
-        return True, f"connect 127.0.0.1:{port}: {errno.errorcode.get(exc.errno, exc.errno)}"
+        return True, f"connect {host}:{port}: {errno.errorcode.get(exc.errno, exc.errno)}"
     finally:
         s.close()
-    return False, f"connected to 127.0.0.1:{port}"
+    return False, f"connected to {host}:{port}"
 
 
-def check_proxy(port: int, nonce: str) -> tuple[bool, str]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+def check_firewalled() -> tuple[bool, str]:
+    """A container's namespace firewall: direct egress and the embedded DNS are refused locally.
+
+    Both answers come from the firewall before any packet leaves: EPERM for
+    a datagram, and for a TCP dial to a TEST-NET address (no such host
+    exists to answer) a reset, ECONNREFUSED.
+    """
+    details = []
+    ok = True
+    for addr in (("192.0.2.1", 53), ("127.0.0.11", 53)):
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            u.sendto(b"\x00", addr)
+        except OSError as exc:
+            details.append(f"udp {addr[0]}:{addr[1]}: {errno.errorcode.get(exc.errno, exc.errno)}")
+            ok = ok and exc.errno == errno.EPERM
+        else:
+            details.append(f"udp {addr[0]}:{addr[1]}: sent")
+            ok = False
+        finally:
+            u.close()
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(5)
+    try:
+        s.connect(("192.0.2.1", 80))
+    except OSError as exc:
+        details.append(f"tcp 192.0.2.1:80: {errno.errorcode.get(exc.errno, exc.errno) if exc.errno else exc}")
+        ok = ok and exc.errno == errno.ECONNREFUSED
+    else:
+        details.append("tcp 192.0.2.1:80: connected")
+        ok = False
+    finally:
+        s.close()
+    return ok, "; ".join(details)
+
+
+def check_proxy(port: int, nonce: str, host: str = "127.0.0.1") -> tuple[bool, str]:
+    conn = http.client.HTTPConnection(host, port, timeout=10)
     try:
         conn.request("GET", "http://attest.firstrun.invalid/",
                      headers={"Host": "attest.firstrun.invalid"})
@@ -153,11 +189,16 @@ def check_seccomp() -> tuple[bool, str]:
 def main(argv: list[str]) -> int:
     plan = json.loads(argv[1])
     results = [("no_inherited_fds", *check_fds())]
-    results.append(("only_loopback_interface", *check_interfaces()))
-    results.append(("no_route", *check_no_route()))
-    results.append(("host_loopback_unreachable_inside", *check_host_loopback(plan["canary_port"])))
+    if plan.get("network", "loopback_only") == "firewalled":
+        results.append(("direct_egress_refused", *check_firewalled()))
+    else:
+        results.append(("only_loopback_interface", *check_interfaces()))
+        results.append(("no_route", *check_no_route()))
+    results.append(("host_loopback_unreachable_inside",
+                    *check_host_loopback(plan["canary_port"], plan.get("host_address", "127.0.0.1"))))
     if plan["proxy_port"] is not None:
-        results.append(("proxy_answers", *check_proxy(plan["proxy_port"], plan["nonce"])))
+        results.append(("proxy_answers", *check_proxy(plan["proxy_port"], plan["nonce"],
+                                                       plan.get("proxy_host", "127.0.0.1"))))
     results.append(("real_homes_unreadable", *check_homes(plan["real_homes"], plan["exposed"])))
     results.append(("writes_confined", *check_writes(plan["workspace"], plan["landlock"])))
     results.append(("no_privileges", *check_privileges()))

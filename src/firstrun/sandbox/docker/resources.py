@@ -140,6 +140,9 @@ def firewall_rules(sidecar_ip: str) -> tuple[str, str]:
         f"-A OUTPUT -d {EMBEDDED_DNS}/32 -j DROP",
         "-A OUTPUT -o lo -j ACCEPT",
         f"-A OUTPUT -d {sidecar_ip}/32 -p tcp -m tcp --dport {PROXY_PORT} -j ACCEPT",
+        # A reset from the firewall itself: a refused dial fails at once with
+        # ECONNREFUSED instead of hanging; anything else gets EPERM (DROP).
+        "-A OUTPUT -p tcp -j REJECT --reject-with tcp-reset",
         "COMMIT",
         "",
     ])
@@ -149,6 +152,7 @@ def firewall_rules(sidecar_ip: str) -> tuple[str, str]:
         ":FORWARD DROP [0:0]",
         ":OUTPUT DROP [0:0]",
         "-A OUTPUT -o lo -j ACCEPT",
+        "-A OUTPUT -p tcp -j REJECT --reject-with tcp-reset",
         "COMMIT",
         "",
     ])

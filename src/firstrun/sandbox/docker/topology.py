@@ -48,7 +48,9 @@ class DockerHost:
     ``firstrun`` package and the pure-Python libraries the proxy imports.
     ``uid``/``gid`` are who the run container's commands run as (the owner
     of the workspace, or a per-session uid lent the workspace when that
-    owner is root). ``harness`` is recorded as a label, so the reaper can
+    owner is root). ``ca_files`` are the host's certificate bundles, bound
+    read-only at the same paths so the CA variables that pass through name
+    real files inside. ``harness`` is recorded as a label, so the reaper can
     tell a live session's resources from a dead harness's: ``harness`` is
     ``PID:STARTTIME``, so a reused pid is not mistaken for the harness.
     """
@@ -61,6 +63,7 @@ class DockerHost:
     lib_binds: tuple[tuple[str, str], ...]
     harness: str
     cpus: str = "1"
+    ca_files: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,6 +134,8 @@ def build_topology(profile: SandboxProfile, *, session: str, host: DockerHost) -
                    f"uid={host.uid},gid={host.gid},mode=700",
         "--ulimit", f"nofile={limits.open_files}:{limits.open_files}",
         "--mount", f"type=bind,source={host.workspace},target={fs.sandbox_workspace}",
+        *(arg for path in host.ca_files
+          for arg in ("--mount", f"type=bind,source={path},target={path},readonly")),
         "--workdir", fs.sandbox_workspace,
         "--hostname", "sandbox",
         # An init as pid 1 reaps the orphans of every command.

@@ -1,0 +1,428 @@
+"""The docker backend: a run container behind an internal network, a proxy sidecar, attested.
+
+Guarantee: ``DockerBackend.start`` returns a session only after the topology
+(``topology.py``) is up, the run container's namespace firewall is loaded,
+the sidecar enforcing ``profile.net`` answered with its nonce, and the
+attestation probe proved from inside that a direct dial and the embedded DNS
+are refused, the host's canary saw nothing, only the proxy answers, writes
+outside the workspace fail, and no capability or privilege is left;
+otherwise it removes everything it created and raises. Leftovers of a
+harness that died are reaped before anything is created. Every command runs
+under the supervisor (``supervisor.py``), so a timeout, an interrupt or the
+harness's death kills its whole tree; ``close`` removes the containers and
+networks, then gives the workspace back to its owner.
+
+Each egress record the sidecar writes reaches ``on_record`` (plain data, as
+``EgressRecord.to_data`` gives it) the moment it is written.
+
+The docker CLI is driven by subprocess rather than the Engine API: the CLI
+negotiates the API version with any daemon, and its ``exec -i`` and
+``start --attach`` give plain pipes, where the API's hijacked, multiplexed
+streams would need a framing parser of our own.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import pwd
+import random
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import h11
+
+import firstrun
+from firstrun.errors import SandboxError, SandboxUnavailable
+from firstrun.images.build import resolve_image
+from firstrun.policy.process import CA_VARIABLES, build_environment
+from firstrun.policy.profile import LayerName, SandboxProfile
+from firstrun.sandbox import attest as attestation
+from firstrun.sandbox.base import (
+    Capability,
+    Enforcement,
+    ExecResult,
+    LayerStatus,
+    OutputCallback,
+    ProxyEndpoint,
+    SessionInfo,
+    Stream,
+    command_argv,
+    command_environment,
+)
+from firstrun.sandbox.docker import supervisor
+from firstrun.sandbox.docker.probe import probe_daemon
+from firstrun.sandbox.docker.resources import (
+    apply_firewall,
+    docker,
+    docker_binary,
+    harness_identity,
+    reap,
+    remove,
+)
+from firstrun.sandbox.docker.topology import (
+    PROXY_PORT,
+    SANDBOX_TMP,
+    DockerHost,
+    Topology,
+    build_topology,
+)
+from firstrun.sandbox.output import OutputCapture
+
+SUPERVISOR_SOURCE = Path(supervisor.__file__).read_text(encoding="utf-8")
+PYTHON = "/usr/bin/python3"
+SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+# Per-session uids lent the workspace when its owner is root: far above any
+# distribution's ranges, as on the linux backend.
+_UID_RANGE = (1_600_000_000, 1_700_000_000)
+_READY_TIMEOUT_S = 60.0
+# How long past its own timeout a command may take before the supervisor is
+# considered lost (it reports the kill itself well within this).
+_EXEC_GRACE_S = 30.0
+
+RecordCallback = Callable[[dict[str, object]], None]
+
+
+def _chown_tree(top: str, uid: int, gid: int, *, only_owner: int | None) -> None:
+    """lchown every entry under ``top``, never following symlinks or leaving its filesystem."""
+    top_dev = os.lstat(top).st_dev
+
+    def change(name: str, dir_fd: int | None) -> None:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if st.st_dev != top_dev or (only_owner is not None and st.st_uid != only_owner):
+            return
+        os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
+
+    change(top, None)
+    for _, dirs, files, dir_fd in os.fwalk(top, follow_symlinks=False):
+        for name in dirs + files:
+            change(name, dir_fd)
+
+
+def _pick_uid() -> int:
+    rng = random.SystemRandom()
+    for _ in range(64):
+        uid = rng.randrange(*_UID_RANGE)
+        try:
+            pwd.getpwuid(uid)
+        except KeyError:
+            return uid
+    raise SandboxError("no free sandbox uid", who="docker")
+
+
+class _Sidecar:
+    """The sidecar's stdout: the ready line, then records handed to ``on_record`` as they come."""
+
+    def __init__(self, process: subprocess.Popen[str], on_record: RecordCallback | None) -> None:
+        self.process = process
+        self._on_record = on_record
+        self._thread: threading.Thread | None = None
+
+    def await_ready(self) -> str:
+        assert self.process.stdout is not None
+        ready: dict[str, object] = {}
+        reader = threading.Thread(target=lambda: ready.update(
+            json.loads(self.process.stdout.readline() or "{}")), daemon=True)  # type: ignore[union-attr]
+        reader.start()
+        reader.join(_READY_TIMEOUT_S)
+        if ready.get("event") != "ready":
+            raise SandboxError("the proxy sidecar did not start", who="docker")
+        self._thread = threading.Thread(target=self._pump, daemon=True,
+                                        name="firstrun-docker-records")
+        self._thread.start()
+        return str(ready["nonce"])
+
+    def _pump(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            if msg.get("event") == "record" and self._on_record is not None:
+                self._on_record(msg["record"])
+
+    def finish(self) -> None:
+        """Wait for the last records after the sidecar was stopped."""
+        self.process.wait()
+        if self._thread is not None:
+            self._thread.join()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+class DockerSession:
+    """A running run container; each command is one supervised ``docker exec``."""
+
+    def __init__(self, *, topology: Topology, profile: SandboxProfile, env: dict[str, str],
+                 user: str, info: SessionInfo, sidecar: _Sidecar | None,
+                 lent_uid: int | None, owner: tuple[int, int], docker_bin: str) -> None:
+        self.info = info
+        self._topology = topology
+        self._profile = profile
+        self._env = env
+        self._user = user
+        self._sidecar = sidecar
+        self._lent_uid = lent_uid
+        self._owner = owner
+        self._docker = docker_bin
+        self._lock = threading.Lock()
+        self._running: subprocess.Popen[str] | None = None
+        self._closed = False
+        self._interrupted = False
+
+    def __enter__(self) -> DockerSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def exec(
+        self,
+        command: str | Sequence[str],
+        *,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        env: dict[str, str] | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> ExecResult:
+        argv = command_argv(command, who="docker")
+        merged = command_environment(self._env, env, who="docker")
+        workspace = self._profile.fs.sandbox_workspace
+        cwd = workspace if cwd is None else os.path.join(workspace, cwd)
+        limit = self._profile.limits.command_timeout_s if timeout is None else timeout
+        config = {"argv": argv, "cwd": cwd, "env": merged, "timeout": limit}
+        outputs = {Stream.STDOUT: OutputCapture(self._profile.limits.output_bytes),
+                   Stream.STDERR: OutputCapture(self._profile.limits.output_bytes)}
+        with self._lock:
+            if self._closed or self._interrupted:
+                raise SandboxError("session is closed", who="docker")
+            try:
+                proc = subprocess.Popen(
+                    [self._docker, "exec", "-i", "--user", self._user, self._topology.run,
+                     PYTHON, "-I", "-S", "-c", SUPERVISOR_SOURCE,
+                     json.dumps(config, separators=(",", ":"))],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    text=True)
+            except OSError as exc:
+                raise SandboxError(f"cannot run docker exec: {exc}", who="docker") from exc
+            self._running = proc
+        # Past the grace the supervisor is lost: killing the client closes its
+        # stdin inside, and the supervisor kills the tree on that.
+        killer = threading.Timer(limit + _EXEC_GRACE_S, proc.kill)
+        killer.start()
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                if msg.get("op") == "out":
+                    stream = Stream(msg["stream"])
+                    data = base64.b64decode(msg["data"])
+                    outputs[stream].add(data)
+                    if on_output is not None:
+                        on_output(stream, data)
+                elif msg.get("op") == "exit":
+                    return ExecResult(exit_code=int(msg["code"]),
+                                      stdout=outputs[Stream.STDOUT].result(),
+                                      stderr=outputs[Stream.STDERR].result(),
+                                      duration_s=float(msg["duration_s"]),
+                                      timed_out=bool(msg["timed_out"]))
+            stderr = proc.stderr.read() if proc.stderr is not None else ""
+            raise SandboxError(f"lost the command's supervisor: {stderr.strip()[-500:]}",
+                               who="docker")
+        finally:
+            killer.cancel()
+            for pipe in (proc.stdin, proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+            proc.wait()
+            with self._lock:
+                self._running = None
+
+    def interrupt(self) -> None:
+        with self._lock:
+            self._interrupted = True
+            running = self._running
+        # The exec client's death closes the supervisor's stdin: it kills the tree.
+        if running is not None and running.poll() is None:
+            running.kill()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            running = self._running
+        if running is not None and running.poll() is None:
+            running.kill()
+        errors = []
+        try:
+            remove(self._topology, docker_bin=self._docker)
+        except SandboxError as exc:
+            errors.append(str(exc))
+        if self._sidecar is not None:
+            self._sidecar.finish()
+        if self._lent_uid is not None:
+            try:
+                _chown_tree(self._profile.fs.workspace, *self._owner, only_owner=self._lent_uid)
+            except OSError as exc:
+                errors.append(f"restoring workspace ownership: {exc}")
+        if errors:
+            raise SandboxError("; ".join(errors), who="docker")
+
+
+def _layers(profile: SandboxProfile, *, image: str, user: str, proxy: bool) -> tuple[LayerStatus, ...]:
+    limits = profile.limits
+    return (
+        LayerStatus(name=LayerName.NAMESPACES, applied=True, mechanism="docker container",
+                    detail=f"image {image}; pid, mount, ipc, uts and net namespaces; "
+                           "read-only root, tmpfs /tmp and HOME"),
+        LayerStatus(name=LayerName.LANDLOCK, applied=False, mechanism="read-only root",
+                    detail="not applied: writes are confined by the read-only root filesystem "
+                           "and the tmpfs mounts instead"),
+        LayerStatus(name=LayerName.SECCOMP, applied=True, mechanism="docker default seccomp",
+                    detail="Docker's default profile, no-new-privileges"),
+        LayerStatus(name=LayerName.NETWORK, applied=True,
+                    mechanism="internal network + namespace firewall",
+                    detail=f"only the proxy sidecar's port {PROXY_PORT}; no host, no DNS"
+                    if proxy else "loopback only (no proxy)"),
+        LayerStatus(name=LayerName.LIMITS, applied=True, mechanism="cgroups + rlimits",
+                    detail=f"pids {limits.pids}, memory {limits.memory_bytes} bytes, "
+                           f"open files {limits.open_files}, core 0"),
+        LayerStatus(name=LayerName.UNPRIVILEGED, applied=True, mechanism=f"uid {user}",
+                    detail="non-root, every capability dropped"),
+    )
+
+
+def _ca_files() -> tuple[str, ...]:
+    """The host's CA bundle and every CA variable's file: what pip, npm and curl trust here."""
+    found = [SYSTEM_CA_BUNDLE] if os.path.isfile(SYSTEM_CA_BUNDLE) else []
+    for name in CA_VARIABLES:
+        value = os.environ.get(name, "")
+        if value.startswith("/") and os.path.isfile(value) and value not in found:
+            found.append(value)
+    return tuple(found)
+
+
+def _lib_binds() -> tuple[tuple[str, str], ...]:
+    return ((os.path.dirname(firstrun.__file__), "firstrun"),
+            (os.path.dirname(h11.__file__), "h11"))
+
+
+class DockerBackend:
+    """A container per session behind an internal network, with the proxy as a sidecar.
+
+    Landlock is not part of this backend (the container's read-only root
+    does that job), so a profile that requires it is refused unless it
+    downgrades ``landlock`` explicitly, which is then recorded.
+    """
+
+    name = "docker"
+
+    def __init__(self, *, image: str | None = None,
+                 on_record: RecordCallback | None = None) -> None:
+        self._image = image
+        self._on_record = on_record
+
+    def probe(self) -> tuple[Capability, ...]:
+        daemon = probe_daemon(os.environ)
+        root = Capability(
+            name="root", available=os.geteuid() == 0,
+            detail="the run container's namespace firewall is loaded from the host as root"
+            if os.geteuid() == 0 else f"harness is uid {os.geteuid()}",
+            fix=None if os.geteuid() == 0 else "run the harness as root (or use --backend linux)")
+        return (daemon, root)
+
+    def start(self, profile: SandboxProfile, *, proxy: ProxyEndpoint | None) -> DockerSession:
+        missing = [c for c in self.probe() if not c.available]
+        if missing:
+            raise SandboxUnavailable("; ".join(f"{c.name}: {c.detail}" for c in missing),
+                                     who="docker", fix="; ".join(c.fix for c in missing if c.fix))
+        if LayerName.LANDLOCK in profile.required and LayerName.LANDLOCK not in profile.downgrades:
+            raise SandboxUnavailable(
+                "the docker backend does not apply Landlock (its read-only root confines "
+                "writes instead)", who="docker",
+                fix="pass --allow-downgrade landlock to accept that, recorded")
+        fs = profile.fs
+        if not os.path.isdir(fs.workspace):
+            raise SandboxError(f"workspace {fs.workspace} is not a directory", who="docker")
+        docker_bin = docker_binary()
+        image = resolve_image(self._image, docker_bin)
+        reap(docker_bin=docker_bin)
+        st = os.lstat(fs.workspace)
+        owner = (st.st_uid, st.st_gid)
+        lent = _pick_uid() if owner[0] == 0 else None
+        uid, gid = (lent, lent) if lent is not None else owner
+        topology = build_topology(profile, session=uuid.uuid4().hex[:12], host=DockerHost(
+            workspace=fs.workspace, uid=uid, gid=gid, image=image, sidecar_image=image,
+            lib_binds=_lib_binds(), harness=harness_identity(), ca_files=_ca_files()))
+        sidecar: _Sidecar | None = None
+        session: DockerSession | None = None
+        try:
+            if lent is not None:
+                _chown_tree(fs.workspace, lent, lent, only_owner=None)
+            for argv in topology.create:
+                docker(*argv, docker_bin=docker_bin)
+            nonce: str | None = None
+            if proxy is not None:
+                sidecar = _Sidecar(subprocess.Popen(
+                    [docker_bin, "start", "--attach", "--interactive", topology.sidecar],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                    text=True), self._on_record)
+                assert sidecar.process.stdin is not None
+                sidecar.process.stdin.write(json.dumps({"policy": profile.net.to_data()}))
+                sidecar.process.stdin.close()
+                nonce = sidecar.await_ready()
+            docker("start", topology.run, docker_bin=docker_bin)
+            sidecar_ip = docker(
+                "inspect", "--format",
+                '{{(index .NetworkSettings.Networks "%s").IPAddress}}' % topology.internal_network,
+                topology.sidecar, docker_bin=docker_bin).stdout.strip()
+            gateway = docker("network", "inspect", "--format", "{{(index .IPAM.Config 0).Gateway}}",
+                             topology.internal_network, docker_bin=docker_bin).stdout.strip()
+            pid = int(docker("inspect", "--format", "{{.State.Pid}}", topology.run,
+                             docker_bin=docker_bin).stdout)
+            # Without a proxy the firewall lets nothing but loopback out:
+            # no address inside the sandbox is the sidecar's.
+            apply_firewall(pid, sidecar_ip if proxy is not None else "127.0.0.1")
+            env = build_environment(
+                os.environ, path=["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin",
+                                  "/sbin", "/bin"],
+                home=fs.sandbox_home, tmpdir=SANDBOX_TMP,
+                proxy_url=f"http://{sidecar_ip}:{PROXY_PORT}" if proxy is not None else None)
+            user = f"{uid}:{gid}"
+            session = DockerSession(
+                topology=topology, profile=profile, env=env, user=user,
+                info=SessionInfo(backend=self.name, enforcement=Enforcement.DOWNGRADED,
+                                 policy_hash=profile.policy_hash()),
+                sidecar=sidecar, lent_uid=lent, owner=owner, docker_bin=docker_bin)
+            checks = attestation.attest(session, attestation.AttestPlan(
+                python=PYTHON, workspace=fs.sandbox_workspace, real_homes=fs.real_homes,
+                exposed=(), proxy_port=PROXY_PORT if proxy is not None else None, nonce=nonce,
+                landlock=False, network="firewalled", host_address=gateway,
+                proxy_host=sidecar_ip))
+            session.info = SessionInfo(
+                backend=self.name, enforcement=Enforcement.DOWNGRADED,
+                policy_hash=profile.policy_hash(),
+                layers=_layers(profile, image=image, user=user, proxy=proxy is not None),
+                attestation=checks, downgrades=(LayerName.LANDLOCK.value,))
+            attestation.require_passed(checks)
+        except BaseException:
+            if session is not None:
+                session.close()
+            else:
+                remove(topology, docker_bin=docker_bin)
+                if sidecar is not None:
+                    sidecar.finish()
+                if lent is not None:
+                    _chown_tree(fs.workspace, *owner, only_owner=lent)
+            raise
+        return session

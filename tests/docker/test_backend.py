@@ -1,0 +1,199 @@
+"""The docker backend on a real dockerd: sessions, escapes judged by canaries, cleanup, reaping."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from docker_support import labelled
+from firstrun.errors import SandboxError, SandboxUnavailable
+from firstrun.policy.network import NetworkPolicy
+from firstrun.policy.profile import LayerName, SandboxProfile
+from firstrun.sandbox.base import Enforcement, ProxyEndpoint
+from firstrun.sandbox.docker.backend import DockerBackend
+from firstrun.sandbox.docker.resources import docker
+from firstrun.sandbox.hostfs import host_filesystem_policy
+
+pytestmark = pytest.mark.usefixtures("docker_ready")
+# The docker backend brings its own proxy; the endpoint only says "with a proxy".
+WITH_PROXY = ProxyEndpoint(socket_path="/nonexistent/harness-proxy.sock", nonce="unused")
+
+
+def _profile(workspace: str, **kwargs: object) -> SandboxProfile:
+    return SandboxProfile(fs=host_filesystem_policy(workspace, os.environ),
+                          net=NetworkPolicy.build(allow=["pypi.org"]),
+                          downgrades=frozenset({LayerName.LANDLOCK}), **kwargs)
+
+
+@pytest.fixture
+def workspace() -> Iterator[str]:
+    path = tempfile.mkdtemp(prefix="firstrun-docker-ws-")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _managed() -> tuple[list[str], list[str], list[str]]:
+    label = "label=org.firstrun.managed=1"
+    return (docker("ps", "--all", "--filter", label, "--format", "{{.Names}}").stdout.split(),
+            docker("network", "ls", "--filter", label, "--format", "{{.Name}}").stdout.split(),
+            docker("volume", "ls", "--filter", label, "--format", "{{.Name}}").stdout.split())
+
+
+def test_a_session_runs_commands_attested_and_gives_the_workspace_back(workspace: str) -> None:
+    os.chown(workspace, 4321, 4322)
+    with DockerBackend().start(_profile(workspace), proxy=WITH_PROXY) as session:
+        assert all(c.passed for c in session.info.attestation)
+        names = {c.name for c in session.info.attestation}
+        assert {"direct_egress_refused", "proxy_answers", "host_canary_saw_nothing",
+                "seccomp_loaded", "no_privileges", "writes_confined"} <= names
+        assert session.info.enforcement is Enforcement.DOWNGRADED
+        assert session.info.downgrades == ("landlock",)
+        result = session.exec("id -u; mkdir -p sub && echo hi > sub/f && cat sub/f; touch /etc/x",
+                              timeout=60)
+        assert result.stdout.text() == "4321\nhi\n"
+        assert result.exit_code == 1 and "Read-only file system" in result.stderr.text()
+        assert session.exec(["pwd"], cwd="sub").stdout.text() == "/workspace/sub\n"
+    for path in (os.path.join(workspace, "sub"), os.path.join(workspace, "sub", "f")):
+        assert os.stat(path).st_uid == 4321
+    assert _managed() == ([], [], [])
+
+
+def test_a_root_owned_workspace_is_lent_and_given_back(workspace: str) -> None:
+    assert os.stat(workspace).st_uid == 0
+    with DockerBackend().start(_profile(workspace), proxy=None) as session:
+        uid = int(session.exec("id -u; echo x > made", timeout=60).stdout.text())
+        assert uid != 0
+        assert os.stat(os.path.join(workspace, "made")).st_uid == uid
+    assert {os.stat(os.path.join(workspace, p)).st_uid for p in ("", "made")} == {0}
+
+
+def test_direct_dials_fail_and_the_host_canary_sees_nothing(workspace: str) -> None:
+    canary = socket.socket()
+    canary.bind(("0.0.0.0", 0))
+    canary.listen(16)
+    canary.setblocking(False)
+    port = canary.getsockname()[1]
+    try:
+        with DockerBackend().start(_profile(workspace), proxy=WITH_PROXY) as session:
+            # The default route's gateway is the host's address on the internal bridge.
+            gateway = session.exec("awk '$2==\"00000000\" {print $3}' /proc/net/route",
+                                   timeout=30).stdout.text().strip()
+            gateway_ip = ".".join(str(int(gateway[i:i + 2], 16)) for i in (6, 4, 2, 0))
+            script = ("import socket,sys\n"
+                      "for h in sys.argv[2:]:\n"
+                      "    s=socket.socket(); s.settimeout(5)\n"
+                      "    try: s.connect((h,int(sys.argv[1]))); print(h,'CONNECTED')\n"
+                      "    except OSError as e: print(h,e.errno)\n")
+            out = session.exec(["python3", "-c", script, str(port), gateway_ip, "172.17.0.1",
+                                "127.0.0.1"], timeout=60).stdout.text()
+            assert "CONNECTED" not in out and len(out.splitlines()) == 3
+            curl = session.exec(f"curl -sS --noproxy '*' -m 5 http://{gateway_ip}:{port}/",
+                                timeout=60)
+            assert curl.exit_code != 0
+        with pytest.raises(BlockingIOError):
+            canary.accept()
+    finally:
+        canary.close()
+
+
+def test_the_sidecar_enforces_the_policy_and_records_reach_the_harness_live(
+        workspace: str) -> None:
+    fifo = os.path.join(workspace, "seen")
+    os.mkfifo(fifo)
+    os.chown(fifo, 0, 0)
+    os.chmod(fifo, 0o666)
+    records: list[dict[str, object]] = []
+
+    def on_record(record: dict[str, object]) -> None:
+        records.append(record)
+        if record["host"] == "denied.example":
+            # The command waits on this: it can only end if the record
+            # reached the harness while the command still ran.
+            with open(fifo, "w") as f:
+                f.write("seen\n")
+
+    with DockerBackend(on_record=on_record).start(_profile(workspace), proxy=WITH_PROXY) as s:
+        result = s.exec("curl -sS -o /dev/null -w '%{http_code}\\n' http://denied.example/x; "
+                        "cat seen", timeout=60)
+        assert result.stdout.text() == "403\nseen\n"
+    denied = [r for r in records if r["host"] == "denied.example"]
+    assert [(r["decision"], r["reason"], r["layer"]) for r in denied] == [
+        ("deny", "not_allowed", "default")]
+    assert records[0]["reason"] == "attestation"
+
+
+def test_a_timeout_kills_the_tree_and_interrupt_ends_a_command(workspace: str) -> None:
+    with DockerBackend().start(_profile(workspace), proxy=None) as session:
+        result = session.exec("setsid bash -c 'sleep 5101 & sleep 5102' & sleep 5103", timeout=2)
+        assert result.timed_out
+        assert "sleep 510" not in session.exec("ps -eo args", timeout=30).stdout.text()
+        started = threading.Event()
+
+        def stop_when_started(stream: object, data: bytes) -> None:
+            started.set()
+
+        threading.Thread(target=lambda: (started.wait(60), session.interrupt()),
+                         daemon=True).start()
+        with pytest.raises(SandboxError):
+            session.exec("echo go; sleep 5201", timeout=600, on_output=stop_when_started)
+        with pytest.raises(SandboxError):
+            session.exec("true")
+    assert _managed() == ([], [], [])
+
+
+CHILD = """
+import os, sys, time
+from firstrun.policy.profile import LayerName, SandboxProfile
+from firstrun.policy.network import NetworkPolicy
+from firstrun.sandbox.docker.backend import DockerBackend
+from firstrun.sandbox.hostfs import host_filesystem_policy
+from firstrun.sandbox.base import ProxyEndpoint
+profile = SandboxProfile(fs=host_filesystem_policy(sys.argv[1], os.environ),
+                         net=NetworkPolicy.build(),
+                         downgrades=frozenset({LayerName.LANDLOCK}))
+session = DockerBackend().start(profile, proxy=ProxyEndpoint(socket_path="/x", nonce="x"))
+print("started", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_sigkilled_harness_leaves_resources_that_the_next_start_reaps(workspace: str) -> None:
+    other = tempfile.mkdtemp(prefix="firstrun-docker-ws-")
+    child = subprocess.Popen([sys.executable, "-c", CHILD, other], stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "started"
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        child.stdout.close()
+        containers, networks, _ = _managed()
+        assert len(containers) == 2 and len(networks) == 2
+        with DockerBackend().start(_profile(workspace), proxy=None) as session:
+            assert session.exec("true", timeout=30).exit_code == 0
+            containers, networks, _ = _managed()
+            assert len(containers) == 2 and len(networks) == 2  # only this session's
+            assert all(labelled("container", c.split("-")[1]) for c in containers)
+    finally:
+        shutil.rmtree(other, ignore_errors=True)
+    assert _managed() == ([], [], [])
+
+
+def test_refusals_before_anything_is_created(workspace: str) -> None:
+    strict = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ))
+    with pytest.raises(SandboxUnavailable) as refused:
+        DockerBackend().start(strict, proxy=None)
+    assert refused.value.fix is not None and "--allow-downgrade landlock" in refused.value.fix
+    with pytest.raises(SandboxUnavailable) as missing:
+        DockerBackend(image="node:22-slim").start(_profile(workspace), proxy=None)
+    assert missing.value.fix is not None and "docker pull node:22-slim" in missing.value.fix
+    assert _managed() == ([], [], [])
