@@ -114,3 +114,28 @@ def test_targets_a_file_a_run_directory_or_a_results_directory(tmp_path: Path) -
     empty.write_text("")
     with pytest.raises(UsageError, match="not a trace"):
         narrate_file(empty)
+
+
+def test_model_turns_and_affordance_probes_are_told_not_called_unknown(tmp_path: Path) -> None:
+    from firstrun.run.events import AffordancesProbed, ModelTurn
+
+    trace = Trace(tmp_path / "trace.jsonl")
+    trace.emit(AffordancesProbed(
+        summary={"llms.txt": {"exists": True, "bytes": 120, "urls": []},
+                 "llms-full.txt": {"exists": False, "bytes": 0, "urls": []},
+                 "md": {"pages": 2, "exist": 0, "bytes": 0}},
+        checked=[]))
+    trace.emit(ModelTurn(turn=1, text="I will install it.", stop="tool_use", vendor_stop="tool_use",
+                         tool_calls=[{"id": "c1", "name": "bash", "arguments": {"command": "pip install x"}},
+                                     {"id": "c2", "name": "rm_rf", "arguments": {}, "error": "unknown tool"}],
+                         usage={"input_tokens": 900, "output_tokens": 40}, spend="0.0031"))
+    trace.close()
+    lines = narrate_file(tmp_path / "trace.jsonl")
+    text = "\n".join(line.text for line in lines)
+    assert "not known to this firstrun version" not in text
+    assert "docs affordances probed: llms.txt" in text
+    assert "model turn 1: tool_use (900 in, 40 out, spend 0.0031)" in text
+    assert "I will install it." in text
+    assert "asks bash {'command': 'pip install x'}" in text
+    refused = [line for line in lines if "refused: unknown tool" in line.text]
+    assert refused and refused[0].style is Style.BAD

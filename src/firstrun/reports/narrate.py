@@ -220,6 +220,30 @@ def _run_finished(e: Mapping[str, Any]) -> list[Line]:
                  style=Style.OK if classification == "passed" else Style.BAD)]
 
 
+def _model_turn(e: Mapping[str, Any]) -> list[Line]:
+    usage = e.get("usage") or {}
+    tokens = (f"{usage.get('input_tokens')} in, {usage.get('output_tokens')} out"
+              if usage else "tokens unknown")
+    spend = f", spend {e['spend']}" if e.get("spend") is not None else ""
+    lines = [Line(text=f"model turn {e.get('turn')}: {e.get('stop')} ({tokens}{spend})",
+                  style=Style.HEADING)]
+    if e.get("text"):
+        lines += _tail(str(e["text"]), "said")
+    for call in e.get("tool_calls") or ():
+        refused = f" -> refused: {call['error']}" if call.get("error") else ""
+        lines.append(Line(text=f"asks {call.get('name')} {call.get('arguments')}{refused}",
+                          style=Style.BAD if refused else Style.PLAIN))
+    return lines
+
+
+def _affordance_probe(e: Mapping[str, Any]) -> list[Line]:
+    summary = e.get("summary") or {}
+    found = [name for name, what in summary.items()
+             if isinstance(what, Mapping) and (what.get("exists") or what.get("exist"))]
+    text = ", ".join(found) if found else "none found"
+    return [Line(text=f"docs affordances probed: {text}", style=Style.DIM)]
+
+
 def _unknown(e: Mapping[str, Any]) -> list[Line]:
     return [Line(text=f"event {e.get('kind')!r} (not known to this firstrun version)", style=Style.DIM)]
 
@@ -234,4 +258,6 @@ _TELLERS: dict[str, Callable[[Mapping[str, Any]], list[Line]]] = {
     "check_finished": _check_finished,
     "failure": _failure,
     "run_finished": _run_finished,
+    "model_turn": _model_turn,
+    "affordance_probe": _affordance_probe,
 }
