@@ -7,8 +7,12 @@ Landlock was required and cannot be applied); rlimits cap processes, memory,
 core dumps and open files; it is not dumpable, so a command running under
 the same uid cannot open ``/proc/<helper>/fd`` or its memory; and it is a
 child subreaper, so anything a command leaves behind (setsid, double fork)
-is re-parented to it and can be found and killed. A command starts with
-stdin on /dev/null, its own session and process group, only fds 0-2 open and
+is re-parented to it and can be found and killed. Commands start with the
+highest OOM score (1000) while the helper keeps its own (it wears 1000 only
+for the instant it forks one), so when a session cgroup's memory cap is hit
+the kernel kills a command, not the supervisor (tmpfs pages belong to no
+process, so otherwise the helper, the largest process, would be the
+victim). A command starts with stdin on /dev/null, its own session and process group, only fds 0-2 open and
 exactly the environment the harness built. On timeout, the command's whole
 tree is killed: every process created since it started, not only its group.
 
@@ -77,6 +81,9 @@ _SCOPE_SIGNAL = 1 << 1
 # stops listening, and how long a background writer may keep them busy.
 _IDLE_S = 0.05
 _DRAIN_S = 1.0
+
+# The OOM killer's first choice, host-wide and within the session cgroup.
+_COMMAND_OOM_SCORE = b"1000"
 
 _PR_SET_DUMPABLE = 4
 _PR_SET_NO_NEW_PRIVS = 38
@@ -324,8 +331,12 @@ def _exit_code(returncode: int) -> int:
 
 
 class Helper:
-    def __init__(self, channel: _Channel) -> None:
+    def __init__(self, channel: _Channel, oom: tuple[int, bytes]) -> None:
         self.channel = channel
+        # This process's own oom_score_adj, opened before it became
+        # non-dumpable (its /proc files then belong to root) and before
+        # Landlock (which refuses the open), and the value to return to.
+        self.oom_fd, self.oom_own = oom
 
     def serve(self) -> None:
         while True:
@@ -346,6 +357,10 @@ class Helper:
         env = dict(msg["env"])
         existing = {(pid, start) for pid, start, _ in _processes()}
         started = time.monotonic()
+        # A child inherits the score at fork, so the helper wears it only
+        # while it forks; raising needs no privilege, and returning to its
+        # own value never goes below the minimum it inherited.
+        os.pwrite(self.oom_fd, _COMMAND_OOM_SCORE, 0)
         try:
             proc = subprocess.Popen(
                 msg["argv"], cwd=msg["cwd"], env=env, stdin=subprocess.DEVNULL,
@@ -360,6 +375,8 @@ class Helper:
                                else 127, "timed_out": False,
                                "duration_s": time.monotonic() - started})
             return
+        finally:
+            os.pwrite(self.oom_fd, self.oom_own, 0)
         timeout = msg["timeout"]
         deadline = started + timeout if timeout is not None else None
         timed_out = self._pump(cmd_id, proc, deadline)
@@ -436,6 +453,8 @@ def main(argv: list[str]) -> int:
     report: dict = {"op": "ready", "ok": True, "pid": os.getpid()}
     try:
         os.set_inheritable(config["control_fd"], False)
+        oom_fd = os.open("/proc/self/oom_score_adj", os.O_RDWR | os.O_CLOEXEC)
+        oom = (oom_fd, os.read(oom_fd, 16).strip())
         _prctl(_PR_SET_DUMPABLE, 0)
         _prctl(_PR_SET_CHILD_SUBREAPER, 1)
         _set_limits(config["limits"])
@@ -459,7 +478,7 @@ def main(argv: list[str]) -> int:
     if relay is not None:
         relay.start()
     channel.send(report)
-    Helper(channel).serve()
+    Helper(channel, oom).serve()
     return 0
 
 
