@@ -212,7 +212,7 @@ def test_auto_picks_linux_here() -> None:
 def test_probe_reports_every_capability_with_fixes_when_missing() -> None:
     caps = LinuxBackend().probe()
     assert [c.name for c in caps] == ["user_namespaces", "bubblewrap", "landlock", "seccomp",
-                                      "uid_switch"]
+                                      "uid_switch", "session_limits"]
     assert all(c.available or c.fix for c in caps)
 
 

@@ -9,7 +9,11 @@ uid, lends it the workspace for the session and gives the workspace back to
 its owner on close. ``close`` ends every process the session started,
 including daemons that used setsid or a double fork: the helper kills
 everything it can see, bubblewrap's pid namespace takes the rest down with
-it, and a root harness finally sweeps the session's unique uid.
+it, everything in the session cgroup is killed and the cgroup removed, and a
+root harness finally sweeps the session's unique uid. Where the machine
+allows a session cgroup (see ``cgroup``), memory and pids are capped for the
+session as a whole, not per process; the ``limits`` layer records which
+mechanism enforced them.
 
 Every OSError met while launching or talking to the sandbox becomes a
 ``SandboxError`` here; an ``ExecResult`` with a non-zero exit is a command
@@ -36,7 +40,7 @@ from typing import IO
 
 from firstrun.errors import SandboxError, SandboxUnavailable
 from firstrun.policy.filesystem import SYSTEM_READONLY
-from firstrun.policy.process import build_environment
+from firstrun.policy.process import Limits, build_environment
 from firstrun.policy.profile import LayerName, SandboxProfile
 from firstrun.sandbox import attest as attestation
 from firstrun.sandbox.base import (
@@ -52,7 +56,7 @@ from firstrun.sandbox.base import (
     command_environment,
 )
 from firstrun.sandbox.output import OutputCapture
-from firstrun.sandbox.linux import helper, launcher, probe, seccomp
+from firstrun.sandbox.linux import cgroup, helper, launcher, probe, seccomp
 from firstrun.sandbox.linux.spec import (
     PROXY_PORT,
     SANDBOX_TMP,
@@ -254,8 +258,12 @@ class LinuxSession:
         workspace_owner: tuple[int, int] | None,
         stage_dir: str | None,
         stderr_file: IO[bytes] | None,
+        session_cgroup: cgroup.SessionCgroup | None,
     ) -> None:
         self.info = info
+        # The session-wide memory and pids caps, or None when only rlimits
+        # apply; public so a caller can read the kernel's own counters.
+        self.cgroup = session_cgroup
         self._process = process
         self._control_sock = control
         self._control = _Control(control)
@@ -340,10 +348,13 @@ class LinuxSession:
                 raise SandboxError(f"lost the sandbox helper: {exc}", who="linux") from exc
 
     def _end_sandbox(self) -> None:
-        """Kill bubblewrap and, for a root harness, every process of the session's uid."""
+        """Kill bubblewrap, everything in the session cgroup and, for a root harness,
+        every process of the session's uid; then remove the cgroup."""
         if self._process.poll() is None:
             self._process.kill()
         self._process.wait()
+        if self.cgroup is not None:
+            self.cgroup.kill_and_remove()
         if self._sandbox_uid is not None:
             _kill_uid(self._sandbox_uid)
 
@@ -472,15 +483,21 @@ class LinuxBackend:
             pass_fds.append(dial_child.fileno())
         if seccomp_fd is not None:
             pass_fds.append(seccomp_fd)
+        session_cgroup, no_cgroup = _session_cgroup(profile)
         stderr_file = tempfile.TemporaryFile()
         process = None
         try:
+            launch: dict[str, object] = {
+                "argv": list(spec.argv),
+                "cgroup_procs": list(session_cgroup.procs_files) if session_cgroup else [],
+            }
             if uid is not None:
                 _chown_tree(fs.workspace, uid, uid, only_owner=None)
-                launch = {
-                    "stage_dir": stage_dir, "uid": uid, "gid": uid, "argv": list(spec.argv),
+                launch.update({
+                    "stage_dir": stage_dir, "uid": uid, "gid": uid,
                     "stage": [(b.source, b.staged, b.directory) for b in spec.stage],
-                }
+                })
+            if uid is not None or session_cgroup is not None:
                 argv = [interpreter, "-I", "-S", "-c", LAUNCHER_SOURCE, json.dumps(launch)]
             else:
                 argv = list(spec.argv)
@@ -488,7 +505,7 @@ class LinuxBackend:
                                        stderr=stderr_file, env={}, pass_fds=pass_fds,
                                        close_fds=True)
         except OSError as exc:
-            self._abandon(process, fs.workspace, owner, uid, stage_dir)
+            self._abandon(process, fs.workspace, owner, uid, stage_dir, session_cgroup)
             raise _sandbox_error("cannot launch bubblewrap", exc) from exc
         finally:
             control_child.close()
@@ -506,10 +523,15 @@ class LinuxBackend:
             info=SessionInfo(backend=self.name, enforcement=Enforcement.ENFORCED,
                              policy_hash=profile.policy_hash()),
             sandbox_uid=uid, workspace_owner=owner if uid is not None else None,
-            stage_dir=stage_dir, stderr_file=stderr_file,
+            stage_dir=stage_dir, stderr_file=stderr_file, session_cgroup=session_cgroup,
         )
         try:
             ready = self._await_ready(session, control_parent)
+            # Evidence, not intent: bubblewrap (the launcher, exec'd) is a
+            # member, so the caps recorded below are the ones in force.
+            if session_cgroup is not None and not session_cgroup.holds(process.pid):
+                raise SandboxError(f"the sandbox is not in its cgroup {session_cgroup.name}",
+                                   who="linux")
             if dial_parent is not None and proxy is not None:
                 threading.Thread(target=_serve_dial, args=(dial_parent, proxy.socket_path),
                                  daemon=True, name="firstrun-dial").start()
@@ -518,7 +540,8 @@ class LinuxBackend:
                 downgrades.append(LayerName.LANDLOCK.value)
             layers = _layers(profile, uid=uid, landlock_abi=abi,
                              landlock_error=ready.get("landlock_error", ""),
-                             seccomp_applied=seccomp_fd is not None, proxy=proxy)
+                             seccomp_applied=seccomp_fd is not None, proxy=proxy,
+                             session_cgroup=session_cgroup, no_cgroup=no_cgroup)
             checks = attestation.attest(session, attestation.AttestPlan(
                 python=interpreter, workspace=fs.sandbox_workspace, real_homes=fs.real_homes,
                 exposed=spec.exposed, proxy_port=PROXY_PORT if proxy is not None else None,
@@ -559,10 +582,13 @@ class LinuxBackend:
 
     @staticmethod
     def _abandon(process: subprocess.Popen[bytes] | None, workspace: str,
-                 owner: tuple[int, int], uid: int | None, stage_dir: str | None) -> None:
+                 owner: tuple[int, int], uid: int | None, stage_dir: str | None,
+                 session_cgroup: cgroup.SessionCgroup | None) -> None:
         if process is not None and process.poll() is None:
             process.kill()
             process.wait()
+        if session_cgroup is not None:
+            session_cgroup.kill_and_remove()
         if uid is not None:
             _kill_uid(uid)
             _chown_tree(workspace, *owner, only_owner=uid)
@@ -583,8 +609,46 @@ def _inside_path(host_path: str, visible: Sequence[str]) -> list[str]:
     return kept
 
 
+def _session_cgroup(profile: SandboxProfile) -> tuple[cgroup.SessionCgroup | None, str]:
+    """A session cgroup with the profile's caps, or None and why there is none.
+
+    Not having one is not a refusal: rlimits still cap every process, and
+    the limits layer then records that they are all that enforces.
+    """
+    parent = cgroup.discover()
+    if isinstance(parent, cgroup.NoCgroup):
+        return None, parent.reason
+    try:
+        return cgroup.create(parent, memory_bytes=profile.limits.memory_bytes,
+                             pids=profile.limits.pids), ""
+    except OSError as exc:
+        return None, f"cannot create a cgroup under {parent.memory}: {exc.strerror}"
+
+
+def _limits_layer(limits: Limits, session_cgroup: cgroup.SessionCgroup | None,
+                  no_cgroup: str) -> LayerStatus:
+    inner = (f"rlimits per process: data {limits.memory_bytes} bytes, nproc {limits.pids}, "
+             f"open files {limits.open_files}, core 0; output {limits.output_bytes} bytes "
+             "per stream")
+    if session_cgroup is not None:
+        swap = "swap included" if session_cgroup.swap_capped else "swap NOT capped"
+        return LayerStatus(
+            name=LayerName.LIMITS, applied=True, mechanism=session_cgroup.mechanism,
+            detail=f"session-wide: memory {limits.memory_bytes} bytes (anonymous, shared and "
+                   f"tmpfs pages; {swap}), pids {limits.pids}, in "
+                   f"{', '.join(session_cgroup.directories)}; inside it, {inner}")
+    return LayerStatus(
+        name=LayerName.LIMITS, applied=True, mechanism="rlimit (no writable cgroup)",
+        detail=f"no session-wide cap ({no_cgroup}): memory is capped per process by "
+               "RLIMIT_DATA (MAP_SHARED and tmpfs pages not counted; /tmp, /dev/shm and HOME "
+               f"are each sized {limits.memory_bytes} bytes), pids by RLIMIT_NPROC on the "
+               f"{'session' if os.geteuid() == 0 else 'invoking user'}'s uid; {inner}")
+
+
 def _layers(profile: SandboxProfile, *, uid: int | None, landlock_abi: int, landlock_error: str,
-            seccomp_applied: bool, proxy: ProxyEndpoint | None) -> tuple[LayerStatus, ...]:
+            seccomp_applied: bool, proxy: ProxyEndpoint | None,
+            session_cgroup: cgroup.SessionCgroup | None,
+            no_cgroup: str) -> tuple[LayerStatus, ...]:
     fs = profile.fs
     writable = ", ".join([fs.sandbox_workspace, SANDBOX_TMP, fs.sandbox_home,
                           *WRITABLE_DEVICE_DIRS])
@@ -604,10 +668,7 @@ def _layers(profile: SandboxProfile, *, uid: int | None, landlock_abi: int, land
                     mechanism="empty network namespace",
                     detail=f"only 127.0.0.1:{PROXY_PORT}, relayed to the egress proxy"
                     if proxy is not None else "no egress at all (no proxy)"),
-        LayerStatus(name=LayerName.LIMITS, applied=True, mechanism="rlimits",
-                    detail=f"pids {limits.pids}, data {limits.memory_bytes} bytes, "
-                           f"open files {limits.open_files}, core 0, "
-                           f"output {limits.output_bytes} bytes per stream"),
+        _limits_layer(limits, session_cgroup, no_cgroup),
         LayerStatus(name=LayerName.UNPRIVILEGED, applied=True,
                     mechanism=f"uid {uid}" if uid is not None else f"uid {os.geteuid()}",
                     detail="per-session unprivileged uid, no supplementary groups"

@@ -1,6 +1,13 @@
-"""Root-only launcher: stage bind sources, drop to the sandbox uid, exec bubblewrap.
+"""Launcher: join the session cgroup, stage bind sources, drop to the sandbox uid, exec bubblewrap.
 
-Guarantee: bubblewrap never runs as root. When the harness is root, this
+Guarantee: bubblewrap starts inside the session cgroup, so it and
+everything under it are charged to the session's memory and pids caps from
+their first instruction: this process writes its own pid into each
+``cgroup_procs`` file before anything else, and exits without running
+bubblewrap if any write fails. That holds on both paths; the rest is for a
+root harness only.
+
+Bubblewrap never runs as root. When the harness is root, this
 process (started as root, replaced by bubblewrap via exec) first enters a
 private mount namespace, binds each source the sandbox uid could not walk to
 (``/root`` is 0700) under a fresh tmpfs at the stage directory, then drops
@@ -38,6 +45,16 @@ def _check(rc: int, what: str) -> None:
 
 def main(argv: list[str]) -> int:
     cfg = json.loads(argv[1])
+    for procs in cfg["cgroup_procs"]:
+        with open(procs, "w") as f:
+            f.write(str(os.getpid()))
+    if "uid" in cfg:
+        _stage_and_drop(cfg)
+    os.execve(cfg["argv"][0], cfg["argv"], {})
+    return 1
+
+
+def _stage_and_drop(cfg: dict) -> None:
     _check(_libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     # Private first, so nothing below propagates back to the host.
     _check(_libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None), "make / private")
@@ -56,8 +73,6 @@ def main(argv: list[str]) -> int:
     os.setresuid(cfg["uid"], cfg["uid"], cfg["uid"])
     if os.getuid() == 0 or os.geteuid() == 0:
         raise OSError("could not drop root")
-    os.execve(cfg["argv"][0], cfg["argv"], {})
-    return 1
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 
 from firstrun.sandbox.base import Capability
+from firstrun.sandbox.linux import cgroup
 from firstrun.sandbox.linux.helper import landlock_abi
 
 MIN_BWRAP = (0, 8, 0)
@@ -117,5 +118,24 @@ def _uid_switch() -> Capability:
                              "with no privileges to drop")
 
 
+def _session_limits() -> Capability:
+    """Whether memory and pids can be capped per session; rlimits are the floor either way.
+
+    Always ``available`` (rlimits always apply, so the limits layer never
+    refuses a run); the detail says which mechanism a session would get.
+    Judged without changing anything: doctor only observes.
+    """
+    found = cgroup.locate_self()
+    if isinstance(found, cgroup.CgroupParent):
+        found = cgroup.assess(found)
+    if isinstance(found, cgroup.CgroupParent):
+        return Capability(name="session_limits", available=True,
+                          detail=f"{found.version.value} memory+pids: session-wide caps in "
+                                 f"children of {', '.join(found.directories)}")
+    return Capability(name="session_limits", available=True,
+                      detail=f"rlimit only, per process (no writable cgroup: {found.reason}); "
+                             f"for session-wide caps: {found.fix}")
+
+
 def probe() -> tuple[Capability, ...]:
-    return (_userns(), _bwrap(), _landlock(), _seccomp(), _uid_switch())
+    return (_userns(), _bwrap(), _landlock(), _seccomp(), _uid_switch(), _session_limits())
