@@ -409,21 +409,19 @@ class SessionCgroup:
         self._removed = True
 
 
-def create(parent: CgroupParent, *, memory_bytes: int, pids: int,
-           owner: tuple[int, int] | None = None) -> SessionCgroup:
+def create(parent: CgroupParent, *, memory_bytes: int, pids: int) -> SessionCgroup:
     """A new, empty session cgroup under ``parent`` with both limits in place.
 
-    ``owner`` is the (pid, start time) written into the name, the harness by
-    default. Raises ``OSError`` (and removes what it made) when a directory
-    or a limit cannot be written: the caller decides whether that is fatal.
+    Its name carries this process's pid and start time, so a later harness
+    can tell whether the owner is gone. Raises ``OSError`` (and removes what
+    it made) when a directory or a limit cannot be written: the caller
+    decides whether that is fatal.
     """
-    if owner is None:
-        me = os.getpid()
-        started = start_time(me)
-        if started is None:
-            raise OSError(errno.ESRCH, "cannot read this process's start time")
-        owner = (me, started)
-    name = session_name(*owner)
+    me = os.getpid()
+    started = start_time(me)
+    if started is None:
+        raise OSError(errno.ESRCH, "cannot read this process's start time")
+    name = session_name(me, started)
     memory_dir = os.path.join(parent.memory, name)
     pids_dir = os.path.join(parent.pids, name)
     made: list[str] = []
