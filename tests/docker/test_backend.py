@@ -14,13 +14,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from docker_support import labelled
 from firstrun.errors import SandboxError, SandboxUnavailable
 from firstrun.policy.network import NetworkPolicy
 from firstrun.policy.profile import LayerName, SandboxProfile
 from firstrun.sandbox.base import Enforcement, ProxyEndpoint
 from firstrun.sandbox.docker.backend import DockerBackend
-from firstrun.sandbox.docker.resources import docker
+from firstrun.sandbox.docker.resources import docker, harness_identity
 from firstrun.sandbox.hostfs import host_filesystem_policy
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
@@ -41,11 +40,16 @@ def workspace() -> Iterator[str]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _managed() -> tuple[list[str], list[str], list[str]]:
-    label = "label=org.firstrun.managed=1"
+def _owned_by(harness: str) -> tuple[list[str], list[str], list[str]]:
+    """What a harness left: filtered by its label, so concurrent suites do not interfere."""
+    label = f"label=org.firstrun.harness={harness}"
     return (docker("ps", "--all", "--filter", label, "--format", "{{.Names}}").stdout.split(),
             docker("network", "ls", "--filter", label, "--format", "{{.Name}}").stdout.split(),
             docker("volume", "ls", "--filter", label, "--format", "{{.Name}}").stdout.split())
+
+
+def _left() -> tuple[list[str], list[str], list[str]]:
+    return _owned_by(harness_identity())
 
 
 def test_a_session_runs_commands_attested_and_gives_the_workspace_back(workspace: str) -> None:
@@ -64,7 +68,7 @@ def test_a_session_runs_commands_attested_and_gives_the_workspace_back(workspace
         assert session.exec(["pwd"], cwd="sub").stdout.text() == "/workspace/sub\n"
     for path in (os.path.join(workspace, "sub"), os.path.join(workspace, "sub", "f")):
         assert os.stat(path).st_uid == 4321
-    assert _managed() == ([], [], [])
+    assert _left() == ([], [], [])
 
 
 def test_a_root_owned_workspace_is_lent_and_given_back(workspace: str) -> None:
@@ -147,7 +151,7 @@ def test_a_timeout_kills_the_tree_and_interrupt_ends_a_command(workspace: str) -
             session.exec("echo go; sleep 5201", timeout=600, on_output=stop_when_started)
         with pytest.raises(SandboxError):
             session.exec("true")
-    assert _managed() == ([], [], [])
+    assert _left() == ([], [], [])
 
 
 CHILD = """
@@ -155,13 +159,14 @@ import os, sys, time
 from firstrun.policy.profile import LayerName, SandboxProfile
 from firstrun.policy.network import NetworkPolicy
 from firstrun.sandbox.docker.backend import DockerBackend
+from firstrun.sandbox.docker.resources import harness_identity
 from firstrun.sandbox.hostfs import host_filesystem_policy
 from firstrun.sandbox.base import ProxyEndpoint
 profile = SandboxProfile(fs=host_filesystem_policy(sys.argv[1], os.environ),
                          net=NetworkPolicy.build(),
                          downgrades=frozenset({LayerName.LANDLOCK}))
 session = DockerBackend().start(profile, proxy=ProxyEndpoint(socket_path="/x", nonce="x"))
-print("started", flush=True)
+print(harness_identity(), flush=True)
 time.sleep(600)
 """
 
@@ -172,20 +177,20 @@ def test_a_sigkilled_harness_leaves_resources_that_the_next_start_reaps(workspac
                              text=True)
     try:
         assert child.stdout is not None
-        assert child.stdout.readline().strip() == "started"
+        dead = child.stdout.readline().strip()
         child.send_signal(signal.SIGKILL)
         child.wait()
         child.stdout.close()
-        containers, networks, _ = _managed()
+        containers, networks, _ = _owned_by(dead)
         assert len(containers) == 2 and len(networks) == 2
         with DockerBackend().start(_profile(workspace), proxy=None) as session:
             assert session.exec("true", timeout=30).exit_code == 0
-            containers, networks, _ = _managed()
-            assert len(containers) == 2 and len(networks) == 2  # only this session's
-            assert all(labelled("container", c.split("-")[1]) for c in containers)
+            assert _owned_by(dead) == ([], [], [])
+            containers, networks, _ = _left()
+            assert sorted(containers) == sorted([session.topology.run, session.topology.sidecar])
     finally:
         shutil.rmtree(other, ignore_errors=True)
-    assert _managed() == ([], [], [])
+    assert _left() == ([], [], [])
 
 
 def test_refusals_before_anything_is_created(workspace: str) -> None:
@@ -196,4 +201,4 @@ def test_refusals_before_anything_is_created(workspace: str) -> None:
     with pytest.raises(SandboxUnavailable) as missing:
         DockerBackend(image="node:22-slim").start(_profile(workspace), proxy=None)
     assert missing.value.fix is not None and "docker pull node:22-slim" in missing.value.fix
-    assert _managed() == ([], [], [])
+    assert _left() == ([], [], [])

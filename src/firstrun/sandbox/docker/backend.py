@@ -163,7 +163,7 @@ class DockerSession:
                  user: str, info: SessionInfo, sidecar: _Sidecar | None,
                  lent_uid: int | None, owner: tuple[int, int], docker_bin: str) -> None:
         self.info = info
-        self._topology = topology
+        self.topology = topology
         self._profile = profile
         self._env = env
         self._user = user
@@ -204,7 +204,7 @@ class DockerSession:
                 raise SandboxError("session is closed", who="docker")
             try:
                 proc = subprocess.Popen(
-                    [self._docker, "exec", "-i", "--user", self._user, self._topology.run,
+                    [self._docker, "exec", "-i", "--user", self._user, self.topology.run,
                      PYTHON, "-I", "-S", "-c", SUPERVISOR_SOURCE,
                      json.dumps(config, separators=(",", ":"))],
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -265,7 +265,7 @@ class DockerSession:
             running.kill()
         errors = []
         try:
-            remove(self._topology, docker_bin=self._docker)
+            remove(self.topology, docker_bin=self._docker)
         except SandboxError as exc:
             errors.append(str(exc))
         if self._sidecar is not None:

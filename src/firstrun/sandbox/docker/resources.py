@@ -104,15 +104,26 @@ def _labelled(kind: str, docker_bin: str | None) -> list[tuple[str, str]]:
 
 
 def reap(*, docker_bin: str | None = None) -> Reaped:
-    """Remove every labelled resource whose harness is no longer running."""
+    """Remove every labelled resource whose harness is no longer running.
+
+    Concurrent starts may reap the same leftovers, so a removal that fails
+    is judged by listing again: only a dead harness's resource that still
+    exists afterwards is an error.
+    """
+    removers = {"container": ("rm", "--force", "--volumes"), "network": ("network", "rm"),
+                "volume": ("volume", "rm", "--force")}
     removed: dict[str, list[str]] = {"container": [], "network": [], "volume": []}
     for kind in ("container", "network", "volume"):
         dead = [name for name, owner in _labelled(kind, docker_bin) if not _alive(owner)]
-        if dead:
-            remover = {"container": ("rm", "--force", "--volumes"),
-                       "network": ("network", "rm"), "volume": ("volume", "rm", "--force")}[kind]
-            docker(*remover, *dead, docker_bin=docker_bin)
-            removed[kind] = dead
+        if not dead:
+            continue
+        done = docker(*removers[kind], *dead, docker_bin=docker_bin, check=False)
+        if done.returncode != 0:
+            left = {name for name, _ in _labelled(kind, docker_bin)} & set(dead)
+            if left:
+                raise SandboxError(f"cannot remove leftover {kind}s {sorted(left)}: "
+                                   f"{done.stderr.strip()[-500:]}", who="docker")
+        removed[kind] = dead
     return Reaped(containers=tuple(removed["container"]), networks=tuple(removed["network"]),
                   volumes=tuple(removed["volume"]))
 
