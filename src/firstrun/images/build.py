@@ -101,6 +101,11 @@ def import_argv(recipe: ImageRecipe, tarball: str, docker: str = "docker") -> li
             tarball, recipe.tag]
 
 
+# The Debian package that provides each command the build runs.
+_PROVIDED_BY = {"debootstrap": "debootstrap", "docker": "docker.io", "tar": "tar",
+                "chroot": "coreutils"}
+
+
 def _run(argv: list[str], what: str, log: Callable[[str], None],
          failure_log: str | None = None) -> None:
     log(f"{what} ...")
@@ -108,8 +113,9 @@ def _run(argv: list[str], what: str, log: Callable[[str], None],
         done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                               env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
     except OSError as exc:
+        package = _PROVIDED_BY.get(os.path.basename(argv[0]), os.path.basename(argv[0]))
         raise SandboxUnavailable(f"{what}: cannot run {argv[0]}: {exc}", who="images",
-                                 fix=f"apt-get install {'debootstrap' if argv[0] == 'debootstrap' else 'docker.io'}") from exc
+                                 fix=f"apt-get install {package}") from exc
     if done.returncode != 0:
         # debootstrap reports on stdout and in its own log, not on stderr.
         detail = (done.stdout + done.stderr).strip()[-2000:]

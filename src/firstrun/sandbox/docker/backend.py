@@ -229,6 +229,9 @@ class DockerSession:
                     outputs[stream].add(data)
                     if on_output is not None:
                         on_output(stream, data)
+                elif msg.get("op") == "error":
+                    raise SandboxError(f"the command's supervisor failed: {msg.get('error')}",
+                                       who="docker")
                 elif msg.get("op") == "exit":
                     return ExecResult(exit_code=int(msg["code"]),
                                       stdout=outputs[Stream.STDOUT].result(),
