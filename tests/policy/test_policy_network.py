@@ -101,3 +101,25 @@ def test_report_mode_never_denies_and_enforce_mode_never_carries_would_deny(host
 def test_override_with_bad_network_is_refused() -> None:
     with pytest.raises(PolicyError):
         NetworkPolicy.build(overrides=[("pypi.test", ["not-a-network"])])
+
+
+def test_a_docs_host_opened_to_the_shell_is_allowed_only_with_its_own_reason() -> None:
+    from firstrun.policy.network import decide_addresses
+
+    opened = NetworkPolicy.build(allow=["docs.example.org"], docs=["docs.example.org"],
+                                 shell_docs=["docs.example.org"])
+    closed = NetworkPolicy.build(allow=["docs.example.org"], docs=["docs.example.org"])
+    denied = NetworkPolicy.build(allow=["docs.example.org"], docs=["docs.example.org"],
+                                 shell_docs=["docs.example.org"], deny=["docs.example.org"])
+    request = Request(channel=Channel.SHELL, host="docs.example.org", port=443)
+    public = [ipaddress.ip_address("203.0.113.7")]
+    assert decide_name(opened, request).reason is Reason.ALLOWED_DOCS_HOST_ON_SHELL
+    assert decide_addresses(opened, request, public).reason is Reason.ALLOWED_DOCS_HOST_ON_SHELL
+    assert decide_name(closed, request).reason is Reason.DOCS_HOST_ON_SHELL
+    assert decide_name(denied, request).reason is Reason.DOCS_HOST_ON_SHELL
+    # Opening a docs host to the shell never lifts the floor.
+    loopback = [ipaddress.ip_address("127.0.0.1")]
+    assert decide_addresses(opened, request, loopback).reason is Reason.RESOLVED_LOOPBACK
+    # Named for the shell but absent from the allow-list: still refused.
+    stray = NetworkPolicy.build(allow=[], docs=["docs.example.org"], shell_docs=["docs.example.org"])
+    assert decide_name(stray, request).reason is Reason.DOCS_HOST_ON_SHELL

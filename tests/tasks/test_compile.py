@@ -29,12 +29,22 @@ def test_docs_hosts_are_docs_channel_only(write_task) -> None:
     assert _shell(policy, "pypi.org").allowed
 
 
-def test_a_docs_host_stays_off_the_shell_even_when_network_allow_names_it(write_task) -> None:
+def test_a_docs_host_named_under_network_allow_is_opened_to_the_shell_and_marked(write_task) -> None:
+    # quickstarted's rule, so its task files run unchanged: the explicit
+    # entry wins over attribution, and every such request says so.
     task = _task(
         write_task,
         docs="{entrypoint: https://pypi.org/project/x/}",
         extra="network: {allow: [pypi.org]}",
     )
+    policy = compile_profile_inputs(task)
+    opened = _shell(policy, "pypi.org")
+    assert opened.allowed and opened.reason is Reason.ALLOWED_DOCS_HOST_ON_SHELL
+    assert _docs(policy, "pypi.org").allowed
+
+
+def test_a_docs_host_covering_only_a_default_registry_stays_off_the_shell(write_task) -> None:
+    task = _task(write_task, docs="{entrypoint: https://pypi.org/project/x/}")
     policy = compile_profile_inputs(task)
     assert _shell(policy, "pypi.org").reason is Reason.DOCS_HOST_ON_SHELL
     assert _docs(policy, "pypi.org").allowed

@@ -10,7 +10,10 @@ order and the first with an opinion decides:
    embedded-IPv4 addresses are refused unless an override names them;
 2. attribution: docs hosts are refused on the shell channel and allowed on
    the docs channel, so every page an agent reads goes through ``read_docs``
-   and is recorded;
+   and is recorded. The one exception is quickstarted's: a docs host the
+   task also names for the shell (``shell_docs``) is let through and each
+   request is recorded as ``allowed_docs_host_on_shell``, so the gap in the
+   page record is counted, not hidden;
 3. explicit overrides from the task, recorded as such;
 4. the allow-list;
 5. deny.
@@ -67,6 +70,7 @@ class Reason(StrEnum):
     ALLOWED_BY_LIST = "allowed_by_list"
     ALLOWED_BY_OVERRIDE = "allowed_by_override"
     ALLOWED_DOCS_CHANNEL = "allowed_docs_channel"
+    ALLOWED_DOCS_HOST_ON_SHELL = "allowed_docs_host_on_shell"
     DOCS_HOST_ON_SHELL = "docs_host_on_shell"
     NOT_DOCS_HOST = "not_docs_host"
     NOT_ALLOWED = "not_allowed"
@@ -142,6 +146,11 @@ class NetworkPolicy:
     allow: tuple[HostPattern, ...] = ()
     deny: tuple[HostPattern, ...] = ()
     docs: tuple[HostPattern, ...] = ()
+    # Docs hosts the task also named for the shell (quickstarted's rule: an
+    # explicit network.allow entry wins over attribution for that host). Every
+    # such request is recorded as ``allowed_docs_host_on_shell``, an
+    # attribution gap a report can count, never a silent hole.
+    shell_docs: tuple[HostPattern, ...] = ()
     overrides: tuple[Override, ...] = ()
     mode: Mode = Mode.ENFORCE
     # Addresses of the proxy itself, refused even when an override would allow them.
@@ -154,6 +163,7 @@ class NetworkPolicy:
         allow: Sequence[str] = DEFAULT_ALLOW,
         deny: Sequence[str] = (),
         docs: Sequence[str] = (),
+        shell_docs: Sequence[str] = (),
         overrides: Sequence[tuple[str, Sequence[str]]] = (),
         mode: Mode = Mode.ENFORCE,
         source: str = "policy",
@@ -171,6 +181,7 @@ class NetworkPolicy:
             allow=parse_patterns(list(allow), source=f"{source} allow"),
             deny=parse_patterns(list(deny), source=f"{source} deny"),
             docs=parse_patterns(list(docs), source=f"{source} docs"),
+            shell_docs=parse_patterns(list(shell_docs), source=f"{source} docs opened to the shell"),
             overrides=tuple(ovs),
             mode=mode,
         )
@@ -184,6 +195,7 @@ class NetworkPolicy:
             "allow": [str(p) for p in self.allow],
             "deny": [str(p) for p in self.deny],
             "docs": [str(p) for p in self.docs],
+            "shell_docs": [str(p) for p in self.shell_docs],
             "overrides": [
                 {"pattern": str(o.pattern), "networks": [str(n) for n in o.networks]}
                 for o in self.overrides
@@ -248,6 +260,13 @@ def decide_name(policy: NetworkPolicy, request: Request) -> Decision:
             )
         return _deny(policy, Reason.NOT_DOCS_HOST, Layer.ATTRIBUTION, host)
     if any(p.matches(host, port) for p in policy.docs):
+        if _opened_to_shell(policy, host, port) and not any(
+            p.matches(host, port) for p in policy.deny
+        ):
+            return Decision(
+                verdict=Verdict.ALLOW, reason=Reason.ALLOWED_DOCS_HOST_ON_SHELL,
+                layer=Layer.ATTRIBUTION, host=host,
+            )
         return _deny(policy, Reason.DOCS_HOST_ON_SHELL, Layer.ATTRIBUTION, host)
     if any(p.matches(host, port) for p in policy.deny):
         return _deny(policy, Reason.DENIED_BY_LIST, Layer.ALLOWLIST, host)
@@ -300,6 +319,19 @@ def decide_addresses(
             verdict=Verdict.ALLOW, reason=Reason.ALLOWED_DOCS_CHANNEL, layer=Layer.ATTRIBUTION,
             host=host,
         )
+    if any(p.matches(host, request.port) for p in policy.docs) and _opened_to_shell(
+        policy, host, request.port
+    ):
+        return Decision(
+            verdict=Verdict.ALLOW, reason=Reason.ALLOWED_DOCS_HOST_ON_SHELL,
+            layer=Layer.ATTRIBUTION, host=host,
+        )
     return Decision(
         verdict=Verdict.ALLOW, reason=Reason.ALLOWED_BY_LIST, layer=Layer.ALLOWLIST, host=host
+    )
+
+
+def _opened_to_shell(policy: NetworkPolicy, host: str, port: int) -> bool:
+    return any(p.matches(host, port) for p in policy.shell_docs) and any(
+        p.matches(host, port) for p in policy.allow
     )

@@ -4,9 +4,11 @@ Guarantee: every documentation host (the hosts of ``docs.path`` or
 ``docs.entrypoint``, and ``docs.allow``) goes to the policy's ``docs``
 patterns and nowhere else, so the proxy refuses them on the shell channel
 and ``read_docs`` is the only way to read a page, which is what keeps the
-record of pages read complete. That holds even when the same host is also
-named under ``network.allow``: attribution is decided before the allow-list,
-so the task cannot open a path around the record (``lint`` says so).
+record of pages read complete. The exception is quickstarted's, kept so its
+task files run unchanged: a docs host the task also names under
+``network.allow`` (or ``network.only``) is reachable from the shell, and
+every such request is recorded as ``allowed_docs_host_on_shell``, so the
+gap in the page record is counted (``lint`` warns about it too).
 
 The shell's allow-list is the default registries plus ``network.allow``, or
 ``network.only`` instead of both, as quickstarted defined them; a bare name
@@ -61,12 +63,14 @@ def compile_profile_inputs(task: Task, *, mode: Mode = Mode.ENFORCE) -> NetworkP
     network = task.spec.network
     # The defaults are exact names; only the task's own entries carry
     # quickstarted's "and subdomains" meaning.
-    allow = _expand(network.only) if network.only else [*DEFAULT_ALLOW, *_expand(network.allow)]
+    named = _expand(network.only) if network.only else _expand(network.allow)
+    allow = named if network.only else [*DEFAULT_ALLOW, *named]
     ext = task.spec.firstrun.network
     return NetworkPolicy.build(
         allow=allow,
         deny=list(ext.deny),
         docs=_expand(task.docs_hosts),
+        shell_docs=named,
         overrides=[(o.host, list(o.networks)) for o in ext.overrides],
         mode=mode,
         source=f"{task.path}: network.allow",

@@ -312,17 +312,14 @@ def _hosts(task: Task) -> list[Finding]:
             if shell_host in shadowed or not any(p.matches_host(shell_host) for p in covered):
                 continue
             shadowed.add(shell_host)
-            named = "a default registry" if shell_key is None else "named under network"
-            findings.append(
-                _at(
-                    task,
-                    Severity.WARNING,
-                    Code.DOCS_HOST_SHADOWS_SHELL,
-                    f"docs host {entry} covers {shell_host}, {named}; docs hosts are refused on "
-                    "the shell, so commands cannot reach it",
-                    key,
-                )
-            )
+            if shell_key is None:
+                message = (f"docs host {entry} covers {shell_host}, a default registry; docs hosts "
+                           "are refused on the shell, so commands cannot reach it")
+            else:
+                message = (f"docs host {entry} covers {shell_host}, named under network; the shell "
+                           "may reach it, so pages read that way are missing from the record "
+                           "(each request is recorded as allowed_docs_host_on_shell)")
+            findings.append(_at(task, Severity.WARNING, Code.DOCS_HOST_SHADOWS_SHELL, message, key))
     if network.only and network.allow:
         findings.append(
             _at(
