@@ -26,8 +26,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import pwd
-import random
 import subprocess
 import threading
 import time
@@ -73,6 +71,7 @@ from firstrun.sandbox.docker.topology import (
     build_topology,
 )
 from firstrun.sandbox.output import OutputCapture
+from firstrun.sandbox.ownership import chown_tree, pick_uid
 
 SUPERVISOR_SOURCE = Path(supervisor.__file__).read_text(encoding="utf-8")
 PYTHON = "/usr/bin/python3"
@@ -86,33 +85,6 @@ _READY_TIMEOUT_S = 60.0
 _EXEC_GRACE_S = 30.0
 
 RecordCallback = Callable[[dict[str, object]], None]
-
-
-def _chown_tree(top: str, uid: int, gid: int, *, only_owner: int | None) -> None:
-    """lchown every entry under ``top``, never following symlinks or leaving its filesystem."""
-    top_dev = os.lstat(top).st_dev
-
-    def change(name: str, dir_fd: int | None) -> None:
-        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        if st.st_dev != top_dev or (only_owner is not None and st.st_uid != only_owner):
-            return
-        os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
-
-    change(top, None)
-    for _, dirs, files, dir_fd in os.fwalk(top, follow_symlinks=False):
-        for name in dirs + files:
-            change(name, dir_fd)
-
-
-def _pick_uid() -> int:
-    rng = random.SystemRandom()
-    for _ in range(64):
-        uid = rng.randrange(*_UID_RANGE)
-        try:
-            pwd.getpwuid(uid)
-        except KeyError:
-            return uid
-    raise SandboxError("no free sandbox uid", who="docker")
 
 
 class _Sidecar:
@@ -275,7 +247,7 @@ class DockerSession:
             self._sidecar.finish()
         if self._lent_uid is not None:
             try:
-                _chown_tree(self._profile.fs.workspace, *self._owner, only_owner=self._lent_uid)
+                chown_tree(self._profile.fs.workspace, *self._owner, only_owner=self._lent_uid)
             except OSError as exc:
                 errors.append(f"restoring workspace ownership: {exc}")
         if errors:
@@ -362,7 +334,7 @@ class DockerBackend:
         reap(docker_bin=docker_bin)
         st = os.lstat(fs.workspace)
         owner = (st.st_uid, st.st_gid)
-        lent = _pick_uid() if owner[0] == 0 else None
+        lent = pick_uid(_UID_RANGE, who="docker") if owner[0] == 0 else None
         uid, gid = (lent, lent) if lent is not None else owner
         topology = build_topology(profile, session=uuid.uuid4().hex[:12], host=DockerHost(
             workspace=fs.workspace, uid=uid, gid=gid, image=image, sidecar_image=image,
@@ -371,7 +343,7 @@ class DockerBackend:
         session: DockerSession | None = None
         try:
             if lent is not None:
-                _chown_tree(fs.workspace, lent, lent, only_owner=None)
+                chown_tree(fs.workspace, lent, lent, only_owner=None)
             for argv in topology.create:
                 docker(*argv, docker_bin=docker_bin)
             nonce: str | None = None
@@ -426,6 +398,6 @@ class DockerBackend:
                 if sidecar is not None:
                     sidecar.finish()
                 if lent is not None:
-                    _chown_tree(fs.workspace, *owner, only_owner=lent)
+                    chown_tree(fs.workspace, *owner, only_owner=lent)
             raise
         return session

@@ -26,7 +26,6 @@ import base64
 import json
 import os
 import posixpath
-import random
 import signal
 import socket
 import subprocess
@@ -56,6 +55,7 @@ from firstrun.sandbox.base import (
     command_environment,
 )
 from firstrun.sandbox.output import OutputCapture
+from firstrun.sandbox.ownership import chown_tree, pick_uid
 from firstrun.sandbox.linux import cgroup, helper, launcher, probe, seccomp
 from firstrun.sandbox.linux.spec import (
     PROXY_PORT,
@@ -133,18 +133,6 @@ def _serve_dial(sock: socket.socket, path: str) -> None:
             upstream.close()
 
 
-def _uid_in_use(uid: int) -> bool:
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            if os.stat(f"/proc/{name}").st_uid == uid:
-                return True
-        except OSError:
-            continue
-    return False
-
-
 # The sandbox uid must walk to the stage after the launcher drops root, so
 # the stage cannot live under TMPDIR, which may be 0700 (pytest's is). Under
 # /run it is beside other runtime state, and empty on the host either way:
@@ -174,42 +162,6 @@ def _walkable_by_anyone(path: str) -> bool:
         if here == "/":
             return True
         here = os.path.dirname(here)
-
-
-def _pick_uid() -> int:
-    import pwd
-
-    rng = random.SystemRandom()
-    for _ in range(64):
-        uid = rng.randrange(*_UID_RANGE)
-        try:
-            pwd.getpwuid(uid)
-            continue
-        except KeyError:
-            pass
-        if not _uid_in_use(uid):
-            return uid
-    raise SandboxError("no free sandbox uid", who="linux")
-
-
-def _chown_tree(top: str, uid: int, gid: int, *, only_owner: int | None) -> None:
-    """lchown every entry under ``top`` without following symlinks or leaving its filesystem.
-
-    ``only_owner`` restricts the change to entries owned by that uid (used
-    when giving the workspace back, so nothing foreign is touched).
-    """
-    top_dev = os.lstat(top).st_dev
-
-    def change(name: str, dir_fd: int | None) -> None:
-        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        if st.st_dev != top_dev or (only_owner is not None and st.st_uid != only_owner):
-            return
-        os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
-
-    change(top, None)
-    for _, dirs, files, dir_fd in os.fwalk(top, follow_symlinks=False):
-        for name in dirs + files:
-            change(name, dir_fd)
 
 
 def _live_pids_of(uid: int) -> list[int]:
@@ -399,7 +351,7 @@ class LinuxSession:
         errors = []
         if self._workspace_owner is not None and self._sandbox_uid is not None:
             try:
-                _chown_tree(self._profile.fs.workspace, *self._workspace_owner,
+                chown_tree(self._profile.fs.workspace, *self._workspace_owner,
                             only_owner=self._sandbox_uid)
             except OSError as exc:
                 errors.append(f"restoring workspace ownership: {exc}")
@@ -467,7 +419,7 @@ class LinuxBackend:
         )
         st = os.lstat(fs.workspace)
         owner = (st.st_uid, st.st_gid)
-        uid = _pick_uid() if root else None
+        uid = pick_uid(_UID_RANGE, who="linux") if root else None
         stage_dir = tempfile.mkdtemp(prefix="firstrun-stage-", dir=_stage_parent()) if root else None
         control_parent, control_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         dial_parent = dial_child = None
@@ -492,7 +444,7 @@ class LinuxBackend:
                 "cgroup_procs": list(session_cgroup.procs_files) if session_cgroup else [],
             }
             if uid is not None:
-                _chown_tree(fs.workspace, uid, uid, only_owner=None)
+                chown_tree(fs.workspace, uid, uid, only_owner=None)
                 launch.update({
                     "stage_dir": stage_dir, "uid": uid, "gid": uid,
                     "stage": [(b.source, b.staged, b.directory) for b in spec.stage],
@@ -591,7 +543,7 @@ class LinuxBackend:
             session_cgroup.kill_and_remove()
         if uid is not None:
             _kill_uid(uid)
-            _chown_tree(workspace, *owner, only_owner=uid)
+            chown_tree(workspace, *owner, only_owner=uid)
         if stage_dir is not None:
             os.rmdir(stage_dir)
 
