@@ -70,8 +70,8 @@ def test_a_mixed_suite_writes_junit_and_an_honest_summary(firstrun: Run, tmp_pat
     assert root.find("testsuite[@name='greet-pass']/testcase") is not None
     rows = {line.split()[0]: line for line in proc.stdout.splitlines() if line.startswith(("greet-", "all tasks"))}
     assert rows["greet-skip"].endswith("no evidence")
-    assert rows["greet-gap"].endswith("0/1 (0%)")
-    assert rows["all"].endswith("1/2 (50%)")
+    assert rows["greet-gap"].endswith("0/1 (0%, 95% CI 0-79%)")
+    assert rows["all"].endswith("1/2 (50%, 95% CI 9-91%)")
     assert f"firstrun show {out / 'runs' / 'greet-gap' / '1'}" in proc.stdout
     assert "greet-gap #1 route page not read: https://greeter.docs.example/missing.html (http_error, HTTP 404)" \
         in proc.stdout
@@ -217,4 +217,4 @@ def test_progress_is_drawn_on_a_terminal(tmp_path: Path) -> None:
     assert proc.returncode == 0
     text = drawn.decode("utf-8", "replace")
     assert re.search(r"greet-pass #1  \d\d:\d\d  passed  pages 2  blocked egress 0", text), text
-    assert b"greet-pass #1" not in stdout and b"1/1 (100%)" in stdout
+    assert b"greet-pass #1" not in stdout and b"1/1 (100%, 95% CI 21-100%)" in stdout

@@ -15,9 +15,12 @@ def test_rate_ignores_runs_that_could_not_judge() -> None:
     ])
     assert [r.task for r in rows] == ["a", "b"]
     assert rows[0].runs == 3 and rows[0].evidential == 2
-    assert rows[0].pass_rate_text() == "1/2 (50%)"
-    assert rows[1].pass_rate_text() == "1/1 (100%)"
-    assert total.runs == 5 and total.pass_rate_text() == "2/3 (67%)"
+    # Wilson 95% score intervals: 1/2 -> 0.0945-0.9055, 1/1 -> 0.2065-1,
+    # 2/3 -> 0.2077-0.9385 (the interval's closed form; tests/results checks
+    # the implementation against Newcombe 1998's published table).
+    assert rows[0].pass_rate_text() == "1/2 (50%, 95% CI 9-91%)"
+    assert rows[1].pass_rate_text() == "1/1 (100%, 95% CI 21-100%)"
+    assert total.runs == 5 and total.pass_rate_text() == "2/3 (67%, 95% CI 21-94%)"
 
 
 def test_no_evidence_is_said_in_words_never_zero_percent() -> None:
@@ -31,4 +34,4 @@ def test_no_evidence_is_said_in_words_never_zero_percent() -> None:
 
 def test_all_docs_gaps_is_a_real_zero() -> None:
     _, total = summarize([record("a", 1, C.DOCS_GAP)])
-    assert total.pass_rate == 0.0 and total.pass_rate_text() == "0/1 (0%)"
+    assert total.pass_rate == 0.0 and total.pass_rate_text() == "0/1 (0%, 95% CI 0-79%)"

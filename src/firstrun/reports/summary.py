@@ -3,8 +3,9 @@
 Guarantee: the pass rate is taken over evidential runs only (``passed`` and
 ``docs_gap``); runs that could not judge the docs (infrastructure trouble, a
 budget, a refusal, a skip) are counted and shown, never folded into the
-rate. When nothing produced evidence the rate says so in words, never 0%,
-because 0% would claim every documented route failed.
+rate, and the rate carries its Wilson 95% interval, since a handful of runs
+is a sample. When nothing produced evidence the rate says so in words, never
+0%, because 0% would claim every documented route failed.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from firstrun.results.model import Classification, RunRecord
+from firstrun.results.stats import wilson_interval
 
 # Column order of the table: evidence first, then what could not judge.
 ORDER = (
@@ -55,10 +57,13 @@ class TaskSummary:
         return self.passed / self.evidential if self.evidential else None
 
     def pass_rate_text(self) -> str:
+        """``3/4 (75%, 95% CI 30-95%)``: one run is a sample, so the interval is always shown."""
         rate = self.pass_rate
-        if rate is None:
+        interval = wilson_interval(self.passed, self.evidential)
+        if rate is None or interval is None:
             return NO_EVIDENCE
-        return f"{self.passed}/{self.evidential} ({rate:.0%})"
+        return (f"{self.passed}/{self.evidential} ({rate:.0%}, "
+                f"{interval.confidence:.0%} CI {interval.low * 100:.0f}-{interval.high:.0%})")
 
 
 def summarize(records: Sequence[RunRecord]) -> tuple[list[TaskSummary], TaskSummary]:
