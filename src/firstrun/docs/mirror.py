@@ -110,9 +110,6 @@ class MirrorTransport(httpx.BaseTransport):
         self._upstream = upstream
         self._local = local
 
-    def mirror_for(self, host: str) -> Mirror | None:
-        return self._mirrors.get(host)
-
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         try:
             mirror = self._mirrors.get(canonical_host(request.url.host))
