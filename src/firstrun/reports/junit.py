@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
 
 from firstrun.reports.summary import route_finding_text
 from firstrun.results.model import Classification, RunRecord
+from firstrun.results.store import write_atomic
 
 # XML 1.0 Char production: what is left out here cannot appear in a document at all.
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -147,16 +147,6 @@ def junit_document(records: Sequence[RunRecord], *, name: str = "firstrun") -> E
 
 def write_junit(path: str | os.PathLike[str], records: Sequence[RunRecord]) -> None:
     """Write the JUnit document to ``path``, replacing it atomically."""
-    target = Path(path)
-    tree = ET.ElementTree(junit_document(records))
-    ET.indent(tree)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            tree.write(fh, encoding="utf-8", xml_declaration=True)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    root = junit_document(records)
+    ET.indent(root)
+    write_atomic(Path(path), ET.tostring(root, encoding="utf-8", xml_declaration=True))

@@ -10,22 +10,14 @@ whatever is already there and is never interleaved with itself.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
+
+from firstrun.results.store import write_atomic
 
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Replace ``path`` with ``text`` (UTF-8) so readers see old or new, never a mix."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, text.encode("utf-8"))
 
 
 def append_text(path: Path, text: str) -> None:

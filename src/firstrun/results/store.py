@@ -24,14 +24,16 @@ SCHEMA_VERSION = 1
 RESULTS_FILE = "results.json"
 
 
-def write_json_atomic(path: Path, document: Mapping[str, Any]) -> None:
-    """Replace ``path`` with ``document`` so readers see old or new, never a mix."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def write_atomic(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so readers see old or new, never a mix.
+
+    Temporary file in the same directory, fsynced, renamed over the old one,
+    then the directory fsynced so the rename itself survives a crash.
+    """
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(document, fh, indent=2, sort_keys=True)
-            fh.write("\n")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -45,6 +47,13 @@ def write_json_atomic(path: Path, document: Mapping[str, Any]) -> None:
         os.close(dir_fd)
 
 
+def write_json_atomic(path: Path, document: Mapping[str, Any]) -> None:
+    """``document`` as indented JSON at ``path``, written with ``write_atomic``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(document, indent=2, sort_keys=True) + "\n"
+    write_atomic(path, text.encode("utf-8"))
+
+
 class ResultsStore:
     """The results of one sweep; safe to ``add`` from several worker threads."""
 
@@ -54,13 +63,6 @@ class ResultsStore:
         self._lock = threading.Lock()
         self._meta = dict(meta)
         self._runs: list[dict[str, Any]] = []
-
-    @classmethod
-    def resume(cls, out_dir: str | os.PathLike[str]) -> ResultsStore:
-        document = load_results(Path(out_dir) / RESULTS_FILE)
-        store = cls(out_dir, meta=document.get("meta", {}))
-        store._runs = list(document["runs"])
-        return store
 
     def runs(self) -> list[dict[str, Any]]:
         with self._lock:
