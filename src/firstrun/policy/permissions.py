@@ -1,0 +1,261 @@
+"""Permission rules over an agent's tool calls: ``allow``, ``deny`` and ``ask``.
+
+Guarantee: ``decide`` is a pure function of the rule sets, the tool, the
+argument and the mode. A call that matches a ``deny`` rule in any set is
+denied, whatever else matches; in ``Mode.UNATTENDED`` (every firstrun run:
+nobody is there to answer) ``ask`` is ``deny``, so ``decide`` never returns
+``ask`` in that mode. A rule that cannot mean one thing is refused when it
+is parsed, with a ``PolicyError`` that quotes the rule as written.
+
+This is the weakest layer firstrun has, and it is not a boundary. A rule
+sees the string the agent asked to run, not what runs: ``npm test`` runs
+whatever ``package.json`` says, ``bash -c "$(echo Z2l0IHB1c2g= | base64 -d)"``
+is ``git push`` that ``bash(git push*)`` never sees, and ``sh -c 'git push'``
+does not start with ``git`` at all. The rules state a task author's intent,
+stop the obvious case early and put every decision in the trace; the kernel
+layers below (filesystem scope, namespaces, seccomp, Landlock, the egress
+allow-list) are what actually hold.
+
+Grammar, one rule::
+
+    rule    = tool | tool "(" pattern ")"
+    tool    = "bash" | "read_docs"
+    pattern = one or more characters; the rule's last character is its ")"
+
+- A bare ``tool`` covers every call of that tool. An unknown tool is an
+  error (a typo such as ``Bash(...)`` would otherwise never match, and a
+  deny rule that never matches fails open).
+- ``pattern`` is everything between the first ``(`` and the final ``)``, so
+  it may itself hold parentheses. It is an ``fnmatch`` glob matched,
+  case-sensitively, against the WHOLE argument (the command for ``bash``,
+  the URL for ``read_docs``): ``*`` is any run of characters (spaces, ``/``
+  and newlines included), ``?`` one character, ``[seq]`` and ``[!seq]`` a
+  set; ``[*]`` is a literal ``*``. ``bash(git push*)`` therefore matches
+  ``git push origin main`` but not ``cd x && git push``; write
+  ``bash(*git push*)`` for "anywhere", knowing it still misses the base64
+  form above. An empty pattern is an error: write the bare tool instead.
+- Whitespace: the rule text is stripped; in the pattern and in every
+  argument, each run of whitespace (spaces, tabs, newlines) becomes one
+  space and the ends are stripped, so ``git   push`` and a command split
+  over lines match like ``git push``. Nothing else is rewritten: a URL is
+  matched as written (case and all).
+
+Decision within one rule set, first match in the set's order naming the
+rule:
+
+1. a matching ``deny`` rule                                -> deny
+2. a matching ``ask`` rule                                 -> ask
+3. a matching ``allow`` rule                               -> allow
+4. the set has ``allow`` rules for this tool, none matched -> ask
+   (an allow rule makes the tool allow-listed: ``read_docs(https://docs.example.com/*)``
+   means the other URLs are not allowed; unattended, that is deny)
+5. no rule for this tool                                   -> allow
+
+Default allow (5) is deliberate: a rule set that only denies is a deny-list,
+and an empty one changes nothing, because the kernel layers carry the
+weight and a string match cannot add much to them. A task that wants the
+stricter shape says so with an allow rule, and gets (4).
+
+Several sets (the task's and the project's) are combined by taking the
+strictest of their decisions (deny, then ask, then allow), the earlier set
+on a tie. So a deny in either wins, an ask in either asks, and an allow-list
+in either constrains: a call must pass both.
+
+Pure: stdlib only, no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from fnmatch import fnmatchcase
+
+from firstrun.errors import PolicyError
+
+BASH = "bash"
+READ_DOCS = "read_docs"
+TOOLS = (BASH, READ_DOCS)
+
+_RULE = re.compile(r"(?P<tool>[^()\s]+)(?:\((?P<pattern>.*)\))?", re.DOTALL)
+
+
+class Verdict(StrEnum):
+    ALLOW = "allow"
+    ASK = "ask"
+    DENY = "deny"
+
+
+class Mode(StrEnum):
+    """Whether someone can be asked. firstrun's runs are all ``UNATTENDED``."""
+
+    ATTENDED = "attended"
+    UNATTENDED = "unattended"
+
+
+class Reason(StrEnum):
+    """Why a decision came out as it did; stable keys for the trace and reports."""
+
+    DENY_RULE = "deny_rule"
+    ASK_RULE = "ask_rule"
+    NOT_ALLOWED = "not_on_allow_list"
+    ALLOW_RULE = "allow_rule"
+    NO_RULE = "no_rule"
+
+
+# Strictest first: the combined decision is the first of these any set reached.
+_STRICTNESS = (Reason.DENY_RULE, Reason.ASK_RULE, Reason.NOT_ALLOWED, Reason.ALLOW_RULE,
+               Reason.NO_RULE)
+
+
+def normalize(text: str) -> str:
+    """Every run of whitespace as one space, the ends stripped: what a rule is matched against."""
+    return " ".join(text.split())
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rule:
+    """One parsed rule. ``pattern`` None covers every call of ``tool``.
+
+    ``origin`` says where it was written (``tasks/x.yaml:12``), for the trace
+    and for people; it never affects a decision.
+    """
+
+    verdict: Verdict
+    tool: str
+    pattern: str | None
+    origin: str = ""
+
+    @property
+    def text(self) -> str:
+        """The rule in its canonical spelling (whitespace normalised)."""
+        return self.tool if self.pattern is None else f"{self.tool}({self.pattern})"
+
+    def matches(self, tool: str, argument: str) -> bool:
+        if tool != self.tool:
+            return False
+        return self.pattern is None or fnmatchcase(normalize(argument), self.pattern)
+
+    def to_data(self) -> dict[str, str]:
+        return {"verdict": self.verdict.value, "rule": self.text, "origin": self.origin}
+
+
+def parse_rule(text: str, *, verdict: Verdict, origin: str = "") -> Rule:
+    """One rule from its text; a ``PolicyError`` quoting ``text`` if it means nothing definite."""
+    where = f"{origin}: " if origin else ""
+    stripped = text.strip()
+    found = _RULE.fullmatch(stripped)
+    if found is None:
+        raise PolicyError(
+            f"{where}{verdict.value} rule {text!r} is not TOOL or TOOL(PATTERN) "
+            f"(a pattern ends with the rule's last character, ')')"
+        )
+    tool = found["tool"]
+    if tool not in TOOLS:
+        raise PolicyError(
+            f"{where}{verdict.value} rule {text!r} names unknown tool {tool!r}; "
+            f"the tools are {' and '.join(TOOLS)}"
+        )
+    pattern = found["pattern"]
+    if pattern is not None:
+        pattern = normalize(pattern)
+        if not pattern:
+            raise PolicyError(
+                f"{where}{verdict.value} rule {text!r} has an empty pattern; "
+                f"write {tool!r} alone to cover every call"
+            )
+    return Rule(verdict=verdict, tool=tool, pattern=pattern, origin=origin)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RuleSet:
+    """The rules one place wrote (``source``: ``task``, ``project``), in their order."""
+
+    source: str
+    rules: tuple[Rule, ...] = ()
+
+    @classmethod
+    def parse(cls, source: str, *, allow: Iterable[str] = (), deny: Iterable[str] = (),
+              ask: Iterable[str] = (), origin: str = "") -> RuleSet:
+        """Rules from their texts, every one labelled with ``origin``."""
+        rules = [parse_rule(text, verdict=verdict, origin=origin)
+                 for verdict, texts in ((Verdict.DENY, deny), (Verdict.ASK, ask),
+                                        (Verdict.ALLOW, allow))
+                 for text in texts]
+        return cls(source=source, rules=tuple(rules))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decision:
+    """What to do with one call, and why.
+
+    ``verdict`` is final for ``mode``: never ``ASK`` when unattended.
+    ``rule`` is the rule that decided (None for ``no_rule`` and
+    ``not_on_allow_list``); ``source`` is the rule set that decided, None
+    when no set had a rule for the tool.
+    """
+
+    verdict: Verdict
+    reason: Reason
+    rule: Rule | None
+    mode: Mode
+    source: str | None
+
+    def explain(self) -> str:
+        """One sentence for the agent and for people."""
+        rule = f" {self.rule.verdict.value} rule {self.rule.text}" if self.rule else ""
+        where = f" ({self.rule.origin})" if self.rule and self.rule.origin else ""
+        nobody = " and this run is unattended, so nobody can say yes" \
+            if self.verdict is Verdict.DENY and self.mode is Mode.UNATTENDED else ""
+        match self.reason:
+            case Reason.DENY_RULE:
+                return f"refused by the {self.source} permission{rule}{where}"
+            case Reason.ASK_RULE:
+                return f"the {self.source} permission{rule}{where} asks first{nobody}"
+            case Reason.NOT_ALLOWED:
+                return f"not on the {self.source} permission rules' allow list{nobody}"
+            case Reason.ALLOW_RULE:
+                return f"allowed by the {self.source} permission{rule}{where}"
+            case Reason.NO_RULE:
+                return "no permission rule covers it (allowed by default)"
+
+    def to_data(self) -> dict[str, object]:
+        return {
+            "verdict": self.verdict.value,
+            "reason": self.reason.value,
+            "mode": self.mode.value,
+            "source": self.source,
+            "rule": self.rule.text if self.rule else None,
+            "origin": self.rule.origin if self.rule else None,
+        }
+
+
+def _decide_one(rules: RuleSet, tool: str, argument: str) -> tuple[Reason, Rule | None]:
+    matching = [r for r in rules.rules if r.matches(tool, argument)]
+    for verdict, reason in ((Verdict.DENY, Reason.DENY_RULE), (Verdict.ASK, Reason.ASK_RULE),
+                            (Verdict.ALLOW, Reason.ALLOW_RULE)):
+        first = next((r for r in matching if r.verdict is verdict), None)
+        if first is not None:
+            return reason, first
+    if any(r.tool == tool and r.verdict is Verdict.ALLOW for r in rules.rules):
+        return Reason.NOT_ALLOWED, None
+    return Reason.NO_RULE, None
+
+
+def decide(sets: Sequence[RuleSet], *, tool: str, argument: str, mode: Mode) -> Decision:
+    """The decision on ``tool(argument)`` under every set in ``sets``: the strictest wins."""
+    if tool not in TOOLS:
+        raise PolicyError(f"no permission rules exist for unknown tool {tool!r}")
+    reason, rule, source = Reason.NO_RULE, None, None
+    for rules in sets:
+        found, matched = _decide_one(rules, tool, argument)
+        if _STRICTNESS.index(found) < _STRICTNESS.index(reason):
+            reason, rule, source = found, matched, rules.source
+    if reason is Reason.DENY_RULE:
+        verdict = Verdict.DENY
+    elif reason in (Reason.ASK_RULE, Reason.NOT_ALLOWED):
+        verdict = Verdict.ASK if mode is Mode.ATTENDED else Verdict.DENY
+    else:
+        verdict = Verdict.ALLOW
+    return Decision(verdict=verdict, reason=reason, rule=rule, mode=mode, source=source)
