@@ -36,7 +36,15 @@ class AttestPlan:
     but the proxy: a direct dial and the embedded DNS server must both be
     refused). ``host_address`` is where the host is reachable from inside,
     if anywhere: the canary listens there. ``proxy_host`` is the proxy's
-    address as seen inside.
+    address as seen inside. ``profile_filtered`` is the host's own network
+    behind a per-process rule (macOS Seatbelt): no namespace to inspect, so
+    the proof is that a direct dial and a datagram are refused by that rule.
+
+    ``kernel`` picks the privilege checks the probe can make: ``linux``
+    (capabilities, no_new_privs, seccomp) or ``darwin`` (not root, and
+    Seatbelt applied to the probe's own process). ``write_witness`` is a
+    directory the session's uid may write by its mode but no rule allows:
+    a write refused there was refused by the sandbox, not by file modes.
     """
 
     python: str
@@ -49,6 +57,8 @@ class AttestPlan:
     network: str = "loopback_only"
     host_address: str = "127.0.0.1"
     proxy_host: str = "127.0.0.1"
+    kernel: str = "linux"
+    write_witness: str | None = None
 
 
 def attest(session: Session, plan: AttestPlan) -> tuple[Check, ...]:
@@ -68,6 +78,8 @@ def attest(session: Session, plan: AttestPlan) -> tuple[Check, ...]:
             "exposed": list(plan.exposed),
             "workspace": plan.workspace,
             "landlock": plan.landlock,
+            "kernel": plan.kernel,
+            "write_witness": plan.write_witness,
         }
         result = session.exec(
             [plan.python, "-I", "-S", "-c", PROBE_SOURCE, json.dumps(data)],

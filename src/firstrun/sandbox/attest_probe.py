@@ -117,6 +117,40 @@ def check_firewalled() -> tuple[bool, str]:
     return ok, "; ".join(details)
 
 
+def check_profile_filtered() -> tuple[bool, str]:
+    """The host's network behind a per-process rule (Seatbelt): the rule itself refuses.
+
+    EPERM comes from the sandbox before routing, so no packet leaves;
+    an unreachable network would answer with another errno and fail this.
+    """
+    details = []
+    ok = True
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        u.sendto(b"\x00", ("192.0.2.1", 53))
+    except OSError as exc:
+        details.append(f"udp 192.0.2.1:53: {errno.errorcode.get(exc.errno, exc.errno)}")
+        ok = exc.errno == errno.EPERM
+    else:
+        details.append("udp 192.0.2.1:53: sent")
+        ok = False
+    finally:
+        u.close()
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(5)
+    try:
+        s.connect(("192.0.2.1", 80))
+    except OSError as exc:
+        details.append(f"tcp 192.0.2.1:80: {errno.errorcode.get(exc.errno, exc.errno) if exc.errno else exc}")
+        ok = ok and exc.errno == errno.EPERM
+    else:
+        details.append("tcp 192.0.2.1:80: connected")
+        ok = False
+    finally:
+        s.close()
+    return ok, "; ".join(details)
+
+
 def check_proxy(port: int, nonce: str, host: str = "127.0.0.1") -> tuple[bool, str]:
     conn = http.client.HTTPConnection(host, port, timeout=10)
     try:
@@ -153,9 +187,14 @@ def _try_write(path: str) -> int | None:
     return None
 
 
-def check_writes(workspace: str, landlock: bool) -> tuple[bool, str]:
+def check_writes(workspace: str, landlock: bool, witness: str | None = None) -> tuple[bool, str]:
     details = []
     ok = True
+    if witness is not None:
+        # This uid may write here by the directory's mode: only the sandbox refuses.
+        err = _try_write(os.path.join(witness, "firstrun-attest"))
+        details.append(f"{witness}: {errno.errorcode.get(err, err) if err else 'written'}")
+        ok = err in (errno.EPERM, errno.EACCES)
     for path in ("/etc/firstrun-attest", "/usr/firstrun-attest"):
         err = _try_write(path)
         details.append(f"{path}: {errno.errorcode.get(err, err) if err else 'written'}")
@@ -186,11 +225,27 @@ def check_seccomp() -> tuple[bool, str]:
     return ok, f"Seccomp {mode}, unshare(CLONE_NEWUSER): {errno.errorcode.get(err, err) if rc else 'succeeded'}"
 
 
+def check_not_root() -> tuple[bool, str]:
+    return os.geteuid() != 0, f"euid {os.geteuid()}, egid {os.getegid()}"
+
+
+def check_seatbelt() -> tuple[bool, str]:
+    """Seatbelt's own answer for this process: ``sandbox_check(pid, NULL, 0)`` is 1 when sandboxed."""
+    libc = ctypes.CDLL(None)
+    libc.sandbox_check.restype = ctypes.c_int
+    libc.sandbox_check.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+    rc = libc.sandbox_check(os.getpid(), None, 0)
+    return rc == 1, f"sandbox_check(self): {rc}"
+
+
 def main(argv: list[str]) -> int:
     plan = json.loads(argv[1])
     results = [("no_inherited_fds", *check_fds())]
-    if plan.get("network", "loopback_only") == "firewalled":
+    network = plan.get("network", "loopback_only")
+    if network == "firewalled":
         results.append(("direct_egress_refused", *check_firewalled()))
+    elif network == "profile_filtered":
+        results.append(("direct_egress_refused", *check_profile_filtered()))
     else:
         results.append(("only_loopback_interface", *check_interfaces()))
         results.append(("no_route", *check_no_route()))
@@ -200,9 +255,14 @@ def main(argv: list[str]) -> int:
         results.append(("proxy_answers", *check_proxy(plan["proxy_port"], plan["nonce"],
                                                        plan.get("proxy_host", "127.0.0.1"))))
     results.append(("real_homes_unreadable", *check_homes(plan["real_homes"], plan["exposed"])))
-    results.append(("writes_confined", *check_writes(plan["workspace"], plan["landlock"])))
-    results.append(("no_privileges", *check_privileges()))
-    results.append(("seccomp_loaded", *check_seccomp()))
+    results.append(("writes_confined", *check_writes(plan["workspace"], plan["landlock"],
+                                                     plan.get("write_witness"))))
+    if plan.get("kernel", "linux") == "darwin":
+        results.append(("no_privileges", *check_not_root()))
+        results.append(("seatbelt_applied", *check_seatbelt()))
+    else:
+        results.append(("no_privileges", *check_privileges()))
+        results.append(("seccomp_loaded", *check_seccomp()))
     json.dump([{"name": n, "passed": p, "detail": d} for n, p, d in results], sys.stdout)
     return 0
 
