@@ -25,8 +25,19 @@ def test_doctor_json_matches_its_exit_status(firstrun: Run) -> None:
     proc = firstrun("doctor", "--json")
     doc = json.loads(proc.stdout)
     assert doc["linux_usable"] is (proc.returncode == 0)
-    assert {c["name"] for c in doc["optional"]} == {"docker daemon", "/dev/kvm"}
-    for cap in doc["capabilities"] + doc["optional"]:
+    assert {c["name"] for c in doc["optional"]} == {"/dev/kvm"}
+    backends = {b["name"]: b for b in doc["backends"]}
+    assert {"linux", "docker", "local"} <= set(backends)
+    assert backends["linux"]["available"] is doc["linux_usable"]
+    assert not backends["local"]["available"]
+    docker = {c["name"]: c for c in backends["docker"]["capabilities"]}
+    assert {"docker daemon", "root", "image"} <= set(docker)
+    if docker["docker daemon"]["available"]:
+        assert "CVE-2024-29018" in docker["docker daemon"]["detail"]
+    assert doc["auto"]
+    caps = doc["capabilities"] + doc["optional"]
+    caps += [c for b in doc["backends"] for c in b["capabilities"]]
+    for cap in caps:
         if not cap["available"]:
             assert cap["fix"], cap
 

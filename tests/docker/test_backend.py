@@ -29,8 +29,7 @@ WITH_PROXY = ProxyEndpoint(socket_path="/nonexistent/harness-proxy.sock", nonce=
 
 def _profile(workspace: str, **kwargs: object) -> SandboxProfile:
     return SandboxProfile(fs=host_filesystem_policy(workspace, os.environ),
-                          net=NetworkPolicy.build(allow=["pypi.org"]),
-                          downgrades=frozenset({LayerName.LANDLOCK}), **kwargs)
+                          net=NetworkPolicy.build(allow=["pypi.org"]), **kwargs)
 
 
 @pytest.fixture
@@ -59,8 +58,14 @@ def test_a_session_runs_commands_attested_and_gives_the_workspace_back(workspace
         names = {c.name for c in session.info.attestation}
         assert {"direct_egress_refused", "proxy_answers", "host_canary_saw_nothing",
                 "seccomp_loaded", "no_privileges", "writes_confined"} <= names
-        assert session.info.enforcement is Enforcement.DOWNGRADED
-        assert session.info.downgrades == ("landlock",)
+        # Every layer required, every layer provided: enforced, with the
+        # read-only root recorded as what stands in for Landlock.
+        assert session.info.enforcement is Enforcement.ENFORCED
+        assert session.info.downgrades == ()
+        layers = {l.name: l for l in session.info.layers}
+        assert set(layers) == {layer.value for layer in LayerName}
+        assert all(l.applied for l in layers.values())
+        assert layers["landlock"].mechanism == "read-only root + tmpfs"
         result = session.exec("id -u; mkdir -p sub && echo hi > sub/f && cat sub/f; touch /etc/x",
                               timeout=60)
         assert result.stdout.text() == "4321\nhi\n"
@@ -156,15 +161,14 @@ def test_a_timeout_kills_the_tree_and_interrupt_ends_a_command(workspace: str) -
 
 CHILD = """
 import os, sys, time
-from firstrun.policy.profile import LayerName, SandboxProfile
 from firstrun.policy.network import NetworkPolicy
+from firstrun.policy.profile import SandboxProfile
 from firstrun.sandbox.docker.backend import DockerBackend
 from firstrun.sandbox.docker.resources import harness_identity
 from firstrun.sandbox.hostfs import host_filesystem_policy
 from firstrun.sandbox.base import ProxyEndpoint
 profile = SandboxProfile(fs=host_filesystem_policy(sys.argv[1], os.environ),
-                         net=NetworkPolicy.build(),
-                         downgrades=frozenset({LayerName.LANDLOCK}))
+                         net=NetworkPolicy.build())
 session = DockerBackend().start(profile, proxy=ProxyEndpoint(socket_path="/x", nonce="x"))
 print(harness_identity(), flush=True)
 time.sleep(600)
@@ -194,10 +198,6 @@ def test_a_sigkilled_harness_leaves_resources_that_the_next_start_reaps(workspac
 
 
 def test_refusals_before_anything_is_created(workspace: str) -> None:
-    strict = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ))
-    with pytest.raises(SandboxUnavailable) as refused:
-        DockerBackend().start(strict, proxy=None)
-    assert refused.value.fix is not None and "--allow-downgrade landlock" in refused.value.fix
     with pytest.raises(SandboxUnavailable) as missing:
         DockerBackend(image="node:22-slim").start(_profile(workspace), proxy=None)
     assert missing.value.fix is not None and "docker pull node:22-slim" in missing.value.fix

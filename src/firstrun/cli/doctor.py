@@ -3,7 +3,12 @@
 Guarantee: doctor only observes. It never changes the machine; every finding
 comes from asking the kernel or the daemon directly (the linux backend's own
 ``probe()``, the docker backend's daemon probe over its socket, an open of
-/dev/kvm), never from guesses. Its exit status says whether ``firstrun sandbox
+/dev/kvm), never from guesses. Every registered backend is reported with
+what it needs (docker: the daemon, its Engine version judged against
+CVE-2024-29018 and how that is mitigated, the default image present), and
+which one ``auto`` would pick and why it passed the better ones over;
+``available_backends`` is that same list for code (the conformance suite
+runs against it). Its exit status says whether ``firstrun sandbox
 --backend linux`` would be refused: 0 when the linux backend is usable, 1
 otherwise. It also shows what a default session would expose from the home
 directory (toolchain roots) and what it masks (secrets), computed by the same
@@ -22,9 +27,14 @@ from dataclasses import dataclass
 from firstrun.errors import SandboxUnavailable
 from firstrun.policy.filesystem import SYSTEM_READONLY
 from firstrun.sandbox.base import Capability
-from firstrun.sandbox.docker.probe import probe_daemon
 from firstrun.sandbox.hostfs import host_filesystem_policy
-from firstrun.sandbox.select import select_backend
+from firstrun.sandbox.select import (
+    REGISTRY,
+    BackendOptions,
+    probe_backend,
+    resolve_backend,
+    select_backend,
+)
 
 KVM_DEVICE = "/dev/kvm"
 
@@ -43,6 +53,19 @@ class Exposure:
 
 
 @dataclass(frozen=True, kw_only=True)
+class BackendFinding:
+    """One registered backend: usable here or not, and each thing it needs."""
+
+    name: str
+    available: bool
+    capabilities: tuple[Capability, ...]
+
+
+def _cap(c: Capability) -> dict[str, object]:
+    return {"name": c.name, "available": c.available, "detail": c.detail, "fix": c.fix}
+
+
+@dataclass(frozen=True, kw_only=True)
 class Findings:
     linux_usable: bool
     linux_refusal: str | None
@@ -50,17 +73,20 @@ class Findings:
     capabilities: tuple[Capability, ...]
     optional: tuple[Capability, ...]
     exposure: Exposure
+    backends: tuple[BackendFinding, ...] = ()
+    auto: str = ""
 
     def to_data(self) -> dict[str, object]:
-        def cap(c: Capability) -> dict[str, object]:
-            return {"name": c.name, "available": c.available, "detail": c.detail, "fix": c.fix}
-
         return {
             "linux_usable": self.linux_usable,
             "linux_refusal": self.linux_refusal,
             "linux_fix": self.linux_fix,
-            "capabilities": [cap(c) for c in self.capabilities],
-            "optional": [cap(c) for c in self.optional],
+            "capabilities": [_cap(c) for c in self.capabilities],
+            "optional": [_cap(c) for c in self.optional],
+            "backends": [{"name": b.name, "available": b.available,
+                          "capabilities": [_cap(c) for c in b.capabilities]}
+                         for b in self.backends],
+            "auto": self.auto,
             "exposure": {
                 "homes": list(self.exposure.homes),
                 "toolchains": list(self.exposure.toolchains),
@@ -98,6 +124,33 @@ def default_exposure(env: Mapping[str, str]) -> Exposure:
     return Exposure(homes=fs.real_homes, toolchains=toolchains, masked=fs.hidden)
 
 
+def probe_backends() -> tuple[BackendFinding, ...]:
+    """Every registered backend, probed as a default session would use it (local: not allowed)."""
+    found = []
+    for entry in REGISTRY:
+        try:
+            caps = probe_backend(entry.name, BackendOptions())
+        except ImportError as exc:
+            caps = (Capability(name="module", available=False,
+                               detail=f"{entry.cls} cannot be loaded: {exc}",
+                               fix="reinstall firstrun"),)
+        found.append(BackendFinding(name=entry.name, available=all(c.available for c in caps),
+                                    capabilities=caps))
+    return tuple(found)
+
+
+def available_backends() -> tuple[str, ...]:
+    """The backends usable here, unenforced ``local`` never among them."""
+    return tuple(b.name for b in probe_backends() if b.available)
+
+
+def _auto_choice() -> str:
+    try:
+        return resolve_backend("auto", BackendOptions()).explain()
+    except SandboxUnavailable as exc:
+        return f"none: {exc.args[0]}"
+
+
 def gather(env: Mapping[str, str]) -> Findings:
     refusal: str | None = None
     fix: str | None = None
@@ -112,8 +165,10 @@ def gather(env: Mapping[str, str]) -> Findings:
         linux_refusal=refusal,
         linux_fix=fix,
         capabilities=capabilities,
-        optional=(probe_daemon(env), probe_kvm()),
+        optional=(probe_kvm(),),
         exposure=default_exposure(env),
+        backends=probe_backends(),
+        auto=_auto_choice(),
     )
 
 
@@ -131,8 +186,11 @@ def _plain(findings: Findings) -> list[str]:
             if not c.available and c.fix:
                 lines.append(f"      fix: {c.fix}")
 
-    section("enforcement layers (linux backend):", findings.capabilities)
-    section("other backends (optional):", findings.optional)
+    for backend in findings.backends:
+        section(f"backend {backend.name}: {'available' if backend.available else 'NOT available'}",
+                backend.capabilities)
+    lines.append(f"auto chooses: {findings.auto}")
+    section("other (optional):", findings.optional)
     lines.append("a default session hides these homes:")
     lines.extend(f"  {p}" for p in findings.exposure.homes or ("(none)",))
     lines.append("except, read-only, what PATH needs (toolchain roots) and CA bundles:")
@@ -155,8 +213,9 @@ def _rich(findings: Findings) -> None:
         if findings.linux_fix:
             console.print(f"  fix: {findings.linux_fix}", markup=False, highlight=False)
     for title, caps in (
-        ("Enforcement layers (linux backend)", findings.capabilities),
-        ("Other backends (optional)", findings.optional),
+        *((f"Backend {b.name}: {'available' if b.available else 'NOT available'}",
+           b.capabilities) for b in findings.backends),
+        ("Other (optional)", findings.optional),
     ):
         table = Table(title=title, title_justify="left")
         table.add_column("")
@@ -169,6 +228,7 @@ def _rich(findings: Findings) -> None:
                 Text(c.name), Text(c.detail), Text("" if c.available else (c.fix or "")),
             )
         console.print(table)
+    console.print(f"auto chooses: {findings.auto}", markup=False, highlight=False)
     table = Table(title="What a default session exposes from the homes", title_justify="left")
     table.add_column("")
     table.add_column("path")

@@ -3,7 +3,9 @@
 Guarantee: the command runs only after the backend attested the session, its
 only way out is the egress proxy started here, and when this returns (normal
 exit, timeout, error, Ctrl-C or SIGTERM) the session is closed, so no process
-it started is left running, and the proxy is stopped. The exit status keeps
+it started is left running, and the proxy is stopped. A backend with its own
+proxy (docker's sidecar) gets the same policy, and its records are reported
+(and written to ``--record``) the same way. The exit status keeps
 the command's own result apart from the harness's: the command's code, 124
 for a timeout, 125 when the sandbox refused or failed.
 """
@@ -24,10 +26,12 @@ from firstrun.policy.hosts import parse_patterns
 from firstrun.policy.network import DEFAULT_ALLOW, Channel, Mode, NetworkPolicy
 from firstrun.policy.process import Limits
 from firstrun.policy.profile import LayerName, SandboxProfile
+from firstrun.proxy.records import RecordLog
 from firstrun.proxy.server import EgressProxy
+from firstrun.run.sandbox import egress_record
 from firstrun.sandbox.base import ExecResult, ProxyEndpoint, Stream
 from firstrun.sandbox.hostfs import host_filesystem_policy
-from firstrun.sandbox.select import select_backend
+from firstrun.sandbox.select import BackendOptions, entry, resolve_backend, select_backend
 
 EXIT_TIMEOUT = 124
 
@@ -47,6 +51,7 @@ class SandboxRequest:
     report_only: bool = False
     timeout_s: float | None = None
     json: bool = False
+    image: str | None = None
 
 
 def build_network_policy(request: SandboxRequest) -> NetworkPolicy:
@@ -112,7 +117,13 @@ def run_sandbox(request: SandboxRequest) -> int:
     """Run the command; return the process exit status. Raises FirstrunError on refusal."""
     _check_paths(request)
     policy = build_network_policy(request)
-    backend = select_backend(request.backend, allow_unenforced=request.allow_unenforced)
+    options = BackendOptions(allow_unenforced=request.allow_unenforced, image=request.image)
+    name = resolve_backend(request.backend, options, (request.image,)).backend
+    own = RecordLog(request.record) if entry(name).own_proxy else None
+    backend = select_backend(name, allow_unenforced=request.allow_unenforced, options=options
+                             if own is None else BackendOptions(
+                                 image=request.image,
+                                 on_record=lambda data: own.append(egress_record(data))))
     with ExitStack() as stack:
         stack.enter_context(signals_unwind())
         if request.workspace is None:
@@ -126,19 +137,25 @@ def run_sandbox(request: SandboxRequest) -> int:
             limits=limits,
             downgrades=request.downgrades,
         )
-        # The proxy's socket lives in a private (0700) directory: only the
-        # harness connects to it, and the backend hands the connections in.
-        sockdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="firstrun-proxy-"))
-        proxy = stack.enter_context(EgressProxy(policy, record_path=request.record))
-        socket_path = proxy.listen_unix(os.path.join(sockdir, "proxy.sock"), Channel.SHELL)
-        session = stack.enter_context(
-            backend.start(profile, proxy=ProxyEndpoint(socket_path=socket_path, nonce=proxy.nonce))
-        )
+        proxy: EgressProxy | None = None
+        if own is not None:
+            stack.callback(own.close)
+            # The backend runs the shell channel's proxy with this policy; the
+            # endpoint only asks for one (None would mean no egress at all).
+            endpoint = ProxyEndpoint(socket_path="", nonce="")
+        else:
+            # The proxy's socket lives in a private (0700) directory: only the
+            # harness connects to it, and the backend hands the connections in.
+            sockdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="firstrun-proxy-"))
+            proxy = stack.enter_context(EgressProxy(policy, record_path=request.record))
+            socket_path = proxy.listen_unix(os.path.join(sockdir, "proxy.sock"), Channel.SHELL)
+            endpoint = ProxyEndpoint(socket_path=socket_path, nonce=proxy.nonce)
+        session = stack.enter_context(backend.start(profile, proxy=endpoint))
         live = _LiveOutput(all_to_stderr=request.json)
         result = session.exec(list(request.command), timeout=request.timeout_s, on_output=live)
     # Read after the session closed and the proxy stopped, so tunnels the
     # command left open are finished and recorded too.
-    records = proxy.records()
+    records = proxy.records() if proxy is not None else own.snapshot() if own is not None else []
     info = session.info
     code = _exit_code(result)
     if request.json:

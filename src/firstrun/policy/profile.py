@@ -6,6 +6,19 @@ hash were constrained identically. Which enforcement layers are required is
 part of the profile; a backend that cannot apply one must refuse, unless the
 profile lists that layer in ``downgrades`` (an explicit, recorded choice).
 
+A layer names a guarantee, not a program. Each ``LayerName`` is named for
+the mechanism the reference (linux) backend uses, and ``LAYER_GUARANTEES``
+says what it promises. A backend declares, per layer, the mechanism by
+which it provides that promise (``Provides``); ``unprovided`` is the pure
+check of a profile's ``enforced`` layers against that declaration. So the
+docker backend, whose read-only root filesystem and tmpfs mounts confine
+writes exactly as Landlock does on linux, provides ``landlock`` by that
+mechanism and is enforced, while linux still provides it only by Landlock
+and refuses when the kernel lacks it. Which mechanism applied each layer is
+recorded per session (``SessionInfo.layers``), not in the profile, so the
+policy hash stays a statement of what was required: two runs with one hash
+were held to the same guarantees, whichever backend enforced them.
+
 Pure: stdlib only, no I/O.
 """
 
@@ -13,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -32,6 +46,20 @@ class LayerName(StrEnum):
 
 ALL_LAYERS = frozenset(LayerName)
 
+# What each layer promises, whichever mechanism a backend provides it by.
+LAYER_GUARANTEES: Mapping[LayerName, str] = {
+    LayerName.NAMESPACES: "the session sees only its own processes, mounts and network",
+    LayerName.LANDLOCK: "writes land only in the workspace and the session's own "
+                        "temporary directories; the host's files stay unchanged",
+    LayerName.SECCOMP: "kernel interfaces a sandbox has no use for are refused",
+    LayerName.NETWORK: "the only way out is the egress proxy",
+    LayerName.LIMITS: "memory, processes and output are capped",
+    LayerName.UNPRIVILEGED: "commands run without root and without capabilities",
+}
+
+# A backend's declaration: for each layer it provides, the mechanism that does.
+Provides = Mapping[LayerName, str]
+
 
 @dataclass(frozen=True, kw_only=True)
 class SandboxProfile:
@@ -40,6 +68,11 @@ class SandboxProfile:
     limits: Limits = field(default_factory=Limits)
     required: frozenset[LayerName] = ALL_LAYERS
     downgrades: frozenset[LayerName] = frozenset()
+
+    @property
+    def enforced(self) -> frozenset[LayerName]:
+        """The layers a session must apply: required, less the explicit downgrades."""
+        return self.required - self.downgrades
 
     def to_data(self) -> dict[str, object]:
         return {
@@ -58,3 +91,8 @@ class SandboxProfile:
         """
         blob = json.dumps(self.to_data(), sort_keys=True, separators=(",", ":"))
         return "sha256:" + hashlib.sha256(blob.encode()).hexdigest()
+
+
+def unprovided(profile: SandboxProfile, provides: Provides) -> tuple[LayerName, ...]:
+    """The layers ``profile`` must have enforced that a backend declaring ``provides`` cannot give."""
+    return tuple(sorted(profile.enforced - provides.keys()))

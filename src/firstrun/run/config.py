@@ -39,6 +39,8 @@ class RunConfig:
     report_only: bool = False
     affordances: Affordances = Affordances.ALL
     probe_affordances: bool = False
+    # ``--image``: a container backend's image for tasks that name none.
+    image: str | None = None
 
     def __post_init__(self) -> None:
         # Refused here, once, so a sweep never starts runs that all fail alike.

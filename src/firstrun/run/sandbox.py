@@ -7,7 +7,12 @@ the backend attested over exactly one workspace, and a docs reader that
 reaches its hosts through the proxy's docs channel (mirrors excepted, which
 are on loopback by construction). Every egress record reaches ``on_record``
 the moment the proxy writes it, so the trace holds egress live, not after
-the fact. On the way out (normally, by exception or by interrupt) the
+the fact. A backend that brings its own shell-channel proxy (docker's
+sidecar, ``Entry.own_proxy``) is given the same policy, and its records are
+rebuilt as ``EgressRecord``s and delivered to ``on_record`` the same way, as
+they are written, so classification never depends on which proxy decided;
+the harness proxy then serves the docs channel only. The container image is
+the task's ``image``, else ``--image``, else the default Python image. On the way out (normally, by exception or by interrupt) the
 session is closed first, so every process the agent started is gone, then
 the reader, then the proxy, whose last records (tunnels ended by the close)
 are delivered before ``open_sandbox`` returns.
@@ -19,18 +24,20 @@ import os
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from enum import StrEnum
 
 from firstrun.docs import AffordanceFilter, Affordances, DocsReader, Politeness, default_user_agent
-from firstrun.policy.network import Channel, Mode, NetworkPolicy
+from firstrun.errors import SandboxError
+from firstrun.policy.network import Channel, Layer, Mode, NetworkPolicy, Reason, Verdict
 from firstrun.policy.process import Limits
 from firstrun.policy.profile import SandboxProfile
-from firstrun.proxy.records import EgressRecord
+from firstrun.proxy.records import EgressRecord, Scheme
 from firstrun.proxy.server import EgressProxy
 from firstrun.run.config import RunConfig
 from firstrun.sandbox.base import ProxyEndpoint, Session
 from firstrun.sandbox.hostfs import host_filesystem_policy
-from firstrun.sandbox.select import select_backend
+from firstrun.sandbox.select import BackendOptions, entry, resolve_backend, select_backend
 from firstrun.tasks.compile import compile_profile_inputs
 from firstrun.tasks.model import Task
 
@@ -65,6 +72,41 @@ def task_profile(task: Task, workspace: str, policy: NetworkPolicy, config: RunC
     )
 
 
+# Record fields whose data form is an enum's value; lists come back as tuples.
+_ENUM_FIELDS: dict[str, type[StrEnum]] = {
+    "channel": Channel, "scheme": Scheme, "decision": Verdict, "reason": Reason,
+    "layer": Layer, "would_deny": Reason,
+}
+
+
+def egress_record(data: dict[str, object]) -> EgressRecord:
+    """An ``EgressRecord`` back from its ``to_data`` form (a sidecar's record line).
+
+    Field by field over the dataclass, so a field added to the record is
+    carried, not dropped; a missing or malformed one is a ``SandboxError``.
+    """
+    values: dict[str, object] = {}
+    try:
+        for f in fields(EgressRecord):
+            if f.name not in data:
+                continue
+            value = data[f.name]
+            if f.name in _ENUM_FIELDS and value is not None:
+                value = _ENUM_FIELDS[f.name](value)
+            elif isinstance(value, list):
+                value = tuple(value)
+            values[f.name] = value
+        return EgressRecord(**values)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as exc:
+        raise SandboxError(f"the proxy sidecar wrote a malformed record: {exc}",
+                           who="docker") from exc
+
+
+def run_image(task: Task, config: RunConfig) -> str | None:
+    """The container image for ``task``: its own ``image``, else ``--image``; None: the default."""
+    return task.spec.image or config.image
+
+
 @contextmanager
 def open_sandbox(
     task: Task,
@@ -76,14 +118,29 @@ def open_sandbox(
 ) -> Iterator[Enclosure]:
     """Raises SandboxUnavailable/AttestationFailed/SandboxError/ProxyError/UsageError as they come."""
     policy = task_policy(task, config)
-    backend = select_backend(config.backend, allow_unenforced=config.allow_unenforced)
+    image = run_image(task, config)
+    # A sweep resolves ``auto`` once before its runs; a lone run does it here.
+    name = config.backend if config.backend != "auto" else resolve_backend(
+        "auto", BackendOptions(allow_unenforced=config.allow_unenforced), (image,)).backend
+    own_proxy = entry(name).own_proxy
+    backend = select_backend(name, allow_unenforced=config.allow_unenforced,
+                             options=BackendOptions(
+                                 image=image,
+                                 on_record=(lambda data: on_record(egress_record(data)))
+                                 if own_proxy else None))
     profile = task_profile(task, workspace, policy, config)
     with ExitStack() as stack:
         proxy = stack.enter_context(EgressProxy(policy, on_record=on_record))
-        # Private (0700) directory: only the harness connects to the socket;
-        # the backend hands connections into the sandbox.
-        sockdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="firstrun-proxy-"))
-        socket_path = proxy.listen_unix(os.path.join(sockdir, "proxy.sock"), Channel.SHELL)
+        if own_proxy:
+            # The backend runs the shell channel's proxy with this same policy;
+            # the endpoint only asks for one (None would mean no egress at all).
+            endpoint = ProxyEndpoint(socket_path="", nonce="")
+        else:
+            # Private (0700) directory: only the harness connects to the socket;
+            # the backend hands connections into the sandbox.
+            sockdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="firstrun-proxy-"))
+            socket_path = proxy.listen_unix(os.path.join(sockdir, "proxy.sock"), Channel.SHELL)
+            endpoint = ProxyEndpoint(socket_path=socket_path, nonce=proxy.nonce)
         docs_address = proxy.listen_tcp(Channel.DOCS)
         reader = stack.enter_context(
             DocsReader(
@@ -98,7 +155,5 @@ def open_sandbox(
                 if config.affordances is Affordances.NONE else None,
             )
         )
-        session = stack.enter_context(
-            backend.start(profile, proxy=ProxyEndpoint(socket_path=socket_path, nonce=proxy.nonce))
-        )
+        session = stack.enter_context(backend.start(profile, proxy=endpoint))
         yield Enclosure(session=session, proxy=proxy, reader=reader, policy=policy)

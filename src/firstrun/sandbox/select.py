@@ -1,40 +1,174 @@
-"""Choosing a backend by name.
+"""Choosing a backend by name, from one registry table.
 
-Guarantee: ``auto`` picks the strongest backend this machine can enforce and
-never an unenforced one (nor a micro-VM, which is opt-in); ``local`` is
-refused unless unenforced execution was explicitly allowed. A name that is
-not a backend is a usage error, never a silent fallback.
+Guarantee: ``auto`` picks the first backend, in ``REGISTRY`` order of
+``auto_rank``, that this machine can enforce right now for every image the
+sweep needs (docker, then linux, then seatbelt), and never an unenforced one
+(``local``) nor a micro-VM (opt-in): an entry with ``auto_rank=None`` is
+never picked. ``resolve_backend`` says why each better backend was passed
+over, so the choice explains itself; it is made once per sweep, and the
+sweep re-checks that exact backend (``unavailable``) before each run rather
+than ever choosing again. ``local`` is refused unless unenforced execution
+was explicitly allowed. A name that is not a backend is a usage error, never
+a silent fallback.
+
+Backends are imported only when selected or probed, so a machine without
+one backend's dependencies can still use the others.
+
+Adding a backend is one ``Entry`` in ``REGISTRY``: its name, the class
+(``"module:Class"``), where ``auto`` ranks it, and, if its constructor takes
+options, a ``build`` that picks them from ``BackendOptions``.
 """
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
 from firstrun.errors import SandboxUnavailable, UsageError
-from firstrun.sandbox.base import Backend
-from firstrun.sandbox.linux.backend import LinuxBackend
-from firstrun.sandbox.local import LocalBackend
+from firstrun.sandbox.base import Backend, Capability
 
-BACKENDS = ("auto", "linux", "local")
+# An egress record as plain data (``EgressRecord.to_data``), from a backend
+# that runs the shell channel's proxy itself.
+RecordCallback = Callable[[dict[str, object]], None]
 
 
-def select_backend(name: str, *, allow_unenforced: bool) -> Backend:
-    if name == "linux":
-        return LinuxBackend()
-    if name == "local":
-        backend = LocalBackend(allow_unenforced=allow_unenforced)
-        if not allow_unenforced:
-            (cap,) = backend.probe()
-            raise SandboxUnavailable("the local backend enforces nothing; refused",
-                                     who="local", fix=cap.fix)
-        return backend
-    if name == "auto":
-        linux = LinuxBackend()
-        missing = [c for c in linux.probe() if not c.available]
-        if not missing:
-            return linux
-        raise SandboxUnavailable(
-            "no enforcing backend is available: "
-            + "; ".join(f"{c.name}: {c.detail}" for c in missing),
-            who="select",
-            fix="; ".join(c.fix for c in missing if c.fix),
-        )
+@dataclass(frozen=True, kw_only=True)
+class BackendOptions:
+    """What a run asks of whichever backend it gets; each backend takes what applies to it.
+
+    ``image`` is the container image (backends that run one). ``on_record``
+    receives the egress records of a backend that brings its own proxy
+    (``Entry.own_proxy``); the others' records come from the harness proxy.
+    """
+
+    allow_unenforced: bool = False
+    image: str | None = None
+    on_record: RecordCallback | None = None
+
+
+def _plain(cls: type, options: BackendOptions) -> Backend:
+    backend: Backend = cls()
+    return backend
+
+
+@dataclass(frozen=True, kw_only=True)
+class Entry:
+    """One backend. ``auto_rank``: lower is preferred; None: ``auto`` never picks it.
+
+    ``own_proxy``: the backend runs the shell channel's egress proxy itself
+    (docker's sidecar) and reports records to ``BackendOptions.on_record``;
+    the harness proxy then serves only the docs channel.
+    """
+
+    name: str
+    cls: str
+    auto_rank: int | None
+    build: Callable[[type, BackendOptions], Backend] = field(default=_plain)
+    own_proxy: bool = False
+
+    def load(self) -> type:
+        module, _, attr = self.cls.partition(":")
+        cls: type = getattr(importlib.import_module(module), attr)
+        return cls
+
+
+REGISTRY: tuple[Entry, ...] = (
+    Entry(name="docker", cls="firstrun.sandbox.docker.backend:DockerBackend", auto_rank=1,
+          build=lambda cls, o: cls(image=o.image, on_record=o.on_record), own_proxy=True),
+    Entry(name="linux", cls="firstrun.sandbox.linux.backend:LinuxBackend", auto_rank=2),
+    Entry(name="local", cls="firstrun.sandbox.local:LocalBackend", auto_rank=None,
+          build=lambda cls, o: cls(allow_unenforced=o.allow_unenforced)),
+)
+
+BACKENDS: tuple[str, ...] = ("auto", *(e.name for e in REGISTRY))
+
+
+def entry(name: str) -> Entry:
+    for candidate in REGISTRY:
+        if candidate.name == name:
+            return candidate
     raise UsageError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+
+
+def build_backend(name: str, options: BackendOptions) -> Backend:
+    """The named backend (never ``auto``), constructed but not probed."""
+    chosen = entry(name)
+    return chosen.build(chosen.load(), options)
+
+
+def probe_backend(name: str, options: BackendOptions) -> tuple[Capability, ...]:
+    """What ``name`` needs on this machine, each found available or not, with fixes."""
+    return build_backend(name, options).probe()
+
+
+def unavailable(name: str, options: BackendOptions,
+                images: Sequence[str | None] = (None,)) -> Capability | None:
+    """The first thing that keeps ``name`` from running every image in ``images``; None: usable."""
+    for image in dict.fromkeys(images):
+        for cap in probe_backend(name, replace(options, image=image)):
+            if not cap.available:
+                return cap
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resolution:
+    """The concrete backend for a sweep, and why each preferred one was passed over."""
+
+    requested: str
+    backend: str
+    passed_over: tuple[str, ...] = ()
+
+    def explain(self) -> str:
+        if self.requested != "auto":
+            return f"backend {self.backend} (asked for by name)"
+        why = "; ".join(self.passed_over)
+        return f"backend {self.backend} (auto" + (f"; not {why})" if why else ")")
+
+    def to_data(self) -> dict[str, object]:
+        return {"requested": self.requested, "backend": self.backend,
+                "passed_over": list(self.passed_over)}
+
+
+def resolve_backend(name: str, options: BackendOptions,
+                    images: Sequence[str | None] = (None,)) -> Resolution:
+    """``auto`` made concrete for a sweep whose tasks use ``images``; a named backend as is.
+
+    Raises ``SandboxUnavailable`` when ``auto`` finds nothing enforcing, with
+    every candidate's reason and fix.
+    """
+    if name != "auto":
+        entry(name)
+        return Resolution(requested=name, backend=name)
+    passed: list[str] = []
+    fixes: list[str] = []
+    for candidate in sorted((e for e in REGISTRY if e.auto_rank is not None),
+                            key=lambda e: e.auto_rank or 0):
+        try:
+            missing = unavailable(candidate.name, options, images)
+        except ImportError as exc:
+            passed.append(f"{candidate.name}: cannot be loaded here ({exc})")
+            continue
+        if missing is None:
+            return Resolution(requested=name, backend=candidate.name, passed_over=tuple(passed))
+        passed.append(f"{candidate.name}: {missing.name}: {missing.detail}"
+                      + (f" (fix: {missing.fix})" if missing.fix else ""))
+        if missing.fix:
+            fixes.append(missing.fix)
+    raise SandboxUnavailable("no enforcing backend is available: " + "; ".join(passed),
+                             who="select", fix="; ".join(fixes) or None)
+
+
+def select_backend(name: str, *, allow_unenforced: bool,
+                   options: BackendOptions | None = None) -> Backend:
+    """The backend to start sessions with; ``auto`` resolves here (a sweep resolves it once first)."""
+    options = replace(options or BackendOptions(), allow_unenforced=allow_unenforced)
+    if name == "auto":
+        name = resolve_backend(name, options, (options.image,)).backend
+    backend = build_backend(name, options)
+    if name == "local" and not allow_unenforced:
+        (cap,) = backend.probe()
+        raise SandboxUnavailable("the local backend enforces nothing; refused",
+                                 who="local", fix=cap.fix)
+    return backend

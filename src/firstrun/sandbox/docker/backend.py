@@ -12,6 +12,14 @@ under the supervisor (``supervisor.py``), so a timeout, an interrupt or the
 harness's death kills its whole tree; ``close`` removes the containers and
 networks, then gives the workspace back to its owner.
 
+The backend provides every layer a profile can require (``PROVIDES``):
+Landlock's guarantee, writes confined to the workspace and the session's
+own temporary directories, is given here by the read-only root filesystem
+with tmpfs ``/tmp`` and HOME and the workspace as the only writable bind,
+with every capability dropped so nothing can remount. A session whose
+layers were all applied and attested is therefore ``ENFORCED``, and its
+``SessionInfo.layers`` names the mechanism behind each layer.
+
 Each egress record the sidecar writes reaches ``on_record`` (plain data, as
 ``EgressRecord.to_data`` gives it) the moment it is written.
 
@@ -24,6 +32,7 @@ streams would need a framing parser of our own.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import subprocess
@@ -37,9 +46,9 @@ import h11
 
 import firstrun
 from firstrun.errors import SandboxError, SandboxUnavailable
-from firstrun.images.build import resolve_image
+from firstrun.images.build import DEFAULT_IMAGE, resolve_image
 from firstrun.policy.process import CA_VARIABLES, build_environment
-from firstrun.policy.profile import LayerName, SandboxProfile
+from firstrun.policy.profile import LayerName, Provides, SandboxProfile, unprovided
 from firstrun.sandbox import attest as attestation
 from firstrun.sandbox.base import (
     Capability,
@@ -94,6 +103,7 @@ class _Sidecar:
         self.process = process
         self._on_record = on_record
         self._thread: threading.Thread | None = None
+        self.failure: Exception | None = None
 
     def await_ready(self) -> str:
         assert self.process.stdout is not None
@@ -117,15 +127,24 @@ class _Sidecar:
             except ValueError:
                 continue
             if msg.get("event") == "record" and self._on_record is not None:
-                self._on_record(msg["record"])
+                try:
+                    self._on_record(msg["record"])
+                except Exception as exc:
+                    # Kept for close to raise: a record the harness could not
+                    # take must not end the pump and silently lose the rest.
+                    if self.failure is None:
+                        self.failure = exc
 
     def finish(self) -> None:
-        """Wait for the last records after the sidecar was stopped."""
+        """Wait for the last records after the sidecar was stopped; raise if one was refused."""
         self.process.wait()
         if self._thread is not None:
             self._thread.join()
         if self.process.stdout is not None:
             self.process.stdout.close()
+        if self.failure is not None:
+            raise SandboxError(f"an egress record could not be delivered: {self.failure}",
+                               who="docker") from self.failure
 
 
 class DockerSession:
@@ -244,7 +263,10 @@ class DockerSession:
         except SandboxError as exc:
             errors.append(str(exc))
         if self._sidecar is not None:
-            self._sidecar.finish()
+            try:
+                self._sidecar.finish()
+            except SandboxError as exc:
+                errors.append(str(exc))
         if self._lent_uid is not None:
             try:
                 chown_tree(self._profile.fs.workspace, *self._owner, only_owner=self._lent_uid)
@@ -254,27 +276,34 @@ class DockerSession:
             raise SandboxError("; ".join(errors), who="docker")
 
 
+# The mechanism behind each layer, as recorded in SessionInfo.layers.
+PROVIDES: Provides = {
+    LayerName.NAMESPACES: "docker container",
+    LayerName.LANDLOCK: "read-only root + tmpfs",
+    LayerName.SECCOMP: "docker default seccomp",
+    LayerName.NETWORK: "internal network + namespace firewall",
+    LayerName.LIMITS: "container cgroup + rlimits",
+    LayerName.UNPRIVILEGED: "non-root uid, no capabilities",
+}
+
+
 def _layers(profile: SandboxProfile, *, image: str, user: str, proxy: bool) -> tuple[LayerStatus, ...]:
     limits = profile.limits
-    return (
-        LayerStatus(name=LayerName.NAMESPACES, applied=True, mechanism="docker container",
-                    detail=f"image {image}; pid, mount, ipc, uts and net namespaces; "
-                           "read-only root, tmpfs /tmp and HOME"),
-        LayerStatus(name=LayerName.LANDLOCK, applied=False, mechanism="read-only root",
-                    detail="not applied: writes are confined by the read-only root filesystem "
-                           "and the tmpfs mounts instead"),
-        LayerStatus(name=LayerName.SECCOMP, applied=True, mechanism="docker default seccomp",
-                    detail="Docker's default profile, no-new-privileges"),
-        LayerStatus(name=LayerName.NETWORK, applied=True,
-                    mechanism="internal network + namespace firewall",
-                    detail=f"only the proxy sidecar's port {PROXY_PORT}; no host, no DNS"
-                    if proxy else "loopback only (no proxy)"),
-        LayerStatus(name=LayerName.LIMITS, applied=True, mechanism="cgroups + rlimits",
-                    detail=f"pids {limits.pids}, memory {limits.memory_bytes} bytes, "
-                           f"open files {limits.open_files}, core 0"),
-        LayerStatus(name=LayerName.UNPRIVILEGED, applied=True, mechanism=f"uid {user}",
-                    detail="non-root, every capability dropped"),
-    )
+    fs = profile.fs
+    details = {
+        LayerName.NAMESPACES: f"image {image}; pid, mount, ipc, uts and net namespaces",
+        LayerName.LANDLOCK: f"in place of Landlock: the root filesystem is read-only; writable "
+                            f"only {fs.sandbox_workspace} (the bound workspace) and tmpfs "
+                            f"{SANDBOX_TMP} and {fs.sandbox_home}; no capability to remount",
+        LayerName.SECCOMP: "Docker's default profile (never unconfined), no-new-privileges",
+        LayerName.NETWORK: f"only the proxy sidecar's port {PROXY_PORT}; no host, no DNS"
+                           if proxy else "loopback only (no proxy)",
+        LayerName.LIMITS: f"session-wide: pids {limits.pids}, memory {limits.memory_bytes} bytes "
+                          f"(no extra swap); per process: open files {limits.open_files}, core 0",
+        LayerName.UNPRIVILEGED: f"uid {user}; every capability dropped",
+    }
+    return tuple(LayerStatus(name=layer, applied=True, mechanism=PROVIDES[layer],
+                             detail=details[layer]) for layer in LayerName)
 
 
 def _ca_files() -> tuple[str, ...]:
@@ -295,9 +324,8 @@ def _lib_binds() -> tuple[tuple[str, str], ...]:
 class DockerBackend:
     """A container per session behind an internal network, with the proxy as a sidecar.
 
-    Landlock is not part of this backend (the container's read-only root
-    does that job), so a profile that requires it is refused unless it
-    downgrades ``landlock`` explicitly, which is then recorded.
+    ``image`` is the run container's image (a task's ``image`` wins over
+    it; None means the default Python image).
     """
 
     name = "docker"
@@ -308,24 +336,38 @@ class DockerBackend:
         self._on_record = on_record
 
     def probe(self) -> tuple[Capability, ...]:
+        """The daemon (version judged), root, and the image a session would run, already local."""
         daemon = probe_daemon(os.environ)
         root = Capability(
             name="root", available=os.geteuid() == 0,
             detail="the run container's namespace firewall is loaded from the host as root"
             if os.geteuid() == 0 else f"harness is uid {os.geteuid()}",
             fix=None if os.geteuid() == 0 else "run the harness as root (or use --backend linux)")
-        return (daemon, root)
+        wanted = self._image or DEFAULT_IMAGE
+        if not daemon.available:
+            image = Capability(name="image", available=False,
+                               detail=f"{wanted}: not checked, the daemon does not answer",
+                               fix=daemon.fix)
+        else:
+            try:
+                image = Capability(name="image", available=True,
+                                   detail=f"{resolve_image(self._image, docker_binary())} present "
+                                          "(nothing is built or pulled to find out)")
+            except SandboxUnavailable as exc:
+                image = Capability(name="image", available=False, detail=exc.args[0], fix=exc.fix)
+        return (daemon, root, image)
 
     def start(self, profile: SandboxProfile, *, proxy: ProxyEndpoint | None) -> DockerSession:
         missing = [c for c in self.probe() if not c.available]
         if missing:
             raise SandboxUnavailable("; ".join(f"{c.name}: {c.detail}" for c in missing),
                                      who="docker", fix="; ".join(c.fix for c in missing if c.fix))
-        if LayerName.LANDLOCK in profile.required and LayerName.LANDLOCK not in profile.downgrades:
+        lacking = unprovided(profile, PROVIDES)
+        if lacking:
             raise SandboxUnavailable(
-                "the docker backend does not apply Landlock (its read-only root confines "
-                "writes instead)", who="docker",
-                fix="pass --allow-downgrade landlock to accept that, recorded")
+                f"the docker backend cannot enforce {', '.join(lacking)}", who="docker",
+                fix="use a backend that provides it (firstrun doctor), or --allow-downgrade "
+                    "it, recorded")
         fs = profile.fs
         if not os.path.isdir(fs.workspace):
             raise SandboxError(f"workspace {fs.workspace} is not a directory", who="docker")
@@ -376,7 +418,7 @@ class DockerBackend:
             user = f"{uid}:{gid}"
             session = DockerSession(
                 topology=topology, profile=profile, env=env, user=user,
-                info=SessionInfo(backend=self.name, enforcement=Enforcement.DOWNGRADED,
+                info=SessionInfo(backend=self.name, enforcement=Enforcement.ENFORCED,
                                  policy_hash=profile.policy_hash()),
                 sidecar=sidecar, lent_uid=lent, owner=owner, docker_bin=docker_bin)
             checks = attestation.attest(session, attestation.AttestPlan(
@@ -385,10 +427,10 @@ class DockerBackend:
                 landlock=False, network="firewalled", host_address=gateway,
                 proxy_host=sidecar_ip))
             session.info = SessionInfo(
-                backend=self.name, enforcement=Enforcement.DOWNGRADED,
+                backend=self.name, enforcement=Enforcement.ENFORCED,
                 policy_hash=profile.policy_hash(),
                 layers=_layers(profile, image=image, user=user, proxy=proxy is not None),
-                attestation=checks, downgrades=(LayerName.LANDLOCK.value,))
+                attestation=checks)
             attestation.require_passed(checks)
         except BaseException:
             if session is not None:
@@ -396,7 +438,8 @@ class DockerBackend:
             else:
                 remove(topology, docker_bin=docker_bin)
                 if sidecar is not None:
-                    sidecar.finish()
+                    with contextlib.suppress(SandboxError):
+                        sidecar.finish()
                 if lent is not None:
                     chown_tree(fs.workspace, *owner, only_owner=lent)
             raise

