@@ -90,3 +90,92 @@ class RunRecord:
         for name in ("attestation", "layers", "route_findings", "blocked_egress", "docs_route"):
             fields[name] = tuple(fields.get(name, ()))
         return cls(**fields)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskIdentity:
+    """One task as a sweep ran it: its name and the bytes that define it."""
+
+    name: str
+    sha256: str
+    # The check's own text: ``success.file`` lives outside the task file, so
+    # the task file's hash alone would miss an edited check.
+    check_sha256: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepIdentity:
+    """What makes two batches of runs one sample: resuming a sweep requires all of it to match.
+
+    Left out on purpose, because they change how fast or where a sweep runs
+    but not what it measures: ``--workers``, ``--out``, ``--cache-dir``,
+    ``--max-spend``, ``--junit``, ``--keep-sandbox`` and the docs mirrors.
+    ``task_defaults_sha256`` covers the project config's task defaults, which
+    change the tasks themselves; the rest of that file is left out likewise.
+    """
+
+    tasks: tuple[TaskIdentity, ...]
+    agent: str
+    model: str | None
+    base_url: str | None
+    backend: str
+    repeat: int
+    affordances: str
+    probe_affordances: bool
+    allow_unenforced: bool
+    downgrades: tuple[str, ...]
+    task_defaults_sha256: str | None
+
+    def to_data(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any]) -> SweepIdentity:
+        """Raises ``TypeError``/``KeyError``/``ValueError`` for data that is not an identity."""
+        fields = dict(data)
+        fields["tasks"] = tuple(TaskIdentity(**t) for t in fields["tasks"])
+        fields["downgrades"] = tuple(fields["downgrades"])
+        return cls(**fields)
+
+
+# How each difference is named to the user: the flag that set it.
+_IDENTITY_FLAGS = {
+    "agent": "--agent",
+    "model": "--model",
+    "base_url": "--base-url",
+    "backend": "--backend",
+    "repeat": "--repeat",
+    "affordances": "--affordances",
+    "probe_affordances": "--probe-affordances",
+    "allow_unenforced": "--allow-unenforced",
+    "downgrades": "--allow-downgrade",
+    "task_defaults_sha256": "the project config's task_defaults",
+}
+
+
+def incomparability(recorded: SweepIdentity, wanted: SweepIdentity) -> str | None:
+    """Why runs made as ``wanted`` would not be comparable with ``recorded``; None when they are."""
+    old = {t.name: t for t in recorded.tasks}
+    new = {t.name: t for t in wanted.tasks}
+    if old.keys() != new.keys():
+        missing = sorted(old.keys() - new.keys())
+        added = sorted(new.keys() - old.keys())
+        parts = ([f"not given now: {', '.join(missing)}"] if missing else []) + (
+            [f"not in the sweep: {', '.join(added)}"] if added else [])
+        return f"the task set differs ({'; '.join(parts)})"
+    for name in sorted(old):
+        if old[name].sha256 != new[name].sha256:
+            return f"task {name}'s file changed since the sweep started"
+        if old[name].check_sha256 != new[name].check_sha256:
+            return f"task {name}'s success check changed since the sweep started"
+    for key, flag in _IDENTITY_FLAGS.items():
+        before, now = getattr(recorded, key), getattr(wanted, key)
+        if before != now:
+            return f"{flag} was {_shown(before)} and is now {_shown(now)}"
+    return None
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, tuple):
+        return ",".join(value) or "none"
+    return "unset" if value is None else repr(value)

@@ -6,6 +6,12 @@ it is written to a temporary file in the same directory, fsynced, and
 renamed over the old one. A run is added the moment it finishes, so an
 interrupt keeps every finished run. A document with a schema version this
 code does not know is refused, not half-read.
+
+A sweep records what makes its runs one sample under ``meta["sweep"]``
+(``SweepIdentity``). ``ResultsStore.reopen`` continues such a sweep: it
+keeps the document's runs exactly as they were and only ever adds to them,
+and it refuses a document that has no identity (one written before
+``--resume`` existed), because nothing could show the new runs comparable.
 """
 
 from __future__ import annotations
@@ -19,9 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from firstrun.errors import UsageError
+from firstrun.results.model import SweepIdentity
 
 SCHEMA_VERSION = 1
 RESULTS_FILE = "results.json"
+SWEEP_KEY = "sweep"
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -63,6 +71,47 @@ class ResultsStore:
         self._lock = threading.Lock()
         self._meta = dict(meta)
         self._runs: list[dict[str, Any]] = []
+
+    @classmethod
+    def reopen(cls, out_dir: str | os.PathLike[str], *, flag: str = "--resume") -> ResultsStore:
+        """The store of the sweep saved in ``out_dir``, its runs kept, to add the missing ones.
+
+        Raises ``UsageError`` naming ``flag`` when there is no readable sweep there.
+        """
+        path = Path(out_dir) / RESULTS_FILE
+        try:
+            document = load_results(path)
+        except UsageError as exc:
+            raise UsageError(f"{flag}: {exc.args[0]}") from None
+        meta = document.get("meta")
+        if not isinstance(meta, dict) or SWEEP_KEY not in meta:
+            raise UsageError(f"{flag}: {path} records no sweep identity (it was written by a "
+                             "firstrun without --resume); start a new sweep with --out")
+        store = cls(out_dir, meta=meta)
+        store._runs = [dict(run) for run in document["runs"]]
+        return store
+
+    def identity(self, *, flag: str = "--resume") -> SweepIdentity:
+        """The recorded sweep identity; ``UsageError`` naming ``flag`` when it is unreadable."""
+        try:
+            return SweepIdentity.from_data(self._meta[SWEEP_KEY])
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise UsageError(f"{flag}: {self.path} has an unreadable sweep identity") from None
+
+    def meta(self) -> dict[str, Any]:
+        with self._lock:
+            return dict(self._meta)
+
+    def update_meta(self, changes: Mapping[str, Any]) -> None:
+        """Merge ``changes`` into the meta and rewrite the document atomically."""
+        with self._lock:
+            self._meta.update(changes)
+            write_json_atomic(self.path, self._document())
+
+    def finished(self) -> frozenset[tuple[str, int]]:
+        """``(task, attempt)`` of every stored run; only finished runs are ever stored."""
+        with self._lock:
+            return frozenset((str(r["task"]), int(r["attempt"])) for r in self._runs)
 
     def runs(self) -> list[dict[str, Any]]:
         with self._lock:

@@ -70,11 +70,11 @@ def read_task(path: str | os.PathLike[str]) -> Task:
         raise TaskError(
             "not UTF-8 text", path=name, line=raw.count(b"\n", 0, exc.start) + 1
         ) from None
-    data, locations = _parse_yaml(text, name)
+    data, locations = parse_yaml(text, name)
     try:
         spec = TaskSpec.model_validate(data)
     except ValidationError as exc:
-        raise _task_error(exc, locations, name) from None
+        raise validation_error(exc, locations, name) from None
     check, check_path = _read_check(spec, Path(name), locations, name)
     return Task(
         spec=spec,
@@ -173,14 +173,23 @@ def duplicate_names(tasks: Iterable[Task]) -> list[TaskError]:
 # --- YAML ---------------------------------------------------------------------
 
 
-def _parse_yaml(text: str, name: str) -> tuple[Any, Locations]:
+def parse_yaml(
+    text: str,
+    name: str,
+    *,
+    empty: str = "the file is empty; a task needs name, goal, docs and success",
+    top: str = "the top level must be a mapping of keys (name, goal, docs, success, ...)",
+) -> tuple[Any, Locations]:
+    """A YAML mapping and the line of every key; ``empty``/``top`` say what the file should hold.
+
+    Any other YAML file firstrun reads (the project config) comes through
+    here too, so it gets the same duplicate-key refusal and file:line errors.
+    """
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()
         if node is None:
-            raise TaskError(
-                "the file is empty; a task needs name, goal, docs and success", path=name, line=1
-            )
+            raise TaskError(empty, path=name, line=1)
         _refuse_duplicate_keys(node, name)
         data = loader.construct_document(node)
     except yaml.MarkedYAMLError as exc:
@@ -190,11 +199,7 @@ def _parse_yaml(text: str, name: str) -> tuple[Any, Locations]:
     finally:
         loader.dispose()
     if not isinstance(data, dict):
-        raise TaskError(
-            "the top level must be a mapping of keys (name, goal, docs, success, ...)",
-            path=name,
-            line=node.start_mark.line + 1,
-        )
+        raise TaskError(top, path=name, line=node.start_mark.line + 1)
     keys: dict[KeyPath, int] = {}
     blocks: dict[KeyPath, int] = {}
     _index(node, (), keys, blocks)
@@ -259,7 +264,10 @@ def _index(
 # --- validation errors ----------------------------------------------------------
 
 
-def _task_error(exc: ValidationError, locations: Locations, name: str) -> TaskError:
+def validation_error(
+    exc: ValidationError, locations: Locations, name: str, *, root: type[BaseModel] = TaskSpec
+) -> TaskError:
+    """The one error to show for ``exc``, located in the file; ``root`` is the model validated."""
     errors = exc.errors(include_url=False)
 
     def rank(item: tuple[int, ErrorDetails]) -> tuple[bool, int, int]:
@@ -274,7 +282,7 @@ def _task_error(exc: ValidationError, locations: Locations, name: str) -> TaskEr
         # list has no ``[0]`` the author could find.
         while len(loc) > 1 and loc not in locations.keys and isinstance(loc[-1], int):
             loc = loc[:-1]
-    return TaskError(_describe(err, loc), path=name, line=locations.line(loc))
+    return TaskError(_describe(err, loc, root), path=name, line=locations.line(loc))
 
 
 def _loc(err: ErrorDetails) -> KeyPath:
@@ -299,14 +307,14 @@ def _shown(value: Any) -> str:
     return text.replace("\n", "\\n")
 
 
-def _describe(err: ErrorDetails, loc: KeyPath) -> str:
+def _describe(err: ErrorDetails, loc: KeyPath, root: type[BaseModel]) -> str:
     kind = err["type"]
     ctx = err.get("ctx") or {}
     if kind == "extra_forbidden":
         key = str(loc[-1])
         parent = loc[:-1]
         message = f"unknown key '{key}'" + (f" in {_dotted(parent)}" if parent else "")
-        close = difflib.get_close_matches(key, _known_keys(parent), n=1, cutoff=0.6)
+        close = difflib.get_close_matches(key, _known_keys(parent, root), n=1, cutoff=0.6)
         return message + (f"; did you mean '{close[0]}'?" if close else "")
     if kind == "missing":
         parent = loc[:-1]
@@ -327,9 +335,9 @@ def _describe(err: ErrorDetails, loc: KeyPath) -> str:
     return f"{where}: {err['msg']}"
 
 
-def _known_keys(parent: KeyPath) -> list[str]:
+def _known_keys(parent: KeyPath, root: type[BaseModel]) -> list[str]:
     """The keys the model accepts at ``parent``, as a file spells them."""
-    model: type[BaseModel] | None = TaskSpec
+    model: type[BaseModel] | None = root
     for part in parent:
         if model is None or isinstance(part, int):
             continue

@@ -1,0 +1,212 @@
+"""The project config, ``firstrun.yaml``: the flags a project would repeat on every run, kept in one file.
+
+Guarantee: a project config can only change where and how fast a sweep runs
+(``backend``, ``out``, ``cache_dir``, ``docs_mirrors``, ``workers``) and the
+defaults its tasks start from (``task_defaults``), never who is measured or
+how often: ``agent``, ``model``, ``base_url``, ``repeat`` and ``affordances``
+are refused with the file and line, because a file that quietly changed them
+would make two runs of the same command incomparable. Every problem in the
+file is one ``file:line`` error from the same YAML machinery that reads task
+files (duplicate keys refused, did-you-mean for a misspelt key), raised
+before any run starts. A flag given on the command line wins over the file.
+Relative paths in the file are taken from the file's own directory, so a
+config means the same thing whichever directory it is used from.
+
+``permissions`` is the place for rules over the agent's tool calls; its
+model forbids unknown keys, so a rule this firstrun cannot enforce is
+refused rather than ignored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    ValidationError,
+)
+
+from firstrun.docs import Mirror
+from firstrun.errors import TaskError, UsageError
+from firstrun.sandbox.select import BACKENDS
+from firstrun.tasks.load import parse_yaml, validation_error
+from firstrun.tasks.model import Budgets, HostEntry, Task
+
+CONFIG_FILE = "firstrun.yaml"
+
+# Keys that decide what a sweep measures, and the flag that must say it instead.
+REFUSED_KEYS = {
+    "agent": "--agent",
+    "model": "--model",
+    "base_url": "--base-url",
+    "repeat": "--repeat",
+    "affordances": "--affordances",
+}
+
+
+def _backend(name: str) -> str:
+    if name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+    return name
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Permissions(_Section):
+    """Rules over the agent's tool calls, added here as fields as firstrun learns to enforce them.
+
+    Until a rule is a field here, any key under ``permissions`` is refused:
+    a rule that looked configured but was not enforced would be worse than none.
+    """
+
+
+class NetworkDefaults(_Section):
+    allow: tuple[HostEntry, ...] = Field(
+        (), description="Hosts every task's shell may also reach (added to each task's network.allow)."
+    )
+
+
+class TaskDefaults(_Section):
+    """What every task starts from; a key the task file sets itself wins."""
+
+    budgets: Budgets = Budgets()
+    network: NetworkDefaults = NetworkDefaults()
+
+
+class ProjectSpec(_Section):
+    """The keys of ``firstrun.yaml``."""
+
+    backend: Annotated[str, AfterValidator(_backend)] | None = None
+    out: str | None = Field(None, description="The results directory (--out).")
+    cache_dir: str | None = Field(None, description="Where fetched docs pages are cached (--cache-dir).")
+    docs_mirrors: dict[str, str] = Field(
+        {}, description="HOST: DIR or loopback URL, as --docs-mirror HOST=SRC."
+    )
+    workers: PositiveInt | None = None
+    task_defaults: TaskDefaults = TaskDefaults()
+    permissions: Permissions = Permissions()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProjectConfig:
+    """A loaded project config: where it came from, its hash, and its values made absolute."""
+
+    path: str
+    sha256: str
+    spec: ProjectSpec
+    out: str | None
+    cache_dir: str | None
+    mirrors: Mapping[str, Mirror]
+
+    def task_defaults_sha256(self) -> str:
+        """A hash of the task defaults alone: what of this file changes what a run measures."""
+        data = self.spec.task_defaults.model_dump(mode="json", exclude_unset=True)
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+    def to_record(self) -> dict[str, str]:
+        return {"path": os.path.abspath(self.path), "sha256": self.sha256}
+
+
+def find_project_config(explicit: str | None, cwd: str | os.PathLike[str] = ".") -> ProjectConfig | None:
+    """``--config FILE`` when given, else ``firstrun.yaml`` in ``cwd`` when there is one."""
+    if explicit is not None:
+        if not os.path.isfile(explicit):
+            raise UsageError(f"--config: {explicit!r} is not a file")
+        return load_project_config(explicit)
+    candidate = Path(cwd) / CONFIG_FILE
+    return load_project_config(candidate) if candidate.is_file() else None
+
+
+def load_project_config(path: str | os.PathLike[str]) -> ProjectConfig:
+    """Read and validate one project config. Raises ``TaskError`` (file:line) or ``UsageError``."""
+    name = os.fspath(path)
+    try:
+        raw = Path(name).read_bytes()
+    except OSError as exc:
+        raise TaskError(f"cannot read: {exc.strerror}", path=name, line=None) from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise TaskError("not UTF-8 text", path=name, line=raw.count(b"\n", 0, exc.start) + 1) from None
+    data, locations = parse_yaml(
+        text, name,
+        empty="the file is empty; a project config sets at least one of: "
+        + ", ".join(ProjectSpec.model_fields),
+        top="the top level must be a mapping of keys (backend, out, cache_dir, ...)",
+    )
+    for key in data:
+        if key in REFUSED_KEYS:
+            raise TaskError(
+                f"'{key}' cannot be set in a project config: two runs of the same command would "
+                f"measure different things; give {REFUSED_KEYS[key]} on the command line",
+                path=name, line=locations.line((key,)))
+    try:
+        spec = ProjectSpec.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc, locations, name, root=ProjectSpec) from None
+    base = Path(name).resolve().parent
+    mirrors: dict[str, Mirror] = {}
+    for host, source in spec.docs_mirrors.items():
+        # A directory is relative to this file; a URL is taken as written.
+        local = source if "://" in source else os.fspath(base / source)
+        try:
+            mirror = Mirror.parse(f"{host}={local}")
+        except UsageError as exc:
+            raise TaskError(f"docs_mirrors.{host}: {exc.args[0]}", path=name,
+                            line=locations.line(("docs_mirrors", host))) from None
+        mirrors[mirror.host] = mirror
+    return ProjectConfig(
+        path=name,
+        sha256=hashlib.sha256(raw).hexdigest(),
+        spec=spec,
+        out=None if spec.out is None else os.fspath(base / spec.out),
+        cache_dir=None if spec.cache_dir is None else os.fspath(base / spec.cache_dir),
+        mirrors=mirrors,
+    )
+
+
+def apply_task_defaults(tasks: Sequence[Task], defaults: TaskDefaults) -> list[Task]:
+    """Each task with the project's defaults under it: keys the task file sets win.
+
+    Budgets merge key by key; ``network.allow`` hosts are added to the task's
+    own (a task with ``network.only`` ignores ``allow``, its own included).
+    """
+    budget_defaults = defaults.budgets.model_dump(include=defaults.budgets.model_fields_set)
+    out = []
+    for task in tasks:
+        own = task.spec.budgets.model_dump(include=task.spec.budgets.model_fields_set)
+        budgets = Budgets.model_validate({**budget_defaults, **own})
+        network = task.spec.network
+        allow = tuple(dict.fromkeys((*network.allow, *defaults.network.allow)))
+        spec = task.spec.model_copy(update={
+            "budgets": budgets,
+            "network": network.model_copy(update={"allow": allow}),
+        })
+        out.append(replace(task, spec=spec))
+    return out
+
+
+def merged_mirrors(project: ProjectConfig | None, flags: Mapping[str, Mirror]) -> dict[str, Mirror]:
+    """The project's mirrors, with a ``--docs-mirror`` for the same host winning."""
+    mirrors = dict(project.mirrors) if project is not None else {}
+    mirrors.update(flags)
+    return mirrors
+
+
+def with_defaults(value: Any, project_value: Any, default: Any) -> Any:
+    """A flag's value: the command line's, else the project config's, else the built-in default."""
+    if value is not None:
+        return value
+    return project_value if project_value is not None else default
