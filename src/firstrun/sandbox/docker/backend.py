@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -316,9 +317,25 @@ def _ca_files() -> tuple[str, ...]:
     return tuple(found)
 
 
+# What the proxy module imports beyond the standard library: h11 always, and
+# cryptography (with its cffi backend) for TLS interception. Bound from the
+# harness's own environment, so the sidecar runs exactly the harness's proxy;
+# the abi3 extension modules load in the image's Python 3 on the same libc.
+_SIDECAR_MODULES = ("h11", "cryptography", "cffi", "_cffi_backend")
+
+
 def _lib_binds() -> tuple[tuple[str, str], ...]:
-    return ((os.path.dirname(firstrun.__file__), "firstrun"),
-            (os.path.dirname(h11.__file__), "h11"))
+    binds = [(os.path.dirname(firstrun.__file__), "firstrun"),
+             (os.path.dirname(h11.__file__), "h11")]
+    for name in _SIDECAR_MODULES[1:]:
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None:
+            continue
+        if spec.submodule_search_locations:
+            binds.append((os.path.dirname(spec.origin), name))
+        else:
+            binds.append((spec.origin, os.path.basename(spec.origin)))
+    return tuple(binds)
 
 
 class DockerBackend:

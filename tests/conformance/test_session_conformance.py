@@ -1,0 +1,167 @@
+"""One contract, every available backend: attestation, environment canaries, escapes judged by evidence.
+
+Each escape is attempted for real from inside a session, and judged on the
+host: a canary listener that saw no connection, a canary file unchanged, a
+marked process absent from the host's process table. Where an attempt could
+pass vacuously, a control proves the evidence would have shown it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from pathlib import Path
+
+import pytest
+from conformance_support import session_on
+
+from firstrun.policy.profile import LayerName
+from firstrun.sandbox.base import Enforcement
+
+# The registries' address here (a TLS-intercepting proxy): reachable from the
+# host, so a failed direct dial from inside is the boundary, not the network.
+REGISTRY_ADDRESS = ("203.0.113.80", 443)
+
+DIAL = """
+import socket, sys
+for spec in sys.argv[1:]:
+    host, port = spec.rsplit(":", 1)
+    s = socket.socket(); s.settimeout(5)
+    try:
+        s.connect((host, int(port))); print(spec, "CONNECTED")
+    except OSError as e:
+        print(spec, "refused", e.errno)
+    finally:
+        s.close()
+"""
+
+GATEWAY = "awk '$2==\"00000000\" {print $3}' /proc/net/route"
+
+
+def test_attestation_passes_and_is_recorded(backend: str, workspace: str) -> None:
+    with session_on(backend, workspace) as session:
+        info = session.info
+    assert info.backend == backend
+    assert info.enforcement is Enforcement.ENFORCED and info.downgrades == ()
+    assert info.attestation and all(c.passed for c in info.attestation), info.attestation
+    names = {c.name for c in info.attestation}
+    assert {"proxy_answers", "writes_confined", "real_homes_unreadable", "no_privileges",
+            "seccomp_loaded"} <= names
+    layers = {layer.name: layer for layer in info.layers}
+    assert set(layers) == {layer.value for layer in LayerName}
+    assert all(layer.applied and layer.mechanism for layer in layers.values())
+    saved = info.to_data()
+    assert saved["attestation"] and saved["layers"]
+
+
+def test_harness_secrets_stay_outside(backend: str, workspace: str,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = f"canary-{uuid.uuid4().hex}"
+    monkeypatch.setenv("FIRSTRUN_CONFORMANCE_TOKEN", secret)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    home_canary = Path.home() / f".firstrun-conformance-{uuid.uuid4().hex}"
+    home_canary.write_text(secret)
+    try:
+        with session_on(backend, workspace) as session:
+            shown = session.exec(f"env; cat /proc/self/environ; cat {home_canary}; "
+                                 f"ls -a {Path.home()}", timeout=60)
+            # Control: the same command does print what the sandbox may see.
+            assert "PATH=" in shown.stdout.text()
+    finally:
+        home_canary.unlink()
+    assert secret not in shown.stdout.text() + shown.stderr.text()
+    assert home_canary.name not in shown.stdout.text()
+
+
+def test_no_way_to_the_host_or_the_network_but_the_proxy(backend: str, workspace: str) -> None:
+    canary = socket.socket()
+    canary.bind(("0.0.0.0", 0))
+    canary.listen(16)
+    canary.setblocking(False)
+    port = canary.getsockname()[1]
+    # Control: the registry address answers the host, so only the boundary
+    # can make the dial from inside fail.
+    socket.create_connection(REGISTRY_ADDRESS, timeout=10).close()
+    try:
+        with session_on(backend, workspace) as session:
+            gateway = session.exec(GATEWAY, timeout=30).stdout.text().split()
+            targets = [f"127.0.0.1:{port}", "{}:{}".format(*REGISTRY_ADDRESS)]
+            if gateway:
+                hexed = gateway[0]
+                targets.append(".".join(str(int(hexed[i:i + 2], 16)) for i in (6, 4, 2, 0))
+                               + f":{port}")
+            dialled = session.exec(["python3", "-c", DIAL, *targets], timeout=120)
+            lines = dialled.stdout.text().splitlines()
+            assert len(lines) == len(targets), dialled.stderr.text()
+            assert not any("CONNECTED" in line for line in lines), lines
+            resolved = session.exec(
+                ["python3", "-c", "import socket; socket.getaddrinfo('pypi.org', 443)"],
+                timeout=60)
+            assert resolved.exit_code != 0 and "gaierror" in resolved.stderr.text()
+        with pytest.raises(BlockingIOError):
+            canary.accept()
+    finally:
+        canary.close()
+
+
+def test_writes_outside_the_workspace_change_nothing(backend: str, workspace: str) -> None:
+    canary = Path("/var/tmp") / f"firstrun-conformance-{uuid.uuid4().hex}"
+    canary.write_text("original\n")
+    beside = Path(workspace).parent / f"{Path(workspace).name}-escape"
+    etc = Path("/etc") / f"firstrun-conformance-{uuid.uuid4().hex}"
+    try:
+        with session_on(backend, workspace) as session:
+            session.exec(f"echo pwned > {canary}; echo pwned > {beside}; echo pwned > {etc}; "
+                         "echo mine > inside", timeout=60)
+        assert canary.read_text() == "original\n"
+        assert not beside.exists() and not etc.exists()
+        # Control: the same command's write inside the workspace landed.
+        assert (Path(workspace) / "inside").read_text() == "mine\n"
+    finally:
+        canary.unlink()
+        for path in (beside, etc):
+            if path.exists():
+                path.unlink()
+
+
+def _host_pids_with(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if marker.encode() in f.read():
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def test_a_process_left_behind_is_gone_after_close(backend: str, workspace: str) -> None:
+    marker = f"firstrun-left-{uuid.uuid4().hex}"
+    with session_on(backend, workspace) as session:
+        started = session.exec(
+            f"setsid nohup bash -c 'exec -a {marker} sleep 3600' >/dev/null 2>&1 & "
+            f"nohup bash -c 'exec -a {marker} sleep 3601' >/dev/null 2>&1 & echo started",
+            timeout=60)
+        assert started.stdout.text() == "started\n"
+        # Control: from the host, the marked processes outlived the command.
+        assert len(_host_pids_with(marker)) == 2
+    assert _host_pids_with(marker) == []
+
+
+def test_workspace_files_belong_to_the_workspace_owner(backend: str, workspace: str) -> None:
+    # The workspace's owner stands for the invoking user (a non-root one here,
+    # so a root-owned leftover would show).
+    os.chown(workspace, 4321, 4322)
+    with session_on(backend, workspace) as session:
+        made = session.exec("mkdir -p a/b && echo x > a/b/f && ln -s f a/b/l && "
+                            "python3 -m venv --without-pip venv >/dev/null", timeout=120)
+        assert made.exit_code == 0, made.stderr.text()
+    owners = set()
+    for root, dirs, files in os.walk(workspace):
+        for name in [*dirs, *files]:
+            owners.add(os.lstat(os.path.join(root, name)).st_uid)
+    assert owners == {4321}
