@@ -28,7 +28,9 @@ PROFILE = SandboxProfile(fs=FilesystemPolicy(
 TMPDIR = "/private/var/folders/x/T/firstrun-sb-1"
 PROFILE_FILE = "/private/var/folders/x/T/firstrun-profile-1/profile.sb"
 HOST = SeatbeltHost(canonical=(("/etc", "/private/etc"), ("/var/root", "/private/var/root")),
-                    tmpdir=TMPDIR, profile_file=PROFILE_FILE)
+                    tmpdir=TMPDIR, profile_file=PROFILE_FILE,
+                    private=("/private/var/folders/x", "/private/tmp"),
+                    readable=("/usr/local/bin/python3", "/Users/ada/.local/share/uv/python"))
 
 
 def test_profile_text_is_golden() -> None:
@@ -49,7 +51,9 @@ def test_no_path_is_spliced_into_the_text() -> None:
         real_homes=("/Users/bob", "/var/root"),
     ))
     other_host = SeatbeltHost(canonical=HOST.canonical, tmpdir="/private/var/folders/y/T/sb-2",
-                              profile_file="/private/var/folders/y/T/p-2/profile.sb")
+                              profile_file="/private/var/folders/y/T/p-2/profile.sb",
+                              private=("/private/var/folders/y", "/private/tmp"),
+                              readable=("/Users/bob/.local/share/uv/python",))
     other_spec = build_seatbelt_spec(other, host=other_host, proxy_port=53128)
     assert other_spec.profile_text == spec.profile_text
     assert other_spec.parameters != spec.parameters
@@ -60,42 +64,34 @@ def test_parameters_and_argv_are_golden() -> None:
     assert spec.parameters == (
         ("HOME_0", "/Users/ada"),
         ("HOME_1", "/private/var/root"),
+        ("PRIVATE_0", "/private/var/folders/x"),
+        ("PRIVATE_1", "/private/tmp"),
         ("HIDDEN_0", "/Users/ada/.cargo/credentials.toml"),
         ("TOOLCHAIN_0", "/Users/ada/.pyenv"),
         ("TOOLCHAIN_1", "/Users/ada/.cargo"),
+        ("TOOLCHAIN_2", "/Users/ada/.local/share/uv/python"),
         ("WRITABLE_0", WORKSPACE),
         ("WRITABLE_1", TMPDIR),
         ("ANCESTOR_0", "/"),
         ("ANCESTOR_1", "/Users"),
         ("ANCESTOR_2", "/Users/ada"),
-        ("ANCESTOR_3", "/Users/ada/src"),
-        ("ANCESTOR_4", "/private"),
-        ("ANCESTOR_5", "/private/var"),
-        ("ANCESTOR_6", "/private/var/folders"),
-        ("ANCESTOR_7", "/private/var/folders/x"),
-        ("ANCESTOR_8", "/private/var/folders/x/T"),
+        ("ANCESTOR_3", "/Users/ada/.local"),
+        ("ANCESTOR_4", "/Users/ada/.local/share"),
+        ("ANCESTOR_5", "/Users/ada/.local/share/uv"),
+        ("ANCESTOR_6", "/Users/ada/src"),
+        ("ANCESTOR_7", "/private"),
+        ("ANCESTOR_8", "/private/var"),
+        ("ANCESTOR_9", "/private/var/folders"),
+        ("ANCESTOR_10", "/private/var/folders/x"),
+        ("ANCESTOR_11", "/private/var/folders/x/T"),
     )
     argv = spec.argv(["/bin/bash", "-c", "echo hi"])
     assert argv == [
         "/usr/bin/sandbox-exec", "-f", PROFILE_FILE,
-        "-D", "HOME_0=/Users/ada",
-        "-D", "HOME_1=/private/var/root",
-        "-D", "HIDDEN_0=/Users/ada/.cargo/credentials.toml",
-        "-D", "TOOLCHAIN_0=/Users/ada/.pyenv",
-        "-D", "TOOLCHAIN_1=/Users/ada/.cargo",
-        "-D", f"WRITABLE_0={WORKSPACE}",
-        "-D", f"WRITABLE_1={TMPDIR}",
-        "-D", "ANCESTOR_0=/",
-        "-D", "ANCESTOR_1=/Users",
-        "-D", "ANCESTOR_2=/Users/ada",
-        "-D", "ANCESTOR_3=/Users/ada/src",
-        "-D", "ANCESTOR_4=/private",
-        "-D", "ANCESTOR_5=/private/var",
-        "-D", "ANCESTOR_6=/private/var/folders",
-        "-D", "ANCESTOR_7=/private/var/folders/x",
-        "-D", "ANCESTOR_8=/private/var/folders/x/T",
+        *(arg for name, value in spec.parameters for arg in ("-D", f"{name}={value}")),
         "--", "/bin/bash", "-c", "echo hi",
     ]
+    assert argv[3:7] == ["-D", "HOME_0=/Users/ada", "-D", "HOME_1=/private/var/root"]
 
 
 def test_without_a_proxy_no_network_rule_at_all() -> None:

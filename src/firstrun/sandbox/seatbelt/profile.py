@@ -10,9 +10,11 @@ says. The only value written into the text is the proxy port, an integer
 checked here.
 
 What the profile allows, and nothing else:
-- reads everywhere except beneath the real homes and the hidden (secret)
-  paths, plus the workspace, the sandbox's temporary directory and the
-  toolchain roots ``PATH`` needs beneath a home (secrets inside still hidden);
+- reads everywhere except beneath the real homes, the host's other private
+  directories (the user's own temporary and cache root, the shared
+  ``/tmp``) and the hidden (secret) paths, plus the workspace, the
+  sandbox's temporary directory and the toolchain roots ``PATH`` needs
+  beneath a home (secrets inside still hidden);
 - writes only beneath the workspace and the sandbox's temporary directory,
   and to a few device files;
 - outbound network only to the harness's egress proxy on localhost; no
@@ -24,6 +26,8 @@ Seatbelt orders competing rules.
 
 The profile file must sit outside every writable root, or a command could
 replace it for the next command: ``build_seatbelt_spec`` refuses otherwise.
+A writable root that holds a real home or a private directory is refused
+too: everything beneath a writable root is readable and writable.
 Paths are expected canonical (macOS's ``/tmp`` is ``/private/tmp``); the
 backend resolves them before calling this.
 """
@@ -63,11 +67,17 @@ class SeatbeltHost:
     ``/var`` is ``/private/var``) to that real path; Seatbelt matches real
     paths only. ``tmpdir`` is the sandbox's own temporary directory (HOME
     lives inside it); ``profile_file`` is where the profile text is written.
+    ``private`` are host directories outside the homes that hold the user's
+    own files (unreadable like a home); ``readable`` are paths the harness
+    itself needs readable inside (the interpreter that runs the attestation
+    probe), exposed like a toolchain root when they lie in a home.
     """
 
     canonical: tuple[tuple[str, str], ...] = ()
     tmpdir: str
     profile_file: str
+    private: tuple[str, ...] = ()
+    readable: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,13 +137,19 @@ def build_seatbelt_spec(profile: SandboxProfile, *, host: SeatbeltHost,
     tmpdir = canonical(host.tmpdir, "sandbox temporary directory")
     profile_file = canonical(host.profile_file, "profile file")
     homes = [canonical(h, "home") for h in fs.real_homes]
+    private = [canonical(p, "private directory") for p in host.private]
     for root in (workspace, tmpdir):
         if _under(profile_file, root):
             raise SandboxError(
                 f"the profile file {profile_file} is inside the writable root {root}; "
                 "a command could replace it", who="seatbelt")
-    toolchains = [canonical(p, "toolchain root") for p in fs.readonly
-                  if any(_under(canonical(p, "read-only root"), h) for h in homes)]
+        for kept in (*homes, *private):
+            if _under(kept, root):
+                raise SandboxError(
+                    f"the writable root {root} contains {kept}, whose files must stay "
+                    "unreadable; use a workspace beneath it instead", who="seatbelt")
+    toolchains = [canonical(p, "toolchain root") for p in (*fs.readonly, *host.readable)
+                  if any(_under(canonical(p, "read-only root"), h) for h in (*homes, *private))]
 
     params: list[tuple[str, str]] = []
 
@@ -145,6 +161,7 @@ def build_seatbelt_spec(profile: SandboxProfile, *, host: SeatbeltHost,
         return names
 
     home_names = name_all("HOME", homes)
+    private_names = name_all("PRIVATE", private)
     hidden_names = name_all("HIDDEN", [canonical(p, "hidden path") for p in fs.hidden])
     toolchain_names = name_all("TOOLCHAIN", toolchains)
     writable_names = name_all("WRITABLE", [workspace, tmpdir])
@@ -167,9 +184,9 @@ def build_seatbelt_spec(profile: SandboxProfile, *, host: SeatbeltHost,
         *(f'  (global-name "{s}")' for s in MACH_SERVICES),
         ")",
         "",
-        ";; reads: the system, never the real homes or the hidden paths",
-        _rule("file-read*", "(require-all (subpath \"/\")",
-              _excluding(home_names), _excluding(hidden_names) + ")"),
+        ";; reads: the system, never the real homes, private directories or hidden paths",
+        _rule("file-read*", "(require-all (subpath \"/\")", _excluding(home_names),
+              _excluding(private_names), _excluding(hidden_names) + ")"),
         _rule("file-read*", _params("subpath", writable_names)),
     ]
     if toolchain_names:
