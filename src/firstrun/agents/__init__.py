@@ -21,6 +21,7 @@ from firstrun.agents.base import (
     Brief,
     Budget,
     BudgetExhausted,
+    CallRefused,
     Toolbelt,
     TurnRecord,
 )
@@ -69,6 +70,7 @@ __all__ = [
     "Brief",
     "Budget",
     "BudgetExhausted",
+    "CallRefused",
     "ReplayAgent",
     "Toolbelt",
     "TurnRecord",

@@ -4,9 +4,10 @@ Guarantee: an agent sees a read-only ``Brief`` and a ``Toolbelt`` of two
 tools, ``bash`` (one command in the attested session) and ``read_docs`` (one
 page, fetched on the harness side), and nothing else: no session, no proxy,
 no task file, no check. Every call it makes goes through the toolbelt, so the
-harness records it and enforces the wall budget on it whatever the agent
-does; an agent that runs out is told by ``BudgetExhausted``, not trusted to
-notice. A model-driven agent also hands each model turn to the toolbelt
+harness records it and enforces the wall budget and the permission rules on
+it whatever the agent does; an agent that runs out is told by
+``BudgetExhausted``, and one refused by a rule by ``CallRefused``, not
+trusted to notice. A model-driven agent also hands each model turn to the toolbelt
 (``record_turn``), so the trace holds what the model said beside what ran.
 Why it stopped is one ``AgentStop`` from a closed set, which the classifier
 maps; ``claim`` and ``detail`` are for people and never decide.
@@ -19,6 +20,7 @@ from decimal import Decimal
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
+from firstrun.policy.permissions import Decision
 from firstrun.tasks.model import Budgets
 
 if TYPE_CHECKING:
@@ -37,6 +39,9 @@ class AgentStop(StrEnum):
     BUDGET_EXHAUSTED = "budget_exhausted"
     REFUSED = "refused"
     NO_REPLAY = "no_replay"
+    # A replay step (or route page) the task's permission rules refuse: the
+    # documented commands cannot be run as written under the task's own rules.
+    PERMISSION_DENIED = "permission_denied"
     INFRA_ERROR = "infra_error"
     HARNESS_ERROR = "harness_error"
 
@@ -65,6 +70,23 @@ class BudgetExhausted(Exception):
         super().__init__(detail)
         self.budget = budget
         self.detail = detail
+
+
+class CallRefused(Exception):
+    """Raised by a toolbelt when a permission rule refuses a call; the call did not run.
+
+    Not a failure of anything: a model agent hands ``message`` back to the
+    model as that call's result and carries on; the replay agent stops,
+    because it may not change the documented commands. The decision is
+    already in the trace when this is raised.
+    """
+
+    def __init__(self, *, tool: str, argument: str, decision: Decision) -> None:
+        self.tool = tool
+        self.argument = argument
+        self.decision = decision
+        self.message = f"{tool} call not run: {decision.explain()}"
+        super().__init__(self.message)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,7 +136,8 @@ class Toolbelt(Protocol):
         ``timeout`` can only shorten the task's per-command limit and the
         time left in the wall budget. Raises ``BudgetExhausted`` when no
         time is left, or when the command was cut short because the wall
-        budget ran out (the command is recorded first).
+        budget ran out (the command is recorded first), and ``CallRefused``
+        when a permission rule refuses it (it never starts).
         """
         ...
 
@@ -122,7 +145,8 @@ class Toolbelt(Protocol):
         """Read one documentation page on the harness side; recorded as a docs read.
 
         A page that cannot be read is a ``Page`` with ``error`` set, never an
-        exception. Raises ``BudgetExhausted`` when no time is left.
+        exception. Raises ``BudgetExhausted`` when no time is left, and
+        ``CallRefused`` when a permission rule refuses the URL.
         """
         ...
 

@@ -25,7 +25,9 @@ last, then ends the run ``INFRA_ERROR``; a configuration failure ends it
 reply is recorded (``Toolbelt.record_turn``) before its calls run, and the
 run's usage (model, tokens per turn, spend or None when unknown, the final
 claim) is returned in ``AgentResult`` whichever way it ended. The claim is
-recorded and never trusted: the check decides.
+recorded and never trusted: the check decides. A tool call a permission rule
+refuses (``CallRefused``) comes back to the model as that call's error
+result, naming the rule, and the conversation goes on.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from firstrun.agents.base import (
     Brief,
     Budget,
     BudgetExhausted,
+    CallRefused,
     Toolbelt,
     TurnRecord,
 )
@@ -292,12 +295,17 @@ class LoopAgent:
             return ToolResult(call_id=call.id, name=call.name, text=f"error: {refusal}",
                               is_error=True)
         assert call.arguments is not None
-        if call.name == BASH.name:
-            result = tools.bash(call.arguments["command"])
-            return ToolResult(call_id=call.id, name=call.name,
-                              text=bash_text(result, brief.budgets.max_output_chars),
-                              is_error=result.exit_code != 0)
-        page = tools.read_docs(call.arguments["url"])
+        try:
+            if call.name == BASH.name:
+                result = tools.bash(call.arguments["command"])
+                return ToolResult(call_id=call.id, name=call.name,
+                                  text=bash_text(result, brief.budgets.max_output_chars),
+                                  is_error=result.exit_code != 0)
+            page = tools.read_docs(call.arguments["url"])
+        except CallRefused as exc:
+            # The model is told, as the call's result, and may try another way.
+            return ToolResult(call_id=call.id, name=call.name, text=f"error: {exc.message}",
+                              is_error=True)
         return ToolResult(call_id=call.id, name=call.name, text=page_text(page),
                           is_error=not page.ok)
 

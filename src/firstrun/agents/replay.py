@@ -13,11 +13,25 @@ replay run reads the whole route and a page count is not a choice the agent
 made. ``max_turns`` smaller than the number of steps stops the run with
 ``BUDGET_EXHAUSTED`` before the first step past it. The wall budget is the
 toolbelt's to enforce, and ends the run the same way.
+
+Permission rules apply to replay as to any agent: the task author's rules
+are about what gets run, whoever types it. A route page or a step they
+refuse stops the replay with ``PERMISSION_DENIED`` before it runs, because
+replay may not swap in another command; the run is then ``skipped``
+(``firstrun.run.classify`` says why).
 """
 
 from __future__ import annotations
 
-from firstrun.agents.base import AgentResult, AgentStop, Brief, Budget, BudgetExhausted, Toolbelt
+from firstrun.agents.base import (
+    AgentResult,
+    AgentStop,
+    Brief,
+    Budget,
+    BudgetExhausted,
+    CallRefused,
+    Toolbelt,
+)
 
 
 class ReplayAgent:
@@ -30,7 +44,12 @@ class ReplayAgent:
         turns = 0
         try:
             for url in brief.docs_route:
-                tools.read_docs(url)
+                try:
+                    tools.read_docs(url)
+                except CallRefused as exc:
+                    why = exc.decision.explain()
+                    return AgentResult(stop=AgentStop.PERMISSION_DENIED, turns=turns,
+                                       detail=f"route page {url} not read, {why}")
             for number, step in enumerate(brief.replay, start=1):
                 if turns >= brief.budgets.max_turns:
                     raise BudgetExhausted(
@@ -38,7 +57,12 @@ class ReplayAgent:
                         f"max_turns {brief.budgets.max_turns} reached before step {number}",
                     )
                 turns += 1
-                result = tools.bash(step)
+                try:
+                    result = tools.bash(step)
+                except CallRefused as exc:
+                    why = exc.decision.explain()
+                    return AgentResult(stop=AgentStop.PERMISSION_DENIED, turns=turns,
+                                       detail=f"step {number} not run, {why}: {step}")
                 if result.exit_code != 0:
                     how = "timed out" if result.timed_out else f"exited {result.exit_code}"
                     return AgentResult(

@@ -4,7 +4,8 @@ Guarantee: the narration is a pure function of the events in ``trace.jsonl``
 (read with ``firstrun.run.events.read_trace``), in their recorded order,
 never of a live run. Every event appears: each command with its exit code
 and duration, each docs read, each egress decision (blocked ones marked
-``BLOCKED`` and styled as such), the check, and the classification. An event
+``BLOCKED`` and styled as such), each permission decision on an agent call
+(refused ones marked ``REFUSED``), the check, and the classification. An event
 kind this version does not know is shown as such rather than dropped, so a
 newer trace is never silently shortened.
 """
@@ -236,6 +237,22 @@ def _model_turn(e: Mapping[str, Any]) -> list[Line]:
     return lines
 
 
+def _permission(e: Mapping[str, Any]) -> list[Line]:
+    call = f"{e.get('tool')} {e.get('argument')!r}"
+    reason = str(e.get("reason"))
+    verdict = {"deny_rule": "deny", "ask_rule": "ask", "allow_rule": "allow"}.get(reason)
+    where = f" ({e['origin']})" if e.get("origin") else ""
+    why = (f"{e.get('source')} {verdict} rule {e.get('rule')}{where}" if verdict
+           else f"not on the {e.get('source')} allow list" if reason == "not_on_allow_list"
+           else "no rule covers it")
+    if e.get("verdict") == "allow":
+        return [Line(text=f"permission: {call} allowed, {why}", style=Style.DIM)]
+    nobody = ", and nobody is there to ask (unattended)" if e.get("mode") == "unattended" \
+        and reason != "deny_rule" else ""
+    return [Line(text=f"permission REFUSED: {call}: {why}{nobody}; it did not run",
+                 style=Style.BAD)]
+
+
 def _affordance_probe(e: Mapping[str, Any]) -> list[Line]:
     summary = e.get("summary") or {}
     found = [name for name, what in summary.items()
@@ -260,4 +277,5 @@ _TELLERS: dict[str, Callable[[Mapping[str, Any]], list[Line]]] = {
     "run_finished": _run_finished,
     "model_turn": _model_turn,
     "affordance_probe": _affordance_probe,
+    "permission": _permission,
 }

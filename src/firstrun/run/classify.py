@@ -10,8 +10,9 @@ rules is the order below, and the first that applies decides:
    proxy, docs reader), or a failed setup step        -> infra_error
 3. the agent stopped for an infrastructure reason     -> infra_error
 4. replay with no replay block                        -> skipped
-5. the agent refused                                  -> agent_refusal
-6. otherwise the check alone decides: exit 0          -> passed
+5. replay stopped by the task's permission rules      -> skipped (permission_denied)
+6. the agent refused                                  -> agent_refusal
+7. otherwise the check alone decides: exit 0          -> passed
    non-zero: a spent budget                           -> budget_exhausted
              else                                     -> docs_gap
    (reason replay_step_failed when an agent step failed first, else check_failed)
@@ -20,6 +21,15 @@ A recheck (``firstrun check``) has no agent events; its check alone decides.
 
 A route page that could not be read is a finding, not a rule here: the check
 alone decides between passed and docs_gap.
+
+Permission rules (rule 5): replay types the documented commands as written,
+so a step the task's own rules refuse means the task and its docs disagree
+(the quickstart needs ``curl`` and the task forbids it). That is not a gap
+in the docs, and the run says nothing about them either way, so it is
+``skipped``, never ``docs_gap``; ``firstrun validate`` warns about such a
+task before it runs. A model agent is told of a refusal and may find another
+way, as it may around a blocked egress request, so its run is decided by
+the check like any other; the refusals are counted in its record.
 """
 
 from __future__ import annotations
@@ -41,6 +51,7 @@ class Reason(StrEnum):
     REPLAY_STEP_FAILED = "replay_step_failed"
     BUDGET_EXHAUSTED = "budget_exhausted"
     NO_REPLAY = "no_replay"
+    PERMISSION_DENIED = "permission_denied"
     AGENT_REFUSED = "agent_refused"
     SETUP_FAILED = "setup_failed"
     SANDBOX_REFUSED = "sandbox_refused"
@@ -79,6 +90,9 @@ def classify(events: Sequence[Event]) -> Verdict:
             return Verdict(classification=Classification.HARNESS_ERROR, reason=Reason.HARNESS_ERROR)
         if finished.stop is AgentStop.NO_REPLAY:
             return Verdict(classification=Classification.SKIPPED, reason=Reason.NO_REPLAY)
+        if finished.stop is AgentStop.PERMISSION_DENIED:
+            return Verdict(classification=Classification.SKIPPED,
+                           reason=Reason.PERMISSION_DENIED)
         if finished.stop is AgentStop.REFUSED:
             return Verdict(classification=Classification.AGENT_REFUSAL, reason=Reason.AGENT_REFUSED)
     check = next((e for e in events if isinstance(e, CheckFinished)), None)

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 # Defined beside the agents that return it; a trace names the same values.
 from firstrun.agents.base import AgentStop
+from firstrun.policy.permissions import Decision, Mode, Reason, Verdict
 
 
 class Source(StrEnum):
@@ -103,6 +104,37 @@ class ModelTurn(Event):
     usage: dict[str, int]
     spend: str | None
     retries: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class PermissionDecided(Event):
+    """The permission rules' decision on one agent tool call, made before it could run.
+
+    Every ``bash`` and ``read_docs`` call of the agent phase has one, allowed
+    or not. An allowed call's ``command``/``docs_read`` event follows it; a
+    refused one has none, because it never ran. ``argument`` is as the
+    agent wrote it; ``rule`` is the deciding rule's canonical text and
+    ``origin`` where it is written (``file:line``), both None when no rule
+    decided.
+    """
+
+    kind: ClassVar[str] = "permission"
+    tool: str
+    argument: str
+    verdict: Verdict
+    reason: Reason
+    mode: Mode
+    source: str | None = None
+    rule: str | None = None
+    origin: str | None = None
+
+    @classmethod
+    def of(cls, decision: Decision, *, tool: str, argument: str) -> PermissionDecided:
+        rule = decision.rule
+        return cls(tool=tool, argument=argument, verdict=decision.verdict,
+                   reason=decision.reason, mode=decision.mode, source=decision.source,
+                   rule=rule.text if rule is not None else None,
+                   origin=rule.origin if rule is not None else None)
 
 
 @dataclass(frozen=True, kw_only=True)

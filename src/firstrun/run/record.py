@@ -25,6 +25,7 @@ from firstrun.errors import (
     SandboxError,
     SandboxUnavailable,
 )
+from firstrun.policy import permissions
 from firstrun.proxy.records import EgressRecord
 from firstrun.results.model import PageRead, RunRecord
 from firstrun.run.classify import Reason, Verdict
@@ -37,6 +38,7 @@ from firstrun.run.events import (
     Egress,
     Event,
     Failure,
+    PermissionDecided,
     SandboxStarted,
     Source,
     Trace,
@@ -164,6 +166,15 @@ def build_record(task: Task, *, attempt: int, agent_name: str, model: str | None
     probed = next((e for e in events if isinstance(e, AffordancesProbed)), None)
     if probed is not None:
         extra["affordances"] = probed.summary
+    decided = [e for e in events if isinstance(e, PermissionDecided)]
+    if decided:
+        refused = [e for e in decided if e.verdict is not permissions.Verdict.ALLOW]
+        extra["permissions"] = {
+            "allowed": len(decided) - len(refused),
+            "refused": len(refused),
+            "refusals": [{"tool": e.tool, "argument": e.argument, "reason": e.reason.value,
+                          "rule": e.rule, "origin": e.origin} for e in refused],
+        }
     return RunRecord(
         task=task.name, task_file=task.path, task_sha256=task.sha256, attempt=attempt,
         agent=agent_name, model=model, classification=verdict.classification,

@@ -152,7 +152,8 @@ def _carry_out(task: Task, *, agent: Agent, config: RunConfig, where: Path,
             tools = RunToolbelt(session=session, reader=enclosure.reader, route=task.docs_route,
                                 max_seconds=float(budgets.max_seconds),
                                 max_command_seconds=float(budgets.max_command_seconds),
-                                emit=recorder.emit, stop=stop)
+                                emit=recorder.emit, stop=stop,
+                                permissions=(task.permissions,))
             try:
                 outcome = agent.run(brief, tools)
             except BudgetExhausted as exc:

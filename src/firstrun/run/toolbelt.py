@@ -1,6 +1,13 @@
 """The toolbelt an agent gets: ``bash`` in the session, ``read_docs`` on the harness side.
 
-Guarantee: every call is recorded as it completes (a ``command`` event with
+Guarantee: every call is decided by the run's permission rules
+(``firstrun.policy.permissions``, unattended: ``ask`` is ``deny``) before it
+starts, and the decision is recorded (a ``permission`` event) whatever it
+is; a call that is not allowed never reaches the session or the docs
+reader, and the agent gets ``CallRefused`` naming the rule. The rules see
+only the text of a call, so they are a stated intent and an early stop, not
+a boundary; the sandbox below holds either way. Every call that
+runs is recorded as it completes (a ``command`` event with
 source ``agent``, or a ``docs_read`` event, ``route`` true when the URL is a
 page of the documented route; a model agent's turns as ``model_turn``
 events) and every call is held to the wall budget of
@@ -16,11 +23,19 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from firstrun.agents.base import Budget, BudgetExhausted, TurnRecord
+from firstrun.agents.base import Budget, BudgetExhausted, CallRefused, TurnRecord
 from firstrun.docs import DocsReader, Page
-from firstrun.run.events import CommandRan, DocsRead, Event, ModelTurn, Source
+from firstrun.policy.permissions import BASH, READ_DOCS, Mode, RuleSet, Verdict, decide
+from firstrun.run.events import (
+    CommandRan,
+    DocsRead,
+    Event,
+    ModelTurn,
+    PermissionDecided,
+    Source,
+)
 from firstrun.sandbox.base import ExecResult, Session
 
 
@@ -40,6 +55,7 @@ class RunToolbelt:
         max_command_seconds: float,
         emit: Callable[[Event], None],
         stop: threading.Event | None = None,
+        permissions: Sequence[RuleSet] = (),
     ) -> None:
         self._session = session
         self._reader = reader
@@ -49,6 +65,7 @@ class RunToolbelt:
         self._deadline = time.monotonic() + max_seconds
         self._emit = emit
         self._stop = stop
+        self._permissions = tuple(permissions)
 
     def _remaining(self) -> float:
         if self._stop is not None and self._stop.is_set():
@@ -60,8 +77,17 @@ class RunToolbelt:
             )
         return left
 
+    def _permit(self, tool: str, argument: str) -> None:
+        # Nobody sits at a firstrun run to answer an ask.
+        decision = decide(self._permissions, tool=tool, argument=argument,
+                          mode=Mode.UNATTENDED)
+        self._emit(PermissionDecided.of(decision, tool=tool, argument=argument))
+        if decision.verdict is not Verdict.ALLOW:
+            raise CallRefused(tool=tool, argument=argument, decision=decision)
+
     def bash(self, command: str, *, timeout: float | None = None) -> ExecResult:
         left = self._remaining()
+        self._permit(BASH, command)
         limit = min(self._max_command_seconds, left if timeout is None else min(timeout, left))
         cut_by_budget = limit >= left
         result = self._session.exec(command, timeout=limit)
@@ -86,6 +112,7 @@ class RunToolbelt:
 
     def read_docs(self, url: str) -> Page:
         self._remaining()
+        self._permit(READ_DOCS, url)
         page = self._reader.read(url)
         self._emit(DocsRead(page=page.to_record(), route=url in self._route))
         return page

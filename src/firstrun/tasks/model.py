@@ -47,6 +47,7 @@ from pydantic_core import PydanticCustomError
 
 from firstrun.errors import PolicyError
 from firstrun.policy.hosts import HostPattern
+from firstrun.policy.permissions import TOOLS, RuleSet, Verdict, parse_rule
 
 RULE = "task_rule"
 
@@ -380,10 +381,54 @@ class FirstrunNetwork(_Model):
     )
 
 
+def _permission_rules(verdict: Verdict) -> Any:
+    """A list of ``verdict`` rules, each parsed at load so a bad one names its line."""
+
+    def check(value: str) -> str:
+        try:
+            parse_rule(value, verdict=verdict)
+        except PolicyError as exc:
+            raise rule(exc.args[0]) from None
+        return value
+
+    schema = {"type": "string", "pattern": rf"^\s*({'|'.join(TOOLS)})(\(.*\S.*\))?\s*$"}
+    return tuple[Annotated[str, AfterValidator(check), WithJsonSchema(schema)], ...]
+
+
+AllowRules = _permission_rules(Verdict.ALLOW)
+DenyRules = _permission_rules(Verdict.DENY)
+AskRules = _permission_rules(Verdict.ASK)
+
+
+class Permissions(_Model):
+    """Rules over the agent's tool calls (``firstrun.policy.permissions``): a first,
+    weak layer that sees only the call's text; the kernel layers carry the weight."""
+
+    allow: AllowRules = Field(
+        (),
+        description=(
+            "TOOL or TOOL(GLOB), e.g. read_docs(https://docs.example.com/*). An allow rule "
+            "allow-lists its tool: that tool's other calls are refused."
+        ),
+    )
+    deny: DenyRules = Field(
+        (),
+        description="Refused whatever else matches, e.g. bash(git push*).",
+    )
+    ask: AskRules = Field(
+        (),
+        description="Needs a yes from a person; runs are unattended, so refused.",
+    )
+
+
 class Extensions(_Model):
     """Settings only firstrun understands; quickstarted has no such key."""
 
     network: FirstrunNetwork = FirstrunNetwork()
+    permissions: Permissions = Field(
+        Permissions(),
+        description="Permission rules over the agent's bash and read_docs calls.",
+    )
 
 
 class TaskSpec(_Model):
@@ -470,6 +515,17 @@ class Task:
     @property
     def docs_route(self) -> tuple[str, ...]:
         return self.spec.docs.route
+
+    @property
+    def permissions(self) -> RuleSet:
+        """The task's permission rules, each labelled with the file:line it is written on."""
+        spec = self.spec.firstrun.permissions
+        return RuleSet(source="task", rules=tuple(
+            parse_rule(text, verdict=verdict, origin=f"{self.path}:"
+                       f"{self.locations.line(('firstrun', 'permissions', verdict.value, index))}")
+            for verdict, texts in ((Verdict.DENY, spec.deny), (Verdict.ASK, spec.ask),
+                                   (Verdict.ALLOW, spec.allow))
+            for index, text in enumerate(texts)))
 
     @property
     def docs_hosts(self) -> tuple[str, ...]:
