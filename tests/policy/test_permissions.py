@@ -117,10 +117,9 @@ def test_ask_is_deny_unattended_and_the_decision_says_so() -> None:
     assert (attended.verdict, attended.reason) == (Verdict.ASK, Reason.ASK_RULE)
     assert (unattended.verdict, unattended.reason, unattended.mode) == (
         Verdict.DENY, Reason.ASK_RULE, Mode.UNATTENDED)
-    assert "unattended" in unattended.explain() and "npm publish*" in unattended.explain()
-    assert unattended.to_data() == {"verdict": "deny", "reason": "ask_rule",
-                                    "mode": "unattended", "source": "task",
-                                    "rule": "bash(npm publish*)", "origin": ""}
+    assert unattended.explain() == ("the task permission ask rule bash(npm publish*) asks first "
+                                    "and runs are unattended, so nobody can say yes")
+    assert attended.explain() == "the task permission ask rule bash(npm publish*) asks first"
 
 
 def test_no_rule_for_the_tool_allows_by_default() -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from firstrun.errors import TaskError
 from firstrun.policy.permissions import Mode, Reason, Verdict, decide
+from firstrun.tasks.lint import Code, Severity, lint_task
 from firstrun.tasks.load import read_task
 from firstrun.tasks.schema import task_json_schema
 
@@ -89,3 +90,36 @@ def test_the_schema_describes_the_rules() -> None:
     for verdict in ("allow", "deny", "ask"):
         items = permissions["properties"][verdict]["items"]
         assert items["type"] == "string" and "bash|read_docs" in items["pattern"]
+
+
+def test_lint_warns_of_replay_steps_and_route_pages_the_rules_refuse(tmp_path: Path) -> None:
+    path = task_file(tmp_path, """\
+replay:
+  - echo hi > done
+  - curl -s http://example.test/ > out
+firstrun:
+  permissions:
+    deny:
+      - bash(curl*)
+    allow:
+      - read_docs(https://docs.example.test/*)
+""")
+    findings = [f for f in lint_task(read_task(path)) if f.code is Code.REPLAY_REFUSED]
+    assert [(f.severity, f.line) for f in findings] == [(Severity.WARNING, 4),
+                                                        (Severity.WARNING, 9)]
+    page, step = findings
+    assert "route page http://docs.example.test/" in page.message
+    assert "not on the task permission rules' allow list" in page.message
+    assert "replay step 2" in step.message and "deny rule bash(curl*)" in step.message
+
+
+def test_lint_is_silent_when_the_rules_allow_the_whole_replay(tmp_path: Path) -> None:
+    path = task_file(tmp_path, """\
+replay:
+  - echo hi > done
+firstrun:
+  permissions:
+    deny:
+      - bash(curl*)
+""")
+    assert not [f for f in lint_task(read_task(path)) if f.code is Code.REPLAY_REFUSED]

@@ -137,9 +137,6 @@ class Rule:
             return False
         return self.pattern is None or fnmatchcase(normalize(argument), self.pattern)
 
-    def to_data(self) -> dict[str, str]:
-        return {"verdict": self.verdict.value, "rule": self.text, "origin": self.origin}
-
 
 def parse_rule(text: str, *, verdict: Verdict, origin: str = "") -> Rule:
     """One rule from its text; a ``PolicyError`` quoting ``text`` if it means nothing definite."""
@@ -203,32 +200,21 @@ class Decision:
     source: str | None
 
     def explain(self) -> str:
-        """One sentence for the agent and for people."""
+        """One sentence for the agent: the rule, not where it is written (the trace has that)."""
         rule = f" {self.rule.verdict.value} rule {self.rule.text}" if self.rule else ""
-        where = f" ({self.rule.origin})" if self.rule and self.rule.origin else ""
-        nobody = " and this run is unattended, so nobody can say yes" \
+        nobody = " and runs are unattended, so nobody can say yes" \
             if self.verdict is Verdict.DENY and self.mode is Mode.UNATTENDED else ""
         match self.reason:
             case Reason.DENY_RULE:
-                return f"refused by the {self.source} permission{rule}{where}"
+                return f"refused by the {self.source} permission{rule}"
             case Reason.ASK_RULE:
-                return f"the {self.source} permission{rule}{where} asks first{nobody}"
+                return f"the {self.source} permission{rule} asks first{nobody}"
             case Reason.NOT_ALLOWED:
                 return f"not on the {self.source} permission rules' allow list{nobody}"
             case Reason.ALLOW_RULE:
-                return f"allowed by the {self.source} permission{rule}{where}"
+                return f"allowed by the {self.source} permission{rule}"
             case Reason.NO_RULE:
                 return "no permission rule covers it (allowed by default)"
-
-    def to_data(self) -> dict[str, object]:
-        return {
-            "verdict": self.verdict.value,
-            "reason": self.reason.value,
-            "mode": self.mode.value,
-            "source": self.source,
-            "rule": self.rule.text if self.rule else None,
-            "origin": self.rule.origin if self.rule else None,
-        }
 
 
 def _decide_one(rules: RuleSet, tool: str, argument: str) -> tuple[Reason, Rule | None]:

@@ -5,7 +5,8 @@ Guarantee: an error-level finding means the task cannot produce evidence
 run), and ``load_task`` refuses such a task. A warning names a way the
 result can be wrong (an assertion whose failure is forgotten, a masked
 failure, an environment directory nothing creates, a documentation host
-that shadows the shell's allow-list). Every finding names a file and line:
+that shadows the shell's allow-list, a replay step the task's own
+permission rules refuse). Every finding names a file and line:
 the task file, or the ``success.file`` the check lives in. Checks are
 precise rather than exhaustive; see ``firstrun.tasks.shell`` for how a
 script is read.
@@ -28,6 +29,7 @@ import httpx
 from firstrun.errors import PolicyError
 from firstrun.policy.hosts import HostPattern, canonical_host
 from firstrun.policy.network import DEFAULT_ALLOW
+from firstrun.policy.permissions import BASH, READ_DOCS, Mode, Verdict, decide
 from firstrun.tasks import shell
 from firstrun.tasks.compile import covering_patterns
 from firstrun.tasks.model import KeyPath, Task, host_entry_text
@@ -58,6 +60,7 @@ class Code(StrEnum):
     DOCS_UNREACHABLE = "docs_unreachable"
     DOCS_REDIRECT_OUTSIDE_ALLOW = "docs_redirect_outside_allow"
     SCAFFOLD_UNEDITED = "scaffold_unedited"
+    REPLAY_REFUSED = "replay_refused_by_permissions"
 
 
 # What ``firstrun init`` writes where the author must put their own words; a
@@ -86,6 +89,7 @@ def lint_task(task: Task) -> list[Finding]:
         *_environments(task),
         *_hosts(task),
         *_scaffold(task),
+        *_permissions(task),
     ]
 
 
@@ -129,6 +133,30 @@ def _scaffold(task: Task) -> list[Finding]:
                 line=line,
             )
         )
+    return findings
+
+
+def _permissions(task: Task) -> list[Finding]:
+    """A route page or replay step the task's own permission rules refuse.
+
+    Replay stops there and the run is ``skipped``: the task forbids what its
+    docs tell a reader to do, so replay can never say anything about them.
+    A warning, because a model agent may still find another way.
+    """
+    rules = task.permissions
+    if not rules.rules:
+        return []
+    calls = [(READ_DOCS, url, key, f"route page {url}")
+             for url, key in zip(task.docs_route, _route_keys(task), strict=True)]
+    calls += [(BASH, step, ("replay", i), f"replay step {i + 1}")
+              for i, step in enumerate(task.spec.replay)]
+    findings = []
+    for tool, argument, key, what in calls:
+        decision = decide([rules], tool=tool, argument=argument, mode=Mode.UNATTENDED)
+        if decision.verdict is not Verdict.ALLOW:
+            findings.append(_at(task, Severity.WARNING, Code.REPLAY_REFUSED,
+                                f"{what} is not allowed ({decision.explain()}): --agent "
+                                "replay stops there and the run is skipped", key))
     return findings
 
 
