@@ -77,6 +77,7 @@ def test_argv_unprivileged_harness() -> None:
         "proxy_port": 3128,
         "limits": {"pids": 1024, "memory_bytes": 1 << 30, "open_files": 4096},
         "landlock": {
+            "apply": True,
             "required": True,
             "min_abi": 1,
             "dirs": ["/workspace", "/tmp", "/home/sandbox", "/dev/shm", "/dev/pts"],

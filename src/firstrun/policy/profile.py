@@ -19,6 +19,12 @@ recorded per session (``SessionInfo.layers``), not in the profile, so the
 policy hash stays a statement of what was required: two runs with one hash
 were held to the same guarantees, whichever backend enforced them.
 
+``required`` is also what a backend applies: a layer left out of it is not
+attempted at all by a backend that can omit it (linux: seccomp, landlock,
+network), and that session records the layer as not applied and itself as
+downgraded. Every run's profile requires every layer; only ``firstrun
+audit`` builds profiles that leave layers out, to measure what each stops.
+
 Pure: stdlib only, no I/O.
 """
 

@@ -45,6 +45,12 @@ class AttestPlan:
     Seatbelt applied to the probe's own process). ``write_witness`` is a
     directory the session's uid may write by its mode but no rule allows:
     a write refused there was refused by the sandbox, not by file modes.
+
+    ``shared`` is a session that shares the host's network (an audit
+    configuration without the network layer): nothing about the network is
+    proven, nothing is dialled, and the checks say so. ``seccomp`` says
+    whether the syscall filter must be proven; False only for a session
+    whose profile leaves that layer out (the audit's, again).
     """
 
     python: str
@@ -59,6 +65,7 @@ class AttestPlan:
     proxy_host: str = "127.0.0.1"
     kernel: str = "linux"
     write_witness: str | None = None
+    seccomp: bool = True
 
 
 def attest(session: Session, plan: AttestPlan) -> tuple[Check, ...]:
@@ -80,6 +87,7 @@ def attest(session: Session, plan: AttestPlan) -> tuple[Check, ...]:
             "landlock": plan.landlock,
             "kernel": plan.kernel,
             "write_witness": plan.write_witness,
+            "seccomp": plan.seccomp,
         }
         result = session.exec(
             [plan.python, "-I", "-S", "-c", PROBE_SOURCE, json.dumps(data)],
@@ -103,8 +111,13 @@ def attest(session: Session, plan: AttestPlan) -> tuple[Check, ...]:
     if plan.proxy_port is None:
         checks.append(Check(name="proxy_answers", passed=True,
                             detail="not applicable: the session has no proxy"))
-    checks.append(Check(name="host_canary_saw_nothing", passed=accepted == 0,
-                        detail=f"host canary on {plan.host_address} accepted {accepted} connection(s)"))
+    if plan.network == "shared":
+        checks.append(Check(name="host_canary_saw_nothing", passed=True,
+                            detail="not applicable: the session shares the host's network"))
+    else:
+        checks.append(Check(name="host_canary_saw_nothing", passed=accepted == 0,
+                            detail=f"host canary on {plan.host_address} accepted "
+                                   f"{accepted} connection(s)"))
     return tuple(checks)
 
 

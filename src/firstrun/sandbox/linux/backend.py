@@ -15,6 +15,12 @@ allows a session cgroup (see ``cgroup``), memory and pids are capped for the
 session as a whole, not per process; the ``limits`` layer records which
 mechanism enforced them.
 
+Seccomp, Landlock and the network namespace are applied exactly when the
+profile's ``required`` set names them. A run's profile names every layer;
+only ``firstrun audit`` builds profiles that leave some out, to measure what
+each one stops. Such a session records each omitted layer as not applied and
+its enforcement as downgraded, so it can never pass for an enforced one.
+
 Every OSError met while launching or talking to the sandbox becomes a
 ``SandboxError`` here; an ``ExecResult`` with a non-zero exit is a command
 that failed, never a sandbox that failed.
@@ -73,6 +79,10 @@ LAUNCHER_SOURCE = Path(launcher.__file__).read_text(encoding="utf-8")
 # and the usual subuid blocks, and unique per live session.
 _UID_RANGE = (1_500_000_000, 1_600_000_000)
 _READY_TIMEOUT_S = 30.0
+# The layers a profile may leave out of ``required`` (the audit's knob); the
+# rest are bubblewrap itself, the uid and the limits, which are always applied.
+_OMITTABLE = frozenset({LayerName.SECCOMP, LayerName.LANDLOCK, LayerName.NETWORK})
+_OMITTED = "omitted: not in the profile's required layers (an audit configuration)"
 _CLOSE_GRACE_S = 5.0
 # How long past its own timeout a command may take before the helper is
 # considered unresponsive (it reports the kill itself within this).
@@ -388,10 +398,14 @@ class LinuxBackend:
         if not os.path.isdir(profile.fs.workspace):
             raise SandboxError(f"workspace {profile.fs.workspace} is not a directory",
                                who="linux")
+        if LayerName.NETWORK not in profile.required and proxy is not None:
+            raise SandboxError("a profile without the network layer shares the host's network "
+                               "and takes no proxy endpoint", who="linux")
         seccomp_fd: int | None = None
-        downgrades: list[str] = []
+        downgrades = [layer.value for layer in sorted(_OMITTABLE - profile.required)]
         try:
-            seccomp_fd = seccomp.compile_filter()
+            if LayerName.SECCOMP in profile.required:
+                seccomp_fd = seccomp.compile_filter()
         except SandboxError as exc:
             if LayerName.SECCOMP not in profile.downgrades:
                 raise SandboxUnavailable(f"seccomp: {exc}", who="linux",
@@ -488,7 +502,7 @@ class LinuxBackend:
                 threading.Thread(target=_serve_dial, args=(dial_parent, proxy.socket_path),
                                  daemon=True, name="firstrun-dial").start()
             abi = int(ready.get("landlock_abi", 0))
-            if abi == 0:
+            if abi == 0 and LayerName.LANDLOCK.value not in downgrades:
                 downgrades.append(LayerName.LANDLOCK.value)
             layers = _layers(profile, uid=uid, landlock_abi=abi,
                              landlock_error=ready.get("landlock_error", ""),
@@ -498,6 +512,8 @@ class LinuxBackend:
                 python=interpreter, workspace=fs.sandbox_workspace, real_homes=fs.real_homes,
                 exposed=spec.exposed, proxy_port=PROXY_PORT if proxy is not None else None,
                 nonce=proxy.nonce if proxy is not None else None, landlock=abi > 0,
+                seccomp=seccomp_fd is not None,
+                network="loopback_only" if LayerName.NETWORK in profile.required else "shared",
             ))
             session.info = SessionInfo(
                 backend=self.name,
@@ -607,19 +623,26 @@ def _layers(profile: SandboxProfile, *, uid: int | None, landlock_abi: int, land
     limits = profile.limits
     return (
         LayerStatus(name=LayerName.NAMESPACES, applied=True, mechanism="bubblewrap",
-                    detail="user, mount, pid, ipc, uts, net and cgroup namespaces; "
-                           "nested user namespaces disabled"),
+                    detail=("user, mount, pid, ipc, uts, net and cgroup namespaces; "
+                            if LayerName.NETWORK in profile.required
+                            else "user, mount, pid, ipc, uts and cgroup namespaces; ")
+                    + "nested user namespaces disabled"),
         LayerStatus(name=LayerName.LANDLOCK, applied=landlock_abi > 0,
                     mechanism=f"landlock ABI {landlock_abi}" if landlock_abi else "landlock",
                     detail=f"writes only beneath {writable}" if landlock_abi
+                    else _OMITTED if LayerName.LANDLOCK not in profile.required
                     else f"not applied: {landlock_error}"),
         LayerStatus(name=LayerName.SECCOMP, applied=seccomp_applied, mechanism="seccomp-bpf",
                     detail=f"{len(seccomp.RULES)} deny rules" if seccomp_applied
+                    else _OMITTED if LayerName.SECCOMP not in profile.required
                     else "not applied: libseccomp unavailable"),
         LayerStatus(name=LayerName.NETWORK, applied=True,
                     mechanism="empty network namespace",
                     detail=f"only 127.0.0.1:{PROXY_PORT}, relayed to the egress proxy"
-                    if proxy is not None else "no egress at all (no proxy)"),
+                    if proxy is not None else "no egress at all (no proxy)")
+        if LayerName.NETWORK in profile.required
+        else LayerStatus(name=LayerName.NETWORK, applied=False,
+                         mechanism="the host's network namespace", detail=_OMITTED),
         _limits_layer(limits, session_cgroup, no_cgroup),
         LayerStatus(name=LayerName.UNPRIVILEGED, applied=True,
                     mechanism=f"uid {uid}" if uid is not None else f"uid {os.geteuid()}",

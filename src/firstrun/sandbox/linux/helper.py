@@ -459,13 +459,18 @@ def main(argv: list[str]) -> int:
         _prctl(_PR_SET_CHILD_SUBREAPER, 1)
         _set_limits(config["limits"])
         ll = config["landlock"]
-        try:
-            report["landlock_abi"] = apply_landlock(ll["dirs"], ll["files"], min_abi=ll["min_abi"])
-        except LandlockError as exc:
-            if ll["required"]:
-                raise
+        if not ll["apply"]:
             report["landlock_abi"] = 0
-            report["landlock_error"] = str(exc)
+            report["landlock_error"] = "omitted: the profile does not require it"
+        else:
+            try:
+                report["landlock_abi"] = apply_landlock(ll["dirs"], ll["files"],
+                                                        min_abi=ll["min_abi"])
+            except LandlockError as exc:
+                if ll["required"]:
+                    raise
+                report["landlock_abi"] = 0
+                report["landlock_error"] = str(exc)
         relay = None
         if config["proxy_port"] is not None:
             dialer = socket.socket(fileno=config["dial_fd"])

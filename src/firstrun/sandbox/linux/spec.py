@@ -8,6 +8,10 @@ fresh /proc, a minimal /dev and a private /tmp, /dev/shm and HOME (each a
 tmpfs capped at the profile's memory limit), binds the system directories
 and the exposed toolchain roots read-only with the secrets inside them masked,
 and binds exactly one host directory read-write: the workspace.
+
+A profile whose ``required`` set leaves out ``network`` shares the host's
+network namespace instead (an audit configuration, never a run's: see
+``firstrun.policy.profile``); every other namespace is unshared regardless.
 Nothing under /run, /var/run or the host's /tmp is ever bound, so host sockets
 (docker, containerd, ssh-agent, D-Bus) do not exist inside; a read-only bind
 would not stop ``connect()`` on a socket.
@@ -92,6 +96,8 @@ def helper_config(
             "open_files": profile.limits.open_files,
         },
         "landlock": {
+            # Not required: not even attempted, so the audit can measure its absence.
+            "apply": LayerName.LANDLOCK in profile.required,
             "required": LayerName.LANDLOCK in profile.required
             and LayerName.LANDLOCK not in profile.downgrades,
             "min_abi": landlock_min_abi,
@@ -128,9 +134,10 @@ def build_launch_spec(
         readonly.append(host.prefix)
     exposed = tuple(p for p in readonly if p not in SYSTEM_READONLY)
 
+    unshare_net = ["--unshare-net"] if LayerName.NETWORK in profile.required else []
     argv = [
         bwrap,
-        "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net",
+        "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", *unshare_net,
         "--unshare-cgroup-try", "--disable-userns", "--die-with-parent", "--new-session",
         "--hostname", "sandbox",
         "--proc", "/proc",
