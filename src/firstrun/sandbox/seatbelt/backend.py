@@ -388,6 +388,9 @@ def marked_pids(marker: str) -> list[int]:
     if sys.platform != "darwin":
         return []
     libc = ctypes.CDLL(None, use_errno=True)
+    libc.sysctl.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_uint, ctypes.c_void_p,
+                            ctypes.POINTER(ctypes.c_size_t), ctypes.c_void_p, ctypes.c_size_t]
+    libc.proc_listallpids.argtypes = [ctypes.c_void_p, ctypes.c_int]
     argmax = ctypes.c_int(0)
     size = ctypes.c_size_t(ctypes.sizeof(argmax))
     mib = (ctypes.c_int * 2)(1, 8)  # CTL_KERN, KERN_ARGMAX
