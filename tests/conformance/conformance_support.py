@@ -7,6 +7,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 
+from firstrun.cli.doctor import available_backends
 from firstrun.policy.network import Channel, NetworkPolicy
 from firstrun.policy.profile import SandboxProfile
 from firstrun.proxy.records import EgressRecord
@@ -15,6 +16,9 @@ from firstrun.run.sandbox import egress_record
 from firstrun.sandbox.base import ProxyEndpoint, Session
 from firstrun.sandbox.hostfs import host_filesystem_policy
 from firstrun.sandbox.select import BackendOptions, entry, select_backend
+
+# Every backend doctor reports available here, probed once per test session.
+AVAILABLE = available_backends()
 
 
 @contextmanager

@@ -14,9 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from firstrun.cli.doctor import available_backends
-
-AVAILABLE = available_backends()
+from conformance_support import AVAILABLE
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

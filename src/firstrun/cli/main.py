@@ -31,11 +31,10 @@ from firstrun.errors import (
     UsageError,
 )
 from firstrun.policy.profile import LayerName
+from firstrun.sandbox.select import BACKENDS
 
 EXIT_USAGE = 3
 EXIT_SANDBOX = 125
-
-BACKENDS = ("auto", "linux", "local")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -94,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sb.add_argument("--backend", choices=BACKENDS, default="auto",
                     help="sandbox backend (default: auto, the strongest available)")
+    _image_flag(sb)
     sb.add_argument("--allow", action="append", default=[], metavar="HOST",
                     help="also allow HOST (exact, or *.suffix, with optional :port); repeatable")
     sb.add_argument("--deny", action="append", default=[], metavar="HOST",
@@ -125,6 +125,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_report_parsers(sub)
     add_images_parser(sub)
     return parser
+
+
+def _image_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--image", metavar="IMAGE",
+                        help="container image for the docker backend when a task names none "
+                        "(default: firstrun/python:3.11; build it with 'firstrun images build')")
 
 
 def _downgrade_flag(parser: argparse.ArgumentParser) -> None:
@@ -162,6 +168,7 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
                      "million tokens); wins over the bundled genai-prices table")
     run.add_argument("--backend", choices=BACKENDS, default="auto",
                      help="sandbox backend (default: auto, the strongest available)")
+    _image_flag(run)
     run.add_argument("--out", default="results", metavar="DIR",
                      help="where results.json and runs/TASK/ATTEMPT/trace.jsonl go (default: results)")
     run.add_argument("--keep-sandbox", action="store_true",
@@ -205,6 +212,7 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
                        help="sandbox backend (default: auto)")
     check.add_argument("--allow-unenforced", action="store_true",
                        help="permit the 'local' backend, which enforces nothing")
+    _image_flag(check)
     check.add_argument("--out", default="results", metavar="DIR",
                        help="where the check's trace goes (default: results)")
 
@@ -358,6 +366,7 @@ def _run(argv: Sequence[str]) -> int:
             report_only=args.report_only,
             timeout_s=args.timeout,
             json=args.json,
+            image=args.image,
         )
     )
 
@@ -387,6 +396,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
             probe_affordances=args.probe_affordances,
             allow_unenforced=args.allow_unenforced,
             downgrades=frozenset(LayerName(layer) for layer in args.allow_downgrade),
+            image=args.image,
             argv=("firstrun", *argv),
         )
     )
@@ -397,7 +407,7 @@ def _cmd_check(args: argparse.Namespace, _argv: Sequence[str]) -> int:
 
     return check_command(
         args.task, sandbox=args.sandbox, backend=args.backend,
-        allow_unenforced=args.allow_unenforced, out=args.out,
+        allow_unenforced=args.allow_unenforced, out=args.out, image=args.image,
     )
 
 

@@ -32,7 +32,13 @@ from firstrun.reports.junit import write_junit
 from firstrun.reports.summary import route_finding_text, table_lines
 from firstrun.results.model import Classification, RunRecord
 from firstrun.results.store import RESULTS_FILE, ResultsStore
-from firstrun.sandbox.select import select_backend
+from firstrun.sandbox.select import (
+    BackendOptions,
+    Resolution,
+    resolve_backend,
+    select_backend,
+    unavailable,
+)
 from firstrun.tasks.load import DEFAULT_TASK_DIR, expand_task_paths, load_tasks
 from firstrun.tasks.model import Task
 
@@ -61,6 +67,7 @@ class RunRequest:
     probe_affordances: bool = False
     allow_unenforced: bool = False
     downgrades: frozenset[LayerName] = frozenset()
+    image: str | None = None
     argv: tuple[str, ...] = ()
 
 
@@ -125,14 +132,17 @@ def run_command(request: RunRequest) -> int:
     # Built once up front so an unknown --agent, a bad --model, a missing SDK
     # or key, or an unpriced --max-spend is refused before any run.
     spend = _spend_governor(new_agent(), request.max_spend, tasks)
-    refusal = _backend_refusal(request.backend, request.allow_unenforced)
-    if refusal is not None:
-        print(refusal, file=sys.stderr)
+    resolution = _resolve(request.backend, request.allow_unenforced,
+                          [task.spec.image or request.image for task in tasks])
+    if isinstance(resolution, str):
+        print(resolution, file=sys.stderr)
         return EXIT_NO_EVIDENCE
+    print(f"firstrun: {resolution.explain()}", file=sys.stderr)
     out = Path(request.out)
     config = RunConfig(
         out_dir=out,
-        backend=request.backend,
+        backend=resolution.backend,
+        image=request.image,
         allow_unenforced=request.allow_unenforced,
         allow_downgrade=request.downgrades,
         keep_sandbox=request.keep_sandbox,
@@ -148,7 +158,8 @@ def run_command(request: RunRequest) -> int:
             "agent": request.agent,
             "model": request.model,
             "max_spend": None if request.max_spend is None else str(request.max_spend),
-            "backend": request.backend,
+            "backend": resolution.backend,
+            "backend_resolution": resolution.to_data(),
             "affordances": request.affordances,
             "probe_affordances": request.probe_affordances,
             "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -175,6 +186,9 @@ def run_command(request: RunRequest) -> int:
                 spend=spend,
             )
             spend_reached = outcome.spend_reached
+            if outcome.backend_lost is not None:
+                print(f"firstrun: stopped starting runs: {outcome.backend_lost}; finished runs "
+                      "are kept", file=sys.stderr)
         except Signalled as sig:
             # run_suite has already set ``stop`` and waited for the runs in
             # flight to end with their sessions closed; signals stay ignored
@@ -284,23 +298,33 @@ def _spend_governor(agent: Agent, max_spend: Decimal | None,
 EXIT_NO_EVIDENCE = 2
 
 
-def _backend_refusal(backend: str, allow_unenforced: bool) -> str | None:
-    """Why every run would be refused on this backend, said once before any starts.
+def _resolve(backend: str, allow_unenforced: bool, images: list[str | None]) -> Resolution | str:
+    """The sweep's one concrete backend, or why every run would be refused, said once.
 
     A backend that cannot enforce (``local`` without --allow-unenforced, a
-    machine without bubblewrap) would refuse each run alike; recording that
-    as one infra_error per run would only bury the one line that matters.
+    machine without bubblewrap, docker without the image) would refuse each
+    run alike; recording that as one infra_error per run would only bury the
+    one line that matters. ``auto`` is resolved here, once, for the images
+    the tasks use.
     """
+    options = BackendOptions(allow_unenforced=allow_unenforced)
     try:
-        select_backend(backend, allow_unenforced=allow_unenforced)
+        resolution = resolve_backend(backend, options, images or [None])
+        select_backend(resolution.backend, allow_unenforced=allow_unenforced)
+        if backend != "auto":
+            missing = unavailable(backend, options, images or [None])
+            if missing is not None:
+                raise SandboxUnavailable(missing.detail, who=backend,
+                                         fix=missing.fix)
     except SandboxUnavailable as exc:
         fix = f"; fix: {exc.fix}" if exc.fix else ""
         return f"firstrun: refused ({exc.who}): {' '.join(exc.args[0].split())}{fix}"
-    return None
+    return resolution
 
 
 def check_command(
-    task_path: str, *, sandbox: str, backend: str, allow_unenforced: bool, out: str
+    task_path: str, *, sandbox: str, backend: str, allow_unenforced: bool, out: str,
+    image: str | None = None,
 ) -> int:
     """Re-run only the success check of one task against a kept workspace."""
     if not os.path.isdir(sandbox):
@@ -312,11 +336,12 @@ def check_command(
     from firstrun.run.runner import RunConfig
     from firstrun.run.suite import suite_exit_code
 
-    refusal = _backend_refusal(backend, allow_unenforced)
-    if refusal is not None:
-        print(refusal, file=sys.stderr)
+    resolution = _resolve(backend, allow_unenforced, [tasks[0].spec.image or image])
+    if isinstance(resolution, str):
+        print(resolution, file=sys.stderr)
         return EXIT_NO_EVIDENCE
-    config = RunConfig(out_dir=Path(out), backend=backend, allow_unenforced=allow_unenforced)
+    config = RunConfig(out_dir=Path(out), backend=resolution.backend,
+                       allow_unenforced=allow_unenforced, image=image)
     with signals_unwind():
         record = recheck(tasks[0], sandbox_dir=Path(sandbox), config=config)
     ran = "the check did not run" if record.check_exit is None else f"exit {record.check_exit}"

@@ -15,6 +15,14 @@ settled at the run's recorded spend when the run ends. When a reservation
 cannot fit, no new run starts (``SuiteOutcome.spend_reached``) while the
 runs in flight finish normally: the cap stops the sweep, it does not
 interrupt it.
+
+The backend is one concrete backend for the whole sweep: ``auto`` is
+resolved once, before any run (``SuiteOutcome.resolution`` says what it
+chose and why), and before each run starts that same backend is checked
+again; if it has become unavailable (the daemon stopped, the image was
+removed), no new run starts and ``SuiteOutcome.backend_lost`` says why,
+while the runs in flight finish and every finished run is kept. The sweep
+never switches to another backend.
 """
 
 from __future__ import annotations
@@ -35,6 +43,8 @@ from firstrun.run.classify import Reason
 from firstrun.run.config import RunConfig
 from firstrun.run.events import Event
 from firstrun.run.runner import run_task
+from firstrun.run.sandbox import run_image
+from firstrun.sandbox.select import BackendOptions, Resolution, resolve_backend, unavailable
 from firstrun.tasks.model import Task
 
 EXIT_PASSED = 0
@@ -47,6 +57,8 @@ class SuiteOutcome:
     records: list[RunRecord]
     interrupted: bool
     spend_reached: bool = False
+    resolution: Resolution | None = None
+    backend_lost: str | None = None
 
 
 def run_suite(
@@ -70,6 +82,11 @@ def run_suite(
     if workers < 1:
         raise UsageError("--workers must be at least 1")
     stop = stop if stop is not None else threading.Event()
+    options = BackendOptions(allow_unenforced=config.allow_unenforced)
+    resolution = resolve_backend(config.backend, options,
+                                 [run_image(task, config) for task in tasks] or [config.image])
+    config = replace(config, backend=resolution.backend)
+    lost: list[str] = []
     if config.politeness is None:
         # One spacing for the whole sweep, so parallel runs are polite together.
         config = replace(config, politeness=Politeness())
@@ -85,9 +102,18 @@ def run_suite(
         while not stop.is_set():
             if spend is not None and spend.reached:
                 return
+            with lock:
+                if lost:
+                    return
             try:
                 task, attempt = jobs.get_nowait()
             except queue.Empty:
+                return
+            missing = unavailable(config.backend, options, (run_image(task, config),))
+            if missing is not None:
+                with lock:
+                    lost.append(f"backend {config.backend} is not available now: {missing.name}: "
+                                f"{missing.detail}" + (f" (fix: {missing.fix})" if missing.fix else ""))
                 return
             reservation = None
             if spend is not None:
@@ -156,7 +182,8 @@ def run_suite(
     if crashed:
         raise crashed[0]
     return SuiteOutcome(records=records, interrupted=stop.is_set(),
-                        spend_reached=spend is not None and spend.reached)
+                        spend_reached=spend is not None and spend.reached,
+                        resolution=resolution, backend_lost=lost[0] if lost else None)
 
 
 def recorded_spend(record: RunRecord) -> Decimal | None:
