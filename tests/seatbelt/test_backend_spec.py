@@ -15,17 +15,17 @@ import pytest
 
 from firstrun.errors import SandboxError, SandboxUnavailable
 from firstrun.policy.filesystem import FilesystemPolicy
-from firstrun.policy.profile import LayerName, SandboxProfile
+from firstrun.policy.profile import LayerName, SandboxProfile, unprovided
 from firstrun.sandbox.seatbelt.backend import (
     MARKER_VARIABLE,
     SeatbeltBackend,
     host_for,
     inside_path,
-    lacking,
     layers,
     prepare_session_dirs,
     probe,
     procargs_environment,
+    provides,
     session_environment,
     write_profile,
 )
@@ -109,18 +109,17 @@ def test_layers_say_what_seatbelt_gives_and_what_it_cannot() -> None:
 
 def test_layers_seatbelt_cannot_give_are_refused_unless_downgraded() -> None:
     required_all = SandboxProfile(fs=PROFILE.fs)
-    assert lacking(required_all, euid=501) == (LayerName.LIMITS, LayerName.NAMESPACES)
-    assert lacking(PROFILE, euid=501) == ()
-    assert lacking(PROFILE, euid=0) == (LayerName.UNPRIVILEGED,)
+    assert unprovided(required_all, provides(501)) == (LayerName.LIMITS, LayerName.NAMESPACES)
+    assert unprovided(PROFILE, provides(501)) == ()
+    assert unprovided(PROFILE, provides(0)) == (LayerName.UNPRIVILEGED,)
 
 
 @pytest.mark.skipif(sys.platform == "darwin", reason="checks the answer off macOS")
 def test_probe_says_why_not_here_and_what_to_use_instead() -> None:
-    caps = {c.name: c for c in probe()}
-    assert not caps["macos"].available
-    assert sys.platform in caps["macos"].detail
-    assert "--backend linux" in (caps["macos"].fix or "")
-    assert not caps["sandbox_exec"].available
+    (cap,) = probe()
+    assert cap.name == "macos" and not cap.available
+    assert sys.platform in cap.detail
+    assert "--backend linux" in (cap.fix or "")
     assert SeatbeltBackend().probe() == probe()
 
 
@@ -194,3 +193,15 @@ def test_the_session_marker_is_read_from_kern_procargs2_layout() -> None:
     argv_only = struct.pack("=i", 2) + f"/bin/x\0x\0{MARKER_VARIABLE}=ab\0\0".encode()
     assert procargs_environment(argv_only) == []
     assert procargs_environment(b"\1\0") == []
+
+
+def test_registered_by_name_and_ranked_after_docker_and_linux() -> None:
+    from firstrun.sandbox.select import REGISTRY, BackendOptions, build_backend, unavailable
+
+    assert isinstance(build_backend("seatbelt", BackendOptions()), SeatbeltBackend)
+    ranked = [e.name for e in sorted((e for e in REGISTRY if e.auto_rank is not None),
+                                     key=lambda e: e.auto_rank or 0)]
+    assert ranked == ["docker", "linux", "seatbelt"]
+    if sys.platform != "darwin":
+        missing = unavailable("seatbelt", BackendOptions())
+        assert missing is not None and missing.name == "macos" and missing.fix

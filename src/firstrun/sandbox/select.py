@@ -77,6 +77,7 @@ REGISTRY: tuple[Entry, ...] = (
     Entry(name="docker", cls="firstrun.sandbox.docker.backend:DockerBackend", auto_rank=1,
           build=lambda cls, o: cls(image=o.image, on_record=o.on_record), own_proxy=True),
     Entry(name="linux", cls="firstrun.sandbox.linux.backend:LinuxBackend", auto_rank=2),
+    Entry(name="seatbelt", cls="firstrun.sandbox.seatbelt.backend:SeatbeltBackend", auto_rank=3),
     Entry(name="local", cls="firstrun.sandbox.local:LocalBackend", auto_rank=None,
           build=lambda cls, o: cls(allow_unenforced=o.allow_unenforced)),
 )

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 
 from firstrun.errors import SandboxError, SandboxUnavailable
 from firstrun.policy.process import build_environment
-from firstrun.policy.profile import LayerName, SandboxProfile
+from firstrun.policy.profile import LayerName, Provides, SandboxProfile, unprovided
 from firstrun.sandbox import attest as attestation
 from firstrun.sandbox.base import (
     Capability,
@@ -86,7 +86,7 @@ _DOWNGRADE_FIX = ("pass --allow-downgrade {layers} to run with {them} recorded a
                   "or use the linux or docker backend")
 
 
-def provides(euid: int) -> dict[LayerName, str]:
+def provides(euid: int) -> Provides:
     """The layers Seatbelt gives, by mechanism; pure in the harness's euid."""
     given = {
         LayerName.LANDLOCK: "seatbelt file-write rules",
@@ -98,26 +98,21 @@ def provides(euid: int) -> dict[LayerName, str]:
     return given
 
 
-def lacking(profile: SandboxProfile, euid: int) -> tuple[LayerName, ...]:
-    """The layers ``profile`` must have enforced that Seatbelt cannot give here."""
-    return tuple(sorted((profile.required - profile.downgrades) - provides(euid).keys()))
-
-
 def probe() -> tuple[Capability, ...]:
-    darwin = sys.platform == "darwin"
+    """Off macOS, only why not; on macOS, sandbox-exec and a non-root harness."""
+    if sys.platform != "darwin":
+        return (Capability(name="macos", available=False,
+                           detail=f"Seatbelt exists only on macOS; this is {sys.platform}",
+                           fix=_OTHER_BACKENDS),)
     present = os.access(SANDBOX_EXEC, os.X_OK)
     euid = os.geteuid()
     return (
-        Capability(name="macos", available=darwin,
-                   detail="Seatbelt is macOS's own sandbox" if darwin
-                   else f"Seatbelt exists only on macOS; this is {sys.platform}",
-                   fix=None if darwin else _OTHER_BACKENDS),
-        Capability(name="sandbox_exec", available=darwin and present,
+        Capability(name="macos", available=True, detail="Seatbelt is macOS's own sandbox"),
+        Capability(name="sandbox_exec", available=present,
                    detail=f"{SANDBOX_EXEC} (deprecated by Apple, still shipped)" if present
                    else f"{SANDBOX_EXEC} is missing",
-                   fix=None if darwin and present else
-                   "sandbox-exec ships with macOS; without it use the docker backend"
-                   if darwin else _OTHER_BACKENDS),
+                   fix=None if present else
+                   "sandbox-exec ships with macOS; without it use the docker backend"),
         Capability(name="unprivileged", available=euid != 0,
                    detail=f"commands run as uid {euid}",
                    fix=None if euid != 0 else
@@ -462,7 +457,7 @@ class SeatbeltBackend:
             raise SandboxUnavailable("; ".join(c.detail for c in missing), who=WHO,
                                      fix=missing[0].fix)
         euid = os.geteuid()
-        if gaps := lacking(profile, euid):
+        if gaps := unprovided(profile, provides(euid)):
             names = ", ".join(gaps)
             raise SandboxUnavailable(
                 f"Seatbelt cannot provide the required layer(s) {names} "
