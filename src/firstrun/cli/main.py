@@ -166,24 +166,33 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
     run.add_argument("--price-file", metavar="FILE",
                      help="model prices (JSON or YAML: MODEL: {input, output, cached} USD per "
                      "million tokens); wins over the bundled genai-prices table")
-    run.add_argument("--backend", choices=BACKENDS, default="auto",
-                     help="sandbox backend (default: auto, the strongest available)")
+    run.add_argument("--backend", choices=BACKENDS,
+                     help="sandbox backend (default: firstrun.yaml's, else auto, the strongest available)")
     _image_flag(run)
-    run.add_argument("--out", default="results", metavar="DIR",
-                     help="where results.json and runs/TASK/ATTEMPT/trace.jsonl go (default: results)")
+    run.add_argument("--out", metavar="DIR",
+                     help="where results.json and runs/TASK/ATTEMPT/trace.jsonl go "
+                     "(default: firstrun.yaml's, else results)")
+    run.add_argument("--resume", metavar="DIR",
+                     help="continue the interrupted sweep saved in DIR, running only the attempts "
+                     "it has no finished run for; refused unless the tasks, agent, model, backend, "
+                     "repeat and affordances match the sweep's")
+    run.add_argument("--config", metavar="FILE",
+                     help="the project config (default: ./firstrun.yaml when it exists); its "
+                     "values are defaults, and flags given here win")
     run.add_argument("--keep-sandbox", action="store_true",
                      help="keep each run's workspace at OUT/runs/TASK/ATTEMPT/workspace (for 'firstrun check')")
     run.add_argument("--repeat", type=_positive_int, default=1, metavar="N",
                      help="run each task N times (default: 1)")
-    run.add_argument("--workers", type=_positive_int, default=1, metavar="N",
-                     help="run up to N runs at once (default: 1)")
+    run.add_argument("--workers", type=_positive_int, metavar="N",
+                     help="run up to N runs at once (default: firstrun.yaml's, else 1)")
     run.add_argument("--junit", metavar="FILE",
                      help="also write JUnit XML: a docs gap is a failure, trouble that kept a run "
                      "from judging is an error, a skip is skipped")
     _github_summary_flag(run)
     run.add_argument("--docs-mirror", action="append", default=[], metavar="HOST=SRC",
                      help="serve docs host HOST from directory SRC or a loopback server URL; repeatable")
-    run.add_argument("--cache-dir", metavar="DIR", help="cache fetched docs pages in DIR")
+    run.add_argument("--cache-dir", metavar="DIR",
+                     help="cache fetched docs pages in DIR (default: firstrun.yaml's, else none)")
     # The values of firstrun.docs.Affordances, named here so parsing imports no docs code.
     run.add_argument("--affordances", choices=("all", "none"), default="all",
                      help="none hides llms.txt, llms-full.txt and .md page variants from "
@@ -385,6 +394,8 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
             price_file=args.price_file,
             backend=args.backend,
             out=args.out,
+            resume=args.resume,
+            config=args.config,
             keep_sandbox=args.keep_sandbox,
             repeat=args.repeat,
             workers=args.workers,

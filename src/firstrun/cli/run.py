@@ -8,14 +8,20 @@ the suite from starting new runs and lets the running ones end cleanly
 (their sessions closed, nothing left running); further signals are ignored
 until that is done, then the command exits 128+N. The summary, the JUnit
 file and the exit status are computed from the saved ``RunRecord``s only.
+
+Flags left unset come from the project config (``firstrun.yaml``), and a
+flag given wins over it. ``--resume DIR`` runs only the attempts the sweep
+saved in DIR has no finished run for, and is refused before anything runs
+unless the command measures what that sweep recorded (``SweepIdentity``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -30,8 +36,21 @@ from firstrun.errors import SandboxUnavailable, UsageError
 from firstrun.policy.profile import LayerName
 from firstrun.reports.junit import write_junit
 from firstrun.reports.summary import route_finding_text, table_lines
-from firstrun.results.model import Classification, RunRecord
-from firstrun.results.store import RESULTS_FILE, ResultsStore
+from firstrun.results.model import (
+    Classification,
+    RunRecord,
+    SweepIdentity,
+    TaskIdentity,
+    incomparability,
+)
+from firstrun.results.store import RESULTS_FILE, SWEEP_KEY, ResultsStore
+from firstrun.run.project import (
+    ProjectConfig,
+    apply_task_defaults,
+    find_project_config,
+    merged_mirrors,
+    with_defaults,
+)
 from firstrun.sandbox.select import (
     BackendOptions,
     Resolution,
@@ -45,7 +64,12 @@ from firstrun.tasks.model import Task
 
 @dataclass(frozen=True, kw_only=True)
 class RunRequest:
-    """Validated-by-argparse ``firstrun run`` arguments; the rest is checked in ``run_command``."""
+    """Validated-by-argparse ``firstrun run`` arguments; the rest is checked in ``run_command``.
+
+    ``backend``, ``out``, ``workers`` and ``cache_dir`` left None come from the
+    project config (``config``, else ./firstrun.yaml), else the built-in
+    defaults. ``resume`` is ``--resume DIR``.
+    """
 
     tasks: tuple[str, ...] = ()
     examples: tuple[str, ...] = ()
@@ -54,11 +78,13 @@ class RunRequest:
     base_url: str | None = None
     max_spend: Decimal | None = None
     price_file: str | None = None
-    backend: str = "auto"
-    out: str = "results"
+    backend: str | None = None
+    out: str | None = None
+    resume: str | None = None
+    config: str | None = None
     keep_sandbox: bool = False
     repeat: int = 1
-    workers: int = 1
+    workers: int | None = None
     junit: str | None = None
     github_summary: str | None = None
     docs_mirrors: tuple[str, ...] = ()
@@ -83,6 +109,62 @@ def _check_paths(request: RunRequest) -> None:
             raise UsageError(f"--junit: {request.junit!r} is a directory")
     if request.cache_dir is not None and os.path.exists(request.cache_dir) and not os.path.isdir(request.cache_dir):
         raise UsageError(f"--cache-dir: {request.cache_dir!r} exists and is not a directory")
+
+
+def _with_project(request: RunRequest, project: ProjectConfig | None) -> RunRequest:
+    """``request`` with every flag left unset filled from ``project``, else the built-in default."""
+    spec = project.spec if project is not None else None
+    out = with_defaults(request.out, project.out if project else None, "results")
+    if request.resume is not None:
+        if request.out is not None and os.path.abspath(request.out) != os.path.abspath(request.resume):
+            raise UsageError(f"--resume: the sweep's results go back to {request.resume!r}; "
+                             f"drop --out {request.out!r}")
+        out = request.resume
+    return replace(
+        request,
+        backend=with_defaults(request.backend, spec.backend if spec else None, "auto"),
+        out=out,
+        workers=with_defaults(request.workers, spec.workers if spec else None, 1),
+        cache_dir=with_defaults(request.cache_dir, project.cache_dir if project else None, None),
+    )
+
+
+def _sweep_identity(request: RunRequest, tasks: list[Task], backend: str,
+                    project: ProjectConfig | None) -> SweepIdentity:
+    return SweepIdentity(
+        tasks=tuple(sorted(
+            (TaskIdentity(name=t.name, sha256=t.sha256,
+                          check_sha256=hashlib.sha256(t.check.encode()).hexdigest())
+             for t in tasks), key=lambda t: t.name)),
+        agent=request.agent,
+        model=request.model,
+        base_url=request.base_url,
+        backend=backend,
+        repeat=request.repeat,
+        affordances=request.affordances,
+        probe_affordances=request.probe_affordances,
+        allow_unenforced=request.allow_unenforced,
+        downgrades=tuple(sorted(request.downgrades)),
+        task_defaults_sha256=None if project is None else project.task_defaults_sha256(),
+    )
+
+
+def _open_store(request: RunRequest, out: Path, identity: SweepIdentity,
+                meta: dict[str, object]) -> ResultsStore:
+    """A new sweep's store, or with --resume the saved sweep's, refused unless comparable."""
+    if request.resume is None:
+        store = ResultsStore(out, meta={**meta, SWEEP_KEY: identity.to_data()})
+        # Written now, so results.json exists (with its meta) even if no run finishes.
+        store.flush()
+        return store
+    store = ResultsStore.reopen(out)
+    reason = incomparability(store.identity(), identity)
+    if reason is not None:
+        raise UsageError(f"--resume: {out} holds a sweep this command cannot continue: {reason}")
+    resumed = store.meta().get("resumed") or []
+    store.update_meta({"resumed": [*resumed, {k: meta[k] for k in ("started_at", "argv", "config",
+                                                                   "firstrun")}]})
+    return store
 
 
 def _select(request: RunRequest) -> tuple[list[Task], dict[str, Mirror]]:
@@ -116,6 +198,8 @@ def run_command(request: RunRequest) -> int:
     from firstrun.run.runner import RunConfig
     from firstrun.run.suite import run_suite, suite_exit_code
 
+    project = find_project_config(request.config)
+    request = _with_project(request, project)
     _check_paths(request)
     summary = None
     if request.github_summary is not None:
@@ -123,6 +207,9 @@ def run_command(request: RunRequest) -> int:
 
         summary = summary_target(request.github_summary)
     tasks, mirrors = _select(request)
+    if project is not None:
+        tasks = apply_task_defaults(tasks, project.spec.task_defaults)
+        mirrors = merged_mirrors(project, mirrors)
     prices = load_price_file(request.price_file) if request.price_file is not None else None
 
     def new_agent() -> Agent:
@@ -151,8 +238,8 @@ def run_command(request: RunRequest) -> int:
         affordances=Affordances(request.affordances),
         probe_affordances=request.probe_affordances,
     )
-    store = ResultsStore(
-        out,
+    store = _open_store(
+        request, out, _sweep_identity(request, tasks, resolution.backend, project),
         meta={
             "firstrun": __version__,
             "agent": request.agent,
@@ -164,10 +251,9 @@ def run_command(request: RunRequest) -> int:
             "probe_affordances": request.probe_affordances,
             "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "argv": list(request.argv),
+            "config": None if project is None else project.to_record(),
         },
     )
-    # Written now, so results.json exists (with its meta) even if no run finishes.
-    store.flush()
     board = ProgressBoard()
     stop = threading.Event()
     signum: int | None = None
@@ -184,6 +270,7 @@ def run_command(request: RunRequest) -> int:
                 stop=stop,
                 on_event=board.update,
                 spend=spend,
+                done=store.finished(),
             )
             spend_reached = outcome.spend_reached
             if outcome.backend_lost is not None:

@@ -23,13 +23,17 @@ again; if it has become unavailable (the daemon stopped, the image was
 removed), no new run starts and ``SuiteOutcome.backend_lost`` says why,
 while the runs in flight finish and every finished run is kept. The sweep
 never switches to another backend.
+
+``done`` names attempts already finished (a resumed sweep's stored runs,
+``ResultsStore.finished``); they are not run again, so a sweep resumed any
+number of times ends with each attempt stored once.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 
@@ -72,6 +76,7 @@ def run_suite(
     stop: threading.Event | None = None,
     on_event: Callable[[str, int, Event], None] | None = None,
     spend: SpendGovernor | None = None,
+    done: Collection[tuple[str, int]] = frozenset(),
 ) -> SuiteOutcome:
     """Run every task ``repeat`` times on ``workers`` threads; records in finishing order.
 
@@ -91,9 +96,12 @@ def run_suite(
         # One spacing for the whole sweep, so parallel runs are polite together.
         config = replace(config, politeness=Politeness())
     jobs: queue.SimpleQueue[tuple[Task, int]] = queue.SimpleQueue()
+    pending = 0
     for attempt in range(1, repeat + 1):
         for task in tasks:
-            jobs.put((task, attempt))
+            if (task.name, attempt) not in done:
+                jobs.put((task, attempt))
+                pending += 1
     records: list[RunRecord] = []
     lock = threading.Lock()
     crashed: list[BaseException] = []
@@ -145,7 +153,7 @@ def run_suite(
                 store.add(record.to_data())
                 records.append(record)
 
-    count = min(workers, len(tasks) * repeat)
+    count = min(workers, pending)
     remaining = [count]
     all_done = threading.Event()
 

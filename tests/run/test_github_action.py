@@ -1,0 +1,146 @@
+"""action.yml and the documented workflow: they parse, every input is used, and every firstrun
+command they would run is one the real CLI parser accepts.
+
+The action's run step is executed for real by bash, with a recording
+``firstrun`` first on PATH, so the argv under test is the one the shell
+builds from the inputs (word splitting and quoting included), not a copy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from firstrun.cli.main import build_parser
+
+REPO = Path(__file__).resolve().parents[2]
+ACTION = yaml.safe_load((REPO / "action.yml").read_text())
+DOC = (REPO / "docs" / "github-actions.md").read_text()
+EXPRESSION = re.compile(r"\$\{\{\s*([^}]*?)\s*\}\}")
+
+
+def _steps() -> list[dict]:
+    return ACTION["runs"]["steps"]
+
+
+def _workflows() -> list[dict]:
+    blocks = re.findall(r"```yaml\n(.*?)```", DOC, re.DOTALL)
+    assert blocks, "the doc shows no workflow"
+    return [yaml.safe_load(b) for b in blocks]
+
+
+def test_the_action_is_composite_and_every_input_is_used() -> None:
+    assert ACTION["runs"]["using"] == "composite"
+    text = (REPO / "action.yml").read_text()
+    used = set(re.findall(r"inputs\.([\w-]+)", text))
+    assert used == set(ACTION["inputs"]), set(ACTION["inputs"]) ^ used
+    for step in _steps():
+        # Inputs only through env: an expression inside a script is an injection.
+        assert not EXPRESSION.search(step.get("run", "")), step.get("name")
+        if "run" in step:
+            assert step["shell"] == "bash"
+
+
+def _evaluate(value: str, context: dict[str, str]) -> str:
+    def one(match: re.Match[str]) -> str:
+        return context[match.group(1)]
+
+    return EXPRESSION.sub(one, value)
+
+
+def _argv_of_run_step(tmp_path: Path, inputs: dict[str, str]) -> list[str]:
+    """The argv the action's run step hands to firstrun, given ``inputs`` (defaults filled)."""
+    values = {f"inputs.{k}": str(v.get("default", "")) for k, v in ACTION["inputs"].items()}
+    values.update({f"inputs.{k}": v for k, v in inputs.items()})
+    (step,) = [s for s in _steps() if s.get("id") == "run"]
+    shim = tmp_path / "bin"
+    shim.mkdir(exist_ok=True)
+    record = tmp_path / "argv.json"
+    (shim / "firstrun").write_text(
+        "#!/usr/bin/env python3\nimport json, sys\n"
+        f"open({str(record)!r}, 'w').write(json.dumps(sys.argv[1:]))\n")
+    (shim / "firstrun").chmod(0o755)
+    env = {k: _evaluate(v, values) for k, v in step["env"].items()}
+    env.update(PATH=f"{shim}:{os.environ['PATH']}", GITHUB_OUTPUT=str(tmp_path / "output"),
+               GITHUB_STEP_SUMMARY=str(tmp_path / "summary.md"))
+    subprocess.run(["bash", "-c", step["run"]], env=env, check=True, cwd=tmp_path)
+    assert (tmp_path / "output").read_text() == "exit-code=0\n"
+    return json.loads(record.read_text())
+
+
+def test_the_run_step_with_defaults_builds_a_valid_command(tmp_path: Path) -> None:
+    argv = _argv_of_run_step(tmp_path, {})
+    args = build_parser().parse_args(argv)
+    assert (args.subcommand, args.tasks, args.agent, args.repeat) == ("run", [], "replay", 1)
+    assert args.backend is None and args.model is None
+    assert args.junit == "firstrun-results/junit.xml"
+    assert args.github_summary == str(tmp_path / "summary.md")
+
+
+def test_the_run_step_passes_every_input_through(tmp_path: Path) -> None:
+    argv = _argv_of_run_step(tmp_path, {
+        "tasks": "tasks/a.yaml tasks/more", "agent": "claude", "model": "m-1", "backend": "linux",
+        "repeat": "5", "args": "--workers 2 --max-spend 3", "out": "res"})
+    args = build_parser().parse_args(argv)
+    assert args.tasks == ["tasks/a.yaml", "tasks/more"]
+    assert (args.agent, args.model, args.backend, args.repeat) == ("claude", "m-1", "linux", 5)
+    assert (args.workers, str(args.max_spend), args.out) == (2, "3", "res")
+
+
+def test_an_input_cannot_inject_shell(tmp_path: Path) -> None:
+    canary = tmp_path / "canary"
+    argv = _argv_of_run_step(tmp_path, {"tasks": f"$(touch {canary})", "model": f"`touch {canary}`"})
+    assert not canary.exists()
+    # Split on spaces like any list input, and otherwise passed as the words written.
+    assert argv[1:3] == ["$(touch", f"{canary})"]
+    assert argv[argv.index("--model") + 1] == f"`touch {canary}`"
+
+
+def _firstrun_commands(script: str) -> list[list[str]]:
+    """Each ``firstrun ...`` command in a workflow script, its variables left as placeholders."""
+    commands = []
+    for line in script.replace("\\\n", " ").splitlines():
+        words = shlex.split(line)
+        if words and words[0] == "firstrun":
+            commands.append(words[1:])
+    return commands
+
+
+def test_the_documented_workflow_uses_only_real_inputs_and_valid_commands(tmp_path: Path) -> None:
+    (workflow,) = _workflows()
+    assert set(workflow[True]) >= {"push", "schedule"}  # YAML 1.1 reads the key 'on' as True
+    uses, commands = [], []
+    for job in workflow["jobs"].values():
+        for step in job["steps"]:
+            if step.get("uses", "").startswith("OWNER/firstrun@"):
+                uses.append(step)
+            commands.extend(_firstrun_commands(step.get("run", "")))
+    assert len(uses) == 2
+    for n, step in enumerate(uses):
+        inputs = {k: str(v) for k, v in step["with"].items()}
+        assert set(inputs) <= set(ACTION["inputs"]), set(inputs) - set(ACTION["inputs"])
+        run_dir = tmp_path / str(n)
+        run_dir.mkdir()
+        build_parser().parse_args(_argv_of_run_step(run_dir, inputs))
+    agent = next(s for s in uses if s["with"].get("agent") == "claude")
+    assert agent["env"]["ANTHROPIC_API_KEY"] == "${{ secrets.ANTHROPIC_API_KEY }}"
+    (diff,) = commands
+    args = build_parser().parse_args(diff)
+    assert (args.subcommand, args.fail_on_regression) == ("diff", True)
+    # The diff reads what the agent step wrote and what the download step fetched.
+    assert args.after == agent["with"]["out"]
+    assert f"--name {agent['with']['artifact-name']} --dir {args.before}" in DOC
+
+
+@pytest.mark.parametrize("flag", ["--resume", "--config"])
+def test_the_readme_and_the_doc_name_flags_that_exist(flag: str) -> None:
+    readme = (REPO / "README.md").read_text()
+    assert flag in readme
+    build_parser().parse_args(["run", flag, "somewhere"])
