@@ -7,7 +7,9 @@ through ``(param "...")``, and each path reaches ``sandbox-exec`` only as a
 ``-D NAME=VALUE`` argument. A path is never spliced into the text, so no
 workspace name (quotes, parentheses, newlines) can change what the profile
 says. The only value written into the text is the proxy port, an integer
-checked here.
+checked here: it cannot change the text's structure, and the literal
+``"localhost:PORT"`` is the form of Seatbelt's ``remote ip`` filter that
+current macOS is known to parse, so it is not a ``-D`` parameter.
 
 What the profile allows, and nothing else:
 - reads everywhere except beneath the real homes, the host's other private
