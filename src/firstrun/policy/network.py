@@ -34,10 +34,20 @@ import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from firstrun.errors import PolicyError
 from firstrun.policy.addresses import AddressClass, IPAddress, classify
-from firstrun.policy.hosts import HostPattern, canonical_host, parse_ip_literal, parse_patterns
+from firstrun.policy.hosts import (
+    HostPattern,
+    canonical_host,
+    parse_ip_literal,
+    parse_patterns,
+)
+
+if TYPE_CHECKING:
+    # methods.py decides with this module's Decision; only the type flows back.
+    from firstrun.policy.methods import InspectionPolicy
 
 
 class Channel(StrEnum):
@@ -62,6 +72,8 @@ class Layer(StrEnum):
     ALLOWLIST = "allowlist"
     DEFAULT = "default"
     PROTOCOL = "protocol"
+    # What a decrypted request may do at an allowed host (policy.methods).
+    METHODS = "methods"
 
 
 class Reason(StrEnum):
@@ -100,6 +112,14 @@ class Reason(StrEnum):
     HOST_MISMATCH = "host_mismatch"
     UNSUPPORTED_METHOD = "unsupported_method"
     UPSTREAM_FAILED = "upstream_failed"
+    # Inside an intercepted tunnel (--inspect-tls): see policy.methods.
+    ALLOWED_READ_ONLY = "allowed_read_only"
+    ALLOWED_BY_METHOD_RULE = "allowed_by_method_rule"
+    METHOD_NOT_ALLOWED = "method_not_allowed"
+    BODY_TOO_LARGE = "body_too_large"
+    TLS_REQUIRED = "tls_required"
+    CLIENT_TLS_FAILED = "client_tls_failed"
+    UPSTREAM_CERTIFICATE_INVALID = "upstream_certificate_invalid"
 
 
 _FLOOR_REASON = {
@@ -155,6 +175,9 @@ class NetworkPolicy:
     mode: Mode = Mode.ENFORCE
     # Addresses of the proxy itself, refused even when an override would allow them.
     proxy_addresses: tuple[tuple[str, int], ...] = ()
+    # Set when the proxy terminates TLS (--inspect-tls): the method, path and
+    # body rules and the credentials for decrypted requests.
+    inspection: InspectionPolicy | None = None
 
     @classmethod
     def build(
@@ -189,8 +212,21 @@ class NetworkPolicy:
     def with_proxy_addresses(self, addresses: Sequence[tuple[str, int]]) -> NetworkPolicy:
         return replace(self, proxy_addresses=tuple(addresses))
 
+    def with_inspection(self, inspection: InspectionPolicy | None) -> NetworkPolicy:
+        return replace(self, inspection=inspection)
+
     def to_data(self) -> dict[str, object]:
-        """Plain data for hashing, recording and the Docker sidecar."""
+        """Plain data for hashing, recording and the Docker sidecar.
+
+        ``inspection`` appears only when set, so a policy without it hashes
+        as it did before inspection existed.
+        """
+        data = self._name_data()
+        if self.inspection is not None:
+            data["inspection"] = self.inspection.to_data()
+        return data
+
+    def _name_data(self) -> dict[str, object]:
         return {
             "allow": [str(p) for p in self.allow],
             "deny": [str(p) for p in self.deny],

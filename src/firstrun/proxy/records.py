@@ -14,15 +14,23 @@ import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import IO
 
 from firstrun.policy.network import Channel, Layer, Reason, Verdict
 
 
+def now_iso() -> str:
+    """A record's timestamp: UTC, milliseconds, ``Z``."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 class Scheme(StrEnum):
     HTTP = "http"
     HTTPS_TUNNEL = "https-tunnel"
+    # A request the proxy decrypted inside a tunnel (--inspect-tls).
+    HTTPS = "https"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,7 +43,7 @@ class EgressRecord:
     scheme: Scheme | None
     host: str | None
     port: int | None
-    # Only plain HTTP shows a path; a tunnel's payload is opaque.
+    # Plain HTTP and decrypted requests show a path; a tunnel's payload is opaque.
     path: str | None
     decision: Verdict
     reason: Reason
@@ -49,6 +57,9 @@ class EgressRecord:
     bytes_up: int
     bytes_down: int
     duration_ms: float
+    # Names of the credentials whose placeholder the proxy swapped for the
+    # real value in this request; never a value.
+    credentials: tuple[str, ...] = ()
 
     @property
     def denied(self) -> bool:
@@ -74,6 +85,7 @@ class EgressRecord:
             "bytes_up": self.bytes_up,
             "bytes_down": self.bytes_down,
             "duration_ms": self.duration_ms,
+            "credentials": list(self.credentials),
         }
 
     def to_json(self) -> str:

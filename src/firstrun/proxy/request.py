@@ -223,7 +223,8 @@ def classify(event: h11.Request, head: bytes, *, max_head_bytes: int) -> Target:
     return target
 
 
-def _end_to_end(headers: Headers) -> Headers:
+def end_to_end(headers: Headers) -> Headers:
+    """``headers`` without hop-by-hop ones, those named in Connection, and ``Proxy-*``."""
     listed = {
         token.strip().lower()
         for name, value in headers
@@ -241,9 +242,9 @@ def _end_to_end(headers: Headers) -> Headers:
 def upstream_headers(headers: Headers, target: Target) -> Headers:
     """Headers for the upstream request: end-to-end ones, our Host, and no keep-alive."""
     host = authority_text(target.host, target.port, default_port=80).encode("ascii")
-    return [(b"host", host), *_end_to_end(headers), (b"connection", b"close")]
+    return [(b"host", host), *end_to_end(headers), (b"connection", b"close")]
 
 
 def downstream_headers(headers: Headers) -> Headers:
     """Headers of the upstream's response that the client gets."""
-    return _end_to_end(headers)
+    return end_to_end(headers)

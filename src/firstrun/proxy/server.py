@@ -5,7 +5,9 @@ Guarantee: every request and every tunnel is decided by
 then, only if that allowed it, one resolution through the injected resolver
 and ``decide_addresses`` over every address returned), and the proxy dials
 only addresses that were checked, never the name again. Each request or
-tunnel leaves exactly one ``EgressRecord``, refusals included: malformed or
+tunnel leaves exactly one ``EgressRecord``, refusals included (with TLS
+inspection, each decrypted request inside a tunnel leaves one more, see
+``intercept``): malformed or
 ambiguous input gets a 4xx with a one-line reason, a stalled head gets 408,
 and none of it can crash the proxy or hold a connection slot forever.
 
@@ -31,7 +33,6 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -59,7 +60,8 @@ from firstrun.proxy.errors import (
     refusal_for_protocol_error,
     upstream_failure,
 )
-from firstrun.proxy.records import EgressRecord, RecordLog, Scheme
+from firstrun.proxy.intercept import InterceptedTunnel, Interception, Timeouts
+from firstrun.proxy.records import EgressRecord, RecordLog, Scheme, now_iso
 from firstrun.proxy.request import (
     Action,
     Target,
@@ -109,16 +111,12 @@ async def system_resolver(host: str, port: int) -> list[IPAddress]:
     return found
 
 
-def _now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 class _Exchange:
     """What one request or tunnel has shown so far; becomes its record."""
 
     def __init__(self, channel: Channel) -> None:
         self.channel = channel
-        self.ts = _now_iso()
+        self.ts = now_iso()
         self.started = time.monotonic()
         self.target: Target | None = None
         self.method: str | None = None
@@ -131,7 +129,7 @@ class _Exchange:
         self.bytes_down = 0
 
     def begin(self) -> None:
-        self.ts = _now_iso()
+        self.ts = now_iso()
         self.started = time.monotonic()
 
     def record(self) -> EgressRecord | None:
@@ -418,12 +416,36 @@ class _Client:
         established = h11.Response(status_code=200, reason=b"Connection established", headers=[])
         await self._to_client(ex, established)
         ex.status = 200
+        if self._proxy.interception is not None:
+            await self._intercept(ex, target, upstream)
+            return
         tunnel = Tunnel(
             client=self._sock, upstream=upstream, host=target.host,
             initial=self._h11.trailing_data[0],
         )
         self.tunnel = tunnel
         result = await tunnel.run()
+        ex.bytes_up, ex.bytes_down = result.bytes_up, result.bytes_down
+        if result.refusal is not None:
+            ex.refusal = result.refusal
+            ex.status = None
+
+    async def _intercept(self, ex: _Exchange, target: Target, upstream: socket.socket) -> None:
+        policy = self._proxy.policy.inspection
+        interception = self._proxy.interception
+        assert policy is not None and interception is not None
+        limits = self._limits
+        result = await InterceptedTunnel(
+            client=self._sock, upstream=upstream, host=target.host, port=target.port,
+            initial=self._h11.trailing_data[0], resolved=ex.resolved, channel=self._channel,
+            policy=policy, interception=interception, emit=self._proxy._log.append,
+            timeouts=Timeouts(
+                head_s=limits.head_timeout_s, idle_s=limits.idle_timeout_s,
+                connect_s=limits.connect_timeout_s, upstream_s=limits.upstream_timeout_s,
+                linger_s=limits.linger_timeout_s, linger_bytes=limits.linger_bytes,
+                max_head_bytes=limits.max_head_bytes,
+            ),
+        ).run()
         ex.bytes_up, ex.bytes_down = result.bytes_up, result.bytes_down
         if result.refusal is not None:
             ex.refusal = result.refusal
@@ -511,7 +533,15 @@ class EgressProxy:
         resolver: Resolver | None = None,
         limits: ProxyLimits | None = None,
         on_record: Callable[[EgressRecord], None] | None = None,
+        interception: Interception | None = None,
     ) -> None:
+        # Inspection is all or nothing: rules without a CA to decrypt with, or
+        # a CA without rules to apply, would each be a quiet downgrade.
+        if (interception is None) != (policy.inspection is None):
+            raise ProxyError(
+                "TLS inspection needs both the policy's inspection rules and an Interception"
+            )
+        self.interception = interception
         self._policy = policy
         self._resolver: Resolver = resolver or system_resolver
         self.limits = limits or ProxyLimits()

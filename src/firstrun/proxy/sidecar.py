@@ -35,6 +35,10 @@ def policy_from_data(data: Mapping[str, object]) -> NetworkPolicy:
             raise TypeError(f"expected a list of strings, got {value!r}")
         return value
 
+    if "inspection" in data:
+        # The sidecar has no run CA to decrypt with: inspecting there would
+        # need one inside the container's reach, so it refuses instead.
+        raise PolicyError("sidecar policy: TLS inspection is not supported by the Docker sidecar")
     try:
         overrides = []
         for o in data["overrides"]:  # type: ignore[attr-defined]

@@ -1,0 +1,292 @@
+"""TLS inspection on real loopback sockets: method rules, SNI/Host/CONNECT agreement, credentials."""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from proxy_fixtures import HttpUpstream, RecordingResolver, connect, read_reply
+from tls_fixtures import HttpsRegistry, TestCA, https_via_proxy, raw_tls_via_proxy
+
+from firstrun.errors import ProxyError, UsageError
+from firstrun.policy.methods import InspectionPolicy
+from firstrun.policy.network import Channel, NetworkPolicy
+from firstrun.proxy.ca import RunCA, upstream_context
+from firstrun.proxy.credentials import mint
+from firstrun.proxy.intercept import Interception
+from firstrun.proxy.records import EgressRecord, Scheme
+from firstrun.proxy.server import EgressProxy
+
+SECRET = "s3cret-real-token-value"
+
+
+@pytest.fixture(scope="module")
+def test_ca() -> TestCA:
+    return TestCA()
+
+
+@pytest.fixture
+def registry(test_ca: TestCA) -> Iterator[HttpsRegistry]:
+    server = HttpsRegistry(host="registry.test", ca=test_ca)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def other(test_ca: TestCA) -> Iterator[HttpsRegistry]:
+    server = HttpsRegistry(host="other.test", ca=test_ca)
+    yield server
+    server.close()
+
+
+def _policy(*servers: HttpsRegistry | HttpUpstream, names: tuple[str, ...]) -> NetworkPolicy:
+    return NetworkPolicy.build(
+        overrides=[(f"{name}:{s.port}", ["127.0.0.1/32"]) for name, s in zip(names, servers, strict=True)],
+    )
+
+
+class Proxy:
+    def __init__(self, policy: NetworkPolicy, *, inspection: InspectionPolicy | None,
+                 cafiles: tuple[str, ...], env: dict[str, str] | None = None,
+                 record_path: str | None = None) -> None:
+        resolver = RecordingResolver({"registry.test": ["127.0.0.1"], "other.test": ["127.0.0.1"],
+                                      "plain.test": ["127.0.0.1"]})
+        self.ca = RunCA()
+        interception = None
+        if inspection is not None:
+            policy = policy.with_inspection(inspection)
+            interception = Interception(ca=self.ca, upstream=upstream_context(cafiles),
+                                        credentials=mint(inspection.credentials, env or {}))
+        self.interception = interception
+        self.proxy = EgressProxy(policy, resolver=resolver, interception=interception,
+                                 record_path=record_path).start()
+        self.address = self.proxy.listen_tcp(Channel.SHELL)
+
+    def records(self, *, at_least: int = 0) -> list[EgressRecord]:
+        """Every record once the proxy stopped; ``at_least`` waits for exchanges still ending.
+
+        Stopping cancels an exchange still under way, so a test whose client
+        hung up first waits (bounded) for the proxy to notice before stopping it.
+        """
+        deadline = time.monotonic() + 10
+        while len(self.proxy.records()) < at_least and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.proxy.stop()
+        return self.proxy.records()
+
+
+def _inner(records: list[EgressRecord]) -> list[EgressRecord]:
+    return [r for r in records if r.scheme is Scheme.HTTPS]
+
+
+def test_without_inspection_an_upload_reaches_the_registry(registry: HttpsRegistry,
+                                                           test_ca: TestCA) -> None:
+    p = Proxy(_policy(registry, names=("registry.test",)), inspection=None, cafiles=())
+    status, _, _ = https_via_proxy(p.address, "registry.test", registry.port,
+                                   trust=test_ca.cafile.read_bytes(), method="POST",
+                                   path="/upload", body=b"package-bytes")
+    records = p.records()
+    assert status == 200
+    assert [(s.method, s.body) for s in registry.seen] == [("POST", b"package-bytes")]
+    # The baseline the issue closes: the record shows only an opaque tunnel.
+    assert [r.scheme for r in records] == [Scheme.HTTPS_TUNNEL]
+
+
+def test_inspection_refuses_uploads_and_lets_reads_through(registry: HttpsRegistry,
+                                                           test_ca: TestCA) -> None:
+    p = Proxy(_policy(registry, names=("registry.test",)), inspection=InspectionPolicy(),
+              cafiles=(str(test_ca.cafile),))
+    trust = p.ca.cert_pem
+    get = https_via_proxy(p.address, "registry.test", registry.port, trust=trust, path="/simple/")
+    head = https_via_proxy(p.address, "registry.test", registry.port, trust=trust, method="HEAD")
+    refused = {
+        method: https_via_proxy(p.address, "registry.test", registry.port, trust=trust,
+                                method=method, path="/upload", body=b"package-bytes")
+        for method in ("POST", "PUT", "PATCH", "DELETE")
+    }
+    records = p.records()
+    assert get[0] == 200 and get[2] == b"registry.test saw GET /simple/\n"
+    assert head[0] == 200
+    assert {m: (s, h["x-firstrun-reason"]) for m, (s, h, _) in refused.items()} == {
+        m: (405, "method_not_allowed") for m in ("POST", "PUT", "PATCH", "DELETE")}
+    # Evidence: the registry saw the reads and nothing else.
+    assert [(s.method, s.path) for s in registry.seen] == [("GET", "/simple/"), ("HEAD", "/")]
+    inner = _inner(records)
+    assert [(r.method, r.path, r.decision.value, r.reason.value, r.status) for r in inner] == [
+        ("GET", "/simple/", "allow", "allowed_read_only", 200),
+        ("HEAD", "/", "allow", "allowed_read_only", 200),
+        *[(m, "/upload", "deny", "method_not_allowed", 405)
+          for m in ("POST", "PUT", "PATCH", "DELETE")],
+    ]
+    assert all(r.host == "registry.test" and r.port == registry.port for r in inner)
+    assert inner[0].bytes_down > 0 and inner[0].bytes_up > 0
+    tunnels = [r for r in records if r.scheme is Scheme.HTTPS_TUNNEL]
+    assert len(tunnels) == 6 and all(r.decision.value == "allow" for r in tunnels)
+
+
+def test_a_method_rule_opens_one_path_and_the_body_cap_holds(registry: HttpsRegistry,
+                                                             test_ca: TestCA) -> None:
+    rules = InspectionPolicy.build(rules=[(f"registry.test:{registry.port}", ["post"], "/api/")],
+                                   max_body_bytes=1000)
+    p = Proxy(_policy(registry, names=("registry.test",)), inspection=rules,
+              cafiles=(str(test_ca.cafile),))
+    trust = p.ca.cert_pem
+    ok = https_via_proxy(p.address, "registry.test", registry.port, trust=trust, method="POST",
+                         path="/api/search", body=b"q=x")
+    elsewhere = https_via_proxy(p.address, "registry.test", registry.port, trust=trust,
+                                method="POST", path="/upload", body=b"q=x")
+    big = https_via_proxy(p.address, "registry.test", registry.port, trust=trust, method="POST",
+                          path="/api/search", body=b"x" * 5000)
+    # An iterable body goes chunked: no declared length, so the cap is judged as it arrives.
+    chunked = https_via_proxy(p.address, "registry.test", registry.port, trust=trust,
+                              method="POST", path="/api/search",
+                              body=iter([b"x" * 800, b"x" * 800]))
+    records = p.records()
+    assert ok[0] == 200
+    assert (elsewhere[0], elsewhere[1]["x-firstrun-reason"]) == (405, "method_not_allowed")
+    assert (big[0], big[1]["x-firstrun-reason"]) == (413, "body_too_large")
+    assert (chunked[0], chunked[1]["x-firstrun-reason"]) == (413, "body_too_large")
+    assert [(s.method, s.path, s.body) for s in registry.seen] == [("POST", "/api/search", b"q=x")]
+    assert [r.reason.value for r in _inner(records)] == [
+        "allowed_by_method_rule", "method_not_allowed", "body_too_large", "body_too_large"]
+
+
+def test_upstream_is_verified_against_the_trust_store(registry: HttpsRegistry) -> None:
+    # The fixture's CA is not in the system store: the proxy must not vouch for it.
+    p = Proxy(_policy(registry, names=("registry.test",)), inspection=InspectionPolicy(),
+              cafiles=())
+    status, headers, _ = https_via_proxy(p.address, "registry.test", registry.port,
+                                         trust=p.ca.cert_pem)
+    records = p.records()
+    assert (status, headers["x-firstrun-reason"]) == (502, "upstream_certificate_invalid")
+    assert registry.seen == []
+    assert [r.reason.value for r in _inner(records)] == ["upstream_certificate_invalid"]
+
+
+def test_sni_must_name_the_connect_target(registry: HttpsRegistry, test_ca: TestCA) -> None:
+    p = Proxy(_policy(registry, names=("registry.test",)), inspection=InspectionPolicy(),
+              cafiles=(str(test_ca.cafile),))
+    with pytest.raises((ssl.SSLError, OSError)):
+        raw_tls_via_proxy(p.address, f"registry.test:{registry.port}", sni="other.test",
+                          trust=p.ca.cert_pem).close()
+    records = p.records(at_least=1)
+    assert registry.handshakes == 0 and registry.seen == []
+    assert [(r.scheme, r.decision.value, r.reason.value) for r in records] == [
+        (Scheme.HTTPS_TUNNEL, "deny", "sni_mismatch")]
+
+
+def test_host_header_must_name_the_connect_target(registry: HttpsRegistry, other: HttpsRegistry,
+                                                  test_ca: TestCA) -> None:
+    p = Proxy(_policy(registry, other, names=("registry.test", "other.test")),
+              inspection=InspectionPolicy(), cafiles=(str(test_ca.cafile),))
+    tls = raw_tls_via_proxy(p.address, f"registry.test:{registry.port}", sni="registry.test",
+                            trust=p.ca.cert_pem)
+    with tls:
+        tls.sendall(f"GET / HTTP/1.1\r\nHost: other.test:{other.port}\r\n\r\n".encode())
+        reply = read_reply(tls)
+    records = p.records()
+    assert (reply.status, reply.headers[b"x-firstrun-reason"]) == (403, b"host_mismatch")
+    assert registry.seen == [] and other.seen == []
+    assert [r.reason.value for r in _inner(records)] == ["host_mismatch"]
+
+
+def test_a_tunnel_that_does_not_carry_tls_is_refused(registry: HttpsRegistry,
+                                                     test_ca: TestCA) -> None:
+    p = Proxy(_policy(registry, names=("registry.test",)), inspection=InspectionPolicy(),
+              cafiles=(str(test_ca.cafile),))
+    with connect(p.address) as sock:
+        target = f"registry.test:{registry.port}"
+        sock.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+        assert read_reply(sock, method=b"CONNECT").status == 200
+        sock.sendall(f"POST /upload HTTP/1.1\r\nHost: {target}\r\nContent-Length: 1\r\n\r\nx".encode())
+        sock.settimeout(10)
+        assert sock.recv(100) == b""
+    records = p.records(at_least=1)
+    assert registry.handshakes == 0
+    assert [r.reason.value for r in records] == ["tls_required"]
+
+
+def test_a_client_that_does_not_trust_the_run_ca_is_recorded(registry: HttpsRegistry,
+                                                              test_ca: TestCA) -> None:
+    p = Proxy(_policy(registry, names=("registry.test",)), inspection=InspectionPolicy(),
+              cafiles=(str(test_ca.cafile),))
+    with pytest.raises(ssl.SSLCertVerificationError):
+        https_via_proxy(p.address, "registry.test", registry.port,
+                        trust=test_ca.cafile.read_bytes())
+    records = p.records(at_least=1)
+    assert registry.seen == []
+    assert [r.reason.value for r in records] == ["client_tls_failed"]
+
+
+def test_placeholder_is_swapped_only_for_its_host_and_never_in_plain_http(
+    registry: HttpsRegistry, other: HttpsRegistry, upstream: HttpUpstream, test_ca: TestCA,
+    tmp_path: Path,
+) -> None:
+    inspection = InspectionPolicy.build(
+        credentials=[("NPM_TOKEN", f"registry.test:{registry.port}", "NPM_TOKEN_REAL")])
+    log = tmp_path / "records.jsonl"
+    p = Proxy(_policy(registry, other, upstream, names=("registry.test", "other.test", "plain.test")),
+              inspection=inspection, cafiles=(str(test_ca.cafile),),
+              env={"NPM_TOKEN_REAL": SECRET}, record_path=str(log))
+    assert p.interception is not None
+    (cred,) = p.interception.credentials
+    placeholder = cred.placeholder
+    assert SECRET not in placeholder and SECRET not in repr(cred)
+    trust = p.ca.cert_pem
+    bearer = {"Authorization": f"Bearer {placeholder}"}
+    https_via_proxy(p.address, "registry.test", registry.port, trust=trust, headers=bearer)
+    https_via_proxy(p.address, "other.test", other.port, trust=trust, headers=bearer)
+    # pip and git send a token from the URL as Basic credentials.
+    basic = base64.b64encode(f"__token__:{placeholder}".encode()).decode()
+    https_via_proxy(p.address, "registry.test", registry.port, trust=trust,
+                    headers={"Authorization": f"Basic {basic}"})
+    with connect(p.address) as sock:
+        sock.sendall(
+            f"GET http://plain.test:{upstream.port}/ HTTP/1.1\r\nHost: plain.test:{upstream.port}\r\n"
+            f"Authorization: Bearer {placeholder}\r\nConnection: close\r\n\r\n".encode())
+        read_reply(sock)
+    records = p.records()
+    assert registry.seen[0].headers["authorization"] == f"Bearer {SECRET}"
+    assert base64.b64decode(registry.seen[1].headers["authorization"][6:]) == (
+        f"__token__:{SECRET}".encode())
+    assert other.seen[0].headers["authorization"] == f"Bearer {placeholder}"
+    (plain,) = upstream.seen.requests
+    assert dict(plain.headers)[b"authorization"] == f"Bearer {placeholder}".encode()
+    inner = _inner(records)
+    assert [(r.host, r.credentials) for r in inner] == [
+        ("registry.test", ("NPM_TOKEN",)), ("other.test", ()), ("registry.test", ("NPM_TOKEN",))]
+    assert SECRET not in log.read_text() and "NPM_TOKEN" in log.read_text()
+    assert all(json.loads(line)["credentials"] in ([], ["NPM_TOKEN"])
+               for line in log.read_text().splitlines())
+
+
+def test_a_missing_credential_value_is_refused_up_front() -> None:
+    inspection = InspectionPolicy.build(credentials=[("NPM_TOKEN", "registry.test", "NOT_SET")])
+    with pytest.raises(UsageError, match=r"\$NOT_SET"):
+        mint(inspection.credentials, {})
+
+
+def test_inspection_is_all_or_nothing() -> None:
+    policy = NetworkPolicy.build().with_inspection(InspectionPolicy())
+    with pytest.raises(ProxyError):
+        EgressProxy(policy)
+    with pytest.raises(ProxyError):
+        EgressProxy(NetworkPolicy.build(),
+                    interception=Interception(ca=RunCA(), upstream=upstream_context()))
+
+
+def test_leaf_certificates_name_one_host_and_chain_to_the_run_ca() -> None:
+    ca = RunCA()
+    leaf = ca.issue("registry.test")
+    san = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert san.get_values_for_type(x509.DNSName) == ["registry.test"]
+    assert leaf.issuer == ca.cert.subject
+    assert ca.server_context("registry.test") is ca.server_context("registry.test")
+    ip = ca.issue("127.0.0.1").extensions.get_extension_for_class(x509.SubjectAlternativeName)
+    assert [str(a) for a in ip.value.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
