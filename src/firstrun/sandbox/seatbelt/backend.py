@@ -76,10 +76,12 @@ from firstrun.sandbox.seatbelt.relay import ProxyRelay
 
 WHO = "seatbelt"
 MARKER_VARIABLE = "FIRSTRUN_SEATBELT_SESSION"
-# Host directories that hold the user's own files outside the homes; the
-# per-user temporary and cache root (``/private/var/folders/xx/yyyy``) is
-# added by ``private_roots`` from the harness's own TMPDIR.
-SHARED_PRIVATE = ("/private/tmp", "/private/var/tmp")
+# Host directories that hold people's files outside the invoking user's
+# home: every account's home (macOS keeps them all under /Users), other
+# disks, and the shared temporary directories. The per-user temporary and
+# cache root (``/private/var/folders/xx/yyyy``) is added by ``private_roots``
+# from the harness's own TMPDIR.
+SHARED_PRIVATE = ("/Users", "/Volumes", "/private/tmp", "/private/var/tmp")
 
 _OTHER_BACKENDS = "use --backend linux or --backend docker on Linux"
 _DOWNGRADE_FIX = ("pass --allow-downgrade {layers} to run with {them} recorded as not applied, "
@@ -122,8 +124,7 @@ def probe() -> tuple[Capability, ...]:
 
 def private_roots(tmp_root: str) -> tuple[str, ...]:
     """The canonical private directories of this host that exist: the user's own
-    temporary root (the parent of macOS's per-user ``.../T``), and the shared
-    temporary directories."""
+    temporary root (the parent of macOS's per-user ``.../T``) and ``SHARED_PRIVATE``."""
     found: list[str] = []
     user_tmp = os.path.realpath(tmp_root)
     if os.path.basename(user_tmp) == "T" and user_tmp.startswith("/private/var/folders/"):
@@ -151,11 +152,7 @@ def host_for(profile: SandboxProfile, *, session_dir: str, tmpdir: str,
 
 def exposed(spec: SeatbeltSpec) -> tuple[str, ...]:
     """What the profile lets a command read beneath a home or private directory."""
-    return tuple(v for n, v in spec.parameters if n.startswith(("TOOLCHAIN_", "WRITABLE_")))
-
-
-def parameter(spec: SeatbeltSpec, prefix: str) -> tuple[str, ...]:
-    return tuple(v for n, v in spec.parameters if n.startswith(prefix + "_"))
+    return (*spec.named("TOOLCHAIN"), *spec.named("WRITABLE"))
 
 
 def inside_path(host_path: str, spec: SeatbeltSpec) -> list[str]:
@@ -163,7 +160,7 @@ def inside_path(host_path: str, spec: SeatbeltSpec) -> list[str]:
     def under(p: str, r: str) -> bool:
         return p == r or p.startswith(r.rstrip("/") + "/")
 
-    closed = (*parameter(spec, "HOME"), *parameter(spec, "PRIVATE"), *parameter(spec, "HIDDEN"))
+    closed = (*spec.named("HOME"), *spec.named("PRIVATE"), *spec.named("HIDDEN"))
     kept: list[str] = []
     for entry in host_path.split(":"):
         if not entry.startswith("/") or not os.path.isdir(entry) or entry in kept:
@@ -182,7 +179,7 @@ def session_environment(host_env: Mapping[str, str], spec: SeatbeltSpec, *,
     HOME is ``home`` inside the sandbox's temporary directory (``prepare_session_dirs``
     makes it), so whatever a tool keeps in HOME is writable and private.
     """
-    tmpdir = parameter(spec, "WRITABLE")[1]
+    tmpdir = spec.named("WRITABLE")[1]
     env = build_environment(
         host_env, path=inside_path(host_env.get("PATH", ""), spec),
         home=os.path.join(tmpdir, "home"), tmpdir=tmpdir,
@@ -194,7 +191,7 @@ def session_environment(host_env: Mapping[str, str], spec: SeatbeltSpec, *,
 def layers(profile: SandboxProfile, spec: SeatbeltSpec, *, euid: int,
            proxy_port: int | None) -> tuple[LayerStatus, ...]:
     given = provides(euid)
-    workspace, tmpdir = parameter(spec, "WRITABLE")
+    workspace, tmpdir = spec.named("WRITABLE")
     details = {
         LayerName.NAMESPACES: "macOS has no namespaces: commands see the host's processes, "
                               "mounts and network interfaces; Seatbelt filters what they may "
@@ -236,7 +233,7 @@ class SeatbeltSession:
         self._marker = env[MARKER_VARIABLE]
         self._session_dir = session_dir
         self._relay = relay
-        self._workspace = parameter(spec, "WRITABLE")[0]
+        self._workspace = spec.named("WRITABLE")[0]
         self._groups: set[int] = set()
         self._exec_lock = threading.Lock()
         self._lock = threading.Lock()
@@ -495,9 +492,9 @@ class SeatbeltBackend:
             applied = layers(profile, spec, euid=euid, proxy_port=port)
             downgrades = tuple(layer.name.value for layer in applied
                                if not layer.applied and layer.name in profile.required)
-            workspace = parameter(spec, "WRITABLE")[0]
+            workspace = spec.named("WRITABLE")[0]
             checks = attestation.attest(session, attestation.AttestPlan(
-                python=interpreter, workspace=workspace, real_homes=parameter(spec, "HOME"),
+                python=interpreter, workspace=workspace, real_homes=spec.named("HOME"),
                 exposed=exposed(spec), proxy_port=port,
                 nonce=proxy.nonce if proxy is not None else None, landlock=False,
                 network="profile_filtered", kernel="darwin",

@@ -88,6 +88,12 @@ class SeatbeltSpec:
     parameters: tuple[tuple[str, str], ...]
     profile_file: str
 
+    def named(self, kind: str) -> tuple[str, ...]:
+        """The values of one kind of parameter, in order: ``HOME``, ``PRIVATE``,
+        ``HIDDEN``, ``TOOLCHAIN``, ``WRITABLE`` (the workspace, then the sandbox's
+        temporary directory) or ``ANCESTOR``."""
+        return tuple(v for n, v in self.parameters if n.rpartition("_")[0] == kind)
+
     def argv(self, command: list[str], *, sandbox_exec: str = SANDBOX_EXEC) -> list[str]:
         """``sandbox-exec -f FILE -D NAME=VALUE ... -- COMMAND...``."""
         argv = [sandbox_exec, "-f", self.profile_file]
