@@ -184,3 +184,13 @@ def test_close_kills_a_daemon_that_left_its_process_group(world: World) -> None:
     assert _running(pid)
     world.session.close()
     assert not _running(pid)
+
+
+def test_a_timeout_spares_a_daemon_an_earlier_command_started(world: World) -> None:
+    world.session.exec([PYTHON, "-I", "-S", "-c", DAEMON], timeout=60)
+    world.session.exec("while [ ! -s daemon.pid ]; do sleep 0.05; done", timeout=60)
+    pid = int((world.workspace / "daemon.pid").read_text())
+    assert world.session.exec("sleep 1000", timeout=2).timed_out
+    assert _running(pid)
+    world.session.close()
+    assert not _running(pid)

@@ -19,6 +19,7 @@ from firstrun.policy.profile import LayerName, SandboxProfile, unprovided
 from firstrun.sandbox.seatbelt.backend import (
     MARKER_VARIABLE,
     SeatbeltBackend,
+    carries,
     host_for,
     inside_path,
     layers,
@@ -205,3 +206,13 @@ def test_registered_by_name_and_ranked_after_docker_and_linux() -> None:
     if sys.platform != "darwin":
         missing = unavailable("seatbelt", BackendOptions())
         assert missing is not None and missing.name == "macos" and missing.fix
+
+
+def test_a_command_marker_is_its_own_and_the_session_marker_covers_every_command() -> None:
+    env = [b"A=1", f"{MARKER_VARIABLE}=abc.2".encode()]
+    assert carries(env, "abc")
+    assert carries(env, "abc.2")
+    assert not carries(env, "abc.1")
+    assert not carries(env, "abc.20") and not carries([f"{MARKER_VARIABLE}=abc.20".encode()], "abc.2")
+    assert not carries(env, "ab")
+    assert not carries([b"A=1"], "abc")

@@ -21,10 +21,12 @@ next one runs under. The proxy is reachable as one loopback TCP port
 
 What macOS cannot give, and what is done instead: there is no pid
 namespace, so a command that leaves its process group (``setsid``, a double
-fork) is not taken down with it. Every command carries a random session
-marker in its environment; a timeout, ``interrupt`` and ``close`` kill the
-process groups and then every process of this uid whose environment still
-holds the marker. A daemon that also scrubs its environment (``env -i``)
+fork) is not taken down with it. Every command carries a marker in its
+environment, the session's random token and the command's number; a
+timeout kills the command's process group and every process holding that
+command's marker (a server an earlier command started keeps running), and
+``interrupt`` and ``close`` kill every group and every process holding the
+session's token. A daemon that also scrubs its environment (``env -i``)
 escapes that sweep, and a harness killed with SIGKILL leaves its sessions'
 daemons running: macOS has nothing like ``PR_SET_PDEATHSIG`` or a cgroup to
 end them by. Those daemons stay inside the Seatbelt profile all the same.
@@ -235,7 +237,7 @@ class SeatbeltSession:
         self._relay = relay
         self._workspace = spec.named("WRITABLE")[0]
         self._groups: set[int] = set()
-        self._exec_lock = threading.Lock()
+        self._commands = 0
         self._lock = threading.Lock()
         self._closed = False
         self._cleaned = False
@@ -260,40 +262,40 @@ class SeatbeltSession:
             os.path.join(self._workspace, cwd))
         merged = command_environment(self._env, env, who=WHO)
         limit = self._profile.limits.command_timeout_s if timeout is None else timeout
-        # One command at a time: the marker sweep after a timeout must only
-        # ever take down what this command left behind.
-        with self._exec_lock:
-            with self._lock:
-                if self._closed:
-                    raise SandboxError("session is closed", who=WHO)
-                started = time.monotonic()
-                try:
-                    proc = subprocess.Popen(
-                        self.spec.argv(argv), cwd=cwd, env=merged, stdin=subprocess.DEVNULL,
-                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, close_fds=True,
-                        start_new_session=True)
-                except OSError as exc:
-                    raise SandboxError(f"cannot start sandbox-exec: {exc}", who=WHO) from exc
-                self._groups.add(proc.pid)
-            outputs, timed_out = _collect(proc, started + limit, self._profile.limits.output_bytes,
-                                          on_output)
-            if timed_out:
-                self._kill_all()
-            code = proc.wait()
-            with self._lock:
-                if self._closed:
-                    raise SandboxError("the session was interrupted during a command", who=WHO)
-            return ExecResult(exit_code=128 - code if code < 0 else code,
-                              stdout=outputs[Stream.STDOUT].result(),
-                              stderr=outputs[Stream.STDERR].result(),
-                              duration_s=time.monotonic() - started, timed_out=timed_out)
+        with self._lock:
+            if self._closed:
+                raise SandboxError("session is closed", who=WHO)
+            self._commands += 1
+            # The command's own marker (``SESSION.N``): a timeout takes down
+            # what this command left, never what an earlier one started.
+            marker = merged[MARKER_VARIABLE] = f"{self._marker}.{self._commands}"
+            started = time.monotonic()
+            try:
+                proc = subprocess.Popen(
+                    self.spec.argv(argv), cwd=cwd, env=merged, stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, close_fds=True,
+                    start_new_session=True)
+            except OSError as exc:
+                raise SandboxError(f"cannot start sandbox-exec: {exc}", who=WHO) from exc
+            self._groups.add(proc.pid)
+        outputs, timed_out = _collect(proc, started + limit, self._profile.limits.output_bytes,
+                                      on_output)
+        if timed_out:
+            _kill_groups([proc.pid])
+            kill_marked(marker)
+        code = proc.wait()
+        with self._lock:
+            if self._closed:
+                raise SandboxError("the session was interrupted during a command", who=WHO)
+        return ExecResult(exit_code=128 - code if code < 0 else code,
+                          stdout=outputs[Stream.STDOUT].result(),
+                          stderr=outputs[Stream.STDERR].result(),
+                          duration_s=time.monotonic() - started, timed_out=timed_out)
 
     def _kill_all(self) -> None:
-        for pgid in list(self._groups):
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                self._groups.discard(pgid)
+        with self._lock:
+            groups = list(self._groups)
+        _kill_groups(groups)
         kill_marked(self._marker)
 
     def interrupt(self) -> None:
@@ -312,6 +314,14 @@ class SeatbeltSession:
             if self._relay is not None:
                 self._relay.close()
             shutil.rmtree(self._session_dir, ignore_errors=True)
+
+
+def _kill_groups(pgids: Sequence[int]) -> None:
+    for pgid in pgids:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _collect(proc: subprocess.Popen[bytes], deadline: float, cap: int,
@@ -375,8 +385,15 @@ def _darwin_procargs(libc: ctypes.CDLL, pid: int, size: int) -> bytes | None:
     return buf.raw[:length.value]
 
 
+def carries(environment: Sequence[bytes], marker: str) -> bool:
+    """Whether an environment holds ``marker``: a session's marker (``SESSION``)
+    is carried by each of its commands (``SESSION.N``); a command's only by itself."""
+    wanted = f"{MARKER_VARIABLE}={marker}".encode()
+    return any(e == wanted or e.startswith(wanted + b".") for e in environment)
+
+
 def marked_pids(marker: str) -> list[int]:
-    """Pids of this host whose environment holds ``MARKER_VARIABLE=marker`` (macOS)."""
+    """Pids of this host whose environment ``carries`` the marker (macOS)."""
     if sys.platform != "darwin":
         return []
     libc = ctypes.CDLL(None, use_errno=True)
@@ -392,13 +409,12 @@ def marked_pids(marker: str) -> list[int]:
     count = libc.proc_listallpids(None, 0)
     pids = (ctypes.c_int * (count + 256))()
     count = libc.proc_listallpids(pids, ctypes.sizeof(pids))
-    wanted = f"{MARKER_VARIABLE}={marker}".encode()
     found = []
     for pid in pids[:max(count, 0)]:
         if pid <= 0 or pid == os.getpid():
             continue
         args = _darwin_procargs(libc, pid, argmax.value)
-        if args is not None and wanted in procargs_environment(args):
+        if args is not None and carries(procargs_environment(args), marker):
             found.append(pid)
     return found
 
