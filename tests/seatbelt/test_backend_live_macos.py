@@ -155,7 +155,7 @@ def test_a_direct_dial_reaches_nothing_while_the_proxy_answers(world: World) -> 
         canary.setblocking(False)
         port = canary.getsockname()[1]
         result = world.session.exec(
-            f"exec 3<>/dev/tcp/127.0.0.1/{port}; "
+            f"(exec 3<>/dev/tcp/127.0.0.1/{port}); "
             f"'{PYTHON}' -I -S -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), 5)'; "
             "curl -sS --max-time 20 http://attest.firstrun.invalid/")
         with pytest.raises(BlockingIOError):
