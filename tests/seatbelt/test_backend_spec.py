@@ -19,6 +19,7 @@ from firstrun.policy.profile import LayerName, SandboxProfile, unprovided
 from firstrun.sandbox.seatbelt.backend import (
     MARKER_VARIABLE,
     SeatbeltBackend,
+    attest_plan,
     carries,
     host_for,
     inside_path,
@@ -216,3 +217,17 @@ def test_a_command_marker_is_its_own_and_the_session_marker_covers_every_command
     assert not carries(env, "abc.20") and not carries([f"{MARKER_VARIABLE}=abc.20".encode()], "abc.2")
     assert not carries(env, "ab")
     assert not carries([b"A=1"], "abc")
+
+
+def test_the_attestation_plan_is_in_seatbelt_terms() -> None:
+    spec = build_seatbelt_spec(PROFILE, host=HOST, proxy_port=53128)
+    plan = attest_plan(spec, python="/opt/homebrew/bin/python3.11", proxy_port=53128, nonce="n")
+    assert plan.network == "profile_filtered" and plan.kernel == "darwin"
+    assert not plan.landlock
+    assert plan.workspace == "/Users/ada/src/quickstart"
+    assert plan.real_homes == ("/Users/ada", "/private/var/folders/x", "/private/tmp")
+    assert plan.exposed == ("/Users/ada/.pyenv", "/Users/ada/.pyenv/versions/3.11.7",
+                            "/Users/ada/src/quickstart", f"{SESSION}/tmp")
+    # The witness is where the profile lives; the write tried in it is in no writable root.
+    assert plan.write_witness == SESSION
+    assert (plan.proxy_port, plan.nonce, plan.host_address) == (53128, "n", "127.0.0.1")

@@ -223,6 +223,22 @@ def layers(profile: SandboxProfile, spec: SeatbeltSpec, *, euid: int,
         for layer in LayerName)
 
 
+def attest_plan(spec: SeatbeltSpec, *, python: str, proxy_port: int | None,
+                nonce: str | None) -> attestation.AttestPlan:
+    """What the probe must prove under this profile, in the host's own paths.
+
+    The private directories are checked like homes (unreadable). The write
+    witness is the profile's own directory: this uid owns it, so only the
+    profile can refuse a write there, which is also the proof that no
+    command can replace the profile.
+    """
+    return attestation.AttestPlan(
+        python=python, workspace=spec.named("WRITABLE")[0],
+        real_homes=(*spec.named("HOME"), *spec.named("PRIVATE")), exposed=exposed(spec),
+        proxy_port=proxy_port, nonce=nonce, landlock=False, network="profile_filtered",
+        kernel="darwin", write_witness=os.path.dirname(spec.profile_file))
+
+
 class SeatbeltSession:
     """Commands under one Seatbelt profile, each its own ``sandbox-exec``."""
 
@@ -508,13 +524,9 @@ class SeatbeltBackend:
             applied = layers(profile, spec, euid=euid, proxy_port=port)
             downgrades = tuple(layer.name.value for layer in applied
                                if not layer.applied and layer.name in profile.required)
-            workspace = spec.named("WRITABLE")[0]
-            checks = attestation.attest(session, attestation.AttestPlan(
-                python=interpreter, workspace=workspace, real_homes=spec.named("HOME"),
-                exposed=exposed(spec), proxy_port=port,
-                nonce=proxy.nonce if proxy is not None else None, landlock=False,
-                network="profile_filtered", kernel="darwin",
-                write_witness=os.path.dirname(spec.profile_file)))
+            checks = attestation.attest(session, attest_plan(
+                spec, python=interpreter, proxy_port=port,
+                nonce=proxy.nonce if proxy is not None else None))
             session.info = SessionInfo(
                 backend=self.name,
                 enforcement=Enforcement.DOWNGRADED if downgrades else Enforcement.ENFORCED,
