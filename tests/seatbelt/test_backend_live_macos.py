@@ -140,9 +140,13 @@ def test_the_profile_file_cannot_be_replaced_from_inside(world: World) -> None:
 
 
 def test_home_secrets_are_unreadable_even_through_a_link(world: World) -> None:
+    # A hard link is the classic way round a path-based sandbox: the same
+    # vnode under a workspace name. The home is on the workspace's disk here.
     result = world.session.exec(
         f"cat '{world.home}/secret.txt' '{world.home}/.ssh/id_ed25519'; ls -a '{world.home}'; "
-        f"ln -s '{world.home}/secret.txt' link && cat link")
+        f"ln -s '{world.home}/secret.txt' link; cat link; "
+        f"ln '{world.home}/secret.txt' hard; cat hard; "
+        f"cp '{world.home}/.ssh/id_ed25519' copy; cat copy")
     assert "canary-secret" not in result.stdout.text()
     assert "canary-private-key" not in result.stdout.text()
     assert ".ssh" not in result.stdout.text()
