@@ -28,6 +28,7 @@ from firstrun.sandbox.seatbelt.backend import (
     probe,
     procargs_environment,
     provides,
+    refusal,
     session_environment,
     write_profile,
 )
@@ -114,6 +115,16 @@ def test_layers_seatbelt_cannot_give_are_refused_unless_downgraded() -> None:
     assert unprovided(required_all, provides(501)) == (LayerName.LIMITS, LayerName.NAMESPACES)
     assert unprovided(PROFILE, provides(501)) == ()
     assert unprovided(PROFILE, provides(0)) == (LayerName.UNPRIVILEGED,)
+    refused = refusal(required_all, euid=501)
+    assert refused is not None
+    assert str(refused) == ("seatbelt: Seatbelt cannot provide required layers: limits: macOS "
+                            "has no cgroups and does not enforce memory rlimits; namespaces: "
+                            "macOS has no namespaces")
+    assert refused.fix == ("pass --allow-downgrade limits --allow-downgrade namespaces to run "
+                           "with them recorded as not applied, or use the linux or docker backend")
+    as_root = refusal(PROFILE, euid=0)
+    assert as_root is not None and "runs as root" in str(as_root)
+    assert refusal(PROFILE, euid=501) is None
 
 
 @pytest.mark.skipif(sys.platform == "darwin", reason="checks the answer off macOS")

@@ -86,6 +86,11 @@ MARKER_VARIABLE = "FIRSTRUN_SEATBELT_SESSION"
 SHARED_PRIVATE = ("/Users", "/Volumes", "/private/tmp", "/private/var/tmp")
 
 _OTHER_BACKENDS = "use --backend linux or --backend docker on Linux"
+_CANNOT = {
+    LayerName.NAMESPACES: "macOS has no namespaces",
+    LayerName.LIMITS: "macOS has no cgroups and does not enforce memory rlimits",
+    LayerName.UNPRIVILEGED: "the harness runs as root, and Seatbelt cannot drop it",
+}
 _DOWNGRADE_FIX = ("pass --allow-downgrade {layers} to run with {them} recorded as not applied, "
                   "or use the linux or docker backend")
 
@@ -100,6 +105,18 @@ def provides(euid: int) -> Provides:
     if euid != 0:
         given[LayerName.UNPRIVILEGED] = f"uid {euid}"
     return given
+
+
+def refusal(profile: SandboxProfile, euid: int) -> SandboxUnavailable | None:
+    """Why ``profile`` cannot run under Seatbelt for this euid, with the fix; None if it can."""
+    gaps = unprovided(profile, provides(euid))
+    if not gaps:
+        return None
+    return SandboxUnavailable(
+        "Seatbelt cannot provide required layers: "
+        + "; ".join(f"{layer}: {_CANNOT[layer]}" for layer in gaps),
+        who=WHO, fix=_DOWNGRADE_FIX.format(layers=" --allow-downgrade ".join(gaps),
+                                           them="it" if len(gaps) == 1 else "them"))
 
 
 def probe() -> tuple[Capability, ...]:
@@ -486,21 +503,19 @@ class SeatbeltBackend:
             raise SandboxUnavailable("; ".join(c.detail for c in missing), who=WHO,
                                      fix=missing[0].fix)
         euid = os.geteuid()
-        if gaps := unprovided(profile, provides(euid)):
-            names = ", ".join(gaps)
-            raise SandboxUnavailable(
-                f"Seatbelt cannot provide the required layer(s) {names} "
-                "(macOS has no namespaces or cgroups; a root harness cannot drop root)",
-                who=WHO, fix=_DOWNGRADE_FIX.format(
-                    layers=" --allow-downgrade ".join(gaps),
-                    them="it" if len(gaps) == 1 else "them"))
+        if (refused := refusal(profile, euid)) is not None:
+            raise refused
         if not os.path.isdir(profile.fs.workspace):
             raise SandboxError(f"workspace {profile.fs.workspace} is not a directory", who=WHO)
         root = self._state_root or tempfile.gettempdir()
         prepared = prepare_session_dirs(root)
         relay = None
         try:
-            relay = ProxyRelay(proxy.socket_path) if proxy is not None else None
+            try:
+                relay = ProxyRelay(proxy.socket_path) if proxy is not None else None
+            except OSError as exc:
+                raise SandboxError(f"cannot listen on loopback for the proxy relay: {exc}",
+                                   who=WHO) from exc
             port = relay.port if relay is not None else None
             interpreter = os.path.realpath(sys.executable)
             host = host_for(profile, session_dir=prepared.session_dir, tmpdir=prepared.tmpdir,
