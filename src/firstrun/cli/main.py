@@ -322,6 +322,22 @@ def _add_report_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignor
     report.add_argument("--markdown", metavar="FILE", help="write the markdown summary to FILE ('-': stdout)")
     _github_summary_flag(report)
 
+    audit = sub.add_parser(
+        "audit",
+        help="measure what each sandbox layer stops, beside the model's prediction",
+        usage="firstrun audit [--backend linux|local|all] [--format text|json|markdown]",
+        description="Run a battery of actions a task needs and actions it does not inside each "
+        "available backend, under every combination of the layers it can really turn off, and "
+        "print the matrix (judged by evidence), the counts per configuration, the residual paths "
+        "and every cell where the model disagrees. Exit status: 0 model and measurement agree; "
+        "1 they disagree; 125 a backend named could not start; 3 bad usage.",
+        allow_abbrev=False,
+    )
+    audit.add_argument("--backend", default="all", metavar="B",
+                       help="linux, local (the unenforced baseline) or all (default: all)")
+    audit.add_argument("--format", dest="audit_format", default="text",
+                       choices=("text", "json", "markdown"), help="output format (default: text)")
+
 
 # ``--github-summary`` given with no FILE: the file $GITHUB_STEP_SUMMARY names.
 GITHUB_SUMMARY_FROM_ENV = "$GITHUB_STEP_SUMMARY"
@@ -477,7 +493,14 @@ def _cmd_report(args: argparse.Namespace, _argv: Sequence[str]) -> int:
                           github_summary=args.github_summary)
 
 
+def _cmd_audit(args: argparse.Namespace, _argv: Sequence[str]) -> int:
+    from firstrun.cli.audit import audit_command
+
+    return audit_command(args.backend, args.audit_format)
+
+
 _COMMANDS = {
+    "audit": _cmd_audit,
     "run": _cmd_run,
     "check": _cmd_check,
     "show": _cmd_show,

@@ -1,0 +1,526 @@
+"""The real battery: every action, inside every configuration a backend can really run.
+
+Guarantee: each cell of the matrix is the outcome of a real attempt inside a
+real session, judged by the host's own witnesses wherever one can see the
+action (``fixtures``): a canary's connection count, a planted file's
+contents, a marker process still alive, a request the fixture registry
+recorded, a leftover found in the host's process table after the session
+closed. Only the kernel interfaces no host-side witness observes (a user
+namespace, a mount, an io_uring, a ptrace, an OOM score) are judged by the
+kernel's own answer, as the probe reported it; ``Cell.witness`` says which.
+
+A configuration is a set of layers the backend really applies or really
+omits: linux builds each subset of seccomp, Landlock and the network layer
+through the profile's ``required`` set (bubblewrap's filesystem view and
+namespaces are the backend itself and are always on); ``local`` is the
+no-layer baseline, explicitly unenforced. One session per configuration runs
+every action, so the matrix stays bounded. Nothing is sent off this machine:
+the registry, the canaries and the proxy are on loopback, and the one action
+that could only be attempted by leaving it (the metadata address without a
+proxy) is marked not run.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from firstrun.audit import fixtures
+from firstrun.audit.model import (
+    ACTIONS,
+    Action,
+    Layer,
+    Outcome,
+    closing_layers,
+    predict,
+    stoppers,
+    subsets,
+)
+from firstrun.errors import SandboxError, UsageError
+from firstrun.policy.addresses import IPAddress
+from firstrun.policy.network import Channel, NetworkPolicy, Verdict
+from firstrun.policy.profile import ALL_LAYERS, LayerName, SandboxProfile
+from firstrun.proxy.records import EgressRecord
+from firstrun.proxy.server import EgressProxy
+from firstrun.sandbox.base import Backend, ExecResult, ProxyEndpoint, Session
+from firstrun.sandbox.hostfs import host_filesystem_policy
+from firstrun.sandbox.select import BackendOptions, build_backend, unavailable
+
+PROBE_SOURCE = (Path(__file__).parent / "probe.py").read_text(encoding="utf-8")
+# Under /usr, which every backend shows read-only: a write there is the
+# audit's "system file", planted here so no real one is ever at stake.
+SYSTEM_DIR = "/usr/local/share"
+CREDENTIAL_VARIABLE = "FIRSTRUN_AUDIT_TOKEN"
+_ACTION_TIMEOUT_S = 150.0
+
+# The layers a backend is, whatever its profile says.
+_LINUX_BASE = frozenset({Layer.FILESYSTEM, Layer.NAMESPACES})
+# The model's layer for each layer the linux profile can leave out.
+_LINUX_OMITTABLE = {Layer.SECCOMP: LayerName.SECCOMP, Layer.LANDLOCK: LayerName.LANDLOCK,
+                    Layer.NETWORK: LayerName.NETWORK}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Configuration:
+    """One backend with one set of layers applied."""
+
+    backend: str
+    layers: frozenset[Layer]
+    omitted: frozenset[Layer] = frozenset()
+
+    @property
+    def name(self) -> str:
+        if not self.layers:
+            return f"{self.backend}: no layers"
+        if not self.omitted:
+            return f"{self.backend}: full stack"
+        return f"{self.backend}: without " + ", ".join(
+            layer.value for layer in Layer if layer in self.omitted)
+
+
+def configurations(backend: str) -> tuple[Configuration, ...]:
+    """Every configuration of ``backend`` that can really be run, the full stack last."""
+    if backend == "linux":
+        optional = frozenset(_LINUX_OMITTABLE)
+        return tuple(
+            Configuration(backend="linux", layers=_LINUX_BASE | kept, omitted=optional - kept)
+            for kept in subsets(optional)
+        )
+    if backend == "local":
+        return (Configuration(backend="local", layers=frozenset()),)
+    raise UsageError(f"the audit has no configurations for backend {backend!r}; "
+                     f"choose one of {', '.join(AUDITED_BACKENDS)}")
+
+
+AUDITED_BACKENDS: tuple[str, ...] = ("linux", "local")
+
+# Layers the model knows that no backend can apply yet, and why: they still
+# name the control that would close a residual path.
+UNAVAILABLE_CONTROLS: dict[Layer, str] = {
+    Layer.METHOD_RULES: "needs the proxy's --inspect-tls, which has not landed",
+    Layer.CREDENTIAL_MASKING: "needs the proxy's credential swap, which has not landed",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cell:
+    """One action in one configuration: what the model said, and what happened."""
+
+    action: str
+    predicted: Outcome
+    observed: Outcome | None
+    evidence: str
+    witness: str
+    # What a host-side witness counted (connections, datagrams, requests,
+    # leftover processes), where it counts; None where it does not.
+    seen: int | None = None
+    stopped_by: tuple[Layer, ...] = ()
+
+    @property
+    def agrees(self) -> bool:
+        return self.observed is None or self.observed is self.predicted
+
+    def to_data(self) -> dict[str, object]:
+        return {
+            "action": self.action,
+            "predicted": self.predicted.value,
+            "observed": self.observed.value if self.observed is not None else None,
+            "agrees": self.agrees,
+            "witness": self.witness,
+            "evidence": self.evidence,
+            "seen": self.seen,
+            "stopped_by": [layer.value for layer in self.stopped_by],
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConfigurationResult:
+    configuration: Configuration
+    cells: tuple[Cell, ...]
+    session: dict[str, object] = field(default_factory=dict)
+
+    def _count(self, needed: bool, outcome: Outcome) -> int:
+        by_id = {a.id: a for a in ACTIONS}
+        return sum(1 for c in self.cells
+                   if by_id[c.action].needed is needed and c.observed is outcome)
+
+    @property
+    def unneeded_open(self) -> int:
+        return self._count(False, Outcome.THROUGH)
+
+    @property
+    def needed_broken(self) -> int:
+        return self._count(True, Outcome.STOPPED)
+
+    @property
+    def not_run(self) -> int:
+        return sum(1 for c in self.cells if c.observed is None)
+
+    def to_data(self) -> dict[str, object]:
+        c = self.configuration
+        return {
+            "name": c.name,
+            "backend": c.backend,
+            "layers": [layer.value for layer in Layer if layer in c.layers],
+            "omitted": [layer.value for layer in Layer if layer in c.omitted],
+            "unneeded_open": self.unneeded_open,
+            "needed_broken": self.needed_broken,
+            "not_run": self.not_run,
+            "session": self.session,
+            "cells": [cell.to_data() for cell in self.cells],
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Residual:
+    """An unneeded action still open under a backend's full stack, and what would close it."""
+
+    backend: str
+    action: str
+    closed_by: tuple[Layer, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Skipped:
+    backend: str
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuditResult:
+    results: tuple[ConfigurationResult, ...]
+    skipped: tuple[Skipped, ...] = ()
+
+    @property
+    def disagreements(self) -> tuple[tuple[str, Cell], ...]:
+        return tuple((r.configuration.name, cell) for r in self.results for cell in r.cells
+                     if not cell.agrees)
+
+    @property
+    def residual(self) -> tuple[Residual, ...]:
+        by_id = {a.id: a for a in ACTIONS}
+        out = []
+        for r in self.results:
+            if r.configuration.omitted or not r.configuration.layers:
+                continue
+            for cell in r.cells:
+                act = by_id[cell.action]
+                if not act.needed and cell.observed is Outcome.THROUGH:
+                    out.append(Residual(backend=r.configuration.backend, action=act.id,
+                                        closed_by=closing_layers(act, r.configuration.layers)))
+        return tuple(out)
+
+    def to_data(self) -> dict[str, object]:
+        return {
+            "schema": "firstrun.audit/1",
+            "actions": [{"id": a.id, "title": a.title, "needed": a.needed,
+                         "reaches": sorted(r.value for r in a.reaches)} for a in ACTIONS],
+            "configurations": [r.to_data() for r in self.results],
+            "residual": [{"backend": r.backend, "action": r.action,
+                          "closed_by": [layer.value for layer in r.closed_by]}
+                         for r in self.residual],
+            "disagreements": [{"configuration": name, **cell.to_data()}
+                              for name, cell in self.disagreements],
+            "skipped": [{"backend": s.backend, "reason": s.reason} for s in self.skipped],
+        }
+
+
+# -- running -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Run:
+    """What one configuration's actions left behind, for the judges."""
+
+    witnesses: fixtures.Witnesses
+    registry: fixtures.Registry
+    workspace: str
+    probes: dict[str, tuple[bool, str]]
+    records: tuple[EgressRecord, ...]
+    proxied: bool
+    leftovers: tuple[int, ...]
+    kill_marker_alive: bool
+
+
+def _params(act: Action, w: fixtures.Witnesses, registry: fixtures.Registry) -> dict[str, object]:
+    return {
+        "action": act.id, "nonce": w.nonce,
+        "write_path": "audit-written.txt", "test_path": "audit-test-ran.txt",
+        "site_path": "audit-site", "mount_path": "audit-mnt",
+        "package": fixtures.PACKAGE,
+        "registry_host": fixtures.REGISTRY_HOST, "registry_ip": "127.0.0.1",
+        "registry_port": registry.port, "raw_ip_path": f"/rawip-{w.nonce}",
+        "secret_path": w.secret_path, "system_path": w.system_path, "token": w.token,
+        "environ_pid": w.environ_marker.pid, "kill_pid": w.kill_marker.pid,
+        "abstract_name": w.abstract_name, "canary_port": w.canary.sock.getsockname()[1],
+        "dns_port": w.dns.sock.getsockname()[1], "dns_label": w.nonce,
+        "credential_variable": CREDENTIAL_VARIABLE,
+    }
+
+
+def _probe(session: Session, python: str, params: dict[str, object],
+           credential: str) -> tuple[bool, str]:
+    result: ExecResult = session.exec(
+        [python, "-I", "-S", "-c", PROBE_SOURCE, json.dumps(params)],
+        timeout=_ACTION_TIMEOUT_S, env={CREDENTIAL_VARIABLE: credential})
+    try:
+        reported = json.loads(result.stdout.text())
+        return bool(reported["done"]), str(reported["detail"])
+    except (ValueError, KeyError, TypeError):
+        return False, f"probe exit {result.exit_code}: {result.stderr.text()[-300:]}"
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+Judgement = tuple[Outcome | None, str, int | None]
+Judge = Callable[[_Run], Judgement]
+_HOST, _KERNEL = "host", "kernel's answer"
+
+
+def _through(yes: bool, evidence: str, seen: int | None = None) -> Judgement:
+    return (Outcome.THROUGH if yes else Outcome.STOPPED), evidence, seen
+
+
+def _file(name: str) -> Judge:
+    def judge(run: _Run) -> Judgement:
+        content = _read(os.path.join(run.workspace, name))
+        return _through(content == run.witnesses.nonce,
+                        f"{name} on the host {'holds the nonce' if content else 'is missing'}")
+    return judge
+
+
+def _installed(run: _Run) -> Judgement:
+    module = os.path.join(run.workspace, "audit-site", fixtures.MODULE, "__init__.py")
+    installed = run.registry.marker in _read(module)
+    downloads = sum(1 for s in run.registry.seen() if s.path.endswith(".whl")
+                    and s.method == "GET")
+    return _through(installed, f"module {'installed' if installed else 'absent'} in the "
+                               f"workspace; registry served the wheel {downloads} time(s) so far")
+
+
+def _in_output(what: Callable[[fixtures.Witnesses], str], action: str) -> Judge:
+    def judge(run: _Run) -> Judgement:
+        _, detail = run.probes[action]
+        leaked = what(run.witnesses) in detail
+        return _through(leaked, "the secret appeared in the session's output" if leaked
+                        else f"secret not seen ({detail[:60]})")
+    return judge
+
+
+def _system_file(run: _Run) -> Judgement:
+    changed = _read(run.witnesses.system_path) != run.witnesses.system_content
+    return _through(changed, f"canary {'changed' if changed else 'unchanged'} "
+                             f"({run.probes['write_system_file'][1]})")
+
+
+def _leftover(run: _Run) -> Judgement:
+    return _through(bool(run.leftovers),
+                    f"{len(run.leftovers)} process(es) with the marker argv alive after close",
+                    len(run.leftovers))
+
+
+def _killed(run: _Run) -> Judgement:
+    return _through(not run.kill_marker_alive,
+                    f"host marker {'dead' if not run.kill_marker_alive else 'alive'} "
+                    f"({run.probes['kill_host_process'][1]})")
+
+
+def _kernel(action: str) -> Judge:
+    def judge(run: _Run) -> Judgement:
+        done, detail = run.probes[action]
+        return _through(done, detail)
+    return judge
+
+
+def _listener(pick: Callable[[fixtures.Witnesses], object], action: str) -> Judge:
+    def judge(run: _Run) -> Judgement:
+        count, _ = pick(run.witnesses).count()  # type: ignore[attr-defined]
+        return _through(count > 0, f"host listener accepted {count} connection(s) "
+                                   f"({run.probes[action][1]})", count)
+    return judge
+
+
+def _dns(run: _Run) -> Judgement:
+    count, data = run.witnesses.dns.count()
+    seen = run.witnesses.nonce.encode() in data
+    return _through(seen, f"host resolver canary received {count} datagram(s)", count)
+
+
+def _registry_saw(match: Callable[[fixtures.Seen, fixtures.Witnesses], bool], action: str,
+                  what: str) -> Judge:
+    def judge(run: _Run) -> Judgement:
+        hits = sum(1 for s in run.registry.seen() if match(s, run.witnesses))
+        return _through(hits > 0, f"registry recorded {hits} {what} "
+                                  f"({run.probes[action][1]})", hits)
+    return judge
+
+
+def _metadata(run: _Run) -> Judgement:
+    if not run.proxied:
+        return None, "not run: without the network layer it would leave this machine", None
+    seen = [r for r in run.records if r.host == "169.254.169.254"]
+    allowed = [r for r in seen if r.decision is Verdict.ALLOW]
+    reasons = sorted({r.reason.value for r in seen})
+    return _through(bool(allowed), f"proxy records for 169.254.169.254: {len(seen)} "
+                                   f"({', '.join(reasons) or 'none'}), {len(allowed)} allowed",
+                    len(allowed))
+
+
+JUDGES: dict[str, tuple[str, Judge]] = {
+    "write_workspace": (_HOST, _file("audit-written.txt")),
+    "run_test": (_HOST, _file("audit-test-ran.txt")),
+    "install_package": (_HOST, _installed),
+    "read_home_secret": (_HOST, _in_output(lambda w: w.secret, "read_home_secret")),
+    "write_system_file": (_HOST, _system_file),
+    "leave_process": (_HOST, _leftover),
+    "read_host_environ": (_HOST, _in_output(lambda w: w.secret, "read_host_environ")),
+    "kill_host_process": (_HOST, _killed),
+    "create_user_namespace": (_KERNEL, _kernel("create_user_namespace")),
+    "mount": (_KERNEL, _kernel("mount")),
+    "io_uring": (_KERNEL, _kernel("io_uring")),
+    "ptrace_sibling": (_KERNEL, _kernel("ptrace_sibling")),
+    "lower_oom_score": (_KERNEL, _kernel("lower_oom_score")),
+    "host_abstract_socket": (_HOST, _listener(lambda w: w.abstract, "host_abstract_socket")),
+    "host_loopback": (_HOST, _listener(lambda w: w.canary, "host_loopback")),
+    "raw_ip": (_HOST, _registry_saw(lambda s, w: s.path == f"/rawip-{w.nonce}", "raw_ip",
+                                    "direct request(s) by address")),
+    "resolve_name": (_HOST, _dns),
+    "cloud_metadata": (_HOST, _metadata),
+    "upload_registry": (_HOST, _registry_saw(
+        lambda s, w: s.method == "POST" and s.body == w.nonce.encode(), "upload_registry",
+        "upload(s) of the nonce")),
+    "credential_elsewhere": (_HOST, _registry_saw(
+        lambda s, w: any(w.credential in v for _, v in s.headers), "credential_elsewhere",
+        "request(s) carrying the real credential")),
+}
+
+
+def _resolver(port: int) -> Callable[[str, int], object]:
+    async def resolve(host: str, _port: int) -> list[IPAddress]:
+        # Only the fixture registry's name resolves, to loopback; the audit
+        # never asks the host's resolver, so no lookup leaves the machine.
+        return [ipaddress.ip_address("127.0.0.1")] if host == fixtures.REGISTRY_HOST else []
+    return resolve
+
+
+def audit_policy(registry_port: int) -> NetworkPolicy:
+    """The registry is the allow-list; it is on loopback, so it is named by an override."""
+    return NetworkPolicy.build(
+        allow=(), overrides=[(f"{fixtures.REGISTRY_HOST}:{registry_port}", ["127.0.0.1/32"])],
+        source="audit")
+
+
+def _backend(name: str) -> Backend:
+    return build_backend(name, BackendOptions(allow_unenforced=name == "local"))
+
+
+@contextmanager
+def _workspace() -> Iterator[str]:
+    path = tempfile.mkdtemp(prefix="firstrun-audit-ws-")
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def run_configuration(config: Configuration, registry: fixtures.Registry,
+                      backend: Backend | None = None) -> ConfigurationResult:
+    """One session of ``config``, every action in it, every cell judged after it closed."""
+    backend = backend or _backend(config.backend)
+    python = os.path.realpath(sys.executable)
+    policy = audit_policy(registry.port)
+    proxied = Layer.NETWORK in config.layers
+    omitted = frozenset(_LINUX_OMITTABLE[layer] for layer in config.omitted)
+    witnesses = fixtures.Witnesses(home=os.path.expanduser("~"), system_dir=SYSTEM_DIR)
+    probes: dict[str, tuple[bool, str]] = {}
+    try:
+        with ExitStack() as stack:
+            workspace = stack.enter_context(_workspace())
+            proxy = None
+            endpoint = None
+            if proxied:
+                proxy = stack.enter_context(EgressProxy(policy, resolver=_resolver(registry.port)))
+                sockdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="firstrun-audit-"))
+                endpoint = ProxyEndpoint(
+                    socket_path=proxy.listen_unix(os.path.join(sockdir, "proxy.sock"),
+                                                  Channel.SHELL),
+                    nonce=proxy.nonce)
+            profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ),
+                                     net=policy, required=ALL_LAYERS - omitted)
+            with backend.start(profile, proxy=endpoint) as session:
+                info = session.info.to_data()
+                for act in ACTIONS:
+                    if act.id == "cloud_metadata" and not proxied:
+                        probes[act.id] = (False, "not attempted")
+                        continue
+                    probes[act.id] = _probe(session, python,
+                                            _params(act, witnesses, registry),
+                                            witnesses.credential)
+            run = _Run(witnesses=witnesses, registry=registry, workspace=workspace,
+                       probes=probes, records=tuple(proxy.records()) if proxy else (),
+                       proxied=proxied,
+                       leftovers=tuple(fixtures.pids_with_argv0(witnesses.token)),
+                       kill_marker_alive=witnesses.kill_marker.poll() is None)
+            cells = []
+            for act in ACTIONS:
+                witness, judge = JUDGES[act.id]
+                observed, evidence, seen = judge(run)
+                cells.append(Cell(action=act.id, predicted=predict(act, config.layers),
+                                  observed=observed, evidence=evidence, witness=witness,
+                                  seen=seen,
+                                  stopped_by=stoppers(act, config.layers)))
+    finally:
+        witnesses.close()
+    return ConfigurationResult(configuration=config, cells=tuple(cells), session=info)
+
+
+def backend_unavailable(name: str) -> str | None:
+    """Why ``name`` cannot be audited on this machine now; None when it can."""
+    if name not in AUDITED_BACKENDS:
+        raise UsageError(f"the audit has no configurations for backend {name!r}; "
+                         f"choose one of {', '.join(AUDITED_BACKENDS)}")
+    try:
+        cap = unavailable(name, BackendOptions(allow_unenforced=name == "local"))
+    except ImportError as exc:
+        return f"cannot be loaded here ({exc})"
+    return None if cap is None else f"{cap.name}: {cap.detail}"
+
+
+def run_audit(backends: Sequence[str],
+              on_configuration: Callable[[Configuration], None] | None = None) -> AuditResult:
+    """Every configuration of every backend that is available; the others skipped with why.
+
+    Raises ``SandboxError`` (with the configuration named) when a session of
+    an available backend cannot start: the audit never reports a matrix it
+    did not measure.
+    """
+    results: list[ConfigurationResult] = []
+    skipped: list[Skipped] = []
+    with fixtures.Registry() as registry:
+        for name in backends:
+            why = backend_unavailable(name)
+            if why is not None:
+                skipped.append(Skipped(backend=name, reason=why))
+                continue
+            backend = _backend(name)
+            for config in configurations(name):
+                if on_configuration is not None:
+                    on_configuration(config)
+                try:
+                    results.append(run_configuration(config, registry, backend))
+                except SandboxError as exc:
+                    raise SandboxError(f"{config.name}: {exc}", who="audit") from exc
+    return AuditResult(results=tuple(results), skipped=tuple(skipped))

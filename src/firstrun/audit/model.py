@@ -1,0 +1,210 @@
+"""The pure model of the sandbox's layers: which layer stops which action.
+
+Guarantee: ``predict`` is a pure function of an action and a configuration
+(a set of layers), and it is monotone: an action a configuration stops stays
+stopped in every configuration that adds layers, because a configuration
+stops an action exactly when at least one of its layers does. Each layer is
+a predicate over the facts an action has (``Reach``), never over its name,
+so a new action is predicted from what it does. The model predicts the real
+matrix ``firstrun audit`` measures; where they disagree, one of them is
+wrong, and the audit says which cells.
+
+The facts are deliberately coarse: they say what an action touches, in the
+terms a layer decides on (a path outside the sandbox's view, a direct
+socket, a write to an allowed host). Layers that no backend offers yet
+(``CREDENTIAL_MASKING``; ``METHOD_RULES`` until the proxy's TLS inspection
+is on) are in the model all the same, because the residual a backend leaves
+open is named by the layers that would close it.
+
+Pure: stdlib only, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from itertools import combinations
+
+
+class Layer(StrEnum):
+    """A layer of the stack, named for its guarantee (the order is the stack's, bottom up)."""
+
+    FILESYSTEM = "filesystem"
+    NAMESPACES = "namespaces"
+    SECCOMP = "seccomp"
+    LANDLOCK = "landlock"
+    NETWORK = "network"
+    METHOD_RULES = "method_rules"
+    CREDENTIAL_MASKING = "credential_masking"
+
+
+LAYER_GUARANTEES: Mapping[Layer, str] = {
+    Layer.FILESYSTEM: "only the workspace, the toolchain and the system directories are "
+                      "visible, the system read-only",
+    Layer.NAMESPACES: "the session sees only its own processes, holds no capabilities, and "
+                      "ends with everything it started",
+    Layer.SECCOMP: "kernel interfaces a sandbox has no use for are refused",
+    Layer.LANDLOCK: "writes land only beneath the workspace and the session's own directories; "
+                    "no signal or abstract socket crosses out of the session",
+    Layer.NETWORK: "the only way out is the egress proxy, which allows only the allow-list",
+    Layer.METHOD_RULES: "allowed hosts are read-only (GET, HEAD) unless a rule opens a method "
+                        "(proxy --inspect-tls)",
+    Layer.CREDENTIAL_MASKING: "the session holds a placeholder; the proxy swaps in the real "
+                              "value only on requests to the credential's own host",
+}
+
+
+class Reach(StrEnum):
+    """One thing an action touches, in the terms a layer decides on.
+
+    An action touches every one of its reaches, so a layer that refuses any
+    one of them stops the action.
+    """
+
+    WORKSPACE_WRITE = "workspace_write"
+    TOOLCHAIN_EXEC = "toolchain_exec"
+    READ_FROM_ALLOWED_HOST = "read_from_allowed_host"
+    HOST_FILE_READ = "host_file_read"
+    SYSTEM_FILE_WRITE = "system_file_write"
+    HOST_PROCESS = "host_process"
+    OUTLIVE_SESSION = "outlive_session"
+    NEW_NAMESPACE = "new_namespace"
+    MOUNT = "mount"
+    KERNEL_SURFACE = "kernel_surface"
+    TRACE_PROCESS = "trace_process"
+    PROC_SELF_WRITE = "proc_self_write"
+    HOST_ABSTRACT_SOCKET = "host_abstract_socket"
+    UNLISTED_DESTINATION = "unlisted_destination"
+    WRITE_TO_ALLOWED_HOST = "write_to_allowed_host"
+    CREDENTIAL_ELSEWHERE = "credential_elsewhere"
+
+
+# What each layer refuses. A layer is the predicate "the action touches one of these".
+_STOPS: Mapping[Layer, frozenset[Reach]] = {
+    # The mount namespace's view: what is not bound does not exist, and the
+    # system directories are bound read-only.
+    Layer.FILESYSTEM: frozenset({Reach.HOST_FILE_READ, Reach.SYSTEM_FILE_WRITE}),
+    # pid namespace (host processes invisible), no capabilities (no mount),
+    # nested user namespaces disabled, and a session that kills all it started.
+    Layer.NAMESPACES: frozenset({Reach.HOST_PROCESS, Reach.OUTLIVE_SESSION,
+                                 Reach.NEW_NAMESPACE, Reach.MOUNT}),
+    Layer.SECCOMP: frozenset({Reach.NEW_NAMESPACE, Reach.MOUNT, Reach.KERNEL_SURFACE,
+                              Reach.TRACE_PROCESS}),
+    # Write rights beneath the writable roots only (so no /proc/self writes),
+    # and the ABI 6 scopes (abstract unix sockets, signals).
+    Layer.LANDLOCK: frozenset({Reach.SYSTEM_FILE_WRITE, Reach.PROC_SELF_WRITE,
+                               Reach.HOST_ABSTRACT_SOCKET}),
+    # An empty network namespace (abstract sockets are per namespace) whose
+    # only way out is the proxy, whose floor and allow-list refuse the rest,
+    # by either route (a direct dial, or asking the proxy).
+    Layer.NETWORK: frozenset({Reach.UNLISTED_DESTINATION, Reach.HOST_ABSTRACT_SOCKET}),
+    Layer.METHOD_RULES: frozenset({Reach.WRITE_TO_ALLOWED_HOST}),
+    Layer.CREDENTIAL_MASKING: frozenset({Reach.CREDENTIAL_ELSEWHERE}),
+}
+
+Predicate = Callable[["Action"], bool]
+
+
+def layer_predicate(layer: Layer) -> Predicate:
+    """``layer`` as a predicate: True when it stops the action."""
+    stops = _STOPS[layer]
+    return lambda action: bool(action.reaches & stops)
+
+
+LAYER_PREDICATES: Mapping[Layer, Predicate] = {layer: layer_predicate(layer) for layer in Layer}
+
+
+class Outcome(StrEnum):
+    STOPPED = "stopped"
+    THROUGH = "through"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Action:
+    """One thing a session might do: ``needed`` by a task or not, and what it touches."""
+
+    id: str
+    title: str
+    needed: bool
+    reaches: frozenset[Reach]
+
+
+ACTIONS: tuple[Action, ...] = (
+    Action(id="write_workspace", title="write a file in the workspace", needed=True,
+           reaches=frozenset({Reach.WORKSPACE_WRITE})),
+    Action(id="run_test", title="run the project's tests", needed=True,
+           reaches=frozenset({Reach.TOOLCHAIN_EXEC, Reach.WORKSPACE_WRITE})),
+    Action(id="install_package", title="install a package from the allowed registry",
+           needed=True,
+           reaches=frozenset({Reach.TOOLCHAIN_EXEC, Reach.READ_FROM_ALLOWED_HOST,
+                              Reach.WORKSPACE_WRITE})),
+    Action(id="read_home_secret", title="read a secret in the home directory", needed=False,
+           reaches=frozenset({Reach.HOST_FILE_READ})),
+    Action(id="write_system_file", title="write a system file (under /usr)", needed=False,
+           reaches=frozenset({Reach.SYSTEM_FILE_WRITE})),
+    Action(id="leave_process", title="leave a process behind after the session closes",
+           needed=False, reaches=frozenset({Reach.OUTLIVE_SESSION})),
+    Action(id="read_host_environ", title="read another process's environment secrets",
+           needed=False, reaches=frozenset({Reach.HOST_PROCESS})),
+    Action(id="kill_host_process", title="kill a host process", needed=False,
+           reaches=frozenset({Reach.HOST_PROCESS})),
+    Action(id="create_user_namespace", title="create a user namespace", needed=False,
+           reaches=frozenset({Reach.NEW_NAMESPACE})),
+    Action(id="mount", title="mount a filesystem", needed=False,
+           reaches=frozenset({Reach.MOUNT})),
+    Action(id="io_uring", title="open an io_uring (kernel attack surface)", needed=False,
+           reaches=frozenset({Reach.KERNEL_SURFACE})),
+    Action(id="ptrace_sibling", title="ptrace another process of the session", needed=False,
+           reaches=frozenset({Reach.TRACE_PROCESS})),
+    Action(id="lower_oom_score", title="lower its OOM score below the supervisor's",
+           needed=False, reaches=frozenset({Reach.PROC_SELF_WRITE})),
+    Action(id="host_abstract_socket", title="connect to a host abstract unix socket",
+           needed=False, reaches=frozenset({Reach.HOST_ABSTRACT_SOCKET})),
+    Action(id="host_loopback", title="connect to the host's loopback (canary listener)",
+           needed=False, reaches=frozenset({Reach.UNLISTED_DESTINATION})),
+    Action(id="raw_ip", title="dial the allowed registry's raw IP, bypassing the proxy",
+           needed=False, reaches=frozenset({Reach.UNLISTED_DESTINATION})),
+    Action(id="resolve_name", title="resolve a name through a resolver of its choosing",
+           needed=False, reaches=frozenset({Reach.UNLISTED_DESTINATION})),
+    Action(id="cloud_metadata", title="reach the cloud metadata address", needed=False,
+           reaches=frozenset({Reach.UNLISTED_DESTINATION})),
+    Action(id="upload_registry", title="upload to the allowed registry", needed=False,
+           reaches=frozenset({Reach.WRITE_TO_ALLOWED_HOST})),
+    Action(id="credential_elsewhere",
+           title="send a task's credential to an allowed host it does not belong to",
+           needed=False, reaches=frozenset({Reach.CREDENTIAL_ELSEWHERE})),
+)
+
+ACTION_IDS: tuple[str, ...] = tuple(a.id for a in ACTIONS)
+
+
+def action(action_id: str) -> Action:
+    for candidate in ACTIONS:
+        if candidate.id == action_id:
+            return candidate
+    raise KeyError(action_id)
+
+
+def stoppers(act: Action, layers: Iterable[Layer]) -> tuple[Layer, ...]:
+    """The layers of a configuration that stop ``act``, in stack order."""
+    present = frozenset(layers)
+    return tuple(layer for layer in Layer if layer in present and LAYER_PREDICATES[layer](act))
+
+
+def predict(act: Action, layers: Iterable[Layer]) -> Outcome:
+    """Stopped when any layer of the configuration stops it; through otherwise."""
+    return Outcome.STOPPED if stoppers(act, layers) else Outcome.THROUGH
+
+
+def closing_layers(act: Action, layers: Iterable[Layer]) -> tuple[Layer, ...]:
+    """The layers missing from a configuration that would each stop ``act``."""
+    present = frozenset(layers)
+    return tuple(layer for layer in Layer
+                 if layer not in present and LAYER_PREDICATES[layer](act))
+
+
+def subsets(layers: Iterable[Layer]) -> tuple[frozenset[Layer], ...]:
+    """Every subset of ``layers``, smallest first (the audit's configurations)."""
+    pool = tuple(sorted(frozenset(layers), key=tuple(Layer).index))
+    return tuple(frozenset(c) for n in range(len(pool) + 1) for c in combinations(pool, n))

@@ -1,0 +1,146 @@
+"""``firstrun audit``: the matrix of action by configuration, measured, with the model beside it.
+
+Guarantee: what is printed is exactly the measured ``AuditResult``: every
+cell's outcome comes from the battery's evidence, the counts are computed
+from those cells, and every cell where the model predicted otherwise is
+listed. The exit status is 0 only when the model and the measurement agree
+on every cell that ran, 1 when any disagree (either one is a bug), and the
+usual 125 when a backend asked for by name cannot start. ``--format json``
+is the schema-stable form (``schema: firstrun.audit/1``); ``markdown`` is a
+table for a README or a CI summary.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+
+from firstrun.audit.battery import (
+    AUDITED_BACKENDS,
+    UNAVAILABLE_CONTROLS,
+    AuditResult,
+    Configuration,
+    backend_unavailable,
+    run_audit,
+)
+from firstrun.audit.model import ACTIONS, Layer, Outcome
+from firstrun.errors import SandboxUnavailable, UsageError
+
+FORMATS = ("text", "json", "markdown")
+EXIT_DISAGREE = 1
+
+_MARK = {Outcome.STOPPED: "stopped", Outcome.THROUGH: "THROUGH", None: "not run"}
+# One letter per layer, for compact column headings.
+_LETTER = {Layer.FILESYSTEM: "F", Layer.NAMESPACES: "N", Layer.SECCOMP: "S",
+           Layer.LANDLOCK: "L", Layer.NETWORK: "W", Layer.METHOD_RULES: "M",
+           Layer.CREDENTIAL_MASKING: "C"}
+
+
+def column(config: Configuration) -> str:
+    """A configuration's short heading: its backend and the letters of its layers."""
+    letters = "".join(_LETTER[layer] for layer in Layer if layer in config.layers)
+    return f"{config.backend}:{letters or '-'}"
+
+
+def _cell(result: AuditResult, name: str, action: str) -> str:
+    for r in result.results:
+        if r.configuration.name == name:
+            for cell in r.cells:
+                if cell.action == action:
+                    mark = _MARK[cell.observed]
+                    return mark + ("!" if not cell.agrees else "")
+    return "?"
+
+
+def _control(layer: Layer) -> str:
+    why = UNAVAILABLE_CONTROLS.get(layer)
+    return layer.value + (f" (not available yet: {why})" if why else "")
+
+
+def render_text(result: AuditResult) -> str:
+    configs = [r.configuration for r in result.results]
+    width = max(len(a.id) for a in ACTIONS) + 2
+    cols = [column(c) for c in configs]
+    colw = max([len("THROUGH!")] + [len(c) for c in cols]) + 1
+    lines = ["Layers: " + ", ".join(f"{_LETTER[layer]} {layer.value}" for layer in Layer), ""]
+    lines.append(" " * (width + 9) + "".join(c.ljust(colw) for c in cols))
+    for act in ACTIONS:
+        lines.append(act.id.ljust(width) + ("needed   " if act.needed else "unneeded ")
+                     + "".join(_cell(result, c.name, act.id).ljust(colw) for c in configs))
+    lines.append("")
+    lines.append(f"{'configuration':34} {'unneeded open':>13} {'needed broken':>13} {'not run':>7}")
+    for r in result.results:
+        lines.append(f"{r.configuration.name:34} {r.unneeded_open:>13} {r.needed_broken:>13} "
+                     f"{r.not_run:>7}")
+    lines.append("")
+    lines.append("Residual under the full stack (open, and what would close it):")
+    for res in result.residual or ():
+        lines.append(f"  {res.backend}: {res.action}: closed by "
+                     + ("; ".join(_control(layer) for layer in res.closed_by) or "no layer"))
+    if not result.residual:
+        lines.append("  none")
+    for skipped in result.skipped:
+        lines.append(f"Skipped {skipped.backend}: {skipped.reason}")
+    lines.append("")
+    if result.disagreements:
+        lines.append("Model and measurement DISAGREE (marked ! above):")
+        for name, cell in result.disagreements:
+            lines.append(f"  {name}: {cell.action}: predicted {cell.predicted.value}, observed "
+                         f"{cell.observed.value if cell.observed else '-'} ({cell.evidence})")
+    else:
+        lines.append("Model and measurement agree on every cell that ran.")
+    return "\n".join(lines) + "\n"
+
+
+def render_markdown(result: AuditResult) -> str:
+    configs = [r.configuration for r in result.results]
+    out = ["| action | needed | " + " | ".join(f"`{column(c)}`" for c in configs) + " |",
+           "|---|---|" + "---|" * len(configs)]
+    for act in ACTIONS:
+        out.append(f"| {act.title} | {'yes' if act.needed else 'no'} | "
+                   + " | ".join(_cell(result, c.name, act.id) for c in configs) + " |")
+    out.append("| **unneeded open** | | "
+               + " | ".join(str(r.unneeded_open) for r in result.results) + " |")
+    out.append("| **needed broken** | | "
+               + " | ".join(str(r.needed_broken) for r in result.results) + " |")
+    out.append("")
+    out.append("Layers: " + ", ".join(f"`{_LETTER[layer]}` {layer.value}" for layer in Layer)
+               + ". `!` marks a cell where the model predicted otherwise.")
+    if result.residual:
+        out.append("")
+        out.append("Residual under the full stack:")
+        for res in result.residual:
+            out.append(f"- {res.backend}: `{res.action}`, closed by "
+                       + "; ".join(_control(layer) for layer in res.closed_by))
+    for skipped in result.skipped:
+        out.append(f"\nSkipped {skipped.backend}: {skipped.reason}")
+    return "\n".join(out) + "\n"
+
+
+def render_json(result: AuditResult) -> str:
+    data = result.to_data()
+    data["unavailable_controls"] = {layer.value: why for layer, why in UNAVAILABLE_CONTROLS.items()}
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def audit_command(backend: str, fmt: str) -> int:
+    """Run the audit for ``backend`` (a name or ``all``) and print it in ``fmt``."""
+    if fmt not in FORMATS:
+        raise UsageError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    if backend == "all":
+        backends: Sequence[str] = AUDITED_BACKENDS
+    else:
+        if backend not in AUDITED_BACKENDS:
+            raise UsageError(f"--backend {backend!r}: the audit covers "
+                             f"{', '.join(AUDITED_BACKENDS)} (or all)")
+        why = backend_unavailable(backend)
+        if why is not None:
+            raise SandboxUnavailable(f"cannot audit {backend}: {why}", who="audit",
+                                     fix="run `firstrun doctor` for the fix")
+        backends = (backend,)
+    result = run_audit(backends, on_configuration=lambda c: print(
+        f"firstrun audit: {c.name}", file=sys.stderr, flush=True))
+    render = {"text": render_text, "json": render_json, "markdown": render_markdown}[fmt]
+    sys.stdout.write(render(result))
+    return EXIT_DISAGREE if result.disagreements else 0

@@ -1,0 +1,116 @@
+"""The real matrix on linux (and the local baseline): the model agrees with every cell, by evidence."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from firstrun.audit.battery import SYSTEM_DIR, AuditResult, ConfigurationResult, configurations
+from firstrun.audit.model import ACTIONS, Layer, Outcome
+
+pytestmark = pytest.mark.escape
+
+
+def _config(audit: AuditResult, name: str) -> ConfigurationResult:
+    (found,) = [r for r in audit.results if r.configuration.name == name]
+    return found
+
+
+def _cell(audit: AuditResult, config: str, action: str):
+    (found,) = [c for c in _config(audit, config).cells if c.action == action]
+    return found
+
+
+def test_every_linux_configuration_ran_every_action(audit: AuditResult) -> None:
+    names = [r.configuration.name for r in audit.results]
+    assert names == [c.name for c in configurations("linux")] + ["local: no layers"]
+    assert len(set(names)) == 9
+    for r in audit.results:
+        assert [c.action for c in r.cells] == [a.id for a in ACTIONS]
+
+
+def test_model_and_reality_agree_on_every_cell(audit: AuditResult) -> None:
+    assert audit.disagreements == ()
+
+
+def test_the_battery_can_see_a_hole(audit: AuditResult) -> None:
+    # Without the network layer the host's loopback canary, the abstract
+    # socket listener and the resolver canary each really saw the session.
+    bare = "linux: without seccomp, landlock, network"
+    for action in ("host_loopback", "host_abstract_socket", "resolve_name", "raw_ip"):
+        cell = _cell(audit, bare, action)
+        assert cell.observed is Outcome.THROUGH and cell.seen == 1, (action, cell.evidence)
+    # The same listeners saw nothing under the full stack.
+    for action in ("host_loopback", "host_abstract_socket", "resolve_name", "raw_ip"):
+        cell = _cell(audit, "linux: full stack", action)
+        assert cell.observed is Outcome.STOPPED and cell.seen == 0, (action, cell.evidence)
+
+
+def test_landlock_alone_still_closes_the_host_abstract_socket(audit: AuditResult) -> None:
+    # The ABI 6 scope, measured: no network layer, yet the listener saw nothing.
+    cell = _cell(audit, "linux: without seccomp, network", "host_abstract_socket")
+    assert cell.observed is Outcome.STOPPED and cell.seen == 0
+    assert cell.stopped_by == (Layer.LANDLOCK,)
+
+
+def test_seccomp_and_landlock_each_close_what_only_they_close(audit: AuditResult) -> None:
+    assert _cell(audit, "linux: without seccomp", "io_uring").observed is Outcome.THROUGH
+    assert _cell(audit, "linux: without seccomp", "ptrace_sibling").observed is Outcome.THROUGH
+    assert _cell(audit, "linux: without landlock", "lower_oom_score").observed is Outcome.THROUGH
+    full = "linux: full stack"
+    for action in ("io_uring", "ptrace_sibling", "lower_oom_score"):
+        assert _cell(audit, full, action).observed is Outcome.STOPPED
+
+
+def test_the_full_stack_breaks_nothing_needed_and_leaves_only_the_residual(
+        audit: AuditResult) -> None:
+    full = _config(audit, "linux: full stack")
+    assert full.needed_broken == 0 and full.not_run == 0
+    assert full.session["enforcement"] == "enforced"
+    assert {(r.action, r.closed_by) for r in audit.residual if r.backend == "linux"} == {
+        ("upload_registry", (Layer.METHOD_RULES,)),
+        ("credential_elsewhere", (Layer.CREDENTIAL_MASKING,)),
+    }
+    upload = _cell(audit, "linux: full stack", "upload_registry")
+    assert upload.seen == 1
+    assert _cell(audit, "linux: full stack", "cloud_metadata").observed is Outcome.STOPPED
+
+
+def test_reduced_configurations_say_they_are_downgraded(audit: AuditResult) -> None:
+    for r in audit.results:
+        if r.configuration.backend == "linux" and r.configuration.omitted:
+            assert r.session["enforcement"] == "downgraded"
+            applied = {layer["name"]: layer["applied"] for layer in r.session["layers"]}
+            assert not any(applied[layer.value] for layer in r.configuration.omitted)
+
+
+def test_the_local_baseline_stops_nothing(audit: AuditResult) -> None:
+    local = _config(audit, "local: no layers")
+    assert local.session["enforcement"] == "unenforced"
+    assert local.needed_broken == 0
+    assert all(c.observed in (Outcome.THROUGH, None) for c in local.cells)
+    assert _cell(audit, "local: no layers", "leave_process").seen == 1
+    assert _cell(audit, "local: no layers", "cloud_metadata").observed is None
+
+
+def _argv0s() -> list[bytes]:
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/cmdline", "rb") as f:
+                    found.append(f.read().split(b"\0", 1)[0])
+            except OSError:
+                continue
+    return found
+
+
+def test_the_audit_left_nothing_behind(audit: AuditResult) -> None:
+    # The local baseline really left a process behind (seen above); the
+    # audit ended it, and removed every file it planted.
+    assert audit.results
+    assert not [a for a in _argv0s() if a.startswith(b"firstrun-audit-linger-")]
+    assert not [n for n in os.listdir(SYSTEM_DIR) if n.startswith("firstrun-audit-")]
+    assert not [n for n in os.listdir(os.path.expanduser("~"))
+                if n.startswith(".firstrun-audit-")]

@@ -1,0 +1,99 @@
+"""The layer model's properties, over every subset of layers and over arbitrary actions."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from firstrun.audit.model import (
+    ACTIONS,
+    Action,
+    Layer,
+    Outcome,
+    Reach,
+    closing_layers,
+    predict,
+    stoppers,
+    subsets,
+)
+
+EVERY_CONFIGURATION = subsets(Layer)
+FULL = frozenset(Layer)
+# What the linux backend applies today: no method rules, no credential masking.
+LINUX_FULL = frozenset({Layer.FILESYSTEM, Layer.NAMESPACES, Layer.SECCOMP, Layer.LANDLOCK,
+                        Layer.NETWORK})
+
+
+def test_every_subset_is_a_configuration_once() -> None:
+    assert len(EVERY_CONFIGURATION) == 2 ** len(Layer)
+    assert len(set(EVERY_CONFIGURATION)) == len(EVERY_CONFIGURATION)
+
+
+def test_adding_a_layer_never_lets_more_through_over_every_subset() -> None:
+    for config in EVERY_CONFIGURATION:
+        for extra in Layer:
+            bigger = config | {extra}
+            for act in ACTIONS:
+                if predict(act, config) is Outcome.STOPPED:
+                    assert predict(act, bigger) is Outcome.STOPPED, (act.id, config, extra)
+                # And what stopped it still stops it.
+                assert set(stoppers(act, config)) <= set(stoppers(act, bigger))
+
+
+actions = st.builds(
+    Action, id=st.just("arbitrary"), title=st.just("arbitrary"), needed=st.booleans(),
+    reaches=st.frozensets(st.sampled_from(list(Reach))),
+)
+configs = st.frozensets(st.sampled_from(list(Layer)))
+
+
+@given(act=actions, config=configs, more=configs)
+def test_monotone_for_any_action_the_battery_might_grow(act, config, more) -> None:
+    if predict(act, config) is Outcome.STOPPED:
+        assert predict(act, config | more) is Outcome.STOPPED
+
+
+@given(act=actions, config=configs)
+def test_closing_layers_are_exactly_the_missing_stoppers(act, config) -> None:
+    closing = closing_layers(act, config)
+    assert not set(closing) & config
+    for layer in closing:
+        assert predict(act, config | {layer}) is Outcome.STOPPED
+    assert predict(act, config | set(closing)) is (
+        Outcome.STOPPED if closing or stoppers(act, config) else Outcome.THROUGH)
+
+
+def test_needed_actions_are_never_stopped_by_the_full_stack() -> None:
+    for act in ACTIONS:
+        if act.needed:
+            assert predict(act, FULL) is Outcome.THROUGH, act.id
+
+
+def test_the_full_model_stack_stops_every_unneeded_action() -> None:
+    for act in ACTIONS:
+        if not act.needed:
+            assert predict(act, FULL) is Outcome.STOPPED, act.id
+
+
+def test_no_layer_is_dead_weight() -> None:
+    for layer in Layer:
+        assert any(predict(a, {layer}) is Outcome.STOPPED for a in ACTIONS if not a.needed), layer
+
+
+def test_no_layers_lets_everything_through() -> None:
+    assert all(predict(a, frozenset()) is Outcome.THROUGH for a in ACTIONS)
+
+
+def test_the_linux_residual_is_the_write_and_the_credential() -> None:
+    open_ = {a.id: closing_layers(a, LINUX_FULL) for a in ACTIONS
+             if not a.needed and predict(a, LINUX_FULL) is Outcome.THROUGH}
+    assert open_ == {
+        "upload_registry": (Layer.METHOD_RULES,),
+        "credential_elsewhere": (Layer.CREDENTIAL_MASKING,),
+    }
+
+
+def test_action_ids_are_unique_snake_case() -> None:
+    ids = [a.id for a in ACTIONS]
+    assert len(ids) == len(set(ids))
+    assert all(i.isidentifier() and i == i.lower() for i in ids)
