@@ -83,6 +83,7 @@ def test_a_credential_belongs_to_its_host_only(name: str, owner: str, host: str)
     ([("pypi.org", ["POST"], "upload")], [], "must start with /"),
     ([], [("NPM-TOKEN", "registry.npmjs.org", "X")], "NPM-TOKEN"),
     ([], [("A", "x.example", "B"), ("A", "y.example", "C")], "declared twice"),
+    ([], [("HTTPS_PROXY", "x.example", "B")], "shadow"),
 ])
 def test_bad_rules_are_refused_naming_the_entry(rules, credentials, match) -> None:
     with pytest.raises(PolicyError, match=match):

@@ -107,6 +107,22 @@ def test_argv_root_harness_stages_every_non_system_source() -> None:
     assert ["--ro-bind", "/usr", "/usr"] == argv[argv.index("/usr") - 1: argv.index("/usr") + 2]
 
 
+def test_trust_bundle_is_bound_over_the_system_bundle_after_etc() -> None:
+    config = helper_config(PROFILE, control_fd=3, dial_fd=4)
+    plain = list(_spec(None).argv)
+    argv = list(build_launch_spec(PROFILE, host=HOST, helper_source="<HELPER>", config=config,
+                                  seccomp_fd=5, stage_dir=None, bwrap="/usr/bin/bwrap",
+                                  trust_bundle="/RUN/trust.pem").argv)
+    at = plain.index("--ro-bind", plain.index("/HOME/.pyenv") + 1)
+    # Exactly one bind added, after every read-only root (so on top of /etc's).
+    assert argv == plain[:at] + [
+        "--ro-bind", "/RUN/trust.pem", "/etc/ssl/certs/ca-certificates.crt"] + plain[at:]
+    staged = build_launch_spec(PROFILE, host=HOST, helper_source="<HELPER>", config=config,
+                               seccomp_fd=5, stage_dir="<STAGE>", bwrap="/usr/bin/bwrap",
+                               trust_bundle="/RUN/trust.pem")
+    assert StagedBind(source="/RUN/trust.pem", staged="<STAGE>/4", directory=False) in staged.stage
+
+
 def test_nothing_under_run_or_host_tmp_is_ever_bound() -> None:
     argv = list(_spec(None).argv)
     sources = [argv[i + 1] for i, a in enumerate(argv) if a in ("--bind", "--ro-bind")]

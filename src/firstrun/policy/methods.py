@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from firstrun.errors import PolicyError
 from firstrun.policy.hosts import HostPattern, parse_patterns
 from firstrun.policy.network import Decision, Layer, Reason, Verdict
+from firstrun.policy.process import RESERVED_VARIABLES
 
 READ_ONLY = frozenset({"GET", "HEAD"})
 # Methods a rule may open; CONNECT and TRACE have no business inside a tunnel.
@@ -105,6 +106,8 @@ class InspectionPolicy:
                     raise PolicyError(
                         f"{source}: credential {what} {value!r} is not an environment variable name"
                     )
+            if name in RESERVED_VARIABLES:
+                raise PolicyError(f"{source}: credential {name!r} would shadow the sandbox's ${name}")
             if any(c.name == name for c in creds):
                 raise PolicyError(f"{source}: credential {name!r} declared twice")
             (pattern,) = parse_patterns([host], source=f"{source} credentials")

@@ -6,6 +6,12 @@ settings carry over (so pip, npm and curl work behind a TLS-intercepting
 proxy). Nothing else from the harness, API keys included, can leak through
 the environment, because nothing else is ever copied.
 
+With TLS inspection the trust settings do not carry over: every trust
+variable names ``SANDBOX_CA_BUNDLE``, where the backend shows the run's
+bundle (the system CAs plus the run's CA), and credential placeholders
+(never values) are added under their names, which may not shadow any name
+built here.
+
 Pure: stdlib only, no I/O.
 """
 
@@ -13,6 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+from firstrun.errors import PolicyError
 
 CA_VARIABLES = (
     "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "PIP_CERT",
@@ -22,6 +30,16 @@ CA_VARIABLES = (
 PROXY_VARIABLES = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "all_proxy")
 
 LOCALE_DEFAULT = "C.UTF-8"
+
+# The system bundle's path in the sandbox's view (Debian's, which OpenSSL,
+# curl and Node read by default); with inspection the run's bundle is bound there.
+SANDBOX_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+
+# Names a credential placeholder may not take: each is built here or copied.
+RESERVED_VARIABLES = frozenset({
+    "PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "TERM", "USER", "LOGNAME", "SHELL",
+    "PYTHONDONTWRITEBYTECODE", "NO_PROXY", "no_proxy", *CA_VARIABLES, *PROXY_VARIABLES,
+})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,8 +68,14 @@ def build_environment(
     tmpdir: str,
     proxy_url: str | None,
     no_proxy: str = "localhost,127.0.0.1,::1",
+    inspected: bool = False,
+    placeholders: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """The complete environment of a sandboxed command."""
+    """The complete environment of a sandboxed command.
+
+    ``inspected``: the proxy terminates TLS, so every trust variable names
+    ``SANDBOX_CA_BUNDLE``. ``placeholders``: credential name to placeholder.
+    """
     env = {
         "PATH": ":".join(path),
         "HOME": home,
@@ -64,10 +88,18 @@ def build_environment(
         "SHELL": "/bin/bash",
         "PYTHONDONTWRITEBYTECODE": "1",
     }
-    for name in CA_VARIABLES:
-        value = host_env.get(name)
-        if value:
-            env[name] = value
+    if inspected:
+        # One bundle for every client; a directory cannot hold the run CA.
+        env.update({name: SANDBOX_CA_BUNDLE for name in CA_VARIABLES if name != "SSL_CERT_DIR"})
+    else:
+        for name in CA_VARIABLES:
+            value = host_env.get(name)
+            if value:
+                env[name] = value
+    for name, placeholder in (placeholders or {}).items():
+        if name in RESERVED_VARIABLES:
+            raise PolicyError(f"credential {name} would shadow the sandbox's own ${name}")
+        env[name] = placeholder
     if proxy_url is not None:
         for name in PROXY_VARIABLES:
             env[name] = proxy_url

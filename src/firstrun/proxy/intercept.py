@@ -22,11 +22,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http
+import os
 import socket
 import ssl
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import h11
@@ -34,8 +35,9 @@ import h11
 from firstrun.policy.hosts import parse_ip_literal
 from firstrun.policy.methods import InnerRequest, InspectionPolicy, decide_inner
 from firstrun.policy.network import Channel, Decision, Reason, Verdict
-from firstrun.proxy.ca import RunCA
-from firstrun.proxy.credentials import MaskedCredential, substitute
+from firstrun.policy.process import SANDBOX_CA_BUNDLE
+from firstrun.proxy.ca import RunCA, upstream_context
+from firstrun.proxy.credentials import MaskedCredential, mint, substitute
 from firstrun.proxy.errors import (
     PeerGone,
     Refused,
@@ -547,3 +549,29 @@ class InterceptedTunnel:
             if not data:
                 return
             drained += len(data)
+
+
+def prepare_interception(
+    inspection: InspectionPolicy, *, env: Mapping[str, str], bundle_dir: str,
+    extra_cafiles: Sequence[str] = (),
+) -> tuple[Interception, str]:
+    """A fresh run CA, upstream trust and masked credentials, and the sandbox's trust bundle.
+
+    The bundle (the system CAs, ``$SSL_CERT_FILE`` when set, then the run's CA)
+    is written to ``bundle_dir/trust.pem``, world-readable because a
+    sandbox uid reads it; it holds certificates only. ``bundle_dir`` must be
+    a directory no sandbox can see (the harness's private proxy directory).
+    Raises ``UsageError`` for a credential whose value is not in ``env``.
+    """
+    ca = RunCA()
+    interception = Interception(
+        ca=ca, upstream=upstream_context(extra_cafiles),
+        credentials=mint(inspection.credentials, env),
+    )
+    sources = [SANDBOX_CA_BUNDLE, *([env["SSL_CERT_FILE"]] if env.get("SSL_CERT_FILE") else [])]
+    path = os.path.join(bundle_dir, "trust.pem")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "wb") as f:
+        f.write(ca.trust_bundle(sources))
+    os.chmod(path, 0o644)
+    return interception, path

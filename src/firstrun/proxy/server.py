@@ -6,8 +6,8 @@ then, only if that allowed it, one resolution through the injected resolver
 and ``decide_addresses`` over every address returned), and the proxy dials
 only addresses that were checked, never the name again. Each request or
 tunnel leaves exactly one ``EgressRecord``, refusals included (with TLS
-inspection, each decrypted request inside a tunnel leaves one more, see
-``intercept``): malformed or
+inspection, each decrypted request inside a shell-channel tunnel leaves one
+more, see ``intercept``): malformed or
 ambiguous input gets a 4xx with a one-line reason, a stalled head gets 408,
 and none of it can crash the proxy or hold a connection slot forever.
 
@@ -416,7 +416,9 @@ class _Client:
         established = h11.Response(status_code=200, reason=b"Connection established", headers=[])
         await self._to_client(ex, established)
         ex.status = 200
-        if self._proxy.interception is not None:
+        # Only the shell channel carries untrusted traffic; the docs channel
+        # is the harness's own reader, which verifies the real server itself.
+        if self._proxy.interception is not None and self._channel is Channel.SHELL:
             await self._intercept(ex, target, upstream)
             return
         tunnel = Tunnel(

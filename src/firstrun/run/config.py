@@ -26,6 +26,8 @@ class RunConfig:
     own (``run_suite`` shares one across its workers). ``affordances`` is
     ``--affordances`` (``none`` hides llms.txt, llms-full.txt and .md variants
     from read_docs) and ``probe_affordances`` records which of them exist.
+    ``inspect_tls`` is ``--inspect-tls``: the proxy decrypts tunnels with a
+    per-run CA and applies the method rules and credentials (policy.methods).
     """
 
     out_dir: Path
@@ -39,6 +41,7 @@ class RunConfig:
     report_only: bool = False
     affordances: Affordances = Affordances.ALL
     probe_affordances: bool = False
+    inspect_tls: bool = False
     # ``--image``: a container backend's image for tasks that name none.
     image: str | None = None
 

@@ -28,10 +28,12 @@ from dataclasses import dataclass, fields
 from enum import StrEnum
 
 from firstrun.docs import AffordanceFilter, Affordances, DocsReader, Politeness, default_user_agent
-from firstrun.errors import SandboxError
+from firstrun.errors import SandboxError, SandboxUnavailable
 from firstrun.policy.network import Channel, Layer, Mode, NetworkPolicy, Reason, Verdict
 from firstrun.policy.process import Limits
 from firstrun.policy.profile import SandboxProfile
+from firstrun.proxy.credentials import sandbox_variables
+from firstrun.proxy.intercept import prepare_interception
 from firstrun.proxy.records import EgressRecord, Scheme
 from firstrun.proxy.server import EgressProxy
 from firstrun.run.config import RunConfig
@@ -45,6 +47,10 @@ from firstrun.tasks.model import Task
 DOCS_MIN_DELAY_S = 1.0
 
 
+# Backends that show ProxyEndpoint.trust_bundle inside their sandbox.
+INSPECTING_BACKENDS = frozenset({"linux"})
+
+
 @dataclass(frozen=True, kw_only=True)
 class Enclosure:
     session: Session
@@ -54,7 +60,8 @@ class Enclosure:
 
 
 def task_policy(task: Task, config: RunConfig) -> NetworkPolicy:
-    return compile_profile_inputs(task, mode=Mode.REPORT if config.report_only else Mode.ENFORCE)
+    return compile_profile_inputs(task, mode=Mode.REPORT if config.report_only else Mode.ENFORCE,
+                                  inspect=config.inspect_tls)
 
 
 def task_profile(task: Task, workspace: str, policy: NetworkPolicy, config: RunConfig) -> SandboxProfile:
@@ -129,8 +136,21 @@ def open_sandbox(
                                  on_record=(lambda data: on_record(egress_record(data)))
                                  if own_proxy else None))
     profile = task_profile(task, workspace, policy, config)
+    if policy.inspection is not None and name not in INSPECTING_BACKENDS:
+        raise SandboxUnavailable(
+            f"--inspect-tls: the {name} backend cannot show the run's CA bundle in its sandbox",
+            who=name, fix="use --backend linux, or drop --inspect-tls",
+        )
     with ExitStack() as stack:
-        proxy = stack.enter_context(EgressProxy(policy, on_record=on_record))
+        interception, trust_bundle = None, None
+        if policy.inspection is not None:
+            # Harness-private (0700); the bundle holds certificates only, the
+            # CA key stays in this process's memory.
+            trust_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="firstrun-trust-"))
+            interception, trust_bundle = prepare_interception(
+                policy.inspection, env=os.environ, bundle_dir=trust_dir)
+        proxy = stack.enter_context(
+            EgressProxy(policy, on_record=on_record, interception=interception))
         if own_proxy:
             # The backend runs the shell channel's proxy with this same policy;
             # the endpoint only asks for one (None would mean no egress at all).
@@ -140,7 +160,11 @@ def open_sandbox(
             # the backend hands connections into the sandbox.
             sockdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="firstrun-proxy-"))
             socket_path = proxy.listen_unix(os.path.join(sockdir, "proxy.sock"), Channel.SHELL)
-            endpoint = ProxyEndpoint(socket_path=socket_path, nonce=proxy.nonce)
+            endpoint = ProxyEndpoint(
+                socket_path=socket_path, nonce=proxy.nonce, trust_bundle=trust_bundle,
+                placeholders=tuple(sandbox_variables(interception.credentials).items())
+                if interception is not None else (),
+            )
         docs_address = proxy.listen_tcp(Channel.DOCS)
         reader = stack.enter_context(
             DocsReader(

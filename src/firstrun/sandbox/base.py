@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from firstrun.errors import SandboxError
+from firstrun.policy.process import RESERVED_VARIABLES
 from firstrun.policy.profile import SandboxProfile
 
 
@@ -120,10 +121,29 @@ class ProxyEndpoint:
     inside the sandbox as a loopback TCP port. ``nonce`` is what the proxy
     answers for the reserved attestation host, so the sandbox can prove it
     reached this proxy and not something else listening on the port.
+
+    When the proxy inspects TLS, ``trust_bundle`` is a host file (public
+    certificates only: the system CAs and the run's CA) that the backend
+    shows at ``policy.process.SANDBOX_CA_BUNDLE`` and names in every trust
+    variable, and ``placeholders`` are the credential placeholders the
+    sandbox's environment carries. A backend that cannot do both refuses.
     """
 
     socket_path: str
     nonce: str
+    trust_bundle: str | None = None
+    placeholders: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        # Refused before any backend launches: a placeholder named PATH or
+        # HTTPS_PROXY would quietly replace what the sandbox relies on.
+        for name, _ in self.placeholders:
+            if name in RESERVED_VARIABLES:
+                raise SandboxError(f"credential {name} would shadow the sandbox's ${name}",
+                                   who="proxy")
+        if self.placeholders and self.trust_bundle is None:
+            raise SandboxError("credential placeholders without TLS inspection: the proxy "
+                               "could never swap them", who="proxy")
 
 
 def command_argv(command: str | Sequence[str], *, who: str) -> list[str]:

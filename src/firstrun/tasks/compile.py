@@ -14,14 +14,20 @@ The shell's allow-list is the default registries plus ``network.allow``, or
 ``network.only`` instead of both, as quickstarted defined them; a bare name
 there covers itself and its subdomains. ``firstrun.network.deny`` and
 ``firstrun.network.overrides`` pass through in firstrun's exact syntax.
+
+With TLS inspection (``inspect=True``) the policy also carries the task's
+``firstrun.methods`` and ``firstrun.credentials``. A task that declares a
+credential is refused without inspection: the proxy could never swap its
+placeholder, and running it anyway would mean handing the sandbox the value.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from firstrun.errors import PolicyError
+from firstrun.errors import PolicyError, UsageError
 from firstrun.policy.hosts import HostPattern, parse_ip_literal
+from firstrun.policy.methods import InspectionPolicy
 from firstrun.policy.network import DEFAULT_ALLOW, Mode, NetworkPolicy
 from firstrun.tasks.model import Task
 
@@ -54,7 +60,9 @@ def _expand(entries: Iterable[str]) -> list[str]:
     return out
 
 
-def compile_profile_inputs(task: Task, *, mode: Mode = Mode.ENFORCE) -> NetworkPolicy:
+def compile_profile_inputs(
+    task: Task, *, mode: Mode = Mode.ENFORCE, inspect: bool = False
+) -> NetworkPolicy:
     """The network policy a run of ``task`` enforces.
 
     Every entry was checked when the task loaded, so the ``PolicyError``
@@ -66,7 +74,14 @@ def compile_profile_inputs(task: Task, *, mode: Mode = Mode.ENFORCE) -> NetworkP
     named = _expand(network.only) if network.only else _expand(network.allow)
     allow = named if network.only else [*DEFAULT_ALLOW, *named]
     ext = task.spec.firstrun.network
-    return NetworkPolicy.build(
+    extensions = task.spec.firstrun
+    if extensions.credentials and not inspect:
+        names = ", ".join(c.name for c in extensions.credentials)
+        raise UsageError(
+            f"{task.path}: firstrun.credentials ({names}) need --inspect-tls: only an "
+            "intercepting proxy can swap a placeholder for the value"
+        )
+    policy = NetworkPolicy.build(
         allow=allow,
         deny=list(ext.deny),
         docs=_expand(task.docs_hosts),
@@ -75,3 +90,10 @@ def compile_profile_inputs(task: Task, *, mode: Mode = Mode.ENFORCE) -> NetworkP
         mode=mode,
         source=f"{task.path}: network.allow",
     )
+    if not inspect:
+        return policy
+    return policy.with_inspection(InspectionPolicy.build(
+        rules=[(r.host, r.methods, r.path) for r in extensions.methods],
+        credentials=[(c.name, c.host, c.from_env) for c in extensions.credentials],
+        source=f"{task.path}: firstrun",
+    ))

@@ -47,6 +47,7 @@ from pydantic_core import PydanticCustomError
 
 from firstrun.errors import PolicyError
 from firstrun.policy.hosts import HostPattern
+from firstrun.policy.methods import InspectionPolicy
 from firstrun.policy.permissions import TOOLS, RuleSet, Verdict, parse_rule
 
 RULE = "task_rule"
@@ -421,6 +422,43 @@ class Permissions(_Model):
     )
 
 
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
+class MethodRule(_Model):
+    """Opens methods beyond GET and HEAD at one host under TLS inspection (``--inspect-tls``)."""
+
+    host: HostEntry = Field(description="firstrun syntax: exact, or *.suffix, optional :port.")
+    methods: tuple[str, ...] = Field(description="e.g. [POST]; GET and HEAD are always allowed.")
+    path: str = Field("/", description="Only paths starting with this prefix.")
+
+    @model_validator(mode="after")
+    def _parse(self) -> MethodRule:
+        try:
+            InspectionPolicy.build(rules=[(self.host, self.methods, self.path)])
+        except PolicyError as exc:
+            raise rule(exc.args[0]) from None
+        return self
+
+
+class Credential(_Model):
+    """A secret the sandbox sees only as a placeholder; needs ``--inspect-tls``."""
+
+    name: str = Field(description="The variable the sandbox gets (holding a placeholder).",
+                      pattern=_ENV_NAME)
+    host: HostEntry = Field(description="The only host the real value is sent to.")
+    from_env: str = Field(description="firstrun's own variable holding the real value.",
+                          pattern=_ENV_NAME)
+
+    @model_validator(mode="after")
+    def _parse(self) -> Credential:
+        try:
+            InspectionPolicy.build(credentials=[(self.name, self.host, self.from_env)])
+        except PolicyError as exc:
+            raise rule(exc.args[0], key="name") from None
+        return self
+
+
 class Extensions(_Model):
     """Settings only firstrun understands; quickstarted has no such key."""
 
@@ -428,6 +466,12 @@ class Extensions(_Model):
     permissions: Permissions = Field(
         Permissions(),
         description="Permission rules over the agent's bash and read_docs calls.",
+    )
+    methods: tuple[MethodRule, ...] = Field(
+        (), description="With --inspect-tls every host is GET/HEAD only; these open more."
+    )
+    credentials: tuple[Credential, ...] = Field(
+        (), description="Secrets swapped in by the proxy for their host only; need --inspect-tls."
     )
 
 

@@ -443,7 +443,8 @@ class LinuxBackend:
                                dial_fd=dial_child.fileno() if dial_child else None,
                                landlock_min_abi=self._landlock_min_abi)
         spec = build_launch_spec(profile, host=host, helper_source=HELPER_SOURCE, config=config,
-                                 seccomp_fd=seccomp_fd, stage_dir=stage_dir, bwrap=bwrap)
+                                 seccomp_fd=seccomp_fd, stage_dir=stage_dir, bwrap=bwrap,
+                                 trust_bundle=proxy.trust_bundle if proxy is not None else None)
         pass_fds = [control_child.fileno()]
         if dial_child is not None:
             pass_fds.append(dial_child.fileno())
@@ -483,6 +484,8 @@ class LinuxBackend:
             home=fs.sandbox_home,
             tmpdir=SANDBOX_TMP,
             proxy_url=f"http://127.0.0.1:{PROXY_PORT}" if proxy is not None else None,
+            inspected=proxy is not None and proxy.trust_bundle is not None,
+            placeholders=dict(proxy.placeholders) if proxy is not None else None,
         )
         session = LinuxSession(
             process=process, control=control_parent, dial=dial_parent, env=env, profile=profile,

@@ -7,7 +7,10 @@ cgroup where available), forbids nested user namespaces, gives the sandbox a
 fresh /proc, a minimal /dev and a private /tmp, /dev/shm and HOME (each a
 tmpfs capped at the profile's memory limit), binds the system directories
 and the exposed toolchain roots read-only with the secrets inside them masked,
-and binds exactly one host directory read-write: the workspace.
+and binds exactly one host directory read-write: the workspace. With TLS
+inspection the run's trust bundle is bound read-only over the system bundle
+(``SANDBOX_CA_BUNDLE``), so clients that ignore the trust variables trust
+the run's CA too; the bundle holds certificates only, never a key.
 
 A profile whose ``required`` set leaves out ``network`` shares the host's
 network namespace instead (an audit configuration, never a run's: see
@@ -30,6 +33,7 @@ import posixpath
 from dataclasses import dataclass
 
 from firstrun.policy.filesystem import SYSTEM_READONLY
+from firstrun.policy.process import SANDBOX_CA_BUNDLE
 from firstrun.policy.profile import LayerName, SandboxProfile
 
 SANDBOX_TMP = "/tmp"
@@ -116,8 +120,12 @@ def build_launch_spec(
     seccomp_fd: int | None,
     stage_dir: str | None,
     bwrap: str = "bwrap",
+    trust_bundle: str | None = None,
 ) -> LaunchSpec:
-    """The complete bwrap argv for one session; ``stage_dir`` set when dropping root."""
+    """The complete bwrap argv for one session; ``stage_dir`` set when dropping root.
+
+    ``trust_bundle``: the host file shown at ``SANDBOX_CA_BUNDLE`` (TLS inspection).
+    """
     fs = profile.fs
     symlinks = dict(host.symlinks)
     stage: list[StagedBind] = []
@@ -153,6 +161,9 @@ def build_launch_spec(
             argv += ["--symlink", symlinks[path], path]
         else:
             argv += ["--ro-bind", source(path, path in host.directories), path]
+    if trust_bundle is not None:
+        # After /etc, so it lands on top of the system bundle bound with it.
+        argv += ["--ro-bind", source(trust_bundle, False), SANDBOX_CA_BUNDLE]
     for path in sorted(fs.hidden, key=lambda p: (p.count("/"), p)):
         if path in host.directories:
             argv += ["--tmpfs", path]
