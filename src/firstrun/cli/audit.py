@@ -69,15 +69,18 @@ def render_text(result: AuditResult) -> str:
         lines.append(act.id.ljust(width) + ("needed   " if act.needed else "unneeded ")
                      + "".join(_cell(result, c.name, act.id).ljust(colw) for c in configs))
     lines.append("")
-    lines.append(f"{'configuration':34} {'unneeded open':>13} {'needed broken':>13} {'not run':>7}")
+    namew = max([len("configuration")] + [len(c.name) for c in configs])
+    lines.append(f"{'column':{colw}}{'configuration':{namew}} {'unneeded open':>13} "
+                 f"{'needed broken':>13} {'not run':>7}")
     for r in result.results:
-        lines.append(f"{r.configuration.name:34} {r.unneeded_open:>13} {r.needed_broken:>13} "
-                     f"{r.not_run:>7}")
+        lines.append(f"{column(r.configuration):{colw}}{r.configuration.name:{namew}} "
+                     f"{r.unneeded_open:>13} {r.needed_broken:>13} {r.not_run:>7}")
     lines.append("")
     lines.append("Residual under the full stack (open, and what would close it):")
     for res in result.residual or ():
         lines.append(f"  {res.backend}: {res.action}: closed by "
-                     + ("; ".join(_control(layer) for layer in res.closed_by) or "no layer"))
+                     + ("; ".join(_control(layer) for layer in res.closed_by)
+                        or "no layer the model knows"))
     if not result.residual:
         lines.append("  none")
     for skipped in result.skipped:
@@ -143,4 +146,9 @@ def audit_command(backend: str, fmt: str) -> int:
         f"firstrun audit: {c.name}", file=sys.stderr, flush=True))
     render = {"text": render_text, "json": render_json, "markdown": render_markdown}[fmt]
     sys.stdout.write(render(result))
+    return exit_status(result)
+
+
+def exit_status(result: AuditResult) -> int:
+    """0 when the model and the measurement agree on every cell that ran; 1 otherwise."""
     return EXIT_DISAGREE if result.disagreements else 0

@@ -1,0 +1,153 @@
+"""``firstrun audit`` through the console script, and its three formats."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from firstrun.audit.battery import AuditResult, Cell, ConfigurationResult, Configuration
+from firstrun.audit.model import ACTIONS, Layer, Outcome
+from firstrun.cli.audit import column, exit_status, render_json, render_markdown, render_text
+
+FIRSTRUN = Path(sys.executable).parent / "firstrun"
+
+_CELL = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["action", "predicted", "observed", "agrees", "witness", "evidence", "seen",
+                 "stopped_by"],
+    "properties": {
+        "action": {"enum": [a.id for a in ACTIONS]},
+        "predicted": {"enum": ["stopped", "through"]},
+        "observed": {"enum": ["stopped", "through", None]},
+        "agrees": {"type": "boolean"},
+        "witness": {"enum": ["host", "kernel's answer"]},
+        "evidence": {"type": "string"},
+        "seen": {"type": ["integer", "null"]},
+        "stopped_by": {"type": "array", "items": {"enum": [layer.value for layer in Layer]}},
+    },
+}
+# Pinned: consumers key on these names; a change here is a schema version bump.
+SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["schema", "actions", "configurations", "residual", "disagreements", "skipped",
+                 "unavailable_controls"],
+    "properties": {
+        "schema": {"const": "firstrun.audit/1"},
+        "actions": {"type": "array", "items": {
+            "type": "object", "additionalProperties": False,
+            "required": ["id", "title", "needed", "reaches"],
+            "properties": {"id": {"type": "string"}, "title": {"type": "string"},
+                           "needed": {"type": "boolean"},
+                           "reaches": {"type": "array", "items": {"type": "string"}}}}},
+        "configurations": {"type": "array", "items": {
+            "type": "object", "additionalProperties": False,
+            "required": ["name", "backend", "layers", "omitted", "unneeded_open",
+                         "needed_broken", "not_run", "session", "cells"],
+            "properties": {
+                "name": {"type": "string"}, "backend": {"type": "string"},
+                "layers": {"type": "array", "items": {"enum": [layer.value for layer in Layer]}},
+                "omitted": {"type": "array",
+                            "items": {"enum": [layer.value for layer in Layer]}},
+                "unneeded_open": {"type": "integer", "minimum": 0},
+                "needed_broken": {"type": "integer", "minimum": 0},
+                "not_run": {"type": "integer", "minimum": 0},
+                "session": {"type": "object", "required": ["backend", "enforcement", "layers"]},
+                "cells": {"type": "array", "items": _CELL},
+            }}},
+        "residual": {"type": "array", "items": {
+            "type": "object", "additionalProperties": False,
+            "required": ["backend", "action", "closed_by"],
+            "properties": {"backend": {"type": "string"}, "action": {"type": "string"},
+                           "closed_by": {"type": "array", "items": {"type": "string"}}}}},
+        "disagreements": {"type": "array", "items": {
+            **_CELL, "required": ["configuration", *_CELL["required"]],
+            "properties": {"configuration": {"type": "string"}, **_CELL["properties"]}}},
+        "skipped": {"type": "array", "items": {
+            "type": "object", "required": ["backend", "reason"]}},
+        "unavailable_controls": {"type": "object",
+                                 "additionalProperties": {"type": "string"}},
+    },
+}
+
+
+def _firstrun(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(FIRSTRUN), *args], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=600, env=dict(os.environ))
+
+
+def test_json_of_the_real_linux_matrix_matches_the_pinned_schema(audit: AuditResult) -> None:
+    data = json.loads(render_json(audit))
+    jsonschema.validate(data, SCHEMA)
+    assert data["disagreements"] == []
+    assert [c["name"] for c in data["configurations"]][-2:] == ["linux: full stack",
+                                                                "local: no layers"]
+
+
+def test_markdown_is_one_table_row_per_action_plus_the_counts(audit: AuditResult) -> None:
+    text = render_markdown(audit)
+    rows = [line for line in text.splitlines() if line.startswith("|")]
+    assert len(rows) == 2 + len(ACTIONS) + 2
+    width = len(audit.results) + 2
+    assert all(row.count("|") == width + 1 for row in rows)
+    assert "`linux:FNSLW`" in rows[0] and "`local:-`" in rows[0]
+    full = [r.configuration for r in audit.results].index(
+        next(r.configuration for r in audit.results if r.configuration.name == "linux: full stack"))
+    counts = rows[-2].strip("|").split("|")
+    assert counts[2 + full].strip() == "2"
+    assert "upload_registry" in text and "method_rules" in text
+
+
+def test_text_lists_counts_residual_and_agreement(audit: AuditResult) -> None:
+    text = render_text(audit)
+    assert "Model and measurement agree on every cell that ran." in text
+    for r in audit.results:
+        assert r.configuration.name in text
+    assert "linux: upload_registry: closed by method_rules" in text
+
+
+def _disagreeing() -> AuditResult:
+    config = Configuration(backend="linux", layers=frozenset({Layer.NETWORK}))
+    cell = Cell(action="host_loopback", predicted=Outcome.STOPPED, observed=Outcome.THROUGH,
+                evidence="host listener accepted 1 connection(s)", witness="host", seen=1)
+    return AuditResult(results=(ConfigurationResult(configuration=config, cells=(cell,)),))
+
+
+def test_a_disagreement_is_listed_marked_and_fails_the_exit_status() -> None:
+    result = _disagreeing()
+    assert exit_status(result) == 1
+    text = render_text(result)
+    assert "DISAGREE" in text and "THROUGH!" in text
+    assert json.loads(render_json(result))["disagreements"][0]["action"] == "host_loopback"
+
+
+def test_column_names_the_backend_and_its_layers() -> None:
+    assert column(Configuration(backend="local", layers=frozenset())) == "local:-"
+    assert column(Configuration(backend="linux",
+                                layers=frozenset({Layer.NETWORK, Layer.FILESYSTEM}))) == "linux:FW"
+
+
+@pytest.mark.escape
+def test_the_console_script_runs_the_local_baseline_as_json() -> None:
+    out = _firstrun("audit", "--backend", "local", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    jsonschema.validate(data, SCHEMA)
+    (local,) = data["configurations"]
+    assert local["session"]["enforcement"] == "unenforced"
+    assert "firstrun audit: local: no layers" in out.stderr
+
+
+@pytest.mark.parametrize("args", [("--backend", "nope"), ("--format", "yaml"),
+                                  ("--backend", "auto")])
+def test_bad_usage_is_one_line_and_exit_3(args: tuple[str, ...]) -> None:
+    out = _firstrun("audit", *args)
+    assert out.returncode == 3
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) <= 2
