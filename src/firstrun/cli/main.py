@@ -106,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     _downgrade_flag(sb)
     sb.add_argument("--report-only", action="store_true",
                     help="let denied requests through but record would_deny (for writing allow-lists)")
+    _inspect_tls_flag(sb)
     sb.add_argument("--timeout", type=_positive_seconds, metavar="SECONDS",
                     help="kill the command's whole process tree after SECONDS (default: 600)")
     sb.add_argument("--json", action="store_true",
@@ -131,6 +132,14 @@ def _image_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--image", metavar="IMAGE",
                         help="container image for the docker backend when a task names none "
                         "(default: firstrun/python:3.11; build it with 'firstrun images build')")
+
+
+def _inspect_tls_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--inspect-tls", action="store_true",
+                        help="decrypt HTTPS in the proxy with a per-run CA the sandbox trusts: "
+                        "every host becomes GET/HEAD only (uploads refused and recorded) unless "
+                        "the task's firstrun.methods opens more, and firstrun.credentials work "
+                        "(linux backend)")
 
 
 def _downgrade_flag(parser: argparse.ArgumentParser) -> None:
@@ -204,6 +213,7 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
     run.add_argument("--allow-unenforced", action="store_true",
                      help="permit the 'local' backend, which enforces nothing (recorded as unenforced)")
     _downgrade_flag(run)
+    _inspect_tls_flag(run)
 
     check = sub.add_parser(
         "check",
@@ -224,6 +234,7 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
     _image_flag(check)
     check.add_argument("--out", default="results", metavar="DIR",
                        help="where the check's trace goes (default: results)")
+    _inspect_tls_flag(check)
 
 
 def _add_task_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -389,6 +400,7 @@ def _run(argv: Sequence[str]) -> int:
             allow_unenforced=args.allow_unenforced,
             downgrades=frozenset(LayerName(layer) for layer in args.allow_downgrade),
             report_only=args.report_only,
+            inspect_tls=args.inspect_tls,
             timeout_s=args.timeout,
             json=args.json,
             image=args.image,
@@ -424,6 +436,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
             allow_unenforced=args.allow_unenforced,
             downgrades=frozenset(LayerName(layer) for layer in args.allow_downgrade),
             image=args.image,
+            inspect_tls=args.inspect_tls,
             argv=("firstrun", *argv),
         )
     )
@@ -435,6 +448,7 @@ def _cmd_check(args: argparse.Namespace, _argv: Sequence[str]) -> int:
     return check_command(
         args.task, sandbox=args.sandbox, backend=args.backend,
         allow_unenforced=args.allow_unenforced, out=args.out, image=args.image,
+        inspect_tls=args.inspect_tls,
     )
 
 

@@ -23,12 +23,14 @@ from firstrun.cli.interrupt import signals_unwind
 from firstrun.cli.render import summary_lines
 from firstrun.errors import UsageError
 from firstrun.policy.hosts import parse_patterns
+from firstrun.policy.methods import InspectionPolicy
 from firstrun.policy.network import DEFAULT_ALLOW, Channel, Mode, NetworkPolicy
 from firstrun.policy.process import Limits
 from firstrun.policy.profile import LayerName, SandboxProfile
 from firstrun.proxy.records import RecordLog
 from firstrun.proxy.server import EgressProxy
-from firstrun.run.sandbox import egress_record
+from firstrun.proxy.intercept import prepare_interception
+from firstrun.run.sandbox import egress_record, inspecting_backend
 from firstrun.sandbox.base import ExecResult, ProxyEndpoint, Stream
 from firstrun.sandbox.hostfs import host_filesystem_policy
 from firstrun.sandbox.select import BackendOptions, entry, resolve_backend, select_backend
@@ -49,6 +51,7 @@ class SandboxRequest:
     allow_unenforced: bool = False
     downgrades: frozenset[LayerName] = frozenset()
     report_only: bool = False
+    inspect_tls: bool = False
     timeout_s: float | None = None
     json: bool = False
     image: str | None = None
@@ -61,7 +64,9 @@ def build_network_policy(request: SandboxRequest) -> NetworkPolicy:
     )
     deny = parse_patterns(request.deny, source="--deny")
     mode = Mode.REPORT if request.report_only else Mode.ENFORCE
-    return NetworkPolicy(allow=allow, deny=deny, mode=mode)
+    policy = NetworkPolicy(allow=allow, deny=deny, mode=mode)
+    # No task, so no method rules or credentials: every host is read-only.
+    return policy.with_inspection(InspectionPolicy()) if request.inspect_tls else policy
 
 
 def _check_paths(request: SandboxRequest) -> None:
@@ -118,7 +123,8 @@ def run_sandbox(request: SandboxRequest) -> int:
     _check_paths(request)
     policy = build_network_policy(request)
     options = BackendOptions(allow_unenforced=request.allow_unenforced, image=request.image)
-    name = resolve_backend(request.backend, options, (request.image,)).backend
+    name = inspecting_backend(request.backend, inspect_tls=request.inspect_tls, flag="--backend")
+    name = resolve_backend(name, options, (request.image,)).backend
     own = RecordLog(request.record) if entry(name).own_proxy else None
     backend = select_backend(name, allow_unenforced=request.allow_unenforced, options=options
                              if own is None else BackendOptions(
@@ -147,9 +153,15 @@ def run_sandbox(request: SandboxRequest) -> int:
             # The proxy's socket lives in a private (0700) directory: only the
             # harness connects to it, and the backend hands the connections in.
             sockdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="firstrun-proxy-"))
-            proxy = stack.enter_context(EgressProxy(policy, record_path=request.record))
+            interception, trust_bundle = None, None
+            if policy.inspection is not None:
+                interception, trust_bundle = prepare_interception(
+                    policy.inspection, env=os.environ, bundle_dir=sockdir)
+            proxy = stack.enter_context(EgressProxy(policy, record_path=request.record,
+                                                    interception=interception))
             socket_path = proxy.listen_unix(os.path.join(sockdir, "proxy.sock"), Channel.SHELL)
-            endpoint = ProxyEndpoint(socket_path=socket_path, nonce=proxy.nonce)
+            endpoint = ProxyEndpoint(socket_path=socket_path, nonce=proxy.nonce,
+                                     trust_bundle=trust_bundle)
         session = stack.enter_context(backend.start(profile, proxy=endpoint))
         live = _LiveOutput(all_to_stderr=request.json)
         result = session.exec(list(request.command), timeout=request.timeout_s, on_output=live)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, fields
 from enum import StrEnum
 
 from firstrun.docs import AffordanceFilter, Affordances, DocsReader, Politeness, default_user_agent
-from firstrun.errors import SandboxError, SandboxUnavailable
+from firstrun.errors import SandboxError, SandboxUnavailable, UsageError
 from firstrun.policy.network import Channel, Layer, Mode, NetworkPolicy, Reason, Verdict
 from firstrun.policy.process import Limits
 from firstrun.policy.profile import SandboxProfile
@@ -49,6 +49,20 @@ DOCS_MIN_DELAY_S = 1.0
 
 # Backends that show ProxyEndpoint.trust_bundle inside their sandbox.
 INSPECTING_BACKENDS = frozenset({"linux"})
+
+
+def inspecting_backend(backend: str, *, inspect_tls: bool, flag: str) -> str:
+    """The backend to resolve: under --inspect-tls ``auto`` means linux, and one that cannot inspect is refused."""
+    if not inspect_tls:
+        return backend
+    if backend == "auto":
+        return "linux"
+    if backend not in INSPECTING_BACKENDS:
+        raise UsageError(
+            f"{flag} {backend}: --inspect-tls needs the linux backend; the {backend} backend "
+            "cannot show the run's CA bundle in its sandbox"
+        )
+    return backend
 
 
 @dataclass(frozen=True, kw_only=True)
