@@ -94,6 +94,7 @@ class RunRequest:
     allow_unenforced: bool = False
     downgrades: frozenset[LayerName] = frozenset()
     image: str | None = None
+    inspect_tls: bool = False
     argv: tuple[str, ...] = ()
 
 
@@ -219,7 +220,10 @@ def run_command(request: RunRequest) -> int:
     # Built once up front so an unknown --agent, a bad --model, a missing SDK
     # or key, or an unpriced --max-spend is refused before any run.
     spend = _spend_governor(new_agent(), request.max_spend, tasks)
-    resolution = _resolve(request.backend, request.allow_unenforced,
+    from firstrun.run.sandbox import inspecting_backend
+
+    backend = inspecting_backend(request.backend, inspect_tls=request.inspect_tls, flag="--backend")
+    resolution = _resolve(backend, request.allow_unenforced,
                           [task.spec.image or request.image for task in tasks])
     if isinstance(resolution, str):
         print(resolution, file=sys.stderr)
@@ -237,6 +241,7 @@ def run_command(request: RunRequest) -> int:
         cache_dir=Path(request.cache_dir) if request.cache_dir is not None else None,
         affordances=Affordances(request.affordances),
         probe_affordances=request.probe_affordances,
+        inspect_tls=request.inspect_tls,
     )
     store = _open_store(
         request, out, _sweep_identity(request, tasks, resolution.backend, project),
@@ -411,7 +416,7 @@ def _resolve(backend: str, allow_unenforced: bool, images: list[str | None]) -> 
 
 def check_command(
     task_path: str, *, sandbox: str, backend: str, allow_unenforced: bool, out: str,
-    image: str | None = None,
+    image: str | None = None, inspect_tls: bool = False,
 ) -> int:
     """Re-run only the success check of one task against a kept workspace."""
     if not os.path.isdir(sandbox):
@@ -423,12 +428,15 @@ def check_command(
     from firstrun.run.runner import RunConfig
     from firstrun.run.suite import suite_exit_code
 
+    from firstrun.run.sandbox import inspecting_backend
+
+    backend = inspecting_backend(backend, inspect_tls=inspect_tls, flag="--backend")
     resolution = _resolve(backend, allow_unenforced, [tasks[0].spec.image or image])
     if isinstance(resolution, str):
         print(resolution, file=sys.stderr)
         return EXIT_NO_EVIDENCE
     config = RunConfig(out_dir=Path(out), backend=resolution.backend,
-                       allow_unenforced=allow_unenforced, image=image)
+                       allow_unenforced=allow_unenforced, image=image, inspect_tls=inspect_tls)
     with signals_unwind():
         record = recheck(tasks[0], sandbox_dir=Path(sandbox), config=config)
     ran = "the check did not run" if record.check_exit is None else f"exit {record.check_exit}"
