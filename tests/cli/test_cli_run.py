@@ -87,7 +87,8 @@ def test_repeat_records_every_attempt(firstrun: Run, tmp_path: Path) -> None:
 
 def test_show_narrates_a_real_trace(firstrun: Run, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    assert firstrun("run", str(TASKS / "greet-gap.yaml"), *MIRROR, "--out", str(out)).returncode == 1
+    assert firstrun("run", str(TASKS / "greet-gap.yaml"), *MIRROR, "--out", str(out),
+                    "--backend", "linux").returncode == 1
     proc = firstrun("show", str(out / "runs" / "greet-gap" / "1"))
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()

@@ -25,7 +25,7 @@ Run = Callable[..., subprocess.CompletedProcess[str]]
 
 
 def test_echo_runs_and_streams_output(firstrun: Run) -> None:
-    proc = firstrun("sandbox", "--", "echo", "hi")
+    proc = firstrun("sandbox", "--backend", "linux", "--", "echo", "hi")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "hi\n"
     assert "backend linux" in proc.stderr
@@ -75,7 +75,7 @@ def test_deny_beats_allow(firstrun: Run, tmp_path: Path) -> None:
 
 
 def test_json_reports_session_and_records(firstrun: Run) -> None:
-    proc = firstrun("sandbox", "--json", "--",
+    proc = firstrun("sandbox", "--backend", "linux", "--json", "--",
                     "sh", "-c", "echo to-stdout; curl -s -o /dev/null http://example.com/; exit 3")
     assert proc.returncode == 3, proc.stderr
     doc = json.loads(proc.stdout)

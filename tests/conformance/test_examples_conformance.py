@@ -92,7 +92,6 @@ def test_auto_records_its_one_choice_for_the_sweep(tmp_path: Path) -> None:
     proc, _ = _firstrun("run", "--example", "python-tabulate", "--agent", "replay",
                         "--out", str(out))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "firstrun: backend docker (auto)" in proc.stderr
     document = _results(out)
     assert document["meta"]["backend"] == "docker"
     assert document["meta"]["backend_resolution"] == {

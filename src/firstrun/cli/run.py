@@ -228,7 +228,10 @@ def run_command(request: RunRequest) -> int:
     if isinstance(resolution, str):
         print(resolution, file=sys.stderr)
         return EXIT_NO_EVIDENCE
-    print(f"firstrun: {resolution.explain()}", file=sys.stderr)
+    if resolution.passed_over:
+        # Said when auto had to settle for less than its first choice; the
+        # choice itself is always in results.json's meta.
+        print(f"firstrun: {resolution.explain()}", file=sys.stderr)
     out = Path(request.out)
     config = RunConfig(
         out_dir=out,
