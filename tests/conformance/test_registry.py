@@ -1,0 +1,95 @@
+"""The backend registry, auto's order, the layer check, and records rebuilt from a sidecar (pure)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import pytest
+
+from firstrun.errors import SandboxError, SandboxUnavailable, UsageError
+from firstrun.policy.network import Channel, Layer, Reason, Verdict
+from firstrun.policy.profile import ALL_LAYERS, LayerName, SandboxProfile, unprovided
+from firstrun.proxy.records import EgressRecord, Scheme
+from firstrun.run.sandbox import egress_record
+from firstrun.sandbox.docker.backend import PROVIDES as DOCKER_PROVIDES
+from firstrun.sandbox.hostfs import host_filesystem_policy
+from firstrun.sandbox.select import (
+    BACKENDS,
+    REGISTRY,
+    BackendOptions,
+    Resolution,
+    build_backend,
+    entry,
+    resolve_backend,
+    select_backend,
+)
+
+
+def _profile(**kwargs: object) -> SandboxProfile:
+    with tempfile.TemporaryDirectory() as workspace:
+        return SandboxProfile(fs=host_filesystem_policy(workspace, os.environ), **kwargs)
+
+
+def test_backends_are_the_registry_plus_auto_and_auto_never_picks_unenforced() -> None:
+    assert BACKENDS == ("auto", *(e.name for e in REGISTRY))
+    ranked = [e.name for e in sorted((e for e in REGISTRY if e.auto_rank is not None),
+                                     key=lambda e: e.auto_rank or 0)]
+    assert ranked[:2] == ["docker", "linux"]
+    assert entry("local").auto_rank is None
+    assert entry("docker").own_proxy and not entry("linux").own_proxy
+    with pytest.raises(UsageError):
+        entry("podman")
+    with pytest.raises(UsageError):
+        resolve_backend("podman", BackendOptions())
+
+
+def test_each_entry_builds_its_backend_with_the_options_it_takes() -> None:
+    seen: list[dict[str, object]] = []
+    docker = build_backend("docker", BackendOptions(image="firstrun/node:18",
+                                                    on_record=seen.append))
+    assert docker.name == "docker"
+    assert build_backend("linux", BackendOptions()).name == "linux"
+    local = build_backend("local", BackendOptions(allow_unenforced=True))
+    assert [c.available for c in local.probe()] == [True]
+    with pytest.raises(SandboxUnavailable):
+        select_backend("local", allow_unenforced=False)
+
+
+def test_a_named_backend_resolves_to_itself_and_says_so() -> None:
+    resolution = resolve_backend("linux", BackendOptions())
+    assert resolution == Resolution(requested="linux", backend="linux")
+    assert resolution.explain() == "backend linux (asked for by name)"
+    assert resolution.to_data() == {"requested": "linux", "backend": "linux", "passed_over": []}
+
+
+def test_docker_provides_every_layer_so_a_full_profile_is_enforced() -> None:
+    assert set(DOCKER_PROVIDES) == ALL_LAYERS
+    assert unprovided(_profile(), DOCKER_PROVIDES) == ()
+    # A backend that lacks Landlock's guarantee is refused it, unless downgraded.
+    without = {k: v for k, v in DOCKER_PROVIDES.items() if k is not LayerName.LANDLOCK}
+    assert unprovided(_profile(), without) == (LayerName.LANDLOCK,)
+    assert unprovided(_profile(downgrades=frozenset({LayerName.LANDLOCK})), without) == ()
+
+
+def test_the_policy_hash_says_what_was_required_not_which_backend() -> None:
+    full = _profile()
+    assert full.policy_hash() == _profile().policy_hash()
+    assert full.policy_hash() != _profile(downgrades=frozenset({LayerName.LANDLOCK})).policy_hash()
+    assert full.enforced == ALL_LAYERS
+
+
+def test_a_sidecar_record_comes_back_as_the_record_it_was() -> None:
+    record = EgressRecord(
+        ts="2026-01-01T00:00:00.000Z", id="r1", channel=Channel.SHELL, method="CONNECT",
+        scheme=Scheme.HTTPS_TUNNEL, host="pypi.org", port=443, path=None,
+        decision=Verdict.DENY, reason=Reason.NOT_ALLOWED, layer=Layer.DEFAULT,
+        would_deny=None, override=None, resolved=None, status=403, bytes_up=0, bytes_down=0,
+        duration_ms=1.5)
+    assert egress_record(record.to_data()) == record
+    broken = dict(record.to_data(), decision="maybe")
+    with pytest.raises(SandboxError):
+        egress_record(broken)
+    missing = {k: v for k, v in record.to_data().items() if k != "host"}
+    with pytest.raises(SandboxError):
+        egress_record(missing)
