@@ -14,7 +14,7 @@ from cryptography import x509
 from proxy_fixtures import HttpUpstream, RecordingResolver, connect, read_reply
 from tls_fixtures import HttpsRegistry, TestCA, https_via_proxy, raw_tls_via_proxy
 
-from firstrun.errors import ProxyError, UsageError
+from firstrun.errors import PolicyError, ProxyError, UsageError
 from firstrun.policy.methods import InspectionPolicy
 from firstrun.policy.network import Channel, NetworkPolicy
 from firstrun.proxy.ca import RunCA, upstream_context
@@ -22,6 +22,7 @@ from firstrun.proxy.credentials import mint
 from firstrun.proxy.intercept import Interception
 from firstrun.proxy.records import EgressRecord, Scheme
 from firstrun.proxy.server import EgressProxy
+from firstrun.proxy.sidecar import policy_from_data
 
 SECRET = "s3cret-real-token-value"
 
@@ -290,3 +291,9 @@ def test_leaf_certificates_name_one_host_and_chain_to_the_run_ca() -> None:
     assert ca.server_context("registry.test") is ca.server_context("registry.test")
     ip = ca.issue("127.0.0.1").extensions.get_extension_for_class(x509.SubjectAlternativeName)
     assert [str(a) for a in ip.value.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+
+
+def test_the_docker_sidecar_refuses_a_policy_it_could_not_inspect_with() -> None:
+    data = NetworkPolicy.build().with_inspection(InspectionPolicy()).to_data()
+    with pytest.raises(PolicyError, match="TLS inspection is not supported"):
+        policy_from_data(data)

@@ -336,7 +336,9 @@ class InterceptedTunnel:
             except Refused as refusal:
                 await self._refuse(conn, inner, refusal)
                 keep = False
-            except (PeerGone, UpstreamGone):
+            except (PeerGone, UpstreamGone, h11.LocalProtocolError):
+                # LocalProtocolError: the client already has part of a response
+                # it can no longer be given whole; closing is the answer.
                 keep = False
             finally:
                 record = inner.record()
