@@ -15,7 +15,7 @@ from firstrun.proxy.server import EgressProxy
 from firstrun.run.sandbox import egress_record
 from firstrun.sandbox.base import ProxyEndpoint, Session
 from firstrun.sandbox.hostfs import host_filesystem_policy
-from firstrun.sandbox.select import BackendOptions, entry, select_backend
+from firstrun.sandbox.select import OWN_PROXY, BackendOptions, entry, select_backend
 
 # Every backend doctor reports available here, probed once per test session.
 AVAILABLE = available_backends()
@@ -33,7 +33,7 @@ def session_on(backend: str, workspace: str,
     profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ), net=policy)
     with ExitStack() as stack:
         if own:
-            endpoint = ProxyEndpoint(socket_path="", nonce="")
+            endpoint = OWN_PROXY
         else:
             proxy = stack.enter_context(EgressProxy(policy, on_record=sink.append))
             sockdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="firstrun-proxy-"))

@@ -13,7 +13,6 @@ import tempfile
 from collections.abc import Iterator
 
 import pytest
-
 from conformance_support import AVAILABLE
 
 

@@ -27,13 +27,19 @@ from firstrun.policy.methods import InspectionPolicy
 from firstrun.policy.network import DEFAULT_ALLOW, Channel, Mode, NetworkPolicy
 from firstrun.policy.process import Limits
 from firstrun.policy.profile import LayerName, SandboxProfile
+from firstrun.proxy.intercept import prepare_interception
 from firstrun.proxy.records import RecordLog
 from firstrun.proxy.server import EgressProxy
-from firstrun.proxy.intercept import prepare_interception
 from firstrun.run.sandbox import egress_record, inspecting_backend
 from firstrun.sandbox.base import ExecResult, ProxyEndpoint, Stream
 from firstrun.sandbox.hostfs import host_filesystem_policy
-from firstrun.sandbox.select import BackendOptions, entry, resolve_backend, select_backend
+from firstrun.sandbox.select import (
+    OWN_PROXY,
+    BackendOptions,
+    entry,
+    resolve_backend,
+    select_backend,
+)
 
 EXIT_TIMEOUT = 124
 
@@ -146,9 +152,8 @@ def run_sandbox(request: SandboxRequest) -> int:
         proxy: EgressProxy | None = None
         if own is not None:
             stack.callback(own.close)
-            # The backend runs the shell channel's proxy with this policy; the
-            # endpoint only asks for one (None would mean no egress at all).
-            endpoint = ProxyEndpoint(socket_path="", nonce="")
+            # The backend runs the shell channel's proxy with this policy.
+            endpoint = OWN_PROXY
         else:
             # The proxy's socket lives in a private (0700) directory: only the
             # harness connects to it, and the backend hands the connections in.

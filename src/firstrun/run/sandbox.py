@@ -27,7 +27,13 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, fields
 from enum import StrEnum
 
-from firstrun.docs import AffordanceFilter, Affordances, DocsReader, Politeness, default_user_agent
+from firstrun.docs import (
+    AffordanceFilter,
+    Affordances,
+    DocsReader,
+    Politeness,
+    default_user_agent,
+)
 from firstrun.errors import SandboxError, SandboxUnavailable, UsageError
 from firstrun.policy.network import Channel, Layer, Mode, NetworkPolicy, Reason, Verdict
 from firstrun.policy.process import Limits
@@ -39,7 +45,13 @@ from firstrun.proxy.server import EgressProxy
 from firstrun.run.config import RunConfig
 from firstrun.sandbox.base import ProxyEndpoint, Session
 from firstrun.sandbox.hostfs import host_filesystem_policy
-from firstrun.sandbox.select import BackendOptions, entry, resolve_backend, select_backend
+from firstrun.sandbox.select import (
+    OWN_PROXY,
+    BackendOptions,
+    entry,
+    resolve_backend,
+    select_backend,
+)
 from firstrun.tasks.compile import compile_profile_inputs
 from firstrun.tasks.model import Task
 
@@ -166,9 +178,8 @@ def open_sandbox(
         proxy = stack.enter_context(
             EgressProxy(policy, on_record=on_record, interception=interception))
         if own_proxy:
-            # The backend runs the shell channel's proxy with this same policy;
-            # the endpoint only asks for one (None would mean no egress at all).
-            endpoint = ProxyEndpoint(socket_path="", nonce="")
+            # The backend runs the shell channel's proxy with this same policy.
+            endpoint = OWN_PROXY
         else:
             # Private (0700) directory: only the harness connects to the socket;
             # the backend hands connections into the sandbox.

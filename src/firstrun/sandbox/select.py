@@ -26,11 +26,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from firstrun.errors import SandboxUnavailable, UsageError
-from firstrun.sandbox.base import Backend, Capability
+from firstrun.sandbox.base import Backend, Capability, ProxyEndpoint
 
 # An egress record as plain data (``EgressRecord.to_data``), from a backend
 # that runs the shell channel's proxy itself.
 RecordCallback = Callable[[dict[str, object]], None]
+
+# How a backend with its own proxy (``Entry.own_proxy``) is asked for egress
+# through it: ``proxy=None`` would mean no egress at all, and there is no
+# harness socket to name, so the endpoint's fields are empty and unused.
+OWN_PROXY = ProxyEndpoint(socket_path="", nonce="")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -38,7 +38,6 @@ import json
 import os
 import subprocess
 import threading
-import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
