@@ -245,6 +245,7 @@ def run_command(request: RunRequest) -> int:
         affordances=Affordances(request.affordances),
         probe_affordances=request.probe_affordances,
         inspect_tls=request.inspect_tls,
+        permissions=(project.permissions,) if project is not None else (),
     )
     store = _open_store(
         request, out, _sweep_identity(request, tasks, resolution.backend, project),

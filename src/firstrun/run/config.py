@@ -13,6 +13,7 @@ from pathlib import Path
 
 from firstrun.docs import Affordances, Mirror, Politeness
 from firstrun.errors import UsageError
+from firstrun.policy.permissions import RuleSet
 from firstrun.policy.profile import LayerName
 from firstrun.sandbox.select import BACKENDS
 
@@ -44,6 +45,8 @@ class RunConfig:
     inspect_tls: bool = False
     # ``--image``: a container backend's image for tasks that name none.
     image: str | None = None
+    # The project config's permission rules; each run adds its task's own.
+    permissions: tuple[RuleSet, ...] = ()
 
     def __post_init__(self) -> None:
         # Refused here, once, so a sweep never starts runs that all fail alike.

@@ -12,9 +12,14 @@ before any run starts. A flag given on the command line wins over the file.
 Relative paths in the file are taken from the file's own directory, so a
 config means the same thing whichever directory it is used from.
 
-``permissions`` is the place for rules over the agent's tool calls; its
-model forbids unknown keys, so a rule this firstrun cannot enforce is
-refused rather than ignored.
+``permissions`` holds rules over the agent's tool calls
+(``firstrun.policy.permissions``: ``allow``, ``deny``, ``ask``, in the task
+file's syntax), each parsed when the file loads and named by its line. They
+apply to every run beside each task's own rules, the strictest decision
+winning, so a deny here holds whatever a task allows. Because they change
+what a run can do, they are part of the sweep's identity
+(``task_defaults_sha256``). Unknown keys are refused, so a rule this
+firstrun cannot enforce is never silently ignored.
 """
 
 from __future__ import annotations
@@ -38,9 +43,10 @@ from pydantic import (
 
 from firstrun.docs import Mirror
 from firstrun.errors import TaskError, UsageError
+from firstrun.policy.permissions import RuleSet
 from firstrun.sandbox.select import BACKENDS
 from firstrun.tasks.load import parse_yaml, validation_error
-from firstrun.tasks.model import Budgets, HostEntry, Task
+from firstrun.tasks.model import Budgets, HostEntry, Permissions, Task
 
 CONFIG_FILE = "firstrun.yaml"
 
@@ -62,14 +68,6 @@ def _backend(name: str) -> str:
 
 class _Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Permissions(_Section):
-    """Rules over the agent's tool calls, added here as fields as firstrun learns to enforce them.
-
-    Until a rule is a field here, any key under ``permissions`` is refused:
-    a rule that looked configured but was not enforced would be worse than none.
-    """
 
 
 class NetworkDefaults(_Section):
@@ -109,10 +107,15 @@ class ProjectConfig:
     out: str | None
     cache_dir: str | None
     mirrors: Mapping[str, Mirror]
+    permissions: RuleSet = RuleSet(source="project")
 
     def task_defaults_sha256(self) -> str:
-        """A hash of the task defaults alone: what of this file changes what a run measures."""
+        """A hash of the task defaults and permission rules: what of this file changes what
+        a run measures (a file without rules hashes as before rules existed)."""
         data = self.spec.task_defaults.model_dump(mode="json", exclude_unset=True)
+        rules = self.spec.permissions.model_dump(mode="json", exclude_defaults=True)
+        if rules:
+            data = {"task_defaults": data, "permissions": rules}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
     def to_record(self) -> dict[str, str]:
@@ -167,6 +170,8 @@ def load_project_config(path: str | os.PathLike[str]) -> ProjectConfig:
             raise TaskError(f"docs_mirrors.{host}: {exc.args[0]}", path=name,
                             line=locations.line(("docs_mirrors", host))) from None
         mirrors[mirror.host] = mirror
+    permissions = spec.permissions.rule_set("project", origin=lambda verdict, index: (
+        f"{name}:{locations.line(('permissions', verdict.value, index))}"))
     return ProjectConfig(
         path=name,
         sha256=hashlib.sha256(raw).hexdigest(),
@@ -174,6 +179,7 @@ def load_project_config(path: str | os.PathLike[str]) -> ProjectConfig:
         out=None if spec.out is None else os.fspath(base / spec.out),
         cache_dir=None if spec.cache_dir is None else os.fspath(base / spec.cache_dir),
         mirrors=mirrors,
+        permissions=permissions,
     )
 
 

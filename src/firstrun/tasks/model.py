@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar
 from urllib.parse import urlsplit
@@ -421,6 +421,14 @@ class Permissions(_Model):
         description="Needs a yes from a person; runs are unattended, so refused.",
     )
 
+    def rule_set(self, source: str, *, origin: Callable[[Verdict, int], str]) -> RuleSet:
+        """The rules, deny then ask then allow; ``origin(verdict, index)`` says where each is."""
+        return RuleSet(source=source, rules=tuple(
+            parse_rule(text, verdict=verdict, origin=origin(verdict, index))
+            for verdict, texts in ((Verdict.DENY, self.deny), (Verdict.ASK, self.ask),
+                                   (Verdict.ALLOW, self.allow))
+            for index, text in enumerate(texts)))
+
 
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
@@ -563,13 +571,9 @@ class Task:
     @property
     def permissions(self) -> RuleSet:
         """The task's permission rules, each labelled with the file:line it is written on."""
-        spec = self.spec.firstrun.permissions
-        return RuleSet(source="task", rules=tuple(
-            parse_rule(text, verdict=verdict, origin=f"{self.path}:"
-                       f"{self.locations.line(('firstrun', 'permissions', verdict.value, index))}")
-            for verdict, texts in ((Verdict.DENY, spec.deny), (Verdict.ASK, spec.ask),
-                                   (Verdict.ALLOW, spec.allow))
-            for index, text in enumerate(texts)))
+        return self.spec.firstrun.permissions.rule_set("task", origin=lambda verdict, index: (
+            f"{self.path}:"
+            f"{self.locations.line(('firstrun', 'permissions', verdict.value, index))}"))
 
     @property
     def docs_hosts(self) -> tuple[str, ...]:
