@@ -2,7 +2,8 @@
 
 Each run goes through the real ``firstrun run``: the backend attests, the
 replay installs from the real registry through the egress proxy, and the
-check judges the workspace. node-ms asks for ``node:22-slim``, which is not
+check judges the workspace; Ctrl-C in the middle of a command leaves no
+process and no container behind. node-ms asks for ``node:22-slim``, which is not
 built here; the docker backend refuses that with the fix, and the same task
 naming the locally built ``firstrun/node:18`` passes.
 """
@@ -11,8 +12,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -98,3 +102,59 @@ def test_auto_records_its_one_choice_for_the_sweep(tmp_path: Path) -> None:
         "requested": "auto", "backend": "docker", "passed_over": []}
     assert [r["backend"] for r in document["runs"]] == ["docker"]
     assert os.path.isdir(out / "runs")
+
+
+INTERRUPTED = """\
+name: interrupted
+goal: Wait for the long step the quickstart shows.
+docs:
+  path:
+    - http://docs.greeter.test/
+replay:
+  - bash -c 'exec -a {marker} sleep 600'
+success:
+  script: |
+    test -f never-made || qs_fail "the long step never finished"
+"""
+
+
+def _host_pids_with(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if marker.encode() in f.read():
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+def test_ctrl_c_mid_command_leaves_nothing_running_or_created(backend: str,
+                                                              tmp_path: Path) -> None:
+    marker = f"firstrun-interrupted-{uuid.uuid4().hex}"
+    task = tmp_path / "interrupted.yaml"
+    task.write_text(INTERRUPTED.format(marker=marker), encoding="utf-8")
+    docs = Path(__file__).parents[1] / "run" / "fixtures" / "docs"
+    proc = subprocess.Popen(
+        [str(FIRSTRUN), "run", str(task), "--docs-mirror", f"docs.greeter.test={docs}",
+         "--backend", backend, "--out", str(tmp_path / "out")],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # Polled, not timed: the command is running once the host sees its marker.
+        for _ in range(600):
+            if _host_pids_with(marker) or proc.poll() is not None:
+                break
+            time.sleep(0.2)
+        assert _host_pids_with(marker), "the replay step never started"
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, stderr
+    assert _host_pids_with(marker) == []
+    if backend == "docker":
+        assert _left_by(proc.pid) == []
