@@ -297,3 +297,50 @@ def test_the_docker_sidecar_refuses_a_policy_it_could_not_inspect_with() -> None
     data = NetworkPolicy.build().with_inspection(InspectionPolicy()).to_data()
     with pytest.raises(PolicyError, match="TLS inspection is not supported"):
         policy_from_data(data)
+
+
+def test_one_tunnel_carries_many_judged_requests_over_http_1_1_only(
+    registry: HttpsRegistry, test_ca: TestCA,
+) -> None:
+    p = Proxy(_policy(registry, names=("registry.test",)), inspection=InspectionPolicy(),
+              cafiles=(str(test_ca.cafile),))
+    target = f"registry.test:{registry.port}"
+    tls = raw_tls_via_proxy(p.address, target, sni="registry.test", trust=p.ca.cert_pem,
+                            alpn=("h2", "http/1.1"))
+    with tls:
+        # HTTP/2 is never negotiated: h11 parses every request.
+        assert tls.selected_alpn_protocol() == "http/1.1"
+        tls.sendall(f"GET /a HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+        first = read_reply(tls)
+        tls.sendall(f"GET /b HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+        second = read_reply(tls)
+        # An upload after reads on the same connection is judged on its own.
+        tls.sendall(f"POST /c HTTP/1.1\r\nHost: {target}\r\nExpect: 100-continue\r\n"
+                    f"Content-Length: 3\r\n\r\n".encode())
+        third = read_reply(tls)
+    records = p.records(at_least=4)
+    assert (first.status, second.status, third.status) == (200, 200, 405)
+    assert [(s.method, s.path) for s in registry.seen] == [("GET", "/a"), ("GET", "/b")]
+    assert [(r.scheme, r.method, r.path, r.reason.value) for r in records] == [
+        (Scheme.HTTPS, "GET", "/a", "allowed_read_only"),
+        (Scheme.HTTPS, "GET", "/b", "allowed_read_only"),
+        (Scheme.HTTPS, "POST", "/c", "method_not_allowed"),
+        (Scheme.HTTPS_TUNNEL, "CONNECT", None, "allowed_by_override"),
+    ]
+
+
+def test_an_allowed_upload_that_expects_100_continue_gets_it(registry: HttpsRegistry,
+                                                             test_ca: TestCA) -> None:
+    rules = InspectionPolicy.build(rules=[(f"registry.test:{registry.port}", ["PUT"], "/")])
+    p = Proxy(_policy(registry, names=("registry.test",)), inspection=rules,
+              cafiles=(str(test_ca.cafile),))
+    target = f"registry.test:{registry.port}"
+    with raw_tls_via_proxy(p.address, target, sni="registry.test", trust=p.ca.cert_pem) as tls:
+        tls.sendall(f"PUT /pkg HTTP/1.1\r\nHost: {target}\r\nExpect: 100-continue\r\n"
+                    f"Content-Length: 5\r\n\r\n".encode())
+        assert tls.recv(100).startswith(b"HTTP/1.1 100 ")
+        tls.sendall(b"bytes")
+        reply = read_reply(tls)
+    p.records()
+    assert reply.status == 200
+    assert [(s.method, s.body) for s in registry.seen] == [("PUT", b"bytes")]

@@ -163,7 +163,7 @@ def https_via_proxy(
 
 
 def raw_tls_via_proxy(proxy: tuple[str, int], connect_to: str, *, sni: str,
-                      trust: bytes) -> ssl.SSLSocket:
+                      trust: bytes, alpn: tuple[str, ...] = ()) -> ssl.SSLSocket:
     """A TLS socket through a CONNECT to ``connect_to`` whose ClientHello names ``sni``."""
     sock = socket.create_connection(proxy, timeout=10)
     sock.sendall(f"CONNECT {connect_to} HTTP/1.1\r\nHost: {connect_to}\r\n\r\n".encode())
@@ -176,4 +176,6 @@ def raw_tls_via_proxy(proxy: tuple[str, int], connect_to: str, *, sni: str,
     assert head.startswith(b"HTTP/1.1 200"), head
     ctx = ssl.create_default_context(cadata=trust.decode())
     ctx.check_hostname = False
+    if alpn:
+        ctx.set_alpn_protocols(list(alpn))
     return ctx.wrap_socket(sock, server_hostname=sni)
