@@ -20,6 +20,8 @@ from firstrun.images.build import (
     default_cache_dir,
     image_present,
     import_argv,
+    local_tag,
+    missing_image,
     resolve_image,
 )
 from firstrun.sandbox.docker.resources import docker
@@ -83,6 +85,17 @@ def test_images_resolve_or_refuse_with_the_way_to_get_them() -> None:
     assert "node:22-slim is not present" in str(refused.value)
     assert refused.value.fix is not None and "docker pull node:22-slim" in refused.value.fix
     assert NODE.tag in refused.value.fix
+
+
+def test_what_a_missing_image_means_and_its_fix_are_pure() -> None:
+    assert local_tag(None) == local_tag("python:3.11-slim") == "firstrun/python:3.11"
+    assert local_tag("node:22-slim") == "node:22-slim"
+    assert missing_image("firstrun/python:3.11") == (
+        "firstrun/python:3.11 is not built here", "firstrun images build --python")
+    assert missing_image("firstrun/node:18")[1] == "firstrun images build --node"
+    why, fix = missing_image("node:22-slim")
+    assert "node:22-slim" in why and fix.startswith("docker pull node:22-slim")
+    assert "firstrun images build" in fix
 
 
 @pytest.mark.usefixtures("docker_ready")

@@ -198,6 +198,22 @@ _ALIASES = {"python:3.11": PYTHON.tag, "python:3.11-slim": PYTHON.tag,
             "python:3.11-slim-bookworm": PYTHON.tag}
 
 
+def local_tag(requested: str | None) -> str:
+    """The local image a task's ``image`` (or the default) means (pure): same-version aliases mapped."""
+    return _ALIASES.get(requested or DEFAULT_IMAGE, requested or DEFAULT_IMAGE)
+
+
+def missing_image(tag: str) -> tuple[str, str]:
+    """Why image ``tag`` cannot be run here and the fix (pure): build one of ours, or pull or load it."""
+    own = {r.tag: r for r in RECIPES}
+    if tag in own:
+        return (f"{tag} is not built here",
+                f"firstrun images build --{own[tag].key}")
+    return (f"{tag} is not present in the local Docker daemon",
+            f"docker pull {tag} (or docker load it), or use an image built locally: "
+            + ", ".join(r.tag for r in RECIPES) + " (firstrun images build)")
+
+
 def resolve_image(requested: str | None, docker: str = "docker") -> str:
     """The local image to run for a task's ``image`` (or the default); refuse what is absent.
 
@@ -205,14 +221,8 @@ def resolve_image(requested: str | None, docker: str = "docker") -> str:
     Any other image must already be present (pulled or loaded by the user);
     a different version is never substituted.
     """
-    tag = _ALIASES.get(requested or DEFAULT_IMAGE, requested or DEFAULT_IMAGE)
+    tag = local_tag(requested)
     if image_present(tag, docker):
         return tag
-    own = {r.tag: r for r in RECIPES}
-    if tag in own:
-        fix = f"firstrun images build --{own[tag].key}"
-    else:
-        fix = (f"docker pull {tag} (or docker load it), or use an image built locally: "
-               + ", ".join(r.tag for r in RECIPES) + " (firstrun images build)")
-    raise SandboxUnavailable(f"image {tag} is not present in the local Docker daemon",
-                             who="docker", fix=fix)
+    why, fix = missing_image(tag)
+    raise SandboxUnavailable(f"image {why}", who="docker", fix=fix)

@@ -46,7 +46,7 @@ import h11
 
 import firstrun
 from firstrun.errors import SandboxError, SandboxUnavailable
-from firstrun.images.build import DEFAULT_IMAGE, resolve_image
+from firstrun.images.build import image_present, local_tag, missing_image, resolve_image
 from firstrun.policy.process import CA_VARIABLES, build_environment
 from firstrun.policy.profile import LayerName, Provides, SandboxProfile, unprovided
 from firstrun.sandbox import attest as attestation
@@ -359,18 +359,21 @@ class DockerBackend:
             detail="the run container's namespace firewall is loaded from the host as root"
             if os.geteuid() == 0 else f"harness is uid {os.geteuid()}",
             fix=None if os.geteuid() == 0 else "run the harness as root (or use --backend linux)")
-        wanted = self._image or DEFAULT_IMAGE
+        tag = local_tag(self._image)
         if not daemon.available:
             image = Capability(name="image", available=False,
-                               detail=f"{wanted}: not checked, the daemon does not answer",
+                               detail=f"{tag}: not checked, the daemon does not answer",
                                fix=daemon.fix)
         else:
             try:
-                image = Capability(name="image", available=True,
-                                   detail=f"{resolve_image(self._image, docker_binary())} present "
-                                          "(nothing is built or pulled to find out)")
+                present = image_present(tag, docker_binary())
             except SandboxUnavailable as exc:
-                image = Capability(name="image", available=False, detail=exc.args[0], fix=exc.fix)
+                present, missing = False, (exc.args[0], exc.fix or "")
+            else:
+                missing = missing_image(tag)
+            # Asked of the daemon only: nothing is built or pulled to find out.
+            image = Capability(name="image", available=True, detail=f"{tag} present") if present \
+                else Capability(name="image", available=False, detail=missing[0], fix=missing[1])
         return (daemon, root, image)
 
     def start(self, profile: SandboxProfile, *, proxy: ProxyEndpoint | None) -> DockerSession:
