@@ -38,7 +38,7 @@ SCHEMA = {
     "type": "object",
     "additionalProperties": False,
     "required": ["schema", "actions", "configurations", "residual", "disagreements", "skipped",
-                 "unavailable_controls"],
+                 "controls"],
     "properties": {
         "schema": {"const": "firstrun.audit/1"},
         "actions": {"type": "array", "items": {
@@ -64,16 +64,17 @@ SCHEMA = {
             }}},
         "residual": {"type": "array", "items": {
             "type": "object", "additionalProperties": False,
-            "required": ["backend", "action", "closed_by"],
-            "properties": {"backend": {"type": "string"}, "action": {"type": "string"},
-                           "closed_by": {"type": "array", "items": {"type": "string"}}}}},
+            "required": ["configuration", "backend", "action", "closed_by", "available"],
+            "properties": {"configuration": {"type": "string"}, "backend": {"type": "string"},
+                           "action": {"type": "string"},
+                           "closed_by": {"type": "array", "items": {"type": "string"}},
+                           "available": {"type": "array", "items": {"type": "string"}}}}},
         "disagreements": {"type": "array", "items": {
             **_CELL, "required": ["configuration", *_CELL["required"]],
             "properties": {"configuration": {"type": "string"}, **_CELL["properties"]}}},
         "skipped": {"type": "array", "items": {
             "type": "object", "required": ["backend", "reason"]}},
-        "unavailable_controls": {"type": "object",
-                                 "additionalProperties": {"type": "string"}},
+        "controls": {"type": "object", "additionalProperties": {"type": "string"}},
     },
 }
 
@@ -87,8 +88,8 @@ def test_json_of_the_real_linux_matrix_matches_the_pinned_schema(audit: AuditRes
     data = json.loads(render_json(audit))
     jsonschema.validate(data, SCHEMA)
     assert data["disagreements"] == []
-    assert [c["name"] for c in data["configurations"]][-2:] == ["linux: full stack",
-                                                                "local: no layers"]
+    assert [c["name"] for c in data["configurations"]][-2:] == [
+        "linux: full stack + --inspect-tls", "local: no layers"]
 
 
 def test_markdown_is_one_table_row_per_action_plus_the_counts(audit: AuditResult) -> None:
@@ -97,7 +98,7 @@ def test_markdown_is_one_table_row_per_action_plus_the_counts(audit: AuditResult
     assert len(rows) == 2 + len(ACTIONS) + 2
     width = len(audit.results) + 2
     assert all(row.count("|") == width + 1 for row in rows)
-    assert "`linux:FNSLW`" in rows[0] and "`local:-`" in rows[0]
+    assert "`linux:FNSLW`" in rows[0] and "`linux:FNSLWMC`" in rows[0] and "`local:-`" in rows[0]
     full = [r.configuration for r in audit.results].index(
         next(r.configuration for r in audit.results if r.configuration.name == "linux: full stack"))
     counts = rows[-2].strip("|").split("|")
@@ -110,7 +111,8 @@ def test_text_lists_counts_residual_and_agreement(audit: AuditResult) -> None:
     assert "Model and measurement agree on every cell that ran." in text
     for r in audit.results:
         assert r.configuration.name in text
-    assert "linux: upload_registry: closed by method_rules" in text
+    assert "upload_registry: closed by method_rules (--inspect-tls" in text
+    assert "linux: full stack + --inspect-tls: nothing open" in text
 
 
 def _disagreeing() -> AuditResult:

@@ -6,7 +6,14 @@ import os
 
 import pytest
 
-from firstrun.audit.battery import SYSTEM_DIR, AuditResult, ConfigurationResult, configurations
+from firstrun.audit.battery import (
+    SYSTEM_DIR,
+    AuditResult,
+    ConfigurationResult,
+    configurations,
+    run_configuration,
+)
+from firstrun.audit.fixtures import Registry
 from firstrun.audit.model import ACTIONS, Layer, Outcome
 
 pytestmark = pytest.mark.escape
@@ -25,7 +32,7 @@ def _cell(audit: AuditResult, config: str, action: str):
 def test_every_linux_configuration_ran_every_action(audit: AuditResult) -> None:
     names = [r.configuration.name for r in audit.results]
     assert names == [c.name for c in configurations("linux")] + ["local: no layers"]
-    assert len(set(names)) == 9
+    assert len(set(names)) == 13
     for r in audit.results:
         assert [c.action for c in r.cells] == [a.id for a in ACTIONS]
 
@@ -68,13 +75,27 @@ def test_the_full_stack_breaks_nothing_needed_and_leaves_only_the_residual(
     full = _config(audit, "linux: full stack")
     assert full.needed_broken == 0 and full.not_run == 0
     assert full.session["enforcement"] == "enforced"
-    assert {(r.action, r.closed_by) for r in audit.residual if r.backend == "linux"} == {
-        ("upload_registry", (Layer.METHOD_RULES,)),
-        ("credential_elsewhere", (Layer.CREDENTIAL_MASKING,)),
+    linux = [r for r in audit.residual if r.backend == "linux"]
+    assert {(r.configuration, r.action, r.closed_by, r.available) for r in linux} == {
+        ("linux: full stack", "upload_registry", (Layer.METHOD_RULES,), (Layer.METHOD_RULES,)),
+        ("linux: full stack", "credential_elsewhere", (Layer.CREDENTIAL_MASKING,),
+         (Layer.CREDENTIAL_MASKING,)),
     }
-    upload = _cell(audit, "linux: full stack", "upload_registry")
-    assert upload.seen == 1
+    # The upload and the real credential really reached the registry.
+    assert _cell(audit, "linux: full stack", "upload_registry").seen == 1
+    assert _cell(audit, "linux: full stack", "credential_elsewhere").seen == 1
     assert _cell(audit, "linux: full stack", "cloud_metadata").observed is Outcome.STOPPED
+
+
+def test_inspection_closes_the_residual_and_still_installs(audit: AuditResult) -> None:
+    inspected = _config(audit, "linux: full stack + --inspect-tls")
+    assert inspected.unneeded_open == 0 and inspected.needed_broken == 0
+    assert inspected.session["enforcement"] == "enforced"
+    for action in ("upload_registry", "credential_elsewhere"):
+        cell = _cell(audit, "linux: full stack + --inspect-tls", action)
+        assert cell.observed is Outcome.STOPPED and cell.seen == 0, cell.evidence
+    assert _cell(audit, "linux: full stack + --inspect-tls",
+                 "install_package").observed is Outcome.THROUGH
 
 
 def test_reduced_configurations_say_they_are_downgraded(audit: AuditResult) -> None:
@@ -114,3 +135,16 @@ def test_the_audit_left_nothing_behind(audit: AuditResult) -> None:
     assert not [n for n in os.listdir(SYSTEM_DIR) if n.startswith("firstrun-audit-")]
     assert not [n for n in os.listdir(os.path.expanduser("~"))
                 if n.startswith(".firstrun-audit-")]
+
+
+def test_under_inspection_the_registry_sees_a_placeholder_and_no_upload() -> None:
+    (config,) = [c for c in configurations("linux") if c.name == "linux: full stack + --inspect-tls"]
+    with Registry() as registry:
+        result = run_configuration(config, registry)
+        seen = registry.seen()
+    assert result.needed_broken == 0
+    # The credential request arrived, carrying something that is not the real value.
+    authorized = [v for s in seen for k, v in s.headers if k.lower() == "authorization"]
+    assert len(authorized) == 1 and authorized[0].startswith("Bearer firstrun-")
+    assert not [s for s in seen if s.method in ("POST", "PUT")]
+    assert any(s.path.endswith(".whl") for s in seen)

@@ -12,8 +12,10 @@ kernel's own answer, as the probe reported it; ``Cell.witness`` says which.
 A configuration is a set of layers the backend really applies or really
 omits: linux builds each subset of seccomp, Landlock and the network layer
 through the profile's ``required`` set (bubblewrap's filesystem view and
-namespaces are the backend itself and are always on); ``local`` is the
-no-layer baseline, explicitly unenforced. One session per configuration runs
+namespaces are the backend itself and are always on), and each subset with
+the network layer once more with the proxy's TLS inspection (method rules
+and credential masking, which need the proxy); ``local`` is the no-layer
+baseline, explicitly unenforced. One session per configuration runs
 every action, so the matrix stays bounded. Nothing is sent off this machine:
 the registry, the canaries and the proxy are on loopback, and the one action
 that could only be attempted by leaving it (the metadata address without a
@@ -46,8 +48,12 @@ from firstrun.audit.model import (
 )
 from firstrun.errors import SandboxError, UsageError
 from firstrun.policy.addresses import IPAddress
+from firstrun.policy.methods import InspectionPolicy
 from firstrun.policy.network import Channel, NetworkPolicy, Verdict
+from firstrun.policy.process import SANDBOX_CA_BUNDLE
 from firstrun.policy.profile import ALL_LAYERS, LayerName, SandboxProfile
+from firstrun.proxy.credentials import sandbox_variables
+from firstrun.proxy.intercept import prepare_interception
 from firstrun.proxy.records import EgressRecord
 from firstrun.proxy.server import EgressProxy
 from firstrun.sandbox.base import Backend, ExecResult, ProxyEndpoint, Session
@@ -59,6 +65,14 @@ PROBE_SOURCE = (Path(__file__).parent / "probe.py").read_text(encoding="utf-8")
 # audit's "system file", planted here so no real one is ever at stake.
 SYSTEM_DIR = "/usr/local/share"
 CREDENTIAL_VARIABLE = "FIRSTRUN_AUDIT_TOKEN"
+# The credential belongs to this host, which the audit never contacts; the
+# action sends it to the allowed registry instead.
+CREDENTIAL_HOST = "private.firstrun-audit.test"
+_CREDENTIAL_SOURCE = "FIRSTRUN_AUDIT_TOKEN_VALUE"
+# The fixture registry's CA, copied into each workspace: how a session
+# without inspection trusts the registry (with it, the run's bundle does).
+_FIXTURE_CA = "fixture-ca.pem"
+_INSPECTION = frozenset({Layer.METHOD_RULES, Layer.CREDENTIAL_MASKING})
 _ACTION_TIMEOUT_S = 150.0
 
 # The layers a backend is, whatever its profile says.
@@ -77,23 +91,28 @@ class Configuration:
     omitted: frozenset[Layer] = frozenset()
 
     @property
+    def inspect_tls(self) -> bool:
+        return _INSPECTION <= self.layers
+
+    @property
     def name(self) -> str:
         if not self.layers:
             return f"{self.backend}: no layers"
-        if not self.omitted:
-            return f"{self.backend}: full stack"
-        return f"{self.backend}: without " + ", ".join(
-            layer.value for layer in Layer if layer in self.omitted)
+        base = f"{self.backend}: " + ("full stack" if not self.omitted else "without " + ", ".join(
+            layer.value for layer in Layer if layer in self.omitted))
+        return base + (" + --inspect-tls" if self.inspect_tls else "")
 
 
 def configurations(backend: str) -> tuple[Configuration, ...]:
     """Every configuration of ``backend`` that can really be run, the full stack last."""
     if backend == "linux":
         optional = frozenset(_LINUX_OMITTABLE)
-        return tuple(
-            Configuration(backend="linux", layers=_LINUX_BASE | kept, omitted=optional - kept)
-            for kept in subsets(optional)
-        )
+        plain = [Configuration(backend="linux", layers=_LINUX_BASE | kept, omitted=optional - kept)
+                 for kept in subsets(optional)]
+        inspected = [Configuration(backend="linux", layers=c.layers | _INSPECTION,
+                                   omitted=c.omitted)
+                     for c in plain if Layer.NETWORK in c.layers]
+        return (*plain, *inspected)
     if backend == "local":
         return (Configuration(backend="local", layers=frozenset()),)
     raise UsageError(f"the audit has no configurations for backend {backend!r}; "
@@ -102,11 +121,10 @@ def configurations(backend: str) -> tuple[Configuration, ...]:
 
 AUDITED_BACKENDS: tuple[str, ...] = ("linux", "local")
 
-# Layers the model knows that no backend can apply yet, and why: they still
-# name the control that would close a residual path.
-UNAVAILABLE_CONTROLS: dict[Layer, str] = {
-    Layer.METHOD_RULES: "needs the proxy's --inspect-tls, which has not landed",
-    Layer.CREDENTIAL_MASKING: "needs the proxy's credential swap, which has not landed",
+# How a run turns on each layer a residual path may need.
+CONTROLS: dict[Layer, str] = {
+    Layer.METHOD_RULES: "--inspect-tls (registries GET/HEAD only)",
+    Layer.CREDENTIAL_MASKING: "--inspect-tls with the credential under firstrun.credentials",
 }
 
 
@@ -181,11 +199,17 @@ class ConfigurationResult:
 
 @dataclass(frozen=True, kw_only=True)
 class Residual:
-    """An unneeded action still open under a backend's full stack, and what would close it."""
+    """An unneeded action still open under a configuration with no layer omitted.
 
+    ``closed_by`` are the layers that would each close it; ``available``
+    those of them this backend can apply (another configuration has them).
+    """
+
+    configuration: str
     backend: str
     action: str
     closed_by: tuple[Layer, ...]
+    available: tuple[Layer, ...]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -209,13 +233,19 @@ class AuditResult:
         by_id = {a.id: a for a in ACTIONS}
         out = []
         for r in self.results:
-            if r.configuration.omitted or not r.configuration.layers:
+            config = r.configuration
+            if config.omitted or not config.layers:
                 continue
+            offered = frozenset().union(*(o.configuration.layers for o in self.results
+                                          if o.configuration.backend == config.backend))
             for cell in r.cells:
                 act = by_id[cell.action]
                 if not act.needed and cell.observed is Outcome.THROUGH:
-                    out.append(Residual(backend=r.configuration.backend, action=act.id,
-                                        closed_by=closing_layers(act, r.configuration.layers)))
+                    closing = closing_layers(act, config.layers)
+                    out.append(Residual(
+                        configuration=config.name, backend=config.backend, action=act.id,
+                        closed_by=closing,
+                        available=tuple(layer for layer in closing if layer in offered)))
         return tuple(out)
 
     def to_data(self) -> dict[str, object]:
@@ -224,8 +254,10 @@ class AuditResult:
             "actions": [{"id": a.id, "title": a.title, "needed": a.needed,
                          "reaches": sorted(r.value for r in a.reaches)} for a in ACTIONS],
             "configurations": [r.to_data() for r in self.results],
-            "residual": [{"backend": r.backend, "action": r.action,
-                          "closed_by": [layer.value for layer in r.closed_by]}
+            "residual": [{"configuration": r.configuration, "backend": r.backend,
+                          "action": r.action,
+                          "closed_by": [layer.value for layer in r.closed_by],
+                          "available": [layer.value for layer in r.available]}
                          for r in self.residual],
             "disagreements": [{"configuration": name, **cell.to_data()}
                               for name, cell in self.disagreements],
@@ -250,9 +282,11 @@ class _Run:
     kill_marker_alive: bool
 
 
-def _params(act: Action, w: fixtures.Witnesses, registry: fixtures.Registry) -> dict[str, object]:
+def _params(act: Action, w: fixtures.Witnesses, registry: fixtures.Registry,
+            inspected: bool) -> dict[str, object]:
     return {
         "action": act.id, "nonce": w.nonce,
+        "cafile": SANDBOX_CA_BUNDLE if inspected else _FIXTURE_CA,
         "write_path": "audit-written.txt", "test_path": "audit-test-ran.txt",
         "site_path": "audit-site", "mount_path": "audit-mnt",
         "package": fixtures.PACKAGE,
@@ -267,10 +301,10 @@ def _params(act: Action, w: fixtures.Witnesses, registry: fixtures.Registry) -> 
 
 
 def _probe(session: Session, python: str, params: dict[str, object],
-           credential: str) -> tuple[bool, str]:
+           env: dict[str, str]) -> tuple[bool, str]:
     result: ExecResult = session.exec(
         [python, "-I", "-S", "-c", PROBE_SOURCE, json.dumps(params)],
-        timeout=_ACTION_TIMEOUT_S, env={CREDENTIAL_VARIABLE: credential})
+        timeout=_ACTION_TIMEOUT_S, env=env)
     try:
         reported = json.loads(result.stdout.text())
         return bool(reported["done"]), str(reported["detail"])
@@ -307,8 +341,10 @@ def _installed(run: _Run) -> Judgement:
     installed = run.registry.marker in _read(module)
     downloads = sum(1 for s in run.registry.seen() if s.path.endswith(".whl")
                     and s.method == "GET")
+    detail = "" if installed else f" ({run.probes['install_package'][1]})"
     return _through(installed, f"module {'installed' if installed else 'absent'} in the "
-                               f"workspace; registry served the wheel {downloads} time(s) so far")
+                               f"workspace; registry served the wheel {downloads} time(s) so far"
+                               + detail)
 
 
 def _in_output(what: Callable[[fixtures.Witnesses], str], action: str) -> Judge:
@@ -449,17 +485,35 @@ def run_configuration(config: Configuration, registry: fixtures.Registry,
     try:
         with ExitStack() as stack:
             workspace = stack.enter_context(_workspace())
+            with open(os.path.join(workspace, _FIXTURE_CA), "wb") as f:
+                f.write(registry.ca_pem)
             proxy = None
             endpoint = None
             if proxied:
-                proxy = stack.enter_context(EgressProxy(policy, resolver=_resolver(registry.port)))
+                # Harness-private (0700): the proxy's socket and the trust bundle.
                 sockdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="firstrun-audit-"))
+                interception, bundle, placeholders = None, None, ()
+                if config.inspect_tls:
+                    policy = policy.with_inspection(InspectionPolicy.build(
+                        credentials=[(CREDENTIAL_VARIABLE, CREDENTIAL_HOST, _CREDENTIAL_SOURCE)],
+                        source="audit"))
+                    assert policy.inspection is not None
+                    interception, bundle = prepare_interception(
+                        policy.inspection, env={_CREDENTIAL_SOURCE: witnesses.credential},
+                        bundle_dir=sockdir, extra_cafiles=[registry.cafile])
+                    placeholders = tuple(sandbox_variables(interception.credentials).items())
+                proxy = stack.enter_context(EgressProxy(policy, resolver=_resolver(registry.port),
+                                                        interception=interception))
                 endpoint = ProxyEndpoint(
                     socket_path=proxy.listen_unix(os.path.join(sockdir, "proxy.sock"),
                                                   Channel.SHELL),
-                    nonce=proxy.nonce)
+                    nonce=proxy.nonce, trust_bundle=bundle, placeholders=placeholders)
             profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ),
                                      net=policy, required=ALL_LAYERS - omitted)
+            # Without masking, a task given a credential hands the session its
+            # real value; with it, the backend put the placeholder there.
+            credential_env = ({} if config.inspect_tls
+                              else {CREDENTIAL_VARIABLE: witnesses.credential})
             with backend.start(profile, proxy=endpoint) as session:
                 info = session.info.to_data()
                 for act in ACTIONS:
@@ -467,8 +521,8 @@ def run_configuration(config: Configuration, registry: fixtures.Registry,
                         probes[act.id] = (False, "not attempted")
                         continue
                     probes[act.id] = _probe(session, python,
-                                            _params(act, witnesses, registry),
-                                            witnesses.credential)
+                                            _params(act, witnesses, registry, config.inspect_tls),
+                                            credential_env)
             run = _Run(witnesses=witnesses, registry=registry, workspace=workspace,
                        probes=probes, records=tuple(proxy.records()) if proxy else (),
                        proxied=proxied,

@@ -6,20 +6,25 @@ of the matrix is judged by what the host saw, not by what the session said.
 ``Witnesses`` is per configuration (fresh nonce, listeners, markers and
 canary files); ``close`` removes every file it planted and ends every
 process it started, by pid. The ``Registry`` serves one package (a wheel
-built here) under PEP 503 and records every request, upload bodies included;
-it listens on 127.0.0.1 only.
+built here) under PEP 503 over HTTPS, as real registries do (so the proxy's
+TLS inspection applies to it), and records every request, upload bodies
+included; it listens on 127.0.0.1 only, with a certificate from a CA made
+here (``cafile``), which is never the proxy's run CA.
 """
 
 from __future__ import annotations
 
 import base64
+import datetime
 import hashlib
 import io
+import ipaddress
 import os
 import secrets
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -27,6 +32,11 @@ import threading
 import zipfile
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 PACKAGE = "firstrun-audit-fixture"
 MODULE = "firstrun_audit_fixture"
@@ -57,6 +67,43 @@ def build_wheel(marker: str) -> bytes:
     return out.getvalue()
 
 
+def _certificate(subject: x509.Name, issuer: x509.Name, public_key: ec.EllipticCurvePublicKey,
+                 signer: ec.EllipticCurvePrivateKey,
+                 extensions: list[tuple[x509.ExtensionType, bool]]) -> x509.Certificate:
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer)
+               .public_key(public_key).serial_number(x509.random_serial_number())
+               .not_valid_before(now - datetime.timedelta(hours=1))
+               .not_valid_after(now + datetime.timedelta(days=1)))
+    for extension, critical in extensions:
+        builder = builder.add_extension(extension, critical=critical)
+    return builder.sign(signer, hashes.SHA256())
+
+
+def _server_context(directory: str) -> tuple[ssl.SSLContext, bytes]:
+    """The registry's TLS context (its name and 127.0.0.1 in the SANs) and its CA's PEM."""
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "firstrun audit fixture CA")])
+    ca = _certificate(ca_name, ca_name, ca_key.public_key(), ca_key,
+                      [(x509.BasicConstraints(ca=True, path_length=0), True)])
+    key = ec.generate_private_key(ec.SECP256R1())
+    leaf = _certificate(
+        x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, REGISTRY_HOST)]), ca_name,
+        key.public_key(), ca_key,
+        [(x509.SubjectAlternativeName([x509.DNSName(REGISTRY_HOST),
+                                       x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+          False)])
+    certfile, keyfile = os.path.join(directory, "cert.pem"), os.path.join(directory, "key.pem")
+    with open(certfile, "wb") as f:
+        f.write(leaf.public_bytes(serialization.Encoding.PEM))
+    with open(keyfile, "wb") as f:
+        f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                  serialization.NoEncryption()))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(certfile, keyfile)
+    return context, ca.public_bytes(serialization.Encoding.PEM)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Seen:
     """One request the registry answered."""
@@ -67,10 +114,23 @@ class Seen:
     body: bytes
 
 
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        # A client that refuses our certificate, or speaks no TLS at all, is
+        # the audit working (its outcome is judged from what was recorded).
+        pass
+
+
 class Registry:
-    """A package registry on 127.0.0.1 that accepts uploads, as a real one does."""
+    """A package registry on 127.0.0.1, over HTTPS, that accepts uploads, as a real one does."""
 
     def __init__(self) -> None:
+        # Private (0700): the key stays here until close; a sandbox sees only ``ca_pem``.
+        self._dir = tempfile.mkdtemp(prefix="firstrun-audit-registry-")
+        context, self.ca_pem = _server_context(self._dir)
+        self.cafile = os.path.join(self._dir, "ca.pem")
+        with open(self.cafile, "wb") as f:
+            f.write(self.ca_pem)
         self.marker = secrets.token_hex(8)
         self._wheel = build_wheel(self.marker)
         self._lock = threading.Lock()
@@ -114,7 +174,11 @@ class Registry:
 
             do_PUT = do_POST
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _QuietServer(("127.0.0.1", 0), Handler)
+        # The handshake happens in each handler's thread, so a client that
+        # never completes one holds only its own thread.
+        self._server.socket = context.wrap_socket(self._server.socket, server_side=True,
+                                                  do_handshake_on_connect=False)
         self._server.daemon_threads = True
         self.port: int = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True,
@@ -127,6 +191,7 @@ class Registry:
     def __exit__(self, *exc: object) -> None:
         self._server.shutdown()
         self._server.server_close()
+        shutil.rmtree(self._dir, ignore_errors=True)
 
     def seen(self) -> list[Seen]:
         with self._lock:

@@ -25,6 +25,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -51,18 +52,25 @@ def _proxy() -> tuple[str, int] | None:
     return host, int(port)
 
 
+def _registry_base(p: dict) -> str:
+    """The registry's URL by the session's own route: its name through the proxy, else its address."""
+    host = p["registry_host"] if _proxy() is not None else p["registry_ip"]
+    return f"https://{host}:{p['registry_port']}"
+
+
 def _http(p: dict, method: str, path: str, *, body: bytes | None = None,
           headers: dict[str, str] | None = None) -> str:
-    """One request to the allowed registry, by the session's own route to it."""
+    """One HTTPS request to the allowed registry, verified against the session's trust."""
+    context = ssl.create_default_context(cafile=p["cafile"])
     proxy = _proxy()
     if proxy is not None:
-        conn = http.client.HTTPConnection(*proxy, timeout=10)
-        target = f"http://{p['registry_host']}:{p['registry_port']}{path}"
+        conn = http.client.HTTPSConnection(*proxy, timeout=10, context=context)
+        conn.set_tunnel(p["registry_host"], p["registry_port"])
     else:
-        conn = http.client.HTTPConnection(p["registry_ip"], p["registry_port"], timeout=10)
-        target = path
+        conn = http.client.HTTPSConnection(p["registry_ip"], p["registry_port"], timeout=10,
+                                           context=context)
     try:
-        conn.request(method, target, body=body, headers=headers or {})
+        conn.request(method, path, body=body, headers=headers or {})
         return f"HTTP {conn.getresponse().status}"
     except OSError as exc:
         return f"{type(exc).__name__}: {_err(exc.errno) if exc.errno else exc}"
@@ -103,13 +111,14 @@ def run_test(p: dict) -> tuple[bool, str]:
 
 
 def install_package(p: dict) -> tuple[bool, str]:
-    base = (f"http://{p['registry_host']}:{p['registry_port']}" if _proxy() is not None
-            else f"http://{p['registry_ip']}:{p['registry_port']}")
+    # requests lets REQUESTS_CA_BUNDLE override pip's --cert, so both name the file.
+    cafile = os.path.abspath(p["cafile"])
+    env = {**os.environ, "PIP_CERT": cafile, "REQUESTS_CA_BUNDLE": cafile}
     out = subprocess.run(
         [sys.executable, "-I", "-m", "pip", "install", "--no-cache-dir", "--disable-pip-version-check",
-         "--no-input", "--target", p["site_path"], "--index-url", f"{base}/simple/",
-         "--trusted-host", base.split("//", 1)[1].rsplit(":", 1)[0], p["package"]],
-        check=False, capture_output=True, text=True, timeout=120)
+         "--no-input", "--target", p["site_path"], "--index-url", f"{_registry_base(p)}/simple/",
+         "--cert", cafile, p["package"]],
+        env=env, check=False, capture_output=True, text=True, timeout=120)
     return out.returncode == 0, f"pip exit {out.returncode}: {out.stderr.strip()[-300:]}"
 
 
@@ -237,7 +246,9 @@ def host_loopback(p: dict) -> tuple[bool, str]:
 
 
 def raw_ip(p: dict) -> tuple[bool, str]:
-    conn = http.client.HTTPConnection(p["registry_ip"], p["registry_port"], timeout=5)
+    # Not verified: a command going around the proxy does not care whom it reaches.
+    conn = http.client.HTTPSConnection(p["registry_ip"], p["registry_port"], timeout=5,
+                                       context=ssl._create_unverified_context())
     try:
         conn.request("GET", p["raw_ip_path"])
         return True, f"HTTP {conn.getresponse().status}"

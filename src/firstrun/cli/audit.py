@@ -18,9 +18,10 @@ from collections.abc import Sequence
 
 from firstrun.audit.battery import (
     AUDITED_BACKENDS,
-    UNAVAILABLE_CONTROLS,
+    CONTROLS,
     AuditResult,
     Configuration,
+    Residual,
     backend_unavailable,
     run_audit,
 )
@@ -53,9 +54,13 @@ def _cell(result: AuditResult, name: str, action: str) -> str:
     return "?"
 
 
-def _control(layer: Layer) -> str:
-    why = UNAVAILABLE_CONTROLS.get(layer)
-    return layer.value + (f" (not available yet: {why})" if why else "")
+def _closers(res: Residual) -> str:
+    if not res.closed_by:
+        return "no layer the model knows"
+    return "; ".join(
+        layer.value + (f" ({CONTROLS[layer]})" if layer in CONTROLS else "")
+        + ("" if layer in res.available else f", which {res.backend} cannot apply")
+        for layer in res.closed_by)
 
 
 def render_text(result: AuditResult) -> str:
@@ -76,13 +81,14 @@ def render_text(result: AuditResult) -> str:
         lines.append(f"{column(r.configuration):{colw}}{r.configuration.name:{namew}} "
                      f"{r.unneeded_open:>13} {r.needed_broken:>13} {r.not_run:>7}")
     lines.append("")
-    lines.append("Residual under the full stack (open, and what would close it):")
-    for res in result.residual or ():
-        lines.append(f"  {res.backend}: {res.action}: closed by "
-                     + ("; ".join(_control(layer) for layer in res.closed_by)
-                        or "no layer the model knows"))
-    if not result.residual:
-        lines.append("  none")
+    lines.append("Residual: open under a configuration that omits no layer, and what closes it:")
+    for config in configs:
+        if config.omitted or not config.layers:
+            continue
+        open_ = [res for res in result.residual if res.configuration == config.name]
+        lines.append(f"  {config.name}: " + ("nothing open" if not open_ else ""))
+        for res in open_:
+            lines.append(f"    {res.action}: closed by {_closers(res)}")
     for skipped in result.skipped:
         lines.append(f"Skipped {skipped.backend}: {skipped.reason}")
     lines.append("")
@@ -112,10 +118,9 @@ def render_markdown(result: AuditResult) -> str:
                + ". `!` marks a cell where the model predicted otherwise.")
     if result.residual:
         out.append("")
-        out.append("Residual under the full stack:")
+        out.append("Residual (open under a configuration that omits no layer):")
         for res in result.residual:
-            out.append(f"- {res.backend}: `{res.action}`, closed by "
-                       + "; ".join(_control(layer) for layer in res.closed_by))
+            out.append(f"- {res.configuration}: `{res.action}`, closed by {_closers(res)}")
     for skipped in result.skipped:
         out.append(f"\nSkipped {skipped.backend}: {skipped.reason}")
     return "\n".join(out) + "\n"
@@ -123,7 +128,7 @@ def render_markdown(result: AuditResult) -> str:
 
 def render_json(result: AuditResult) -> str:
     data = result.to_data()
-    data["unavailable_controls"] = {layer.value: why for layer, why in UNAVAILABLE_CONTROLS.items()}
+    data["controls"] = {layer.value: how for layer, how in CONTROLS.items()}
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
