@@ -11,9 +11,15 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from firstrun.audit.battery import AuditResult, Cell, ConfigurationResult, Configuration
+from firstrun.audit.battery import AuditResult, Cell, Configuration, ConfigurationResult
 from firstrun.audit.model import ACTIONS, Layer, Outcome
-from firstrun.cli.audit import column, exit_status, render_json, render_markdown, render_text
+from firstrun.cli.audit import (
+    column,
+    exit_status,
+    render_json,
+    render_markdown,
+    render_text,
+)
 
 FIRSTRUN = Path(sys.executable).parent / "firstrun"
 
@@ -80,7 +86,7 @@ SCHEMA = {
 
 
 def _firstrun(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(FIRSTRUN), *args], capture_output=True, text=True,
+    return subprocess.run([str(FIRSTRUN), *args], check=False, capture_output=True, text=True,
                           stdin=subprocess.DEVNULL, timeout=600, env=dict(os.environ))
 
 
