@@ -51,6 +51,12 @@ class AttestPlan:
     proven, nothing is dialled, and the checks say so. ``seccomp`` says
     whether the syscall filter must be proven; False only for a session
     whose profile leaves that layer out (the audit's, again).
+
+    ``user_restricted`` is a VM's user-mode network with ``restrict=on``: one
+    interface, one on-link subnet and no route beyond it, no DNS answer;
+    ``host_alias`` is where the host's ``host_address`` appears inside
+    (user-mode networking's alias for the host loopback), which the probe
+    dials while the canary listens on ``host_address``.
     """
 
     python: str
@@ -66,6 +72,7 @@ class AttestPlan:
     kernel: str = "linux"
     write_witness: str | None = None
     seccomp: bool = True
+    host_alias: str | None = None
 
 
 def attest(session: Session, plan: AttestPlan) -> tuple[Check, ...]:
@@ -76,7 +83,7 @@ def attest(session: Session, plan: AttestPlan) -> tuple[Check, ...]:
         canary.setblocking(False)
         data = {
             "canary_port": canary.getsockname()[1],
-            "host_address": plan.host_address,
+            "host_address": plan.host_alias or plan.host_address,
             "network": plan.network,
             "proxy_host": plan.proxy_host,
             "proxy_port": plan.proxy_port,

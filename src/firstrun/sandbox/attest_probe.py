@@ -151,6 +151,45 @@ def check_profile_filtered() -> tuple[bool, str]:
     return ok, "; ".join(details)
 
 
+def check_on_link_only() -> tuple[bool, str]:
+    """A VM's user-mode NIC: one interface beside ``lo``, and no IPv4 route off its subnet."""
+    with open("/proc/net/dev") as f:
+        names = sorted(line.split(":", 1)[0].strip() for line in f.readlines()[2:])
+    with open("/proc/net/route") as f:
+        routes = [line.split() for line in f.readlines()[1:]]
+    # Columns: iface, destination, gateway (hex); an on-link route has gateway 0.
+    off_link = [r for r in routes if r[1] == "00000000" or r[2] != "00000000"]
+    ok = len(names) == 2 and "lo" in names and not off_link
+    return ok, f"interfaces {names}, {len(routes)} IPv4 route(s), {len(off_link)} default or via a gateway"
+
+
+def check_no_dns() -> tuple[bool, str]:
+    """No resolver configured, and user-mode networking's DNS address answers nothing."""
+    details = []
+    ok = True
+    try:
+        socket.getaddrinfo("deb.debian.org", 443)
+    except OSError as exc:
+        details.append(f"getaddrinfo: {exc}")
+    else:
+        details.append("getaddrinfo resolved deb.debian.org")
+        ok = False
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.settimeout(2)
+    query = b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x03deb\x06debian\x03org\x00\x00\x01\x00\x01"
+    try:
+        u.sendto(query, ("10.0.2.3", 53))
+        u.recv(512)
+    except OSError as exc:
+        details.append(f"udp 10.0.2.3:53: {errno.errorcode.get(exc.errno, exc.errno) if exc.errno else 'no answer'}")
+    else:
+        details.append("udp 10.0.2.3:53: answered")
+        ok = False
+    finally:
+        u.close()
+    return ok, "; ".join(details)
+
+
 def check_proxy(port: int, nonce: str, host: str = "127.0.0.1") -> tuple[bool, str]:
     conn = http.client.HTTPConnection(host, port, timeout=10)
     try:
@@ -250,6 +289,10 @@ def main(argv: list[str]) -> int:
         results.append(("direct_egress_refused", *check_firewalled()))
     elif network == "profile_filtered":
         results.append(("direct_egress_refused", *check_profile_filtered()))
+    elif network == "user_restricted":
+        results.append(("only_on_link_route", *check_on_link_only()))
+        results.append(("no_route", *check_no_route()))
+        results.append(("no_dns", *check_no_dns()))
     else:
         results.append(("only_loopback_interface", *check_interfaces()))
         results.append(("no_route", *check_no_route()))

@@ -83,6 +83,7 @@ REGISTRY: tuple[Entry, ...] = (
           build=lambda cls, o: cls(image=o.image, on_record=o.on_record), own_proxy=True),
     Entry(name="linux", cls="firstrun.sandbox.linux.backend:LinuxBackend", auto_rank=2),
     Entry(name="seatbelt", cls="firstrun.sandbox.seatbelt.backend:SeatbeltBackend", auto_rank=3),
+    Entry(name="microvm", cls="firstrun.sandbox.microvm.backend:MicrovmBackend", auto_rank=None),
     Entry(name="local", cls="firstrun.sandbox.local:LocalBackend", auto_rank=None,
           build=lambda cls, o: cls(allow_unenforced=o.allow_unenforced)),
 )

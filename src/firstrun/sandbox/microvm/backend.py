@@ -1,0 +1,531 @@
+"""The microvm backend: one QEMU micro-VM per session, with its own kernel, attested before use.
+
+Guarantee: ``MicrovmBackend.start`` returns a session only after the guest
+agent reported its mounts and network in place and the attestation probe
+proved the boundary from inside the guest; otherwise it powers the VM off,
+gives the workspace back and raises. Untrusted commands run under a kernel
+of their own: a kernel bug they reach is the guest's, not the host's.
+
+QEMU never runs as root: a root harness runs it as a fresh per-session uid
+(lent the workspace for the session, as the linux backend does), with
+PR_SET_PDEATHSIG so a harness killed by SIGKILL takes its VM with it, and
+every file it reads is a descriptor the harness opened (nothing of the
+host is reachable by path, nothing is written to disk but the workspace).
+The guest's only NIC is user-mode networking with ``restrict=on``; its one
+forward leads through a per-session abstract socket that accepts only the
+session's QEMU uid, to the egress proxy, so the same policy and records
+apply. ``close`` powers the VM off (or kills QEMU after a grace period);
+``interrupt`` kills QEMU at once.
+
+``accel`` is ``kvm`` unless FIRSTRUN_MICROVM_ACCEL=tcg asks for emulation,
+which is recorded as the namespaces layer's mechanism; KVM is never
+silently swapped for emulation.
+"""
+
+from __future__ import annotations
+
+import base64
+import grp
+import json
+import os
+import posixpath
+import secrets
+import shutil
+import socket
+import struct
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import IO
+
+from firstrun.errors import SandboxError, SandboxUnavailable
+from firstrun.policy.process import CA_VARIABLES, build_environment
+from firstrun.policy.profile import LayerName, Provides, SandboxProfile, unprovided
+from firstrun.sandbox import attest as attestation
+from firstrun.sandbox.base import (
+    Capability,
+    Enforcement,
+    ExecResult,
+    LayerStatus,
+    OutputCallback,
+    ProxyEndpoint,
+    SessionInfo,
+    Stream,
+    command_argv,
+    command_environment,
+)
+from firstrun.sandbox.linux import seccomp
+from firstrun.sandbox.microvm import agent, probe, relay
+from firstrun.sandbox.microvm.image import MicrovmImage, find_image
+from firstrun.sandbox.microvm.spec import (
+    CA_PATH,
+    HOST_ALIAS,
+    PROXY_ADDRESS,
+    PROXY_PORT,
+    SANDBOX_TMP,
+    VmFiles,
+    VmSpec,
+    build_argv,
+    guest_config,
+)
+from firstrun.sandbox.output import OutputCapture
+from firstrun.sandbox.ownership import chown_tree, pick_uid
+
+AGENT_SOURCE = Path(agent.__file__).read_bytes()
+ACCEL_VARIABLE = "FIRSTRUN_MICROVM_ACCEL"
+GUEST_PYTHON = "/usr/bin/python3"
+GUEST_PATH = ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"]
+SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+# The launcher and the relay run as QEMU's uid, which may not reach the
+# harness's own interpreter (under a 0700 home); Debian's python3 is a
+# firstrun dependency.
+RELAY_PYTHON = "/usr/bin/python3"
+
+_UID_RANGE = (1_600_000_000, 1_700_000_000)
+# Boot under emulation takes seconds; under KVM, well under one.
+_READY_TIMEOUT_S = {"kvm": 30.0, "tcg": 180.0}
+_CLOSE_GRACE_S = 10.0
+_EXEC_GRACE_S = 30.0
+# Guest kernel, agent and page cache live beside the commands in the VM's RAM.
+_GUEST_OVERHEAD_MIB = 160
+
+PROVIDES: Provides = {
+    LayerName.NAMESPACES: "separate guest kernel (QEMU microvm)",
+    LayerName.LANDLOCK: "read-only 9p root + tmpfs",
+    LayerName.SECCOMP: "seccomp-bpf in the guest",
+    LayerName.NETWORK: "user-mode networking, restrict=on, one forward to the proxy",
+    LayerName.LIMITS: "VM memory + rlimits in the guest",
+    LayerName.UNPRIVILEGED: "non-root uid in the guest, QEMU unprivileged on the host",
+}
+
+
+def _error(what: str, exc: OSError) -> SandboxError:
+    return SandboxError(f"{what}: {exc}", who="microvm")
+
+
+class _Channel:
+    """JSON lines with the guest agent, with a deadline per message."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buf = b""
+
+    def send(self, msg: dict[str, object]) -> None:
+        self.sock.sendall(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
+
+    def recv(self, deadline: float) -> dict | None:
+        while b"\n" not in self.buf:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("the guest agent did not answer in time")
+            self.sock.settimeout(remaining)
+            chunk = self.sock.recv(1 << 16)
+            if not chunk:
+                return None
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return json.loads(line)
+
+
+def _splice(a: socket.socket, b: socket.socket) -> None:
+    def pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    other = threading.Thread(target=pump, args=(b, a), daemon=True)
+    other.start()
+    pump(a, b)
+    other.join()
+    a.close()
+    b.close()
+
+
+class _ProxyRelay:
+    """The host end of the guest's one forward: an abstract socket for one uid, joined to the proxy.
+
+    Abstract, so nothing is left on disk if the harness dies; checked by
+    SO_PEERCRED, so only the session's QEMU (and the relays it starts) may use it.
+    """
+
+    def __init__(self, proxy_socket: str, uid: int) -> None:
+        self.name = f"firstrun-microvm-{secrets.token_hex(8)}"
+        self._proxy = proxy_socket
+        self._uid = uid
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.bind("\0" + self.name)
+        self._sock.listen(64)
+        threading.Thread(target=self._serve, daemon=True, name="firstrun-microvm-relay").start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            cred = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+            _, uid, _ = struct.unpack("3i", cred)
+            if uid != self._uid:
+                conn.close()
+                continue
+            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                upstream.connect(self._proxy)
+            except OSError:
+                upstream.close()
+                conn.close()
+                continue
+            threading.Thread(target=_splice, args=(conn, upstream), daemon=True).start()
+
+    def close(self) -> None:
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+
+
+class MicrovmSession:
+    """A running micro-VM and the agent inside it."""
+
+    def __init__(self, *, process: subprocess.Popen[bytes], channel: socket.socket,
+                 env: dict[str, str], profile: SandboxProfile, info: SessionInfo,
+                 lent_uid: int | None, owner: tuple[int, int], console: IO[bytes],
+                 relay: _ProxyRelay | None) -> None:
+        self.info = info
+        self.pid = process.pid
+        self._process = process
+        self._channel_sock = channel
+        self._channel = _Channel(channel)
+        self._env = env
+        self._profile = profile
+        self._lent_uid = lent_uid
+        self._owner = owner
+        self._console = console
+        self._relay = relay
+        self._lock = threading.Lock()
+        self._next_id = 0
+        self._closed = False
+
+    def __enter__(self) -> MicrovmSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def console_tail(self) -> str:
+        try:
+            self._console.seek(0)
+            return self._console.read()[-2000:].decode("utf-8", "replace")
+        except (OSError, ValueError):
+            return ""
+
+    def exec(self, command: str | Sequence[str], *, cwd: str | None = None,
+             timeout: float | None = None, env: dict[str, str] | None = None,
+             on_output: OutputCallback | None = None) -> ExecResult:
+        argv = command_argv(command, who="microvm")
+        workspace = self._profile.fs.sandbox_workspace
+        cwd = workspace if cwd is None else posixpath.normpath(posixpath.join(workspace, cwd))
+        merged = command_environment(self._env, env, who="microvm")
+        limit = self._profile.limits.command_timeout_s if timeout is None else timeout
+        outputs = {Stream.STDOUT: OutputCapture(self._profile.limits.output_bytes),
+                   Stream.STDERR: OutputCapture(self._profile.limits.output_bytes)}
+        with self._lock:
+            if self._closed:
+                raise SandboxError("session is closed", who="microvm")
+            self._next_id += 1
+            cmd_id = self._next_id
+            deadline = time.monotonic() + limit + _EXEC_GRACE_S
+            try:
+                self._channel.send({"op": "exec", "id": cmd_id, "argv": argv, "cwd": cwd,
+                                    "env": merged, "timeout": limit})
+                while True:
+                    msg = self._channel.recv(deadline)
+                    if msg is None:
+                        raise SandboxError(
+                            f"the VM ended during a command: {self.console_tail()}",
+                            who="microvm")
+                    if msg.get("id") != cmd_id:
+                        continue
+                    if msg["op"] == "out":
+                        stream = Stream(msg["stream"])
+                        data = base64.b64decode(msg["data"])
+                        outputs[stream].add(data)
+                        if on_output is not None:
+                            on_output(stream, data)
+                    elif msg["op"] == "exit":
+                        return ExecResult(
+                            exit_code=int(msg["code"]),
+                            stdout=outputs[Stream.STDOUT].result(),
+                            stderr=outputs[Stream.STDERR].result(),
+                            duration_s=float(msg["duration_s"]),
+                            timed_out=bool(msg["timed_out"]))
+            except (OSError, ValueError) as exc:
+                # An agent that stopped answering supervises nothing: end the VM now.
+                self._kill()
+                raise SandboxError(f"lost the guest agent: {exc}", who="microvm") from exc
+
+    def _kill(self) -> None:
+        if self._process.poll() is None:
+            self._process.kill()
+        self._process.wait()
+
+    def interrupt(self) -> None:
+        # The VM is one process: killing it ends every command in the guest at once.
+        if self._process.poll() is None:
+            self._process.kill()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            self._shutdown()
+        finally:
+            self._restore()
+
+    def _shutdown(self) -> None:
+        try:
+            self._channel.send({"op": "shutdown"})
+            deadline = time.monotonic() + _CLOSE_GRACE_S
+            while (msg := self._channel.recv(deadline)) is not None and msg.get("op") != "closed":
+                pass
+        except (OSError, ValueError):
+            pass
+        try:
+            self._process.wait(timeout=_CLOSE_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+        self._kill()
+        self._channel_sock.close()
+        if self._relay is not None:
+            self._relay.close()
+        self._console.close()
+
+    def _restore(self) -> None:
+        if self._lent_uid is not None:
+            try:
+                chown_tree(self._profile.fs.workspace, *self._owner, only_owner=self._lent_uid)
+            except OSError as exc:
+                raise SandboxError(f"restoring workspace ownership: {exc}", who="microvm") from exc
+
+
+def _ca_bundle() -> bytes:
+    """The host's CA bundle and every CA variable's file: what pip, npm and curl trust here."""
+    paths = [SYSTEM_CA_BUNDLE] if os.path.isfile(SYSTEM_CA_BUNDLE) else []
+    for name in CA_VARIABLES:
+        value = os.environ.get(name, "")
+        if value.startswith("/") and os.path.isfile(value) and value not in paths:
+            paths.append(value)
+    return b"\n".join(Path(p).read_bytes() for p in paths)
+
+
+def _seccomp_bpf() -> bytes:
+    fd = seccomp.compile_filter()
+    try:
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read()
+    finally:
+        os.close(fd)
+
+
+# Run between the uid change (which would clear a parent-death signal set
+# earlier) and QEMU: SIGKILL when the harness dies, even by SIGKILL; a
+# harness already gone by then (the parent changed) means no VM at all.
+_LAUNCHER = """import ctypes, os, signal, sys
+if ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0) != 0 or os.getppid() != int(sys.argv[1]):
+    os._exit(1)
+os.execv(sys.argv[2], sys.argv[2:])"""
+
+
+def _layers(profile: SandboxProfile, *, accel: str, uid: int, proxy: bool,
+            memory_mib: int) -> tuple[LayerStatus, ...]:
+    fs = profile.fs
+    limits = profile.limits
+    details = {
+        LayerName.NAMESPACES: f"own kernel in a QEMU microvm ({'KVM' if accel == 'kvm' else 'TCG emulation'}); "
+                              "no host process, mount or network is visible",
+        LayerName.LANDLOCK: f"in place of Landlock: the root is a read-only 9p share; writable "
+                            f"only {fs.sandbox_workspace} (9p), tmpfs {SANDBOX_TMP} and "
+                            f"{fs.sandbox_home}",
+        LayerName.SECCOMP: f"the linux backend's filter ({len(seccomp.RULES)} deny rules), "
+                           "loaded in the guest with no_new_privs",
+        LayerName.NETWORK: f"only {PROXY_ADDRESS}:{PROXY_PORT}, forwarded to the egress proxy; "
+                           "no route, no DNS" if proxy else "no NIC at all (no proxy)",
+        LayerName.LIMITS: f"session-wide: VM memory {memory_mib} MiB; in the guest: nproc "
+                          f"{limits.pids}, open files {limits.open_files}, core 0; output "
+                          f"{limits.output_bytes} bytes per stream",
+        LayerName.UNPRIVILEGED: f"uid {uid} in the guest, no capabilities; QEMU as uid {uid} "
+                                "on the host",
+    }
+    mechanism = dict(PROVIDES)
+    if accel == "tcg":
+        mechanism[LayerName.NAMESPACES] = "separate guest kernel (QEMU microvm, TCG emulation)"
+    return tuple(LayerStatus(name=layer, applied=True, mechanism=mechanism[layer],
+                             detail=details[layer]) for layer in LayerName)
+
+
+def accel_from_env() -> str:
+    accel = os.environ.get(ACCEL_VARIABLE, "kvm") or "kvm"
+    if accel not in ("kvm", "tcg"):
+        raise SandboxUnavailable(f"{ACCEL_VARIABLE}={accel!r} is neither kvm nor tcg",
+                                 who="microvm", fix=f"unset {ACCEL_VARIABLE} or set it to tcg")
+    return accel
+
+
+class MicrovmBackend:
+    """A QEMU micro-VM per session. ``accel`` None reads FIRSTRUN_MICROVM_ACCEL (default kvm)."""
+
+    name = "microvm"
+
+    def __init__(self, *, accel: str | None = None) -> None:
+        self._accel = accel
+
+    @property
+    def accel(self) -> str:
+        return self._accel or accel_from_env()
+
+    def probe(self) -> tuple[Capability, ...]:
+        return probe.probe(self.accel)
+
+    def start(self, profile: SandboxProfile, *, proxy: ProxyEndpoint | None) -> MicrovmSession:
+        accel = self.accel
+        missing = [c for c in self.probe() if not c.available]
+        if missing:
+            raise SandboxUnavailable("; ".join(f"{c.name}: {c.detail}" for c in missing),
+                                     who="microvm", fix="; ".join(c.fix for c in missing if c.fix))
+        lacking = unprovided(profile, PROVIDES)
+        if lacking:
+            raise SandboxUnavailable(f"the microvm backend cannot enforce {', '.join(lacking)}",
+                                     who="microvm", fix="use a backend that provides it")
+        image = find_image()
+        if image is None:
+            raise SandboxUnavailable("the micro-VM image is not built", who="microvm",
+                                     fix="firstrun images build --microvm")
+        if not os.path.isdir(profile.fs.workspace):
+            raise SandboxError(f"workspace {profile.fs.workspace} is not a directory",
+                               who="microvm")
+        return self._launch(profile, proxy, image, accel)
+
+    def _launch(self, profile: SandboxProfile, proxy: ProxyEndpoint | None,
+                image: MicrovmImage, accel: str) -> MicrovmSession:
+        fs = profile.fs
+        st = os.lstat(fs.workspace)
+        owner = (st.st_uid, st.st_gid)
+        root = os.geteuid() == 0
+        lent = pick_uid(_UID_RANGE, who="microvm") if root else None
+        uid, gid = (lent, lent) if lent is not None else (os.getuid(), os.getgid())
+        groups: list[int] = []
+        if root and accel == "kvm":
+            groups = [grp.getgrnam("kvm").gr_gid]
+        memory_mib = profile.limits.memory_bytes // (1 << 20) + _GUEST_OVERHEAD_MIB
+        opened: list[int] = []
+        channel, guest_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        console = tempfile.TemporaryFile()
+        relay_server: _ProxyRelay | None = None
+        process: subprocess.Popen[bytes] | None = None
+        try:
+            if lent is not None:
+                chown_tree(fs.workspace, lent, lent, only_owner=None)
+            for path, flags in ((image.kernel, os.O_RDONLY), (image.initramfs, os.O_RDONLY),
+                                (image.rootfs, os.O_PATH | os.O_DIRECTORY),
+                                (fs.workspace, os.O_PATH | os.O_DIRECTORY)):
+                opened.append(os.open(path, flags | os.O_CLOEXEC))
+            relay_argv = None
+            if proxy is not None:
+                relay_server = _ProxyRelay(proxy.socket_path, uid)
+                relay_argv = relay.command(RELAY_PYTHON, relay_server.name)
+            spec = VmSpec(qemu=probe.QEMU, accel=accel, memory_mib=memory_mib,
+                          relay=relay_argv,
+                          files=VmFiles(kernel_fd=opened[0], initramfs_fd=opened[1],
+                                        rootfs_fd=opened[2], workspace_fd=opened[3],
+                                        channel_fd=guest_end.fileno()))
+            config = guest_config(
+                uid=uid, gid=gid, workspace=fs.sandbox_workspace, home=fs.sandbox_home,
+                real_homes=fs.real_homes, tmpfs_bytes=profile.limits.memory_bytes,
+                limits={"pids": profile.limits.pids, "open_files": profile.limits.open_files},
+                seccomp=base64.b64encode(_seccomp_bpf()).decode(),
+                ca_bundle=base64.b64encode(_ca_bundle()).decode(), network=proxy is not None)
+            qemu = shutil.which(probe.QEMU) or probe.QEMU
+            spec = replace(spec, qemu=qemu)
+            process = subprocess.Popen(
+                [RELAY_PYTHON, "-I", "-S", "-c", _LAUNCHER, str(os.getpid()), *build_argv(spec)],
+                stdin=subprocess.DEVNULL, stdout=console, stderr=console,
+                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+                pass_fds=[*opened, guest_end.fileno()], close_fds=True,
+                user=uid if root else None, group=gid if root else None,
+                extra_groups=groups if root else None, start_new_session=True)
+        except BaseException as exc:
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait()
+            if relay_server is not None:
+                relay_server.close()
+            channel.close()
+            console.close()
+            if lent is not None:
+                chown_tree(fs.workspace, *owner, only_owner=lent)
+            if isinstance(exc, OSError):
+                raise _error("cannot launch qemu", exc) from exc
+            raise
+        finally:
+            guest_end.close()
+            for fd in opened:
+                os.close(fd)
+        env = build_environment(
+            os.environ, path=GUEST_PATH, home=fs.sandbox_home, tmpdir=SANDBOX_TMP,
+            proxy_url=f"http://{PROXY_ADDRESS}:{PROXY_PORT}" if proxy is not None else None)
+        # The guest has one CA bundle (the host's, mounted over Debian's): point every CA
+        # variable the host set at it, since the host's paths do not exist inside.
+        env.update({name: CA_PATH for name in CA_VARIABLES if name in env})
+        session = MicrovmSession(
+            process=process, channel=channel, env=env, profile=profile,
+            info=SessionInfo(backend=self.name, enforcement=Enforcement.ENFORCED,
+                             policy_hash=profile.policy_hash()),
+            lent_uid=lent, owner=owner, console=console, relay=relay_server)
+        try:
+            self._boot(session, channel, config, accel)
+            checks = attestation.attest(session, attestation.AttestPlan(
+                python=GUEST_PYTHON, workspace=fs.sandbox_workspace, real_homes=fs.real_homes,
+                exposed=(), proxy_port=PROXY_PORT if proxy is not None else None,
+                nonce=proxy.nonce if proxy is not None else None, landlock=False,
+                network="user_restricted" if proxy is not None else "loopback_only",
+                host_alias=HOST_ALIAS if proxy is not None else None,
+                proxy_host=PROXY_ADDRESS))
+            session.info = SessionInfo(
+                backend=self.name, enforcement=Enforcement.ENFORCED,
+                policy_hash=profile.policy_hash(),
+                layers=_layers(profile, accel=accel, uid=uid, proxy=proxy is not None,
+                               memory_mib=memory_mib),
+                attestation=checks)
+            attestation.require_passed(checks)
+        except BaseException:
+            session.close()
+            raise
+        return session
+
+    @staticmethod
+    def _boot(session: MicrovmSession, channel: socket.socket, config: dict[str, object],
+              accel: str) -> None:
+        deadline = time.monotonic() + _READY_TIMEOUT_S[accel]
+        try:
+            channel.settimeout(_READY_TIMEOUT_S[accel])
+            channel.sendall(b"%d\n" % len(AGENT_SOURCE) + AGENT_SOURCE)
+            channel.sendall(json.dumps(config, separators=(",", ":")).encode() + b"\n")
+            ready = session._channel.recv(deadline)
+        except (OSError, ValueError) as exc:
+            raise SandboxError(f"the VM did not boot: {exc}: {session.console_tail()}",
+                               who="microvm") from exc
+        if ready is None:
+            raise SandboxError(f"the VM did not boot: {session.console_tail()}", who="microvm")
+        if not ready.get("ok"):
+            raise SandboxError(f"the guest agent failed to set up: {ready.get('error')}",
+                               who="microvm")

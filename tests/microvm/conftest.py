@@ -1,0 +1,52 @@
+"""Fixtures for micro-VM tests: real QEMU, a real guest kernel, a real proxy on a Unix socket.
+
+The accelerator is KVM wherever KVM can run Debian's kernel; elsewhere (a
+host whose /dev/kvm is PVM, or none) the same VM runs under TCG emulation,
+chosen here explicitly and recorded by the session, never by the backend.
+scripts/test builds the image (firstrun images build --microvm).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+
+import pytest
+
+from firstrun.policy.network import Channel, NetworkPolicy
+from firstrun.policy.process import Limits
+from firstrun.policy.profile import SandboxProfile
+from firstrun.proxy.server import EgressProxy
+from firstrun.sandbox.base import ProxyEndpoint
+from firstrun.sandbox.hostfs import host_filesystem_policy
+from firstrun.sandbox.microvm import probe
+from firstrun.sandbox.microvm.image import find_image
+
+ACCEL = "kvm" if probe.kvm().available else "tcg"
+
+
+def make_profile(workspace: str, **limits: object) -> SandboxProfile:
+    return SandboxProfile(fs=host_filesystem_policy(workspace, os.environ),
+                          limits=Limits(**limits))  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def microvm_ready() -> None:
+    if find_image() is None:
+        pytest.fail("the micro-VM image is not built; scripts/test runs "
+                    "'firstrun images build --microvm'")
+
+
+@pytest.fixture(scope="module")
+def proxy() -> Iterator[tuple[EgressProxy, ProxyEndpoint]]:
+    sockdir = tempfile.mkdtemp(prefix="firstrun-test-proxy-")
+    with EgressProxy(NetworkPolicy.build()) as p:
+        path = p.listen_unix(os.path.join(sockdir, "proxy.sock"), Channel.SHELL)
+        yield p, ProxyEndpoint(socket_path=path, nonce=p.nonce)
+    shutil.rmtree(sockdir, ignore_errors=True)
+
+
+def make_workspace() -> str:
+    return tempfile.mkdtemp(prefix="firstrun-test-microvm-ws-")

@@ -1,0 +1,122 @@
+"""One real micro-VM behind the real proxy: the exec contract, attestation and escapes by evidence."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+from collections.abc import Iterator
+
+import pytest
+from conftest import ACCEL, make_profile, make_workspace
+
+from firstrun.proxy.server import EgressProxy
+from firstrun.sandbox.base import ProxyEndpoint
+from firstrun.sandbox.microvm.backend import MicrovmBackend, MicrovmSession
+
+OUTPUT_CAP = 4096
+
+
+@pytest.fixture(scope="module")
+def session(proxy: tuple[EgressProxy, ProxyEndpoint]) -> Iterator[MicrovmSession]:
+    workspace = make_workspace()
+    profile = make_profile(workspace, output_bytes=OUTPUT_CAP, memory_bytes=1 << 30)
+    with MicrovmBackend(accel=ACCEL).start(profile, proxy=proxy[1]) as s:
+        yield s
+    shutil.rmtree(workspace, ignore_errors=True)
+
+
+def test_attested_with_every_layer_applied(session: MicrovmSession) -> None:
+    info = session.info
+    assert info.backend == "microvm"
+    assert all(c.passed for c in info.attestation), info.attestation
+    names = {c.name for c in info.attestation}
+    assert {"only_on_link_route", "no_route", "no_dns", "proxy_answers", "writes_confined",
+            "seccomp_loaded", "host_canary_saw_nothing"} <= names
+    assert all(layer.applied for layer in info.layers)
+    namespaces = next(layer for layer in info.layers if layer.name == "namespaces")
+    assert ("TCG" in namespaces.mechanism) == (ACCEL == "tcg")
+
+
+def test_the_command_runs_under_the_guest_kernel(session: MicrovmSession) -> None:
+    result = session.exec("uname -r")
+    assert result.exit_code == 0
+    assert result.stdout.text().strip() != os.uname().release
+
+
+def test_exit_codes(session: MicrovmSession) -> None:
+    assert session.exec("exit 3").exit_code == 3
+    assert session.exec(["false"]).exit_code == 1
+    assert session.exec(["/no/such/program"]).exit_code == 127
+    assert session.exec("kill -9 $$").exit_code == 128 + 9
+
+
+def test_output_is_capped_keeping_both_ends(session: MicrovmSession) -> None:
+    result = session.exec("printf START; head -c 100000 /dev/zero | tr '\\0' x; printf END")
+    assert result.stdout.total_bytes == 100008
+    assert result.stdout.truncated
+    assert len(result.stdout.data) == OUTPUT_CAP
+    assert result.stdout.text().startswith("START") and result.stdout.text().endswith("END")
+
+
+def test_timeout_kills_the_whole_tree(session: MicrovmSession) -> None:
+    result = session.exec(
+        "sleep 1000 & echo $! > /tmp/child; setsid sleep 1001 & echo $! > /tmp/daemon; "
+        "(sleep 1002 &) ; sleep 1000", timeout=3)
+    assert result.timed_out
+    after = session.exec("for p in $(cat /tmp/child /tmp/daemon); do "
+                         "kill -0 $p 2>/dev/null && echo alive $p; done; "
+                         "ps -eo args | grep -c '^sleep 100[0-2]' || true")
+    assert "alive" not in after.stdout.text()
+    assert after.stdout.text().strip().splitlines()[-1] == "0"
+
+
+def test_workspace_is_shared_and_the_root_is_read_only(session: MicrovmSession) -> None:
+    result = session.exec("echo data > made-inside && touch /etc/x /usr/x /x 2>&1; id -u")
+    assert "Read-only file system" in result.stdout.text()
+    host = os.path.join(session._profile.fs.workspace, "made-inside")
+    with open(host, encoding="utf-8") as f:
+        assert f.read() == "data\n"
+
+
+def test_env_points_at_the_proxy_and_has_no_resolver(session: MicrovmSession) -> None:
+    result = session.exec("echo $HTTPS_PROXY; cat /etc/resolv.conf | wc -c")
+    proxy_url, resolv = result.stdout.text().split()
+    assert proxy_url == "http://10.0.2.100:3128"
+    assert resolv == "0"
+
+
+@pytest.mark.escape
+def test_direct_dials_reach_nothing(session: MicrovmSession) -> None:
+    canary = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    canary.bind(("127.0.0.1", 0))
+    canary.listen(8)
+    canary.setblocking(False)
+    port = canary.getsockname()[1]
+    script = (
+        "import json, socket\n"
+        "out = {}\n"
+        f"for host in ('10.0.2.2', '127.0.0.1', '203.0.113.80', '10.0.2.3'):\n"
+        "    s = socket.socket(); s.settimeout(5)\n"
+        f"    try:\n        s.connect((host, {port})); out[host] = 'connected'\n"
+        "    except OSError as e:\n        out[host] = str(e)\n"
+        "print(json.dumps(out))\n")
+    result = session.exec(["python3", "-c", script])
+    outcomes = json.loads(result.stdout.text())
+    assert all(v != "connected" for v in outcomes.values()), outcomes
+    with pytest.raises(BlockingIOError):
+        canary.accept()
+    canary.close()
+
+
+@pytest.mark.escape
+def test_the_proxy_is_the_only_way_out(session: MicrovmSession,
+                                       proxy: tuple[EgressProxy, ProxyEndpoint]) -> None:
+    # Through the proxy: its own attestation answer, the nonce. Around it: nothing.
+    result = session.exec("curl -s --max-time 20 http://attest.firstrun.invalid/; echo; "
+                          "curl -s --noproxy '*' --max-time 5 http://203.0.113.80/ "
+                          "|| echo direct-failed")
+    lines = result.stdout.text().splitlines()
+    assert proxy[1].nonce in lines[0]
+    assert lines[-1] == "direct-failed"
