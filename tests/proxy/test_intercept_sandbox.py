@@ -11,7 +11,8 @@ import os
 import shlex
 import shutil
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -53,8 +54,19 @@ class Rig:
     def sh(self, command: str) -> ExecResult:
         return self.session.exec(command, timeout=120)
 
-    def records(self) -> list[EgressRecord]:
-        return self.proxy.records()
+    def records(self, wanted: Callable[[EgressRecord], bool] = lambda r: True,
+                at_least: int = 0) -> list[EgressRecord]:
+        """The records ``wanted`` picks, once there are ``at_least`` (bounded wait).
+
+        A record is written when its exchange ends, which can be just after
+        the command read the answer and exited.
+        """
+        deadline = time.monotonic() + 10
+        while True:
+            picked = [r for r in self.proxy.records() if wanted(r)]
+            if len(picked) >= at_least or time.monotonic() > deadline:
+                return picked
+            time.sleep(0.01)
 
     def url(self, server: HttpsRegistry, path: str = "/") -> str:
         return f"https://{server.host}:{server.port}{path}"
@@ -148,7 +160,7 @@ def test_with_inspection_an_upload_is_refused_and_the_registry_sees_nothing(
         assert out.splitlines()[-1] == "405", (method, out, result.stderr.text())
         assert "x-firstrun-reason: method_not_allowed" in out
     assert rig.registry.seen[before:] == []
-    refused = [r for r in rig.records() if r.scheme is Scheme.HTTPS and r.method in results]
+    refused = rig.records(lambda r: r.scheme is Scheme.HTTPS and r.method in results, at_least=2)
     assert [(r.method, r.path, r.decision.value, r.reason.value) for r in refused] == [
         ("POST", "/upload", "deny", "method_not_allowed"),
         ("PUT", "/upload", "deny", "method_not_allowed")]
@@ -220,7 +232,7 @@ def test_a_placeholder_is_swapped_only_for_its_host(inspecting_rig: Rig) -> None
     assert named.headers["authorization"] == f"Bearer {SECRET}"
     assert elsewhere.headers["authorization"] == f"Bearer {placeholder}"
     assert dict(in_clear.headers)[b"authorization"] == f"Bearer {placeholder}".encode()
-    swapped = [r for r in rig.records() if r.credentials]
+    swapped = rig.records(lambda r: bool(r.credentials), at_least=1)
     assert [(r.host, r.path, r.credentials) for r in swapped] == [
         ("registry.test", "/auth", ("NPM_TOKEN",))]
     assert not any(SECRET in r.to_json() for r in rig.records())

@@ -344,3 +344,28 @@ def test_an_allowed_upload_that_expects_100_continue_gets_it(registry: HttpsRegi
     p.records()
     assert reply.status == 200
     assert [(s.method, s.body) for s in registry.seen] == [("PUT", b"bytes")]
+
+
+def test_under_inspection_plain_http_is_judged_by_the_same_rules(upstream: HttpUpstream) -> None:
+    policy = _policy(upstream, names=("plain.test",))
+    p = Proxy(policy, inspection=InspectionPolicy.build(max_body_bytes=10), cafiles=())
+    url = f"http://plain.test:{upstream.port}"
+    host = f"plain.test:{upstream.port}"
+    replies = []
+    for request in (
+        f"GET {url}/simple/ HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n",
+        f"POST {url}/upload HTTP/1.1\r\nHost: {host}\r\nContent-Length: 3\r\n\r\nabc",
+        (f"GET {url}/big HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: chunked\r\n\r\n"
+         "8\r\n12345678\r\n8\r\n12345678\r\n0\r\n\r\n"),
+    ):
+        with connect(p.address) as sock:
+            sock.sendall(request.encode())
+            replies.append(read_reply(sock))
+    records = p.records(at_least=3)
+    assert [r.status for r in replies] == [200, 405, 413]
+    assert [r.headers.get(b"x-firstrun-reason") for r in replies[1:]] == [
+        b"method_not_allowed", b"body_too_large"]
+    assert [r.reason.value for r in records] == [
+        "allowed_by_override", "method_not_allowed", "body_too_large"]
+    # Judged before anything went upstream: the server saw only the read.
+    assert [(req.method, req.target) for req in upstream.seen.requests] == [(b"GET", b"/simple/")]

@@ -41,6 +41,7 @@ import h11
 from firstrun.errors import ProxyError
 from firstrun.policy.addresses import IPAddress
 from firstrun.policy.hosts import parse_ip_literal
+from firstrun.policy.methods import InnerRequest, InspectionPolicy, decide_inner
 from firstrun.policy.network import (
     Channel,
     Decision,
@@ -237,6 +238,8 @@ class _Client:
         target = ex.target
         if target.action is Action.ATTEST:
             return await self._attest(ex)
+        if target.action is Action.FORWARD:
+            self._judge_method(target, event)
         upstream = await self._admit(ex, target)
         try:
             if target.action is Action.TUNNEL:
@@ -363,6 +366,24 @@ class _Client:
 
     # -- the decision ---------------------------------------------------------
 
+    def _inspection(self) -> InspectionPolicy | None:
+        """The method rules, for the shell channel when the run inspects; else None."""
+        return self._proxy.policy.inspection if self._channel is Channel.SHELL else None
+
+    def _judge_method(self, target: Target, event: h11.Request) -> None:
+        """Under inspection plain HTTP is judged like decrypted HTTPS, before anything is dialled."""
+        inspection = self._inspection()
+        if inspection is None:
+            return
+        declared = next((int(v) for n, v in event.headers if n == b"content-length"), 0)
+        decision = decide_inner(inspection, InnerRequest(
+            host=target.host, port=target.port, method=target.method, path=target.path or "/",
+            body_bytes=declared,
+        ))
+        if not decision.allowed:
+            raise Refused(decision.reason, f"{target.method} {target.host}{target.path}",
+                          layer=decision.layer, host=target.host)
+
     async def _admit(self, ex: _Exchange, target: Target) -> socket.socket:
         """Decide, resolve once, decide again, and dial a checked address."""
         policy = self._proxy.policy
@@ -418,7 +439,7 @@ class _Client:
         ex.status = 200
         # Only the shell channel carries untrusted traffic; the docs channel
         # is the harness's own reader, which verifies the real server itself.
-        if self._proxy.interception is not None and self._channel is Channel.SHELL:
+        if self._inspection() is not None:
             await self._intercept(ex, target, upstream)
             return
         tunnel = Tunnel(
@@ -459,18 +480,18 @@ class _Client:
         up = h11.Connection(h11.CLIENT)
         headers = upstream_headers(list(event.headers), target)
         request = h11.Request(method=event.method, target=target.path or "/", headers=headers)
+        inspection = self._inspection()
         try:
-            ex.bytes_up += await self._send(upstream, up.send(request) or b"", UpstreamGone)
-            if self._h11.they_are_waiting_for_100_continue:
-                await self._to_client(ex, h11.InformationalResponse(status_code=100, headers=[]))
-            while True:
-                body_event = await self._client_event()
-                if isinstance(body_event, h11.Data):
-                    chunk = up.send(h11.Data(data=body_event.data)) or b""
-                    ex.bytes_up += await self._send(upstream, chunk, UpstreamGone)
-                elif isinstance(body_event, h11.EndOfMessage):
-                    ex.bytes_up += await self._send(upstream, up.send(h11.EndOfMessage()) or b"", UpstreamGone)
-                    break
+            if inspection is not None:
+                # Read and judged whole before a byte goes upstream, as in a tunnel.
+                body = await self._capped_body(ex, inspection, target)
+                data = up.send(request) or b""
+                if body:
+                    data += up.send(h11.Data(data=body)) or b""
+                data += up.send(h11.EndOfMessage()) or b""
+                ex.bytes_up += await self._send(upstream, data, UpstreamGone)
+            else:
+                await self._stream_body(ex, up, request, upstream)
             response = await self._upstream_event(up, upstream)
             while isinstance(response, h11.InformationalResponse):
                 # 1xx are hop-by-hop: the proxy already answered Expect itself.
@@ -499,6 +520,34 @@ class _Client:
         except UpstreamGone:
             # The client already has our status line: closing is all that is left.
             return False
+
+    async def _stream_body(
+        self, ex: _Exchange, up: h11.Connection, request: h11.Request, upstream: socket.socket
+    ) -> None:
+        ex.bytes_up += await self._send(upstream, up.send(request) or b"", UpstreamGone)
+        if self._h11.they_are_waiting_for_100_continue:
+            await self._to_client(ex, h11.InformationalResponse(status_code=100, headers=[]))
+        while True:
+            body_event = await self._client_event()
+            if isinstance(body_event, h11.Data):
+                chunk = up.send(h11.Data(data=body_event.data)) or b""
+                ex.bytes_up += await self._send(upstream, chunk, UpstreamGone)
+            elif isinstance(body_event, h11.EndOfMessage):
+                ex.bytes_up += await self._send(upstream, up.send(h11.EndOfMessage()) or b"", UpstreamGone)
+                return
+
+    async def _capped_body(self, ex: _Exchange, inspection: InspectionPolicy, target: Target) -> bytes:
+        if self._h11.they_are_waiting_for_100_continue:
+            await self._to_client(ex, h11.InformationalResponse(status_code=100, headers=[]))
+        body = bytearray()
+        while not isinstance(event := await self._client_event(), h11.EndOfMessage):
+            if isinstance(event, h11.Data):
+                body += event.data
+                if len(body) > inspection.max_body_bytes:
+                    raise Refused(Reason.BODY_TOO_LARGE,
+                                  f"body over {inspection.max_body_bytes} bytes",
+                                  layer=Layer.METHODS, host=target.host)
+        return bytes(body)
 
     async def _upstream_event(self, up: h11.Connection, sock: socket.socket) -> h11.Event:
         while True:
