@@ -23,7 +23,10 @@ U, A = Mode.UNATTENDED, Mode.ATTENDED
 
 
 def rules(source: str = "task", **texts: list[str]) -> RuleSet:
-    return RuleSet.parse(source, **texts)
+    """A set from rule texts by verdict (``deny=[...]``), in the order given."""
+    return RuleSet(source=source, rules=tuple(
+        parse_rule(text, verdict=Verdict(verdict)) for verdict, items in texts.items()
+        for text in items))
 
 
 # -- grammar ----------------------------------------------------------------

@@ -67,7 +67,7 @@ Pure: stdlib only, no I/O.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from fnmatch import fnmatchcase
@@ -171,16 +171,6 @@ class RuleSet:
 
     source: str
     rules: tuple[Rule, ...] = ()
-
-    @classmethod
-    def parse(cls, source: str, *, allow: Iterable[str] = (), deny: Iterable[str] = (),
-              ask: Iterable[str] = (), origin: str = "") -> RuleSet:
-        """Rules from their texts, every one labelled with ``origin``."""
-        rules = [parse_rule(text, verdict=verdict, origin=origin)
-                 for verdict, texts in ((Verdict.DENY, deny), (Verdict.ASK, ask),
-                                        (Verdict.ALLOW, allow))
-                 for text in texts]
-        return cls(source=source, rules=tuple(rules))
 
 
 @dataclass(frozen=True, kw_only=True)
