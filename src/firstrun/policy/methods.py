@@ -1,8 +1,8 @@
 """Method, path and body rules for requests the proxy decrypted, and which credentials a host gets.
 
-Guarantee: with TLS inspection on, every request inside an intercepted
-tunnel is decided by ``decide_inner`` alone, before a byte of it goes
-upstream. Every host the shell may reach is read-only by default: ``GET``
+Guarantee: with TLS inspection on, every shell request the proxy can read
+(each one inside an intercepted tunnel, and plain HTTP) is decided by
+``decide_inner`` alone, before a byte of it goes upstream. Every host the shell may reach is read-only by default: ``GET``
 and ``HEAD`` pass, anything else (an upload to a package registry, a
 ``DELETE``) is refused with ``method_not_allowed``, unless a task rule names
 that host, that method and a path prefix covering the path. A request whose

@@ -7,7 +7,8 @@ and ``decide_addresses`` over every address returned), and the proxy dials
 only addresses that were checked, never the name again. Each request or
 tunnel leaves exactly one ``EgressRecord``, refusals included (with TLS
 inspection, each decrypted request inside a shell-channel tunnel leaves one
-more, see ``intercept``): malformed or
+more, see ``intercept``, and plain HTTP on the shell channel is judged by the
+same ``policy.methods`` rules before anything is dialled): malformed or
 ambiguous input gets a 4xx with a one-line reason, a stalled head gets 408,
 and none of it can crash the proxy or hold a connection slot forever.
 
