@@ -10,11 +10,12 @@ matrix ``firstrun audit`` measures; where they disagree, one of them is
 wrong, and the audit says which cells.
 
 The facts are deliberately coarse: they say what an action touches, in the
-terms a layer decides on (a path outside the sandbox's view, a direct
-socket, a write to an allowed host). Layers that no backend offers yet
-(``CREDENTIAL_MASKING``; ``METHOD_RULES`` until the proxy's TLS inspection
-is on) are in the model all the same, because the residual a backend leaves
-open is named by the layers that would close it.
+terms a layer decides on (a path outside the sandbox's view, a destination
+the allow-list does not name, a write to an allowed host). Every layer is in
+the model whether or not a given backend can apply it, because the residual
+a configuration leaves open is named by the layers that would close it
+(``METHOD_RULES`` and ``CREDENTIAL_MASKING`` are the proxy's
+``--inspect-tls``).
 
 Pure: stdlib only, no I/O.
 """
