@@ -9,6 +9,7 @@ of it goes upstream.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -126,3 +127,22 @@ def test_a_run_with_inspection_installs_from_the_registry_and_cannot_upload(
         ("POST", "pypi.org", "/legacy/")]
     assert any(r.get("scheme") == "https" and r.get("host") == "files.pythonhosted.org"
                and r.get("method") == "GET" and r.get("status") == 200 for r in inner)
+
+
+@pytest.mark.parametrize("flags, env, message", [
+    ((), {}, "firstrun.credentials (NPM_TOKEN) need --inspect-tls"),
+    (("--inspect-tls",), {}, "credential NPM_TOKEN: $NPM_TOKEN_REAL is not set"),
+])
+def test_run_refuses_a_credential_it_cannot_honour_before_any_run(
+    tmp_path: Path, flags: tuple[str, ...], env: dict[str, str], message: str,
+) -> None:
+    task = _task(tmp_path, CREDENTIALS)
+    result = subprocess.run(
+        [str(FIRSTRUN), "run", str(task), *flags, "--out", str(tmp_path / "out"),
+         "--docs-mirror", f"{DOCS_HOST}={DOCS}"],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120, check=False,
+        env={k: v for k, v in os.environ.items() if k != "NPM_TOKEN_REAL"} | env)
+    assert result.returncode == 3, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"firstrun: error: {task}: {message}")
+    assert not (tmp_path / "out" / "runs").exists()

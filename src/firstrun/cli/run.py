@@ -220,8 +220,9 @@ def run_command(request: RunRequest) -> int:
     # Built once up front so an unknown --agent, a bad --model, a missing SDK
     # or key, or an unpriced --max-spend is refused before any run.
     spend = _spend_governor(new_agent(), request.max_spend, tasks)
-    from firstrun.run.sandbox import inspecting_backend
+    from firstrun.run.sandbox import check_inspection, inspecting_backend
 
+    check_inspection(tasks, inspect_tls=request.inspect_tls, env=os.environ)
     backend = inspecting_backend(request.backend, inspect_tls=request.inspect_tls, flag="--backend")
     resolution = _resolve(backend, request.allow_unenforced,
                           [task.spec.image or request.image for task in tasks])
@@ -432,8 +433,9 @@ def check_command(
     from firstrun.run.runner import RunConfig
     from firstrun.run.suite import suite_exit_code
 
-    from firstrun.run.sandbox import inspecting_backend
+    from firstrun.run.sandbox import check_inspection, inspecting_backend
 
+    check_inspection(tasks, inspect_tls=inspect_tls, env=os.environ)
     backend = inspecting_backend(backend, inspect_tls=inspect_tls, flag="--backend")
     resolution = _resolve(backend, allow_unenforced, [tasks[0].spec.image or image])
     if isinstance(resolution, str):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, fields
 from enum import StrEnum
@@ -38,7 +38,7 @@ from firstrun.errors import SandboxError, SandboxUnavailable, UsageError
 from firstrun.policy.network import Channel, Layer, Mode, NetworkPolicy, Reason, Verdict
 from firstrun.policy.process import Limits
 from firstrun.policy.profile import SandboxProfile
-from firstrun.proxy.credentials import sandbox_variables
+from firstrun.proxy.credentials import mint, sandbox_variables
 from firstrun.proxy.intercept import prepare_interception
 from firstrun.proxy.records import EgressRecord, Scheme
 from firstrun.proxy.server import EgressProxy
@@ -61,6 +61,18 @@ DOCS_MIN_DELAY_S = 1.0
 
 # Backends that show ProxyEndpoint.trust_bundle inside their sandbox.
 INSPECTING_BACKENDS = frozenset({"linux"})
+
+
+def check_inspection(tasks: Sequence[Task], *, inspect_tls: bool, env: Mapping[str, str]) -> None:
+    """Refuse before any run what every run would refuse alike: a credential without
+    --inspect-tls, or one whose value is not in ``env``. Raises ``UsageError``."""
+    for task in tasks:
+        policy = compile_profile_inputs(task, inspect=inspect_tls)
+        if policy.inspection is not None:
+            try:
+                mint(policy.inspection.credentials, env)
+            except UsageError as exc:
+                raise UsageError(f"{task.path}: {exc.args[0]}") from None
 
 
 def inspecting_backend(backend: str, *, inspect_tls: bool, flag: str) -> str:
