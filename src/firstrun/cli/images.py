@@ -3,7 +3,9 @@
 Guarantee: builds only what is missing (an image already in the daemon is
 left alone; a cached root filesystem is imported without a new debootstrap),
 prints one line per step on stderr, and exits 0 only when every image asked
-for is present afterwards. With neither ``--python`` nor ``--node``, both.
+for is present afterwards. With neither ``--python`` nor ``--node``, both
+(unless only ``--microvm`` was asked for, which builds the micro-VM's boot
+files alone).
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ def add_images_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[
         "an image already present is left alone. Needs root, debootstrap and a docker daemon.")
     build.add_argument("--python", action="store_true", help=f"build {PYTHON.tag}")
     build.add_argument("--node", action="store_true", help=f"build {NODE.tag}")
+    build.add_argument("--microvm", action="store_true",
+                       help="build the microvm backend's kernel, initramfs and root tree "
+                            "(from Debian's installed kernel and the python root filesystem)")
     build.add_argument("--cache-dir", metavar="DIR",
                        help=f"where root filesystems are cached (default: {default_cache_dir()})")
 
@@ -36,7 +41,15 @@ def images_command(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     chosen = tuple(r for r in RECIPES if getattr(args, r.key))
-    build_images(chosen or RECIPES,
-                 cache_dir=Path(args.cache_dir) if args.cache_dir else None,
-                 log=lambda line: print(f"firstrun images: {line}", file=sys.stderr, flush=True))
+    cache_dir = Path(args.cache_dir) if args.cache_dir else None
+
+    def log(line: str) -> None:
+        print(f"firstrun images: {line}", file=sys.stderr, flush=True)
+
+    if chosen or not args.microvm:
+        build_images(chosen or RECIPES, cache_dir=cache_dir, log=log)
+    if args.microvm:
+        from firstrun.sandbox.microvm.image import build_image
+
+        build_image(cache_dir=cache_dir, log=log)
     return 0
