@@ -400,9 +400,11 @@ class InterceptedTunnel:
             raise Refused(Reason.MALFORMED_REQUEST,
                           "request target inside a tunnel must be origin-form", host=self._host)
         hosts = [value for name, value in headers if name == b"host"]
-        # h11 already requires exactly one Host on HTTP/1.1; HTTP/1.0 may omit it.
+        # HTTP/1.0 may omit Host, and two could name two hosts: exactly one is judged.
         if len(hosts) != 1:
-            raise Refused(Reason.HOST_MISMATCH, "no Host header inside the tunnel", host=self._host)
+            raise Refused(Reason.HOST_MISMATCH,
+                          f"{len(hosts)} Host headers inside the tunnel; exactly one is needed",
+                          host=self._host)
         text = hosts[0].decode("ascii", "replace")
         try:
             named = parse_authority(text, default_port=443)
