@@ -167,6 +167,10 @@ def open_sandbox(
     # A sweep resolves ``auto`` once before its runs; a lone run does it here.
     name = config.backend if config.backend != "auto" else resolve_backend(
         "auto", BackendOptions(allow_unenforced=config.allow_unenforced), (image,)).backend
+    if task.spec.firstrun.isolation == "vm":
+        from firstrun.sandbox.microvm.backend import require_vm
+
+        require_vm(name, who=f"task {task.name}")
     own_proxy = entry(name).own_proxy
     backend = select_backend(name, allow_unenforced=config.allow_unenforced,
                              options=BackendOptions(

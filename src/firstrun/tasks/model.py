@@ -29,7 +29,7 @@ import ipaddress
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -480,6 +480,11 @@ class Extensions(_Model):
     )
     credentials: tuple[Credential, ...] = Field(
         (), description="Secrets swapped in by the proxy for their host only; need --inspect-tls."
+    )
+    isolation: Literal["vm"] | None = Field(
+        None,
+        description="vm: run only in a micro-VM with its own kernel (--backend microvm, KVM); "
+        "any other backend is refused.",
     )
 
 

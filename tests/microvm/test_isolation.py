@@ -1,0 +1,52 @@
+"""``isolation: vm``: a task that asks for a kernel of its own gets a KVM micro-VM or nothing."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from firstrun.errors import SandboxUnavailable, TaskError
+from firstrun.examples import find_example
+from firstrun.sandbox.microvm import probe
+from firstrun.sandbox.microvm.backend import require_vm
+from firstrun.tasks.load import load_task
+
+
+def _task_with(tmp_path: Path, extension: str) -> Path:
+    source = find_example("python-tabulate").task_path.parent
+    target = tmp_path / "task"
+    shutil.copytree(source, target)
+    task = target / "task.yaml"
+    task.write_text(task.read_text(encoding="utf-8") + f"firstrun:\n  isolation: {extension}\n",
+                    encoding="utf-8")
+    return task
+
+
+def test_the_task_file_says_vm(tmp_path: Path) -> None:
+    assert load_task(_task_with(tmp_path, "vm")).spec.firstrun.isolation == "vm"
+
+
+def test_an_unknown_isolation_is_refused_at_its_line(tmp_path: Path) -> None:
+    with pytest.raises(TaskError) as caught:
+        load_task(_task_with(tmp_path, "container"))
+    assert "task.yaml" in str(caught.value)
+
+
+@pytest.mark.parametrize("backend", ["linux", "docker", "local", "seatbelt"])
+def test_any_other_backend_is_refused(backend: str) -> None:
+    with pytest.raises(SandboxUnavailable) as caught:
+        require_vm(backend, who="task t")
+    assert caught.value.fix == "run it with --backend microvm"
+
+
+def test_microvm_without_kvm_is_refused_even_if_emulation_was_asked_for(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("FIRSTRUN_MICROVM_ACCEL", "tcg")
+    kvm = probe.kvm()
+    if kvm.available:
+        require_vm("microvm", who="task t")
+        return
+    with pytest.raises(SandboxUnavailable) as caught:
+        require_vm("microvm", who="task t")
+    assert kvm.detail in str(caught.value)
