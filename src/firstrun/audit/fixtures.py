@@ -38,6 +38,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from firstrun.errors import SandboxUnavailable
+
 PACKAGE = "firstrun-audit-fixture"
 MODULE = "firstrun_audit_fixture"
 REGISTRY_HOST = "registry.firstrun-audit.test"
@@ -262,7 +264,15 @@ class Witnesses:
         self.abstract = _Listener(socket.AF_UNIX, socket.SOCK_STREAM, "\0" + self.abstract_name)
         self.secret_path = os.path.join(home, f".firstrun-audit-{self.nonce}")
         # A system file any uid may write by its mode: only a layer refuses the write.
-        self.system_dir = tempfile.mkdtemp(prefix="firstrun-audit-", dir=system_dir)
+        try:
+            self.system_dir = tempfile.mkdtemp(prefix="firstrun-audit-", dir=system_dir)
+        except OSError as exc:
+            for listener in (self.canary, self.dns, self.abstract):
+                listener.close()
+            raise SandboxUnavailable(
+                f"cannot plant the audit's system-file canary in {system_dir}: {exc.strerror}",
+                who="audit", fix=f"run firstrun audit as a user who can write {system_dir} "
+                                 "(root)") from exc
         os.chmod(self.system_dir, 0o755)
         self.system_path = os.path.join(self.system_dir, "canary")
         self.system_content = f"untouched {self.nonce}\n"
