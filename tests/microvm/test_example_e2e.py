@@ -1,0 +1,39 @@
+"""The bundled python-tabulate quickstart, replayed inside a micro-VM: docs, PyPI through the proxy, the check."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ACCEL
+
+pytestmark = pytest.mark.e2e
+
+FIRSTRUN = Path(sys.executable).parent / "firstrun"
+
+
+@pytest.mark.timeout(1200)
+def test_python_tabulate_replay_passes_on_microvm(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [str(FIRSTRUN), "run", "--example", "python-tabulate", "--agent", "replay",
+         "--backend", "microvm", "--out", str(out)],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=1100,
+        env={**os.environ, "FIRSTRUN_MICROVM_ACCEL": ACCEL})
+    assert done.returncode == 0, done.stdout + done.stderr
+    (run,) = json.loads((out / "results.json").read_text(encoding="utf-8"))["runs"]
+    assert (run["classification"], run["check_exit"]) == ("passed", 0)
+    assert run["backend"] == "microvm" and run["enforcement"] == "enforced"
+    assert run["attestation"] and all(a["passed"] for a in run["attestation"])
+    assert run["blocked_egress"] == []
+    trace = [json.loads(line) for line in
+             (out / run["trace"]).read_text(encoding="utf-8").splitlines() if line]
+    shell = [e["record"] for e in trace if e.get("kind") == "egress"
+             and e["record"]["channel"] == "shell" and e["record"]["reason"] != "attestation"]
+    # The install reached the real registry, and only through the proxy's records.
+    assert {r["host"] for r in shell} == {"pypi.org", "files.pythonhosted.org"}
+    assert all(r["decision"] == "allow" for r in shell)
