@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import uuid
 from dataclasses import dataclass
 
-import h11
 
-import firstrun
 from firstrun.policy.filesystem import FilesystemPolicy
 from firstrun.policy.network import NetworkPolicy
 from firstrun.policy.profile import SandboxProfile
+from firstrun.sandbox.docker.backend import sidecar_lib_binds
 from firstrun.sandbox.docker.resources import docker, harness_identity
 from firstrun.sandbox.docker.topology import DockerHost, Topology, build_topology
 
@@ -21,8 +19,7 @@ IMAGE = "firstrun/python:3.11"
 
 
 def lib_binds() -> tuple[tuple[str, str], ...]:
-    return ((os.path.dirname(firstrun.__file__), "firstrun"),
-            (os.path.dirname(h11.__file__), "h11"))
+    return sidecar_lib_binds()
 
 
 def make_topology(workspace: str, *, harness: str | None = None) -> tuple[SandboxProfile, Topology]:

@@ -323,7 +323,8 @@ def _ca_files() -> tuple[str, ...]:
 _SIDECAR_MODULES = ("h11", "cryptography", "cffi", "_cffi_backend")
 
 
-def _lib_binds() -> tuple[tuple[str, str], ...]:
+def sidecar_lib_binds() -> tuple[tuple[str, str], ...]:
+    """(host path, name under the sidecar's library directory) for the proxy and its imports."""
     binds = [(os.path.dirname(firstrun.__file__), "firstrun"),
              (os.path.dirname(h11.__file__), "h11")]
     for name in _SIDECAR_MODULES[1:]:
@@ -399,7 +400,7 @@ class DockerBackend:
         uid, gid = (lent, lent) if lent is not None else owner
         topology = build_topology(profile, session=uuid.uuid4().hex[:12], host=DockerHost(
             workspace=fs.workspace, uid=uid, gid=gid, image=image, sidecar_image=image,
-            lib_binds=_lib_binds(), harness=harness_identity(), ca_files=_ca_files()))
+            lib_binds=sidecar_lib_binds(), harness=harness_identity(), ca_files=_ca_files()))
         sidecar: _Sidecar | None = None
         session: DockerSession | None = None
         try:

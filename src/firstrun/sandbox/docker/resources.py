@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 
 from firstrun.errors import SandboxError, SandboxUnavailable
@@ -103,12 +104,19 @@ def _labelled(kind: str, docker_bin: str | None) -> list[tuple[str, str]]:
     return [tuple(line.split("\t", 1)) for line in out.splitlines() if "\t" in line]  # type: ignore[misc]
 
 
+# How long a concurrent reaper's removal is waited for: 50 listings, 0.2 s apart.
+_REAP_POLLS = 50
+_REAP_POLL_S = 0.2
+
+
 def reap(*, docker_bin: str | None = None) -> Reaped:
     """Remove every labelled resource whose harness is no longer running.
 
     Concurrent starts may reap the same leftovers, so a removal that fails
     is judged by listing again: only a dead harness's resource that still
-    exists afterwards is an error.
+    exists afterwards is an error. Another reaper's removal may still be in
+    progress then ("removal ... is already in progress"), so the listing is
+    repeated, a bounded number of times, until that removal has finished.
     """
     removers = {"container": ("rm", "--force", "--volumes"), "network": ("network", "rm"),
                 "volume": ("volume", "rm", "--force")}
@@ -119,7 +127,12 @@ def reap(*, docker_bin: str | None = None) -> Reaped:
             continue
         done = docker(*removers[kind], *dead, docker_bin=docker_bin, check=False)
         if done.returncode != 0:
-            left = {name for name, _ in _labelled(kind, docker_bin)} & set(dead)
+            left = set(dead)
+            for _ in range(_REAP_POLLS):
+                left &= {name for name, _ in _labelled(kind, docker_bin)}
+                if not left:
+                    break
+                time.sleep(_REAP_POLL_S)
             if left:
                 raise SandboxError(f"cannot remove leftover {kind}s {sorted(left)}: "
                                    f"{done.stderr.strip()[-500:]}", who="docker")
