@@ -61,6 +61,29 @@ success:
     test "$(head -n1 codes.txt)" = 200 || qs_fail "pypi.org was not reachable"
 """
 
+# network.allow names a host (with its subdomains) on top of the defaults,
+# and the task's own deny wins over a default registry.
+ALLOW_AND_DENY = """\
+name: allow-and-deny
+goal: Reach PyPI, but not Debian.
+docs:
+  path:
+    - http://docs.greeter.test/
+network:
+  allow:
+    - pypi.org
+firstrun:
+  network:
+    deny:
+      - deb.debian.org
+replay:
+  - curl -sS -o /dev/null -w '%{http_code}\\n' https://pypi.org/simple/tabulate/ >> codes.txt
+  - curl -sS -o /dev/null -w '%{http_code}\\n' https://deb.debian.org/debian/ >> codes.txt; true
+success:
+  script: |
+    test "$(head -n1 codes.txt)" = 200 || qs_fail "pypi.org was not reachable"
+"""
+
 
 def _task(tmp_path: Path, text: str) -> Task:
     path = tmp_path / f"task-{uuid.uuid4().hex[:8]}.yaml"
@@ -99,11 +122,13 @@ def test_a_denied_egress_classifies_the_same_on_every_backend(tmp_path: Path) ->
 
 
 @pytest.mark.skipif(len(AVAILABLE) < 2, reason="needs two available backends to compare")
-def test_task_network_overrides_apply_the_same_on_every_backend(tmp_path: Path) -> None:
-    records = _run_on_each(tmp_path, OVERRIDES)
+@pytest.mark.parametrize("text", [OVERRIDES, ALLOW_AND_DENY], ids=["only", "allow-and-deny"])
+def test_task_network_overrides_apply_the_same_on_every_backend(tmp_path: Path,
+                                                                text: str) -> None:
+    records = _run_on_each(tmp_path, text)
     for backend, record in records.items():
         assert record.classification.value == "passed", (backend, record.detail)
-        # deb.debian.org is a default registry; the task's `only` took it away.
+        # deb.debian.org is a default registry; the task took it away.
         assert [(h, d) for _, h, d, *_ in _egress(record)] == [("deb.debian.org", "deny")], backend
     egress = [_egress(r) for r in records.values()]
     assert all(e == egress[0] for e in egress)
