@@ -2,9 +2,9 @@
 
 Guarantee: ``auto`` picks the first backend, in ``REGISTRY`` order of
 ``auto_rank``, that this machine can enforce right now for every image the
-sweep needs (docker, then linux, then seatbelt), and never an unenforced one
-(``local``) nor a micro-VM (opt-in): an entry with ``auto_rank=None`` is
-never picked. ``resolve_backend`` says why each better backend was passed
+sweep needs (docker, then linux, then seatbelt once it registers at rank 3),
+and never an unenforced one (``local``) nor a micro-VM (opt-in): an entry
+with ``auto_rank=None`` is never picked. ``resolve_backend`` says why each better backend was passed
 over, so the choice explains itself; it is made once per sweep, and the
 sweep re-checks that exact backend (``unavailable``) before each run rather
 than ever choosing again. ``local`` is refused unless unenforced execution
@@ -16,7 +16,10 @@ one backend's dependencies can still use the others.
 
 Adding a backend is one ``Entry`` in ``REGISTRY``: its name, the class
 (``"module:Class"``), where ``auto`` ranks it, and, if its constructor takes
-options, a ``build`` that picks them from ``BackendOptions``.
+options, a ``build`` that picks them from ``BackendOptions``. ``BACKENDS``
+(the ``--backend`` choices) follows the table, and so do ``firstrun doctor``
+and the conformance suite, which runs against every entry that probes
+available.
 """
 
 from __future__ import annotations
