@@ -23,7 +23,7 @@ def test_python_tabulate_replay_passes_on_microvm(tmp_path: Path) -> None:
         [str(FIRSTRUN), "run", "--example", "python-tabulate", "--agent", "replay",
          "--backend", "microvm", "--out", str(out)],
         capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=1100,
-        env={**os.environ, "FIRSTRUN_MICROVM_ACCEL": ACCEL})
+        env={**os.environ, "FIRSTRUN_MICROVM_ACCEL": ACCEL}, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     (run,) = json.loads((out / "results.json").read_text(encoding="utf-8"))["runs"]
     assert (run["classification"], run["check_exit"]) == ("passed", 0)

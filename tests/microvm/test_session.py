@@ -120,3 +120,23 @@ def test_the_proxy_is_the_only_way_out(session: MicrovmSession,
     lines = result.stdout.text().splitlines()
     assert proxy[1].nonce in lines[0]
     assert lines[-1] == "direct-failed"
+
+
+@pytest.mark.escape
+def test_links_planted_in_the_workspace_reach_no_host_file(session: MicrovmSession,
+                                                           tmp_path_factory) -> None:  # type: ignore[no-untyped-def]
+    # A host file outside the workspace, named by its host path inside the guest:
+    # the guest resolves every link in its own tree, where that path is not the host's.
+    canary_dir = tmp_path_factory.mktemp("microvm-canary")
+    canary = canary_dir / "canary.txt"
+    canary.write_text("original\n", encoding="utf-8")
+    os.chmod(canary_dir, 0o777)
+    os.chmod(canary, 0o666)
+    result = session.exec(
+        f"ln -s {canary} link; echo pwned > link; echo pwned > {canary}; "
+        f"ln {canary} hard; cat {canary}; ls -la /workspace/..", timeout=30)
+    assert canary.read_text(encoding="utf-8") == "original\n"
+    assert sorted(os.listdir(canary_dir)) == ["canary.txt"]
+    assert "original" not in result.stdout.text()
+    # Back on the host, the planted link is a link, and following it is the host's business.
+    assert os.path.islink(os.path.join(session._profile.fs.workspace, "link"))

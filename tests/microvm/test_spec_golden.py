@@ -55,7 +55,7 @@ def test_proxy_is_the_only_forward_of_a_restricted_nic() -> None:
 def test_tcg_emulates_a_cpu_model_not_the_host() -> None:
     spec = VmSpec(qemu="q", accel="tcg", memory_mib=256, files=FILES, relay=None)
     argv = build_argv(spec)
-    assert argv[argv.index("-accel") + 1] == "tcg"
+    assert argv[argv.index("-accel") + 1] == "tcg,tb-size=64"
     assert argv[argv.index("-cpu") + 1] == "max"
 
 

@@ -10,7 +10,8 @@ QEMU never runs as root: a root harness runs it as a fresh per-session uid
 (lent the workspace for the session, as the linux backend does), with
 PR_SET_PDEATHSIG so a harness killed by SIGKILL takes its VM with it, and
 every file it reads is a descriptor the harness opened (nothing of the
-host is reachable by path, nothing is written to disk but the workspace).
+host is reachable by path; no file is left behind but the workspace: the
+console log is an unlinked temporary file, the proxy relay an abstract socket).
 The guest's only NIC is user-mode networking with ``restrict=on``; its one
 forward leads through a per-session abstract socket that accepts only the
 session's QEMU uid, to the egress proxy, so the same policy and records
@@ -25,7 +26,6 @@ silently swapped for emulation.
 from __future__ import annotations
 
 import base64
-import grp
 import json
 import os
 import posixpath
@@ -425,7 +425,8 @@ class MicrovmBackend:
         uid, gid = (lent, lent) if lent is not None else (os.getuid(), os.getgid())
         groups: list[int] = []
         if root and accel == "kvm":
-            groups = [grp.getgrnam("kvm").gr_gid]
+            # The device's own group (kvm on Debian): QEMU opens it as the lent uid.
+            groups = [os.stat("/dev/kvm").st_gid]
         memory_mib = profile.limits.memory_bytes // (1 << 20) + _GUEST_OVERHEAD_MIB
         opened: list[int] = []
         channel, guest_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
