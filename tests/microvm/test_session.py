@@ -140,3 +140,26 @@ def test_links_planted_in_the_workspace_reach_no_host_file(session: MicrovmSessi
     assert "original" not in result.stdout.text()
     # Back on the host, the planted link is a link, and following it is the host's business.
     assert os.path.islink(os.path.join(session._profile.fs.workspace, "link"))
+
+
+@pytest.mark.escape
+def test_the_proxy_relay_serves_only_the_sessions_qemu_uid(
+        session: MicrovmSession, proxy: tuple[EgressProxy, ProxyEndpoint]) -> None:
+    # Any other local process (this one included) that finds the abstract
+    # name is turned away before a byte reaches the proxy.
+    if os.geteuid() != 0:
+        pytest.skip("QEMU runs as this test's own uid unless the harness is root")
+    assert session._relay is not None
+    records_before = len(proxy[0].records())
+    answer = b""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(30)
+        sock.connect("\0" + session._relay.name)
+        try:
+            sock.sendall(b"GET http://attest.firstrun.invalid/ HTTP/1.1\r\n"
+                         b"Host: attest.firstrun.invalid\r\n\r\n")
+            answer = sock.recv(1024)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+    assert answer == b""
+    assert len(proxy[0].records()) == records_before
