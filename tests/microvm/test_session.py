@@ -163,3 +163,14 @@ def test_the_proxy_relay_serves_only_the_sessions_qemu_uid(
             pass
     assert answer == b""
     assert len(proxy[0].records()) == records_before
+
+
+@pytest.mark.escape
+def test_a_command_cannot_speak_on_the_agents_channel(session: MicrovmSession) -> None:
+    # The channel is the agent's (root's) device; a command that could open it
+    # could forge exits or read other commands' output.
+    result = session.exec("ls /dev/vport*p1 && echo '{}' > /dev/vport*p1; "
+                          "cat /dev/vport*p1 </dev/null; echo done", timeout=30)
+    assert result.stdout.text().splitlines()[-1] == "done"
+    assert result.stderr.text().count("Permission denied") == 2
+    assert session.exec("echo still-served").stdout.text() == "still-served\n"
