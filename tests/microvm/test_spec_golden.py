@@ -5,6 +5,7 @@ from __future__ import annotations
 from firstrun.sandbox.microvm import relay
 from firstrun.sandbox.microvm.spec import (
     KERNEL_CMDLINE,
+    TCG_CMDLINE,
     VmFiles,
     VmSpec,
     build_argv,
@@ -57,6 +58,7 @@ def test_tcg_emulates_a_cpu_model_not_the_host() -> None:
     argv = build_argv(spec)
     assert argv[argv.index("-accel") + 1] == "tcg,tb-size=64"
     assert argv[argv.index("-cpu") + 1] == "max"
+    assert argv[argv.index("-append") + 1] == f"{KERNEL_CMDLINE} {TCG_CMDLINE}"
 
 
 def test_relay_program_fits_in_a_forward() -> None:
