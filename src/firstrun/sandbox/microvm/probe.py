@@ -34,20 +34,21 @@ def _cpu_flags() -> set[str]:
     return set()
 
 
-def kvm() -> Capability:
+def kvm(device: str = "/dev/kvm", modules: str = "/sys/module") -> Capability:
+    """Whether ``device`` runs VMs here; the arguments exist so tests can point elsewhere."""
     flags = _cpu_flags()
-    if not os.path.exists("/dev/kvm"):
+    if not os.path.exists(device):
         if "hypervisor" in flags and not flags & {"vmx", "svm"}:
             return Capability(
                 name="kvm", available=False,
-                detail="no /dev/kvm: this machine is a virtual machine whose host does not "
+                detail=f"no {device}: this machine is a virtual machine whose host does not "
                        "expose hardware virtualisation (nested virtualisation is off)",
                 fix="enable nested virtualisation on the host (kvm_intel nested=1 or "
                     "kvm_amd nested=1, and pass vmx/svm to this VM)")
-        return Capability(name="kvm", available=False, detail="no /dev/kvm",
+        return Capability(name="kvm", available=False, detail=f"no {device}",
                           fix="enable VT-x/AMD-V in the firmware and modprobe kvm_intel "
                               "(or kvm_amd)")
-    if os.path.isdir("/sys/module/kvm_pvm"):
+    if os.path.isdir(os.path.join(modules, "kvm_pvm")):
         return Capability(
             name="kvm", available=False,
             detail="/dev/kvm is provided by PVM (kvm_pvm, virtualisation without hardware "
@@ -56,26 +57,26 @@ def kvm() -> Capability:
             fix="run on a host with hardware virtualisation (or nested VT-x/AMD-V), or set "
                 "FIRSTRUN_MICROVM_ACCEL=tcg to emulate the guest's CPU (slow; recorded)")
     try:
-        fd = os.open("/dev/kvm", os.O_RDWR | os.O_CLOEXEC)
+        fd = os.open(device, os.O_RDWR | os.O_CLOEXEC)
     except OSError as exc:
         return Capability(name="kvm", available=False,
-                          detail=f"cannot open /dev/kvm: {exc.strerror}",
+                          detail=f"cannot open {device}: {exc.strerror}",
                           fix="add the invoking user to the kvm group (usermod -aG kvm USER)")
     try:
         version = fcntl.ioctl(fd, _KVM_GET_API_VERSION)
         if version != _KVM_API_VERSION:
             return Capability(name="kvm", available=False,
-                              detail=f"/dev/kvm answers API version {version}, not 12",
+                              detail=f"{device} answers API version {version}, not 12",
                               fix="use a kernel with the stable KVM API")
         vm = fcntl.ioctl(fd, _KVM_CREATE_VM, 0)
         os.close(vm)
     except OSError as exc:
         return Capability(name="kvm", available=False,
-                          detail=f"/dev/kvm refused to create a VM: {exc.strerror}",
+                          detail=f"{device} refused to create a VM: {exc.strerror}",
                           fix="check dmesg for kvm errors (virtualisation disabled in firmware?)")
     finally:
         os.close(fd)
-    return Capability(name="kvm", available=True, detail="/dev/kvm creates VMs (API 12)")
+    return Capability(name="kvm", available=True, detail=f"{device} creates VMs (API 12)")
 
 
 def qemu() -> Capability:
