@@ -2,9 +2,9 @@
 
 Guarantee: ``auto`` picks the first backend, in ``REGISTRY`` order of
 ``auto_rank``, that this machine can enforce right now for every image the
-sweep needs (docker, then linux, then seatbelt once it registers at rank 3),
-and never an unenforced one (``local``) nor a micro-VM (opt-in): an entry
-with ``auto_rank=None`` is never picked. ``resolve_backend`` says why each better backend was passed
+sweep needs (docker, then linux, then seatbelt), and never an unenforced one
+(``local``) nor a micro-VM (opt-in): an entry with ``auto_rank=None`` is
+never picked. ``resolve_backend`` says why each better backend was passed
 over, so the choice explains itself; it is made once per sweep, and the
 sweep re-checks that exact backend (``unavailable``) before each run rather
 than ever choosing again. ``local`` is refused unless unenforced execution
