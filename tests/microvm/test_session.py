@@ -174,3 +174,16 @@ def test_a_command_cannot_speak_on_the_agents_channel(session: MicrovmSession) -
     assert result.stdout.text().splitlines()[-1] == "done"
     assert result.stderr.text().count("Permission denied") == 2
     assert session.exec("echo still-served").stdout.text() == "still-served\n"
+
+
+def test_memory_is_capped_by_the_vm_and_the_session_survives(session: MicrovmSession) -> None:
+    # The profile's 1 GiB (plus the guest's overhead) is all the RAM there is:
+    # a command that keeps allocating is stopped inside, and QEMU stays within it.
+    result = session.exec(["python3", "-c",
+                           "a = []\nwhile True:\n    a.append(bytearray(64 << 20))"], timeout=300)
+    assert result.exit_code != 0 and not result.timed_out
+    assert session.exec("echo alive").stdout.text() == "alive\n"
+    with open(f"/proc/{session.pid}/status", encoding="utf-8") as f:
+        rss_kib = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+    # Guest RAM (1 GiB + 160 MiB) plus QEMU itself and TCG's 64 MiB translation cache.
+    assert rss_kib < (1024 + 160 + 320) * 1024
