@@ -12,7 +12,6 @@ from firstrun.policy.network import Channel, NetworkPolicy
 from firstrun.policy.profile import SandboxProfile
 from firstrun.proxy.records import EgressRecord
 from firstrun.proxy.server import EgressProxy
-from firstrun.run.sandbox import egress_record
 from firstrun.sandbox.base import ProxyEndpoint, Session
 from firstrun.sandbox.hostfs import host_filesystem_policy
 from firstrun.sandbox.select import OWN_PROXY, BackendOptions, entry, select_backend
@@ -29,7 +28,7 @@ def session_on(backend: str, workspace: str,
     sink = records if records is not None else []
     own = entry(backend).own_proxy
     chosen = select_backend(backend, allow_unenforced=False, options=BackendOptions(
-        on_record=(lambda data: sink.append(egress_record(data))) if own else None))
+        on_record=(lambda data: sink.append(EgressRecord.from_data(data))) if own else None))
     profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ), net=policy)
     with ExitStack() as stack:
         if own:

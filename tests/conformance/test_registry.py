@@ -1,4 +1,4 @@
-"""The backend registry, auto's order, the layer check, and records rebuilt from a sidecar (pure)."""
+"""The backend registry, auto's order and the layer check (pure)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,8 @@ import tempfile
 
 import pytest
 
-from firstrun.errors import SandboxError, SandboxUnavailable, UsageError
-from firstrun.policy.network import Channel, Layer, Reason, Verdict
+from firstrun.errors import SandboxUnavailable, UsageError
 from firstrun.policy.profile import ALL_LAYERS, LayerName, SandboxProfile, unprovided
-from firstrun.proxy.records import EgressRecord, Scheme
-from firstrun.run.sandbox import egress_record
 from firstrun.sandbox.docker.backend import PROVIDES as DOCKER_PROVIDES
 from firstrun.sandbox.hostfs import host_filesystem_policy
 from firstrun.sandbox.select import (
@@ -77,19 +74,3 @@ def test_the_policy_hash_says_what_was_required_not_which_backend() -> None:
     assert full.policy_hash() == _profile().policy_hash()
     assert full.policy_hash() != _profile(downgrades=frozenset({LayerName.LANDLOCK})).policy_hash()
     assert full.enforced == ALL_LAYERS
-
-
-def test_a_sidecar_record_comes_back_as_the_record_it_was() -> None:
-    record = EgressRecord(
-        ts="2026-01-01T00:00:00.000Z", id="r1", channel=Channel.SHELL, method="CONNECT",
-        scheme=Scheme.HTTPS_TUNNEL, host="pypi.org", port=443, path=None,
-        decision=Verdict.DENY, reason=Reason.NOT_ALLOWED, layer=Layer.DEFAULT,
-        would_deny=None, override=None, resolved=None, status=403, bytes_up=0, bytes_down=0,
-        duration_ms=1.5)
-    assert egress_record(record.to_data()) == record
-    broken = dict(record.to_data(), decision="maybe")
-    with pytest.raises(SandboxError):
-        egress_record(broken)
-    missing = {k: v for k, v in record.to_data().items() if k != "host"}
-    with pytest.raises(SandboxError):
-        egress_record(missing)

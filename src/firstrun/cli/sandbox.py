@@ -28,9 +28,9 @@ from firstrun.policy.network import DEFAULT_ALLOW, Channel, Mode, NetworkPolicy
 from firstrun.policy.process import Limits
 from firstrun.policy.profile import LayerName, SandboxProfile
 from firstrun.proxy.intercept import prepare_interception
-from firstrun.proxy.records import RecordLog
+from firstrun.proxy.records import EgressRecord, RecordLog
 from firstrun.proxy.server import EgressProxy
-from firstrun.run.sandbox import egress_record, inspecting_backend
+from firstrun.run.sandbox import inspecting_backend
 from firstrun.sandbox.base import ExecResult, ProxyEndpoint, Stream
 from firstrun.sandbox.hostfs import host_filesystem_policy
 from firstrun.sandbox.select import (
@@ -135,7 +135,7 @@ def run_sandbox(request: SandboxRequest) -> int:
     backend = select_backend(name, allow_unenforced=request.allow_unenforced, options=options
                              if own is None else BackendOptions(
                                  image=request.image,
-                                 on_record=lambda data: own.append(egress_record(data))))
+                                 on_record=lambda data: own.append(EgressRecord.from_data(data))))
     with ExitStack() as stack:
         stack.enter_context(signals_unwind())
         if request.workspace is None:

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, dataclass, fields
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import IO
 
+from firstrun.errors import ProxyError
 from firstrun.policy.network import Channel, Layer, Reason, Verdict
 
 
@@ -90,6 +91,42 @@ class EgressRecord:
 
     def to_json(self) -> str:
         return json.dumps(self.to_data(), separators=(",", ":"), sort_keys=False)
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, object]) -> EgressRecord:
+        """The record ``to_data`` gave, back (a proxy sidecar's record line).
+
+        Field by field over the dataclass, so a field added to the record is
+        carried, not dropped; a missing, unknown-valued or mistyped field is a
+        ``ProxyError``, never a record with a guessed value.
+        """
+        values: dict[str, object] = {}
+        try:
+            for f in fields(cls):
+                if f.name not in data:
+                    if f.default is not MISSING:
+                        continue
+                    raise ValueError(f"field {f.name!r} is missing")
+                value = data[f.name]
+                enum = _ENUM_FIELDS.get(f.name)
+                if enum is not None and value is not None:
+                    value = enum(value)
+                elif f.name == "credentials":
+                    if not isinstance(value, list | tuple) or not all(
+                            isinstance(v, str) for v in value):
+                        raise ValueError("field 'credentials' is not a list of names")
+                    value = tuple(value)
+                values[f.name] = value
+            return cls(**values)  # type: ignore[arg-type]
+        except (TypeError, ValueError) as exc:
+            raise ProxyError(f"a malformed egress record: {exc}", who="proxy") from exc
+
+
+# Record fields whose data form is an enum's value.
+_ENUM_FIELDS: Mapping[str, type[StrEnum]] = {
+    "channel": Channel, "scheme": Scheme, "decision": Verdict, "reason": Reason,
+    "layer": Layer, "would_deny": Reason,
+}
 
 
 class RecordLog:

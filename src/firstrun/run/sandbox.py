@@ -24,8 +24,7 @@ import os
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, fields
-from enum import StrEnum
+from dataclasses import dataclass
 
 from firstrun.docs import (
     AffordanceFilter,
@@ -34,13 +33,13 @@ from firstrun.docs import (
     Politeness,
     default_user_agent,
 )
-from firstrun.errors import SandboxError, SandboxUnavailable, UsageError
-from firstrun.policy.network import Channel, Layer, Mode, NetworkPolicy, Reason, Verdict
+from firstrun.errors import SandboxUnavailable, UsageError
+from firstrun.policy.network import Channel, Mode, NetworkPolicy
 from firstrun.policy.process import Limits
 from firstrun.policy.profile import SandboxProfile
 from firstrun.proxy.credentials import mint, sandbox_variables
 from firstrun.proxy.intercept import prepare_interception
-from firstrun.proxy.records import EgressRecord, Scheme
+from firstrun.proxy.records import EgressRecord
 from firstrun.proxy.server import EgressProxy
 from firstrun.run.config import RunConfig
 from firstrun.sandbox.base import ProxyEndpoint, Session
@@ -117,36 +116,6 @@ def task_profile(task: Task, workspace: str, policy: NetworkPolicy, config: RunC
     )
 
 
-# Record fields whose data form is an enum's value; lists come back as tuples.
-_ENUM_FIELDS: dict[str, type[StrEnum]] = {
-    "channel": Channel, "scheme": Scheme, "decision": Verdict, "reason": Reason,
-    "layer": Layer, "would_deny": Reason,
-}
-
-
-def egress_record(data: dict[str, object]) -> EgressRecord:
-    """An ``EgressRecord`` back from its ``to_data`` form (a sidecar's record line).
-
-    Field by field over the dataclass, so a field added to the record is
-    carried, not dropped; a missing or malformed one is a ``SandboxError``.
-    """
-    values: dict[str, object] = {}
-    try:
-        for f in fields(EgressRecord):
-            if f.name not in data:
-                continue
-            value = data[f.name]
-            if f.name in _ENUM_FIELDS and value is not None:
-                value = _ENUM_FIELDS[f.name](value)
-            elif isinstance(value, list):
-                value = tuple(value)
-            values[f.name] = value
-        return EgressRecord(**values)  # type: ignore[arg-type]
-    except (TypeError, ValueError) as exc:
-        raise SandboxError(f"the proxy sidecar wrote a malformed record: {exc}",
-                           who="docker") from exc
-
-
 def run_image(task: Task, config: RunConfig) -> str | None:
     """The container image for ``task``: its own ``image``, else ``--image``; None: the default."""
     return task.spec.image or config.image
@@ -175,7 +144,7 @@ def open_sandbox(
     backend = select_backend(name, allow_unenforced=config.allow_unenforced,
                              options=BackendOptions(
                                  image=image,
-                                 on_record=(lambda data: on_record(egress_record(data)))
+                                 on_record=(lambda data: on_record(EgressRecord.from_data(data)))
                                  if own_proxy else None))
     profile = task_profile(task, workspace, policy, config)
     if policy.inspection is not None and name not in INSPECTING_BACKENDS:
