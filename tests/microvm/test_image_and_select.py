@@ -9,7 +9,13 @@ import pytest
 from firstrun.errors import SandboxUnavailable
 from firstrun.sandbox.microvm import probe
 from firstrun.sandbox.microvm.backend import MicrovmBackend
-from firstrun.sandbox.microvm.image import MODULES, cpio_newc, find_image
+from firstrun.sandbox.microvm.image import (
+    MODULES,
+    cpio_newc,
+    find_image,
+    has_pvh_entry,
+    pvh_kernel,
+)
 from firstrun.sandbox.select import REGISTRY, entry, select_backend
 
 
@@ -43,6 +49,15 @@ def test_the_built_initramfs_holds_init_and_the_modules_in_load_order() -> None:
     order = entries["modules"].decode().split()
     assert [os.path.basename(p).split(".ko")[0].replace("-", "_") for p in order] == list(MODULES)
     assert all(p.lstrip("/") in entries for p in order)
+
+
+def test_the_kernel_boots_directly_by_its_pvh_entry() -> None:
+    # Debian's bzImage is xz-compressed with a PVH note: the image holds the ELF itself.
+    image = find_image()
+    assert image is not None
+    assert has_pvh_entry(image.kernel.read_bytes())
+    assert not has_pvh_entry(b"\x7fELF" + b"\0" * 60)
+    assert pvh_kernel(b"not a kernel") is None
 
 
 def test_the_root_tree_has_no_resolver_and_the_mount_points() -> None:

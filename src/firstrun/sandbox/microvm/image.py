@@ -3,7 +3,8 @@
 Guarantee: ``build_image`` assembles, offline apart from the Debian archive
 the root filesystem comes from, everything a micro-VM boots: the installed
 Debian kernel (copied, so a kernel upgrade on the host cannot leave the
-cached modules and kernel mismatched), an initramfs holding only a static
+cached modules and kernel mismatched; unpacked to its ELF when it has a PVH
+entry, so it boots without a decompressor), an initramfs holding only a static
 ``init`` (``init.c``) and the driver modules it loads, and the root tree
 extracted from the same cached debootstrap tarball the ``firstrun/python``
 Docker image is imported from. An image is published whole: it is built
@@ -17,8 +18,10 @@ per file), so no cpio or initramfs-tools is needed.
 from __future__ import annotations
 
 import glob
+import lzma
 import os
 import shutil
+import struct
 import subprocess
 import tempfile
 from collections.abc import Callable
@@ -66,7 +69,7 @@ def find_image(cache_dir: Path | None = None) -> MicrovmImage | None:
         release = (top / "release").read_text(encoding="utf-8").strip()
     except OSError:
         return None
-    image = MicrovmImage(kernel=top / "vmlinuz", initramfs=top / "initramfs.cpio",
+    image = MicrovmImage(kernel=top / "kernel", initramfs=top / "initramfs.cpio",
                          rootfs=top / "rootfs", kernel_release=release)
     if image.kernel.is_file() and image.initramfs.is_file() and (image.rootfs / "usr").is_dir():
         return image
@@ -103,6 +106,48 @@ def module_files(release: str, modules: str = "/lib/modules") -> list[str]:
         raise SandboxUnavailable(f"compressed kernel modules are not supported: {compressed[0]}",
                                  who="microvm", fix="install Debian bookworm's linux-image-amd64")
     return found
+
+
+_ELF_MAGIC = b"\x7fELF"
+_PT_NOTE = 4
+_XEN_ELFNOTE_PHYS32_ENTRY = 18
+
+
+def has_pvh_entry(elf: bytes) -> bool:
+    """Whether a 64-bit ELF kernel carries the PVH entry point QEMU boots it by."""
+    if elf[:4] != _ELF_MAGIC or elf[4] != 2:
+        return False
+    phoff, = struct.unpack_from("<Q", elf, 0x20)
+    phentsize, phnum = struct.unpack_from("<HH", elf, 0x36)
+    for i in range(phnum):
+        kind, _, offset, _, _, size = struct.unpack_from("<IIQQQQ", elf, phoff + i * phentsize)
+        if kind != _PT_NOTE:
+            continue
+        pos, end = offset, offset + size
+        while pos + 12 <= end:
+            namesz, descsz, note_type = struct.unpack_from("<III", elf, pos)
+            name = elf[pos + 12:pos + 12 + namesz].rstrip(b"\0")
+            if name == b"Xen" and note_type == _XEN_ELFNOTE_PHYS32_ENTRY:
+                return True
+            pos += 12 + (namesz + 3) // 4 * 4 + (descsz + 3) // 4 * 4
+    return False
+
+
+def pvh_kernel(bzimage: bytes) -> bytes | None:
+    """The uncompressed ELF kernel inside a bzImage, if it can be booted directly (PVH).
+
+    Booting it skips the decompressor and the option ROM that loads a bzImage,
+    as Firecracker does; Debian compresses with xz, which the stdlib reads.
+    None when the payload is in another format or has no PVH entry.
+    """
+    start = bzimage.find(b"\xfd7zXZ\x00")
+    if start < 0:
+        return None
+    try:
+        elf = lzma.LZMADecompressor(format=lzma.FORMAT_XZ).decompress(bzimage[start:])
+    except lzma.LZMAError:
+        return None
+    return elf if has_pvh_entry(elf) else None
 
 
 def cpio_newc(entries: list[tuple[str, int, bytes]]) -> bytes:
@@ -181,7 +226,11 @@ def build_image(*, cache_dir: Path | None = None,
         init = _compile_init(work)
         Path(work, "initramfs.cpio").write_bytes(initramfs(init, modules))
         os.unlink(os.path.join(work, "init"))
-        shutil.copyfile(vmlinuz, os.path.join(work, "vmlinuz"))
+        bzimage = Path(vmlinuz).read_bytes()
+        elf = pvh_kernel(bzimage)
+        log("microvm: kernel unpacked for direct (PVH) boot" if elf is not None
+            else "microvm: kernel has no PVH entry; booting the compressed image")
+        Path(work, "kernel").write_bytes(elf if elf is not None else bzimage)
         root = os.path.join(work, "rootfs")
         os.mkdir(root)
         log("microvm: root tree ...")
