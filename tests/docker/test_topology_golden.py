@@ -16,7 +16,7 @@ HOST = DockerHost(
     workspace="/HOST/ws", uid=1000, gid=1000, image="firstrun/python:3.11",
     sidecar_image="firstrun/python:3.11",
     lib_binds=(("/SRC/firstrun", "firstrun"), ("/SITE/h11", "h11")),
-    harness="4242:777",
+    harness="4242:777", seccomp_profile="/PRIVATE/seccomp.json",
 )
 LABELS = ("--label", "org.firstrun.managed=1", "--label", "org.firstrun.session=s1",
           "--label", "org.firstrun.harness=4242:777")
@@ -33,7 +33,8 @@ def test_topology_is_golden() -> None:
         ("create", "--name", "firstrun-s1-proxy", *LABELS,
          "--network", "firstrun-s1-egress",
          "--interactive",
-         "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--read-only",
+         "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+         "--security-opt", "seccomp=/PRIVATE/seccomp.json", "--read-only",
          "--tmpfs", "/tmp:rw,nosuid,nodev,size=16777216",
          "--user", "65534:65534", "--pids-limit", "64",
          "--memory", "268435456", "--memory-swap", "268435456", "--cpus", "0.5",
@@ -45,7 +46,8 @@ def test_topology_is_golden() -> None:
         ("network", "connect", "firstrun-s1-internal", "firstrun-s1-proxy"),
         ("create", "--name", "firstrun-s1-run", *LABELS,
          "--network", "firstrun-s1-internal",
-         "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--read-only",
+         "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+         "--security-opt", "seccomp=/PRIVATE/seccomp.json", "--read-only",
          "--tmpfs", "/tmp:rw,nosuid,nodev,size=1073741824",
          "--user", "1000:1000", "--pids-limit", "256",
          "--memory", "1073741824", "--memory-swap", "1073741824", "--cpus", "1",

@@ -5,7 +5,9 @@ Guarantee: ``DockerBackend.start`` returns a session only after the topology
 the sidecar enforcing ``profile.net`` answered with its nonce, and the
 attestation probe proved from inside that a direct dial and the embedded DNS
 are refused, the host's canary saw nothing, only the proxy answers, writes
-outside the workspace fail, and no capability or privilege is left;
+outside the workspace fail, no capability or privilege is left, and
+firstrun's seccomp profile (``seccomp.py``) refuses io_uring and a new user
+namespace and the OOM score cannot be lowered (``seccomp_probe.py``);
 otherwise it removes everything it created and raises. Leftovers of a
 harness that died are reaped before anything is created. Every command runs
 under the supervisor (``supervisor.py``), so a timeout, an interrupt or the
@@ -36,7 +38,9 @@ import contextlib
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 import threading
 import uuid
 from collections.abc import Callable, Sequence
@@ -52,6 +56,7 @@ from firstrun.policy.profile import LayerName, Provides, SandboxProfile, unprovi
 from firstrun.sandbox import attest as attestation
 from firstrun.sandbox.base import (
     Capability,
+    Check,
     Enforcement,
     ExecResult,
     LayerStatus,
@@ -62,7 +67,7 @@ from firstrun.sandbox.base import (
     command_argv,
     command_environment,
 )
-from firstrun.sandbox.docker import supervisor
+from firstrun.sandbox.docker import seccomp_probe, supervisor
 from firstrun.sandbox.docker.probe import probe_daemon
 from firstrun.sandbox.docker.resources import (
     apply_firewall,
@@ -72,6 +77,8 @@ from firstrun.sandbox.docker.resources import (
     reap,
     remove,
 )
+from firstrun.sandbox.docker.seccomp import mechanism as seccomp_mechanism
+from firstrun.sandbox.docker.seccomp import write_profile
 from firstrun.sandbox.docker.topology import (
     PROXY_PORT,
     SANDBOX_TMP,
@@ -83,6 +90,7 @@ from firstrun.sandbox.output import OutputCapture
 from firstrun.sandbox.ownership import chown_tree, pick_uid
 
 SUPERVISOR_SOURCE = Path(supervisor.__file__).read_text(encoding="utf-8")
+SECCOMP_PROBE_SOURCE = Path(seccomp_probe.__file__).read_text(encoding="utf-8")
 PYTHON = "/usr/bin/python3"
 SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 # Per-session uids lent the workspace when its owner is root: far above any
@@ -280,7 +288,7 @@ class DockerSession:
 PROVIDES: Provides = {
     LayerName.NAMESPACES: "docker container",
     LayerName.LANDLOCK: "read-only root + tmpfs",
-    LayerName.SECCOMP: "docker default seccomp",
+    LayerName.SECCOMP: seccomp_mechanism(),
     LayerName.NETWORK: "internal network + namespace firewall",
     LayerName.LIMITS: "container cgroup + rlimits",
     LayerName.UNPRIVILEGED: "non-root uid, no capabilities",
@@ -295,15 +303,35 @@ def _layers(profile: SandboxProfile, *, image: str, user: str, proxy: bool) -> t
         LayerName.LANDLOCK: f"in place of Landlock: the root filesystem is read-only; writable "
                             f"only {fs.sandbox_workspace} (the bound workspace) and tmpfs "
                             f"{SANDBOX_TMP} and {fs.sandbox_home}; no capability to remount",
-        LayerName.SECCOMP: "Docker's default profile (never unconfined), no-new-privileges",
+        LayerName.SECCOMP: "an allow-list with the linux backend's refusals (io_uring, bpf, "
+                           "namespaces, mounts, ptrace, keyrings, TIOCSTI, ...), "
+                           "no-new-privileges; oom_score_adj floored at its start by the kernel"
+                           if LayerName.SECCOMP in profile.required else _OMITTED_SECCOMP,
         LayerName.NETWORK: f"only the proxy sidecar's port {PROXY_PORT}; no host, no DNS"
                            if proxy else "loopback only (no proxy)",
         LayerName.LIMITS: f"session-wide: pids {limits.pids}, memory {limits.memory_bytes} bytes "
                           f"(no extra swap); per process: open files {limits.open_files}, core 0",
         LayerName.UNPRIVILEGED: f"uid {user}; every capability dropped",
     }
-    return tuple(LayerStatus(name=layer, applied=True, mechanism=PROVIDES[layer],
-                             detail=details[layer]) for layer in LayerName)
+    return tuple(LayerStatus(name=layer, applied=layer in profile.required,
+                             mechanism=PROVIDES[layer], detail=details[layer])
+                 for layer in LayerName)
+
+
+# Only the audit builds a profile without seccomp; Docker's default stays on.
+_OMITTED_SECCOMP = ("omitted: not in the profile's required layers (an audit configuration); "
+                    "Docker's default profile applies")
+
+
+def _seccomp_checks(session: DockerSession) -> tuple[Check, ...]:
+    """What firstrun's profile adds to Docker's default, proven from inside."""
+    result = session.exec([PYTHON, "-I", "-S", "-c", SECCOMP_PROBE_SOURCE], timeout=60.0)
+    try:
+        return tuple(Check(name=c["name"], passed=bool(c["passed"]), detail=str(c["detail"]))
+                     for c in json.loads(result.stdout.text()))
+    except (ValueError, KeyError, TypeError):
+        return (Check(name="seccomp_probe_ran", passed=False,
+                      detail=f"exit {result.exit_code}: {result.stderr.text()[-300:]}"),)
 
 
 def _ca_files() -> tuple[str, ...]:
@@ -398,16 +426,24 @@ class DockerBackend:
         owner = (st.st_uid, st.st_gid)
         lent = pick_uid(_UID_RANGE, who="docker") if owner[0] == 0 else None
         uid, gid = (lent, lent) if lent is not None else owner
+        # Harness-private (0700) and gone once the containers exist: the CLI
+        # sends the profile's content with each create request.
+        private = tempfile.mkdtemp(prefix="firstrun-docker-")
+        strict = LayerName.SECCOMP in profile.required
         topology = build_topology(profile, session=uuid.uuid4().hex[:12], host=DockerHost(
             workspace=fs.workspace, uid=uid, gid=gid, image=image, sidecar_image=image,
-            lib_binds=sidecar_lib_binds(), harness=harness_identity(), ca_files=_ca_files()))
+            lib_binds=sidecar_lib_binds(), harness=harness_identity(), ca_files=_ca_files(),
+            seccomp_profile=write_profile(private) if strict else None))
         sidecar: _Sidecar | None = None
         session: DockerSession | None = None
         try:
             if lent is not None:
                 chown_tree(fs.workspace, lent, lent, only_owner=None)
-            for argv in topology.create:
-                docker(*argv, docker_bin=docker_bin)
+            try:
+                for argv in topology.create:
+                    docker(*argv, docker_bin=docker_bin)
+            finally:
+                shutil.rmtree(private, ignore_errors=True)
             nonce: str | None = None
             if proxy is not None:
                 sidecar = _Sidecar(subprocess.Popen(
@@ -436,9 +472,10 @@ class DockerBackend:
                 home=fs.sandbox_home, tmpdir=SANDBOX_TMP,
                 proxy_url=f"http://{sidecar_ip}:{PROXY_PORT}" if proxy is not None else None)
             user = f"{uid}:{gid}"
+            enforcement = Enforcement.ENFORCED if strict else Enforcement.DOWNGRADED
             session = DockerSession(
                 topology=topology, profile=profile, env=env, user=user,
-                info=SessionInfo(backend=self.name, enforcement=Enforcement.ENFORCED,
+                info=SessionInfo(backend=self.name, enforcement=enforcement,
                                  policy_hash=profile.policy_hash()),
                 sidecar=sidecar, lent_uid=lent, owner=owner, docker_bin=docker_bin)
             checks = attestation.attest(session, attestation.AttestPlan(
@@ -446,8 +483,10 @@ class DockerBackend:
                 exposed=(), proxy_port=PROXY_PORT if proxy is not None else None, nonce=nonce,
                 landlock=False, network="firewalled", host_address=gateway,
                 proxy_host=sidecar_ip))
+            if strict:
+                checks += _seccomp_checks(session)
             session.info = SessionInfo(
-                backend=self.name, enforcement=Enforcement.ENFORCED,
+                backend=self.name, enforcement=enforcement,
                 policy_hash=profile.policy_hash(),
                 layers=_layers(profile, image=image, user=user, proxy=proxy is not None),
                 attestation=checks)

@@ -14,8 +14,11 @@ shape it gives:
 - the **run container**, attached to the internal network only, so its one
   way out is the sidecar's port.
 
-Both containers drop every capability, set ``no-new-privileges``, keep
-Docker's default seccomp profile (never ``unconfined``), have a read-only
+Both containers drop every capability, set ``no-new-privileges``, run under
+firstrun's own seccomp profile (``seccomp.py``: Docker's allow-list
+semantics with the linux backend's refusals; Docker's default profile only
+when the host names none, which only the audit does, never ``unconfined``),
+have a read-only
 root with a size-capped tmpfs ``/tmp``, run as a non-root uid, and carry
 pids, memory (no extra swap) and CPU limits. The workspace is the only host
 directory bound writable. Every resource carries the ``org.firstrun.session``
@@ -53,6 +56,8 @@ class DockerHost:
     real files inside. ``harness`` is recorded as a label, so the reaper can
     tell a live session's resources from a dead harness's: ``harness`` is
     ``PID:STARTTIME``, so a reused pid is not mistaken for the harness.
+    ``seccomp_profile`` is the harness-private file holding the profile
+    ``seccomp.py`` builds; None leaves Docker's default profile in place.
     """
 
     workspace: str
@@ -64,6 +69,7 @@ class DockerHost:
     harness: str
     cpus: str = "1"
     ca_files: tuple[str, ...] = ()
+    seccomp_profile: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,10 +93,12 @@ def _labels(session: str, harness: str) -> list[str]:
             "--label", f"{LABEL_HARNESS}={harness}"]
 
 
-def _hardening(*, user: str, pids: int, memory: int, cpus: str, tmp_bytes: int) -> list[str]:
+def _hardening(*, user: str, pids: int, memory: int, cpus: str, tmp_bytes: int,
+               seccomp: str | None) -> list[str]:
     return [
         "--cap-drop", "ALL",
         "--security-opt", "no-new-privileges",
+        *(("--security-opt", f"seccomp={seccomp}") if seccomp is not None else ()),
         "--read-only",
         "--tmpfs", f"{SANDBOX_TMP}:rw,nosuid,nodev,size={tmp_bytes}",
         "--user", user,
@@ -117,7 +125,7 @@ def build_topology(profile: SandboxProfile, *, session: str, host: DockerHost) -
         "--interactive",
         *_hardening(user=f"{SIDECAR_UID}:{SIDECAR_UID}", pids=SIDECAR_LIMITS["pids"],
                     memory=SIDECAR_LIMITS["memory"], cpus=SIDECAR_LIMITS["cpus"],
-                    tmp_bytes=16 << 20),
+                    tmp_bytes=16 << 20, seccomp=host.seccomp_profile),
         "--env", f"PYTHONPATH={SIDECAR_LIB}",
     ]
     for source, name in host.lib_binds:
@@ -129,7 +137,8 @@ def build_topology(profile: SandboxProfile, *, session: str, host: DockerHost) -
         "create", "--name", run, *labels,
         "--network", internal,
         *_hardening(user=f"{host.uid}:{host.gid}", pids=limits.pids,
-                    memory=limits.memory_bytes, cpus=host.cpus, tmp_bytes=limits.memory_bytes),
+                    memory=limits.memory_bytes, cpus=host.cpus, tmp_bytes=limits.memory_bytes,
+                    seccomp=host.seccomp_profile),
         "--tmpfs", f"{fs.sandbox_home}:rw,nosuid,nodev,size={limits.memory_bytes},"
                    f"uid={host.uid},gid={host.gid},mode=700",
         "--ulimit", f"nofile={limits.open_files}:{limits.open_files}",
