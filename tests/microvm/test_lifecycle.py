@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 from conftest import ACCEL, make_profile, make_workspace
-from microvm_support import alive, wait_gone
+from microvm_support import alive, qemu_pids, wait_gone
 
 from firstrun.errors import SandboxError
 from firstrun.sandbox.microvm.backend import MicrovmBackend
@@ -94,3 +94,17 @@ def test_sigkill_of_the_harness_takes_the_vm_with_it(workspace: str) -> None:
     os.kill(harness.pid, signal.SIGKILL)
     harness.wait()
     assert wait_gone(qemu_pid)
+
+
+def test_an_agent_that_dies_at_boot_is_reported_and_leaves_nothing(
+        workspace: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from firstrun.sandbox.microvm import backend as backend_module
+
+    monkeypatch.setattr(backend_module, "AGENT_SOURCE", b"raise SystemExit('agent-boom')\n")
+    before = qemu_pids()
+    owner = os.stat(workspace).st_uid
+    with pytest.raises(SandboxError) as caught:
+        MicrovmBackend(accel=ACCEL).start(make_profile(workspace), proxy=None)
+    assert "agent-boom" in str(caught.value)
+    assert all(wait_gone(pid) for pid in qemu_pids() - before)
+    assert os.stat(workspace).st_uid == owner

@@ -175,7 +175,9 @@ def check_no_dns() -> tuple[bool, str]:
         details.append("getaddrinfo resolved deb.debian.org")
         ok = False
     u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    u.settimeout(2)
+    # The resolver would be one virtual link away: an answer takes milliseconds,
+    # so a second of silence is no resolver, and keeps a VM's attestation short.
+    u.settimeout(1)
     query = b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x03deb\x06debian\x03org\x00\x00\x01\x00\x01"
     try:
         u.sendto(query, ("10.0.2.3", 53))

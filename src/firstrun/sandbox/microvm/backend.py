@@ -225,11 +225,18 @@ class MicrovmSession:
         self.close()
 
     def console_tail(self) -> str:
+        """The end of the guest's console, its own lines first.
+
+        What init, the agent and QEMU wrote says why a boot failed; the
+        kernel's (timestamped) lines after it are mostly a panic's trace.
+        """
         try:
             self._console.seek(0)
-            return self._console.read()[-2000:].decode("utf-8", "replace")
+            text = self._console.read().decode("utf-8", "replace")
         except (OSError, ValueError):
             return ""
+        own = [line for line in text.splitlines() if line and not line.startswith("[")]
+        return ("\n".join(own[-20:]) + "\n" if own else "") + text[-1000:]
 
     def exec(self, command: str | Sequence[str], *, cwd: str | None = None,
              timeout: float | None = None, env: dict[str, str] | None = None,
