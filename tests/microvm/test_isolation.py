@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -50,3 +54,22 @@ def test_microvm_without_kvm_is_refused_even_if_emulation_was_asked_for(monkeypa
     with pytest.raises(SandboxUnavailable) as caught:
         require_vm("microvm", who="task t")
     assert kvm.detail in str(caught.value)
+
+
+@pytest.mark.parametrize("backend", ["linux", "microvm"])
+def test_a_run_of_such_a_task_is_refused_before_any_sandbox(tmp_path: Path, backend: str) -> None:
+    if backend == "microvm" and probe.kvm().available:
+        pytest.skip("KVM is usable here: the microvm run would start")
+    task = _task_with(tmp_path, "vm")
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "firstrun"), "run", str(task), "--agent", "replay",
+         "--backend", backend, "--out", str(out)],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120, check=False,
+        env={**os.environ, "FIRSTRUN_MICROVM_ACCEL": "tcg"})
+    assert done.returncode != 0
+    (run,) = json.loads((out / "results.json").read_text(encoding="utf-8"))["runs"]
+    assert run["reason"] == "sandbox_refused"
+    assert "isolation: vm" in run["detail"]
+    # Nothing ran: no command reached a sandbox.
+    assert run["commands"] == 0
