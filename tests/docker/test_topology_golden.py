@@ -104,3 +104,15 @@ def test_namespace_firewall_rules_are_golden() -> None:
         "-A OUTPUT -o lo -j ACCEPT", "-A OUTPUT -p tcp -j REJECT --reject-with tcp-reset",
         "COMMIT",
     ]
+
+
+def test_sidecar_hosts_reach_only_the_sidecars_etc_hosts() -> None:
+    from dataclasses import replace
+
+    topo = build_topology(PROFILE, session="s1", host=replace(
+        HOST, sidecar_hosts=(("registry.example.test", "172.17.0.1"),)))
+    sidecar, run = topo.create[2], topo.create[4]
+    at = sidecar.index("--add-host")
+    assert sidecar[at:at + 2] == ("--add-host", "registry.example.test:172.17.0.1")
+    assert sidecar.index("--add-host") < sidecar.index("firstrun/python:3.11")
+    assert "--add-host" not in run

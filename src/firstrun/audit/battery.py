@@ -14,10 +14,14 @@ omits: linux builds each subset of seccomp, Landlock and the network layer
 through the profile's ``required`` set (bubblewrap's filesystem view and
 namespaces are the backend itself and are always on), and each subset with
 the network layer once more with the proxy's TLS inspection (method rules
-and credential masking, which need the proxy); ``local`` is the no-layer
-baseline, explicitly unenforced. One session per configuration runs
-every action, so the matrix stays bounded. Nothing is sent off this machine:
-the registry, the canaries and the proxy are on loopback, and the one action
+and credential masking, which need the proxy); docker runs the full stack
+and the stack without firstrun's seccomp profile (Docker's default then
+applies; the container, its read-only root and its sidecar network are the
+backend itself); ``local`` is the no-layer baseline, explicitly unenforced.
+One session per configuration runs every action, so the matrix stays
+bounded. Nothing is sent off this machine: the registry, the canaries and
+the proxy are on loopback, or for docker on the default bridge's host
+address (a container cannot reach the host's loopback), and the one action
 that could only be attempted by leaving it (the metadata address without a
 proxy) is marked not run.
 """
@@ -28,6 +32,7 @@ import ipaddress
 import json
 import os
 import shutil
+import socket
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -57,8 +62,16 @@ from firstrun.proxy.intercept import prepare_interception
 from firstrun.proxy.records import EgressRecord
 from firstrun.proxy.server import EgressProxy
 from firstrun.sandbox.base import Backend, ExecResult, ProxyEndpoint, Session
+from firstrun.sandbox.docker.backend import DockerBackend
+from firstrun.sandbox.docker.resources import docker
 from firstrun.sandbox.hostfs import host_filesystem_policy
-from firstrun.sandbox.select import BackendOptions, build_backend, unavailable
+from firstrun.sandbox.select import (
+    OWN_PROXY,
+    BackendOptions,
+    build_backend,
+    entry,
+    unavailable,
+)
 
 PROBE_SOURCE = (Path(__file__).parent / "probe.py").read_text(encoding="utf-8")
 # Under /usr, which every backend shows read-only: a write there is the
@@ -77,9 +90,15 @@ _ACTION_TIMEOUT_S = 150.0
 
 # The layers a backend is, whatever its profile says.
 _LINUX_BASE = frozenset({Layer.FILESYSTEM, Layer.NAMESPACES})
-# The model's layer for each layer the linux profile can leave out.
-_LINUX_OMITTABLE = {Layer.SECCOMP: LayerName.SECCOMP, Layer.LANDLOCK: LayerName.LANDLOCK,
-                    Layer.NETWORK: LayerName.NETWORK}
+_DOCKER_BASE = frozenset({Layer.FILESYSTEM, Layer.NAMESPACES, Layer.LANDLOCK, Layer.NETWORK})
+# The profile's layer for each model layer a backend's profile can leave out.
+_OMITTABLE: dict[str, dict[Layer, LayerName]] = {
+    "linux": {Layer.SECCOMP: LayerName.SECCOMP, Layer.LANDLOCK: LayerName.LANDLOCK,
+              Layer.NETWORK: LayerName.NETWORK},
+    "docker": {Layer.SECCOMP: LayerName.SECCOMP},
+}
+# The interpreter of the run images; the harness's own is not in the container.
+_DOCKER_PYTHON = "/usr/bin/python3"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,20 +125,25 @@ class Configuration:
 def configurations(backend: str) -> tuple[Configuration, ...]:
     """Every configuration of ``backend`` that can really be run, the full stack last."""
     if backend == "linux":
-        optional = frozenset(_LINUX_OMITTABLE)
+        optional = frozenset(_OMITTABLE["linux"])
         plain = [Configuration(backend="linux", layers=_LINUX_BASE | kept, omitted=optional - kept)
                  for kept in subsets(optional)]
         inspected = [Configuration(backend="linux", layers=c.layers | _INSPECTION,
                                    omitted=c.omitted)
                      for c in plain if Layer.NETWORK in c.layers]
         return (*plain, *inspected)
+    if backend == "docker":
+        # No --inspect-tls: the sidecar refuses it (it holds no run CA).
+        optional = frozenset(_OMITTABLE["docker"])
+        return tuple(Configuration(backend="docker", layers=_DOCKER_BASE | kept,
+                                   omitted=optional - kept) for kept in subsets(optional))
     if backend == "local":
         return (Configuration(backend="local", layers=frozenset()),)
     raise UsageError(f"the audit has no configurations for backend {backend!r}; "
                      f"choose one of {', '.join(AUDITED_BACKENDS)}")
 
 
-AUDITED_BACKENDS: tuple[str, ...] = ("linux", "local")
+AUDITED_BACKENDS: tuple[str, ...] = ("linux", "docker", "local")
 
 # How a run turns on each layer a residual path may need.
 CONTROLS: dict[Layer, str] = {
@@ -241,7 +265,7 @@ class AuditResult:
             for cell in r.cells:
                 act = by_id[cell.action]
                 if not act.needed and cell.observed is Outcome.THROUGH:
-                    closing = closing_layers(act, config.layers)
+                    closing = closing_layers(act, config.layers, config.backend)
                     out.append(Residual(
                         configuration=config.name, backend=config.backend, action=act.id,
                         closed_by=closing,
@@ -290,11 +314,12 @@ def _params(act: Action, w: fixtures.Witnesses, registry: fixtures.Registry,
         "write_path": "audit-written.txt", "test_path": "audit-test-ran.txt",
         "site_path": "audit-site", "mount_path": "audit-mnt",
         "package": fixtures.PACKAGE,
-        "registry_host": fixtures.REGISTRY_HOST, "registry_ip": "127.0.0.1",
+        "registry_host": fixtures.REGISTRY_HOST, "registry_ip": registry.address,
         "registry_port": registry.port, "raw_ip_path": f"/rawip-{w.nonce}",
         "secret_path": w.secret_path, "system_path": w.system_path, "token": w.token,
         "environ_pid": w.environ_marker.pid, "kill_pid": w.kill_marker.pid,
-        "abstract_name": w.abstract_name, "canary_port": w.canary.sock.getsockname()[1],
+        "abstract_name": w.abstract_name, "canary_host": w.address,
+        "canary_port": w.canary.sock.getsockname()[1],
         "dns_port": w.dns.sock.getsockname()[1], "dns_label": w.nonce,
         "credential_variable": CREDENTIAL_VARIABLE,
     }
@@ -444,22 +469,55 @@ JUDGES: dict[str, tuple[str, Judge]] = {
 }
 
 
-def _resolver(port: int) -> Callable[[str, int], object]:
+def _resolver(address: str) -> Callable[[str, int], object]:
     async def resolve(host: str, _port: int) -> list[IPAddress]:
-        # Only the fixture registry's name resolves, to loopback; the audit
+        # Only the fixture registry's name resolves, to its address; the audit
         # never asks the host's resolver, so no lookup leaves the machine.
-        return [ipaddress.ip_address("127.0.0.1")] if host == fixtures.REGISTRY_HOST else []
+        return [ipaddress.ip_address(address)] if host == fixtures.REGISTRY_HOST else []
     return resolve
 
 
-def audit_policy(registry_port: int) -> NetworkPolicy:
-    """The registry is the allow-list; it is on loopback, so it is named by an override."""
+def audit_policy(registry_port: int, registry_address: str = "127.0.0.1") -> NetworkPolicy:
+    """The registry is the allow-list; it is on a private address, so an override names it."""
     return NetworkPolicy.build(
-        allow=(), overrides=[(f"{fixtures.REGISTRY_HOST}:{registry_port}", ["127.0.0.1/32"])],
+        allow=(), overrides=[(f"{fixtures.REGISTRY_HOST}:{registry_port}",
+                              [f"{registry_address}/32"])],
         source="audit")
 
 
-def _backend(name: str) -> Backend:
+def docker_bridge_address() -> str:
+    """The host's address on docker's default bridge: where a container can reach the host.
+
+    Raises ``SandboxError`` when the daemon does not say; the audit never
+    guesses an address (a wrong one could lead off this machine).
+    """
+    address = docker("network", "inspect", "bridge", "--format",
+                     "{{(index .IPAM.Config 0).Gateway}}").stdout.strip()
+    try:
+        parsed = ipaddress.ip_address(address)
+    except ValueError as exc:
+        raise SandboxError(f"docker's default bridge has no gateway address ({address!r})",
+                           who="audit") from exc
+    if not parsed.is_private:
+        raise SandboxError(f"docker's default bridge gateway {address} is not a private address",
+                           who="audit")
+    # Only an address of this host's own can be bound.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((address, 0))
+        except OSError as exc:
+            raise SandboxError(f"docker's default bridge gateway {address} is not this host's "
+                               f"({exc.strerror})", who="audit") from exc
+    return address
+
+
+def _backend(name: str, registry: fixtures.Registry,
+             records: list[EgressRecord] | None = None) -> Backend:
+    if name == "docker":
+        sink = records if records is not None else []
+        # The sidecar resolves the registry's name from its /etc/hosts, never by DNS.
+        return DockerBackend(on_record=lambda data: sink.append(EgressRecord.from_data(data)),
+                             sidecar_hosts=((fixtures.REGISTRY_HOST, registry.address),))
     return build_backend(name, BackendOptions(allow_unenforced=name == "local"))
 
 
@@ -474,13 +532,20 @@ def _workspace() -> Iterator[str]:
 
 def run_configuration(config: Configuration, registry: fixtures.Registry,
                       backend: Backend | None = None) -> ConfigurationResult:
-    """One session of ``config``, every action in it, every cell judged after it closed."""
-    backend = backend or _backend(config.backend)
-    python = os.path.realpath(sys.executable)
-    policy = audit_policy(registry.port)
+    """One session of ``config``, every action in it, every cell judged after it closed.
+
+    ``registry`` must listen where ``config``'s backend can reach it (for
+    docker: ``docker_bridge_address()``); the witnesses listen there too.
+    """
+    sidecar_records: list[EgressRecord] = []
+    backend = backend or _backend(config.backend, registry, sidecar_records)
+    own_proxy = entry(config.backend).own_proxy
+    python = _DOCKER_PYTHON if config.backend == "docker" else os.path.realpath(sys.executable)
+    policy = audit_policy(registry.port, registry.address)
     proxied = Layer.NETWORK in config.layers
-    omitted = frozenset(_LINUX_OMITTABLE[layer] for layer in config.omitted)
-    witnesses = fixtures.Witnesses(home=os.path.expanduser("~"), system_dir=SYSTEM_DIR)
+    omitted = frozenset(_OMITTABLE[config.backend][layer] for layer in config.omitted)
+    witnesses = fixtures.Witnesses(home=os.path.expanduser("~"), system_dir=SYSTEM_DIR,
+                                   address=registry.address)
     probes: dict[str, tuple[bool, str]] = {}
     try:
         with ExitStack() as stack:
@@ -489,7 +554,10 @@ def run_configuration(config: Configuration, registry: fixtures.Registry,
                 f.write(registry.ca_pem)
             proxy = None
             endpoint = None
-            if proxied:
+            if proxied and own_proxy:
+                # The backend runs the proxy itself (docker's sidecar), from ``policy``.
+                endpoint = OWN_PROXY
+            elif proxied:
                 # Harness-private (0700): the proxy's socket and the trust bundle.
                 sockdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="firstrun-audit-"))
                 interception, bundle, placeholders = None, None, ()
@@ -502,7 +570,7 @@ def run_configuration(config: Configuration, registry: fixtures.Registry,
                         policy.inspection, env={_CREDENTIAL_SOURCE: witnesses.credential},
                         bundle_dir=sockdir, extra_cafiles=[registry.cafile])
                     placeholders = tuple(sandbox_variables(interception.credentials).items())
-                proxy = stack.enter_context(EgressProxy(policy, resolver=_resolver(registry.port),
+                proxy = stack.enter_context(EgressProxy(policy, resolver=_resolver(registry.address),
                                                         interception=interception))
                 endpoint = ProxyEndpoint(
                     socket_path=proxy.listen_unix(os.path.join(sockdir, "proxy.sock"),
@@ -524,7 +592,8 @@ def run_configuration(config: Configuration, registry: fixtures.Registry,
                                             _params(act, witnesses, registry, config.inspect_tls),
                                             credential_env)
             run = _Run(witnesses=witnesses, registry=registry, workspace=workspace,
-                       probes=probes, records=tuple(proxy.records()) if proxy else (),
+                       probes=probes,
+                       records=tuple(proxy.records()) if proxy else tuple(sidecar_records),
                        proxied=proxied,
                        leftovers=tuple(fixtures.pids_with_argv0(witnesses.token)),
                        kill_marker_alive=witnesses.kill_marker.poll() is None)
@@ -532,10 +601,11 @@ def run_configuration(config: Configuration, registry: fixtures.Registry,
             for act in ACTIONS:
                 witness, judge = JUDGES[act.id]
                 observed, evidence, seen = judge(run)
-                cells.append(Cell(action=act.id, predicted=predict(act, config.layers),
+                cells.append(Cell(action=act.id,
+                                  predicted=predict(act, config.layers, config.backend),
                                   observed=observed, evidence=evidence, witness=witness,
                                   seen=seen,
-                                  stopped_by=stoppers(act, config.layers)))
+                                  stopped_by=stoppers(act, config.layers, config.backend)))
     finally:
         witnesses.close()
     return ConfigurationResult(configuration=config, cells=tuple(cells), session=info)
@@ -563,13 +633,20 @@ def run_audit(backends: Sequence[str],
     """
     results: list[ConfigurationResult] = []
     skipped: list[Skipped] = []
-    with fixtures.Registry() as registry:
+    with ExitStack() as stack:
+        registries: dict[str, fixtures.Registry] = {}
         for name in backends:
             why = backend_unavailable(name)
             if why is not None:
                 skipped.append(Skipped(backend=name, reason=why))
                 continue
-            backend = _backend(name)
+            address = docker_bridge_address() if name == "docker" else "127.0.0.1"
+            if address not in registries:
+                registries[address] = stack.enter_context(fixtures.Registry(address))
+            registry = registries[address]
+            # Docker's sidecar hands its records to the backend it was built
+            # with, so each configuration builds its own (run_configuration).
+            backend = None if name == "docker" else _backend(name, registry)
             for config in configurations(name):
                 if on_configuration is not None:
                     on_configuration(config)

@@ -1,6 +1,6 @@
 """The host-side witnesses the audit judges by: canaries, a fixture registry, marker processes.
 
-Guarantee: every witness lives on this host's loopback or in files and
+Guarantee: every witness lives on an address of this host or in files and
 processes the audit itself created, and records what reached it, so a cell
 of the matrix is judged by what the host saw, not by what the session said.
 ``Witnesses`` is per configuration (fresh nonce, listeners, markers and
@@ -8,8 +8,11 @@ canary files); ``close`` removes every file it planted and ends every
 process it started, by pid. The ``Registry`` serves one package (a wheel
 built here) under PEP 503 over HTTPS, as real registries do (so the proxy's
 TLS inspection applies to it), and records every request, upload bodies
-included; it listens on 127.0.0.1 only, with a certificate from a CA made
-here (``cafile``), which is never the proxy's run CA.
+included; it listens on one address of this host (127.0.0.1 unless told
+otherwise: a container reaches the host only on a docker bridge's address),
+with a certificate from a CA made here (``cafile``), which is never the
+proxy's run CA. The witnesses listen on the same kind of address, never on
+one that leads off this machine.
 """
 
 from __future__ import annotations
@@ -82,8 +85,8 @@ def _certificate(subject: x509.Name, issuer: x509.Name, public_key: ec.EllipticC
     return builder.sign(signer, hashes.SHA256())
 
 
-def _server_context(directory: str) -> tuple[ssl.SSLContext, bytes]:
-    """The registry's TLS context (its name and 127.0.0.1 in the SANs) and its CA's PEM."""
+def _server_context(directory: str, address: str) -> tuple[ssl.SSLContext, bytes]:
+    """The registry's TLS context (its name and ``address`` in the SANs) and its CA's PEM."""
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "firstrun audit fixture CA")])
     ca = _certificate(ca_name, ca_name, ca_key.public_key(), ca_key,
@@ -93,7 +96,7 @@ def _server_context(directory: str) -> tuple[ssl.SSLContext, bytes]:
         x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, REGISTRY_HOST)]), ca_name,
         key.public_key(), ca_key,
         [(x509.SubjectAlternativeName([x509.DNSName(REGISTRY_HOST),
-                                       x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                                       x509.IPAddress(ipaddress.ip_address(address))]),
           False)])
     certfile, keyfile = os.path.join(directory, "cert.pem"), os.path.join(directory, "key.pem")
     with open(certfile, "wb") as f:
@@ -124,12 +127,13 @@ class _QuietServer(ThreadingHTTPServer):
 
 
 class Registry:
-    """A package registry on 127.0.0.1, over HTTPS, that accepts uploads, as a real one does."""
+    """A package registry on ``address``, over HTTPS, that accepts uploads, as a real one does."""
 
-    def __init__(self) -> None:
+    def __init__(self, address: str = "127.0.0.1") -> None:
+        self.address = address
         # Private (0700): the key stays here until close; a sandbox sees only ``ca_pem``.
         self._dir = tempfile.mkdtemp(prefix="firstrun-audit-registry-")
-        context, self.ca_pem = _server_context(self._dir)
+        context, self.ca_pem = _server_context(self._dir, address)
         self.cafile = os.path.join(self._dir, "ca.pem")
         with open(self.cafile, "wb") as f:
             f.write(self.ca_pem)
@@ -176,7 +180,7 @@ class Registry:
 
             do_PUT = do_POST
 
-        self._server = _QuietServer(("127.0.0.1", 0), Handler)
+        self._server = _QuietServer((address, 0), Handler)
         # The handshake happens in each handler's thread, so a client that
         # never completes one holds only its own thread.
         self._server.socket = context.wrap_socket(self._server.socket, server_side=True,
@@ -253,13 +257,15 @@ def pids_with_argv0(token: str) -> list[int]:
 class Witnesses:
     """Everything one configuration's actions are judged by; fresh per configuration."""
 
-    def __init__(self, *, home: str, system_dir: str) -> None:
+    def __init__(self, *, home: str, system_dir: str, address: str = "127.0.0.1") -> None:
+        # Where the canaries listen: the host as the session can address it.
+        self.address = address
         self.nonce = secrets.token_hex(12)
         self.token = f"firstrun-audit-linger-{self.nonce}"
         self.secret = f"firstrun-audit-secret-{secrets.token_hex(12)}"
         self.credential = f"firstrun-audit-credential-{secrets.token_hex(12)}"
-        self.canary = _Listener(socket.AF_INET, socket.SOCK_STREAM, ("127.0.0.1", 0))
-        self.dns = _Listener(socket.AF_INET, socket.SOCK_DGRAM, ("127.0.0.1", 0))
+        self.canary = _Listener(socket.AF_INET, socket.SOCK_STREAM, (address, 0))
+        self.dns = _Listener(socket.AF_INET, socket.SOCK_DGRAM, (address, 0))
         self.abstract_name = f"firstrun-audit-{self.nonce}"
         self.abstract = _Listener(socket.AF_UNIX, socket.SOCK_STREAM, "\0" + self.abstract_name)
         self.secret_path = os.path.join(home, f".firstrun-audit-{self.nonce}")

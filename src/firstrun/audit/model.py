@@ -5,6 +5,9 @@ Guarantee: ``predict`` is a pure function of an action and a configuration
 stopped in every configuration that adds layers, because a configuration
 stops an action exactly when at least one of its layers does. Each layer is
 a predicate over the facts an action has (``Reach``), never over its name,
+and it is the predicate of the mechanism a backend provides it by
+(``STOPS_BY_BACKEND``: docker's read-only root gives Landlock's guarantee
+for writes and nothing else, its container floors the OOM score),
 so a new action is predicted from what it does. The model predicts the real
 matrix ``firstrun audit`` measures; where they disagree, one of them is
 wrong, and the audit says which cells.
@@ -104,16 +107,52 @@ _STOPS: Mapping[Layer, frozenset[Reach]] = {
     Layer.CREDENTIAL_MASKING: frozenset({Reach.CREDENTIAL_ELSEWHERE}),
 }
 
+# The docker backend provides the same guarantees by other mechanisms, so a
+# layer there stops what its own mechanism stops:
+_DOCKER_STOPS: Mapping[Layer, frozenset[Reach]] = {
+    **_STOPS,
+    # The image's own root: no host file is there to read or write.
+    Layer.FILESYSTEM: frozenset({Reach.HOST_FILE_READ, Reach.SYSTEM_FILE_WRITE}),
+    # The container: its own pid and network namespaces (so no host
+    # process and no host abstract socket), no capabilities under Docker's
+    # default seccomp (no namespace, no mount), removed with every process
+    # at close, and an OOM score the kernel floors at the value runc set as
+    # root (lowering it needs CAP_SYS_RESOURCE).
+    Layer.NAMESPACES: frozenset({Reach.HOST_PROCESS, Reach.OUTLIVE_SESSION,
+                                 Reach.NEW_NAMESPACE, Reach.MOUNT, Reach.PROC_SELF_WRITE,
+                                 Reach.HOST_ABSTRACT_SOCKET}),
+    # firstrun's profile carries the linux rules: the same refusals.
+    Layer.SECCOMP: _STOPS[Layer.SECCOMP],
+    # Landlock's guarantee by a read-only root with tmpfs /tmp and HOME:
+    # writes only; it neither scopes sockets nor guards /proc.
+    Layer.LANDLOCK: frozenset({Reach.SYSTEM_FILE_WRITE}),
+}
+
+# Each backend's mechanisms; linux is the reference, and a backend not named
+# here is judged by it.
+STOPS_BY_BACKEND: Mapping[str, Mapping[Layer, frozenset[Reach]]] = {
+    "linux": _STOPS,
+    "docker": _DOCKER_STOPS,
+}
+
 Predicate = Callable[["Action"], bool]
 
 
-def layer_predicate(layer: Layer) -> Predicate:
-    """``layer`` as a predicate: True when it stops the action."""
-    stops = _STOPS[layer]
+def layer_predicate(layer: Layer, backend: str = "linux") -> Predicate:
+    """``layer`` as ``backend`` provides it, as a predicate: True when it stops the action."""
+    stops = STOPS_BY_BACKEND.get(backend, _STOPS)[layer]
     return lambda action: bool(action.reaches & stops)
 
 
 LAYER_PREDICATES: Mapping[Layer, Predicate] = {layer: layer_predicate(layer) for layer in Layer}
+_PREDICATES: Mapping[str, Mapping[Layer, Predicate]] = {
+    backend: {layer: layer_predicate(layer, backend) for layer in Layer}
+    for backend in STOPS_BY_BACKEND
+}
+
+
+def _predicates(backend: str) -> Mapping[Layer, Predicate]:
+    return _PREDICATES.get(backend, LAYER_PREDICATES)
 
 
 class Outcome(StrEnum):
@@ -187,22 +226,23 @@ def action(action_id: str) -> Action:
     raise KeyError(action_id)
 
 
-def stoppers(act: Action, layers: Iterable[Layer]) -> tuple[Layer, ...]:
-    """The layers of a configuration that stop ``act``, in stack order."""
+def stoppers(act: Action, layers: Iterable[Layer], backend: str = "linux") -> tuple[Layer, ...]:
+    """The layers of a configuration of ``backend`` that stop ``act``, in stack order."""
     present = frozenset(layers)
-    return tuple(layer for layer in Layer if layer in present and LAYER_PREDICATES[layer](act))
+    predicates = _predicates(backend)
+    return tuple(layer for layer in Layer if layer in present and predicates[layer](act))
 
 
-def predict(act: Action, layers: Iterable[Layer]) -> Outcome:
+def predict(act: Action, layers: Iterable[Layer], backend: str = "linux") -> Outcome:
     """Stopped when any layer of the configuration stops it; through otherwise."""
-    return Outcome.STOPPED if stoppers(act, layers) else Outcome.THROUGH
+    return Outcome.STOPPED if stoppers(act, layers, backend) else Outcome.THROUGH
 
 
-def closing_layers(act: Action, layers: Iterable[Layer]) -> tuple[Layer, ...]:
-    """The layers missing from a configuration that would each stop ``act``."""
+def closing_layers(act: Action, layers: Iterable[Layer], backend: str = "linux") -> tuple[Layer, ...]:
+    """The layers missing from a configuration of ``backend`` that would each stop ``act``."""
     present = frozenset(layers)
-    return tuple(layer for layer in Layer
-                 if layer not in present and LAYER_PREDICATES[layer](act))
+    predicates = _predicates(backend)
+    return tuple(layer for layer in Layer if layer not in present and predicates[layer](act))
 
 
 def subsets(layers: Iterable[Layer]) -> tuple[frozenset[Layer], ...]:

@@ -230,13 +230,14 @@ def host_abstract_socket(p: dict) -> tuple[bool, str]:
 
 
 def host_loopback(p: dict) -> tuple[bool, str]:
-    direct = _connect(socket.AF_INET, ("127.0.0.1", p["canary_port"]))
+    # The host as this session can address it: its loopback, or a docker bridge's address.
+    direct = _connect(socket.AF_INET, (p["canary_host"], p["canary_port"]))
     proxy = _proxy()
     via = "no proxy"
     if proxy is not None:
         conn = http.client.HTTPConnection(*proxy, timeout=10)
         try:
-            conn.request("GET", f"http://127.0.0.1:{p['canary_port']}/")
+            conn.request("GET", f"http://{p['canary_host']}:{p['canary_port']}/")
             via = f"HTTP {conn.getresponse().status}"
         except OSError as exc:
             via = _err(exc.errno) if exc.errno else str(exc)
@@ -264,7 +265,7 @@ def resolve_name(p: dict) -> tuple[bool, str]:
              + bytes([len(label)]) + label + b"\x07example\x00\x00\x01\x00\x01")
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
-        s.sendto(query, ("127.0.0.1", p["dns_port"]))
+        s.sendto(query, (p["canary_host"], p["dns_port"]))
     except OSError as exc:
         return False, _err(exc.errno)
     finally:

@@ -370,15 +370,19 @@ class DockerBackend:
     """A container per session behind an internal network, with the proxy as a sidecar.
 
     ``image`` is the run container's image (a task's ``image`` wins over
-    it; None means the default Python image).
+    it; None means the default Python image). ``sidecar_hosts`` are
+    (name, address) entries for the sidecar's ``/etc/hosts`` (see
+    ``DockerHost``; the audit's fixture registry).
     """
 
     name = "docker"
 
     def __init__(self, *, image: str | None = None,
-                 on_record: RecordCallback | None = None) -> None:
+                 on_record: RecordCallback | None = None,
+                 sidecar_hosts: tuple[tuple[str, str], ...] = ()) -> None:
         self._image = image
         self._on_record = on_record
+        self._sidecar_hosts = sidecar_hosts
 
     def probe(self) -> tuple[Capability, ...]:
         """The daemon (version judged), root, and the image a session would run, already local."""
@@ -433,7 +437,8 @@ class DockerBackend:
         topology = build_topology(profile, session=uuid.uuid4().hex[:12], host=DockerHost(
             workspace=fs.workspace, uid=uid, gid=gid, image=image, sidecar_image=image,
             lib_binds=sidecar_lib_binds(), harness=harness_identity(), ca_files=_ca_files(),
-            seccomp_profile=write_profile(private) if strict else None))
+            seccomp_profile=write_profile(private) if strict else None,
+            sidecar_hosts=self._sidecar_hosts))
         sidecar: _Sidecar | None = None
         session: DockerSession | None = None
         try:

@@ -58,6 +58,10 @@ class DockerHost:
     ``PID:STARTTIME``, so a reused pid is not mistaken for the harness.
     ``seccomp_profile`` is the harness-private file holding the profile
     ``seccomp.py`` builds; None leaves Docker's default profile in place.
+    ``sidecar_hosts`` are (name, address) entries for the sidecar's
+    ``/etc/hosts``: a name the proxy must reach that no resolver should be
+    asked for (the audit's fixture registry on a docker bridge); an entry
+    changes where a name leads, never what the policy allows.
     """
 
     workspace: str
@@ -70,6 +74,7 @@ class DockerHost:
     cpus: str = "1"
     ca_files: tuple[str, ...] = ()
     seccomp_profile: str | None = None
+    sidecar_hosts: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,6 +132,8 @@ def build_topology(profile: SandboxProfile, *, session: str, host: DockerHost) -
                     memory=SIDECAR_LIMITS["memory"], cpus=SIDECAR_LIMITS["cpus"],
                     tmp_bytes=16 << 20, seccomp=host.seccomp_profile),
         "--env", f"PYTHONPATH={SIDECAR_LIB}",
+        *(arg for name, address in host.sidecar_hosts
+          for arg in ("--add-host", f"{name}:{address}")),
     ]
     for source, name in host.lib_binds:
         sidecar_argv += ["--mount", f"type=bind,source={source},target={SIDECAR_LIB}/{name},readonly"]

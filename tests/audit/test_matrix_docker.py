@@ -1,0 +1,135 @@
+"""The real matrix on docker: the model (docker's own mechanisms) agrees with every cell, by evidence.
+
+The witnesses listen on the host's address on docker's default bridge (a
+container cannot reach the host's loopback), the fixture registry too, and
+the sidecar reaches the registry by the name in its /etc/hosts; nothing
+leaves this machine.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+
+from firstrun.audit.battery import (
+    AuditResult,
+    Cell,
+    ConfigurationResult,
+    configurations,
+    docker_bridge_address,
+    run_audit,
+)
+from firstrun.audit.model import ACTIONS, Layer, Outcome, predict, stoppers, subsets
+from firstrun.images.build import image_present
+
+pytestmark = pytest.mark.escape
+
+FULL = "docker: full stack"
+DEFAULT_SECCOMP = "docker: without seccomp"
+
+
+@pytest.fixture(scope="module")
+def docker_audit() -> AuditResult:
+    if not image_present("firstrun/python:3.11"):
+        pytest.fail("firstrun/python:3.11 is not in the local daemon; scripts/test starts "
+                    "dockerd and runs 'firstrun images build --python'")
+    return run_audit(["docker"])
+
+
+def _config(audit: AuditResult, name: str) -> ConfigurationResult:
+    (found,) = [r for r in audit.results if r.configuration.name == name]
+    return found
+
+
+def _cell(audit: AuditResult, config: str, action: str) -> Cell:
+    (found,) = [c for c in _config(audit, config).cells if c.action == action]
+    return found
+
+
+def test_both_docker_configurations_ran_every_action(docker_audit: AuditResult) -> None:
+    assert docker_audit.skipped == ()
+    names = [r.configuration.name for r in docker_audit.results]
+    assert names == [c.name for c in configurations("docker")] == [DEFAULT_SECCOMP, FULL]
+    for r in docker_audit.results:
+        assert [c.action for c in r.cells] == [a.id for a in ACTIONS]
+        assert r.not_run == 0
+
+
+def test_model_and_reality_agree_on_every_docker_cell(docker_audit: AuditResult) -> None:
+    assert docker_audit.disagreements == ()
+
+
+def test_firstruns_profile_is_what_closes_io_uring_and_ptrace(docker_audit: AuditResult) -> None:
+    # Docker's default profile lets both through; the same session with
+    # firstrun's profile refuses both, and the kernel said so.
+    for action in ("io_uring", "ptrace_sibling"):
+        assert _cell(docker_audit, DEFAULT_SECCOMP, action).observed is Outcome.THROUGH
+        full = _cell(docker_audit, FULL, action)
+        assert full.observed is Outcome.STOPPED and "EPERM" in full.evidence
+        assert full.stopped_by == (Layer.SECCOMP,)
+    assert _cell(docker_audit, FULL, "io_uring").evidence == "io_uring_setup: EPERM"
+
+
+def test_the_oom_score_floor_is_the_containers_not_the_read_only_roots(
+        docker_audit: AuditResult) -> None:
+    for config in (DEFAULT_SECCOMP, FULL):
+        cell = _cell(docker_audit, config, "lower_oom_score")
+        assert cell.observed is Outcome.STOPPED and cell.evidence == "0 -> -1: EACCES"
+        assert cell.stopped_by == (Layer.NAMESPACES,)
+
+
+def test_host_witnesses_on_the_bridge_saw_nothing(docker_audit: AuditResult) -> None:
+    for config in (DEFAULT_SECCOMP, FULL):
+        for action in ("host_loopback", "resolve_name", "raw_ip", "host_abstract_socket"):
+            cell = _cell(docker_audit, config, action)
+            assert cell.observed is Outcome.STOPPED and cell.seen == 0, (config, action, cell)
+        metadata = _cell(docker_audit, config, "cloud_metadata")
+        # Judged from the sidecar's own records, rebuilt with EgressRecord.from_data.
+        assert metadata.observed is Outcome.STOPPED and "ip_literal" in metadata.evidence
+
+
+def test_the_sidecar_reaches_the_registry_and_the_residual_stays_open(
+        docker_audit: AuditResult) -> None:
+    full = _config(docker_audit, FULL)
+    assert full.needed_broken == 0 and full.session["enforcement"] == "enforced"
+    install = _cell(docker_audit, FULL, "install_package")
+    assert install.observed is Outcome.THROUGH and "module installed" in install.evidence
+    upload = _cell(docker_audit, FULL, "upload_registry")
+    assert upload.observed is Outcome.THROUGH and upload.seen == 1
+    # The sidecar holds no run CA, so docker cannot offer --inspect-tls: the
+    # residual names what would close it, and that docker has none of it.
+    assert {(r.action, r.closed_by, r.available) for r in docker_audit.residual} == {
+        ("upload_registry", (Layer.METHOD_RULES,), ()),
+        ("credential_elsewhere", (Layer.CREDENTIAL_MASKING,), ()),
+    }
+
+
+def test_each_session_records_the_seccomp_mechanism_it_ran_under(
+        docker_audit: AuditResult) -> None:
+    def seccomp(config: str) -> dict[str, object]:
+        layers = _config(docker_audit, config).session["layers"]
+        return next(l for l in layers if l["name"] == "seccomp")  # type: ignore[union-attr]
+    full, default = seccomp(FULL), seccomp(DEFAULT_SECCOMP)
+    assert full["applied"] and str(full["mechanism"]).startswith("firstrun seccomp profile (")
+    assert not default["applied"] and "Docker's default profile applies" in str(default["detail"])
+    assert _config(docker_audit, DEFAULT_SECCOMP).session["enforcement"] == "downgraded"
+
+
+def test_the_witness_address_is_this_hosts_private_bridge_address() -> None:
+    address = ipaddress.ip_address(docker_bridge_address())
+    assert address.is_private and not address.is_loopback
+
+
+def test_the_docker_model_is_monotone_and_honest_about_mechanisms() -> None:
+    for config in subsets(Layer):
+        for extra in Layer:
+            for act in ACTIONS:
+                if predict(act, config, "docker") is Outcome.STOPPED:
+                    assert predict(act, config | {extra}, "docker") is Outcome.STOPPED
+    by_id = {a.id: a for a in ACTIONS}
+    # The read-only root confines writes and nothing else; the container owns the rest.
+    assert stoppers(by_id["lower_oom_score"], {Layer.LANDLOCK}, "docker") == ()
+    assert stoppers(by_id["host_abstract_socket"], {Layer.LANDLOCK}, "docker") == ()
+    assert stoppers(by_id["write_system_file"], {Layer.LANDLOCK}, "docker") == (Layer.LANDLOCK,)
+    assert stoppers(by_id["lower_oom_score"], {Layer.LANDLOCK}, "linux") == (Layer.LANDLOCK,)
