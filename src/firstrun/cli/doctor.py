@@ -36,7 +36,6 @@ from firstrun.sandbox.select import (
     select_backend,
 )
 
-KVM_DEVICE = "/dev/kvm"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,7 +70,6 @@ class Findings:
     linux_refusal: str | None
     linux_fix: str | None
     capabilities: tuple[Capability, ...]
-    optional: tuple[Capability, ...]
     exposure: Exposure
     backends: tuple[BackendFinding, ...] = ()
     auto: str = ""
@@ -82,7 +80,6 @@ class Findings:
             "linux_refusal": self.linux_refusal,
             "linux_fix": self.linux_fix,
             "capabilities": [_cap(c) for c in self.capabilities],
-            "optional": [_cap(c) for c in self.optional],
             "backends": [{"name": b.name, "available": b.available,
                           "capabilities": [_cap(c) for c in b.capabilities]}
                          for b in self.backends],
@@ -93,27 +90,6 @@ class Findings:
                 "masked": list(self.exposure.masked),
             },
         }
-
-
-def probe_kvm() -> Capability:
-    """Whether /dev/kvm exists and this user may open it read-write (a microVM needs both)."""
-    if not os.path.exists(KVM_DEVICE):
-        return Capability(
-            name="/dev/kvm", available=False, detail="absent",
-            fix="enable virtualisation (VT-x/AMD-V, or nested virtualisation for a VM) and modprobe kvm_intel or kvm_amd",
-        )
-    try:
-        fd = os.open(KVM_DEVICE, os.O_RDWR | os.O_CLOEXEC)
-    except PermissionError:
-        return Capability(
-            name="/dev/kvm", available=False, detail="present, but not openable by this user",
-            fix=f"add your user to the kvm group (usermod -aG kvm {os.environ.get('USER', '$USER')}) and log in again",
-        )
-    except OSError as exc:
-        return Capability(name="/dev/kvm", available=False, detail=f"present, open failed: {exc.strerror}",
-                          fix="check dmesg for kvm errors")
-    os.close(fd)
-    return Capability(name="/dev/kvm", available=True, detail="present and usable")
 
 
 def default_exposure(env: Mapping[str, str]) -> Exposure:
@@ -165,7 +141,6 @@ def gather(env: Mapping[str, str]) -> Findings:
         linux_refusal=refusal,
         linux_fix=fix,
         capabilities=capabilities,
-        optional=(probe_kvm(),),
         exposure=default_exposure(env),
         backends=probe_backends(),
         auto=_auto_choice(),
@@ -190,7 +165,6 @@ def _plain(findings: Findings) -> list[str]:
         section(f"backend {backend.name}: {'available' if backend.available else 'NOT available'}",
                 backend.capabilities)
     lines.append(f"auto chooses: {findings.auto}")
-    section("other (optional):", findings.optional)
     lines.append("a default session hides these homes:")
     lines.extend(f"  {p}" for p in findings.exposure.homes or ("(none)",))
     lines.append("except, read-only, what PATH needs (toolchain roots) and CA bundles:")
@@ -215,7 +189,6 @@ def _rich(findings: Findings) -> None:
     for title, caps in (
         *((f"Backend {b.name}: {'available' if b.available else 'NOT available'}",
            b.capabilities) for b in findings.backends),
-        ("Other (optional)", findings.optional),
     ):
         table = Table(title=title, title_justify="left")
         table.add_column("")
