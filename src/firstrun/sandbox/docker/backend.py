@@ -299,13 +299,15 @@ def _layers(profile: SandboxProfile, *, image: str, user: str, proxy: bool) -> t
     limits = profile.limits
     fs = profile.fs
     details = {
-        LayerName.NAMESPACES: f"image {image}; pid, mount, ipc, uts and net namespaces",
+        LayerName.NAMESPACES: f"image {image}; pid, mount, ipc, uts and net namespaces; "
+                              "oom_score_adj floored at its start (runc set it as root, and "
+                              "lowering it needs CAP_SYS_RESOURCE)",
         LayerName.LANDLOCK: f"in place of Landlock: the root filesystem is read-only; writable "
                             f"only {fs.sandbox_workspace} (the bound workspace) and tmpfs "
                             f"{SANDBOX_TMP} and {fs.sandbox_home}; no capability to remount",
         LayerName.SECCOMP: "an allow-list with the linux backend's refusals (io_uring, bpf, "
                            "namespaces, mounts, ptrace, keyrings, TIOCSTI, ...), "
-                           "no-new-privileges; oom_score_adj floored at its start by the kernel"
+                           "no-new-privileges"
                            if LayerName.SECCOMP in profile.required else _OMITTED_SECCOMP,
         LayerName.NETWORK: f"only the proxy sidecar's port {PROXY_PORT}; no host, no DNS"
                            if proxy else "loopback only (no proxy)",
@@ -321,6 +323,14 @@ def _layers(profile: SandboxProfile, *, image: str, user: str, proxy: bool) -> t
 # Only the audit builds a profile without seccomp; Docker's default stays on.
 _OMITTED_SECCOMP = ("omitted: not in the profile's required layers (an audit configuration); "
                     "Docker's default profile applies")
+
+
+def _seccomp_file(directory: str) -> str:
+    try:
+        return write_profile(directory)
+    except OSError as exc:
+        raise SandboxError(f"cannot write the seccomp profile in {directory}: {exc.strerror}",
+                           who="docker") from exc
 
 
 def _seccomp_checks(session: DockerSession) -> tuple[Check, ...]:
@@ -434,11 +444,15 @@ class DockerBackend:
         # sends the profile's content with each create request.
         private = tempfile.mkdtemp(prefix="firstrun-docker-")
         strict = LayerName.SECCOMP in profile.required
-        topology = build_topology(profile, session=uuid.uuid4().hex[:12], host=DockerHost(
-            workspace=fs.workspace, uid=uid, gid=gid, image=image, sidecar_image=image,
-            lib_binds=sidecar_lib_binds(), harness=harness_identity(), ca_files=_ca_files(),
-            seccomp_profile=write_profile(private) if strict else None,
-            sidecar_hosts=self._sidecar_hosts))
+        try:
+            topology = build_topology(profile, session=uuid.uuid4().hex[:12], host=DockerHost(
+                workspace=fs.workspace, uid=uid, gid=gid, image=image, sidecar_image=image,
+                lib_binds=sidecar_lib_binds(), harness=harness_identity(), ca_files=_ca_files(),
+                seccomp_profile=_seccomp_file(private) if strict else None,
+                sidecar_hosts=self._sidecar_hosts))
+        except BaseException:
+            shutil.rmtree(private, ignore_errors=True)
+            raise
         sidecar: _Sidecar | None = None
         session: DockerSession | None = None
         try:
