@@ -51,8 +51,12 @@ def test_exit_status_follows_the_evidence(firstrun: Run, tmp_path: Path, task: s
     (run,) = _runs(out)
     assert (run["task"], run["classification"], run["agent"]) == (task, classification, "replay")
     assert (out / str(run["trace"])).is_file()
-    # Not a terminal: no progress is drawn, only the summary.
-    assert proc.stderr == ""
+    # Not a terminal: no progress is drawn, only the summary. All stderr may hold is
+    # auto's one-line notice that it passed a better backend over, naming the one used.
+    notices = proc.stderr.splitlines()
+    assert len(notices) <= 1, proc.stderr
+    for line in notices:
+        assert re.fullmatch(rf"firstrun: backend {run['backend']} \(auto; not .+\)", line), line
     assert f"results: {out / 'results.json'}" in proc.stdout
 
 
@@ -134,6 +138,33 @@ def test_check_reruns_only_the_check_against_a_kept_workspace(firstrun: Run, tmp
         assert "--allow-unenforced" in refused.stderr
         assert len(refused.stderr.splitlines()) == 1
     assert not (tmp_path / "local" / "runs").exists()
+
+
+def test_check_takes_the_project_config_and_a_flag_wins_over_it(firstrun: Run, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    task = str(TASKS / "greet-pass.yaml")
+    assert firstrun("run", task, *MIRROR, "--out", str(out), "--keep-sandbox").returncode == 0
+    workspace = str(out / "runs" / "greet-pass" / "1" / "workspace")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "firstrun.yaml").write_text("backend: local\nout: checks\n")
+    # The config's backend applies: 'local' is refused as if --backend local were given.
+    refused = firstrun("check", task, "--sandbox", workspace, cwd=str(project))
+    assert refused.returncode == 2
+    assert refused.stderr.startswith("firstrun: refused (local):"), refused.stderr
+    # A flag wins over it; the config's out still says where the trace goes.
+    passed = firstrun("check", task, "--sandbox", workspace, "--backend", "linux", cwd=str(project))
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    assert f"trace: {project / 'checks'}" in passed.stdout
+    # isolation: vm holds for a check as for a run, said once before anything runs.
+    vm = tmp_path / "vm.yaml"
+    vm.write_text("isolation: vm\n")
+    isolated = firstrun("check", task, "--sandbox", workspace, "--backend", "linux",
+                        "--config", str(vm), "--out", str(tmp_path / "vm-out"))
+    assert isolated.returncode == 2
+    assert isolated.stderr.startswith(f"firstrun: refused (microvm): the project config {vm} "
+                                      "requires isolation: vm"), isolated.stderr
+    assert not (tmp_path / "vm-out").exists()
 
 
 def _marked_processes() -> list[int]:

@@ -14,7 +14,7 @@ from firstrun.results.store import RESULTS_FILE, ResultsStore, load_results
 IDENTITY = SweepIdentity(
     tasks=(TaskIdentity(name="t", sha256="a", check_sha256="b"),), agent="replay", model=None,
     base_url=None, backend="linux", repeat=2, affordances="all", probe_affordances=False,
-    allow_unenforced=False, downgrades=(), task_defaults_sha256=None)
+    allow_unenforced=False, downgrades=(), task_defaults_sha256=None, inspect_tls=False)
 
 
 def test_reopen_keeps_every_saved_run_and_only_adds(tmp_path: Path) -> None:

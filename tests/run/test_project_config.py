@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from firstrun.cli.main import _run
+from firstrun.cli.main import _run, build_parser
 from firstrun.errors import TaskError, UsageError
 from firstrun.run.project import (
     CONFIG_FILE,
@@ -61,6 +61,8 @@ def test_keys_that_decide_what_is_measured_are_refused_with_file_line_and_why(
     ("permissions:\n  bash: deny\n", 2, "unknown key 'bash' in permissions"),
     ("out: a\nout: b\n", 2, "duplicate key 'out' (first at line 1)"),
     ("docs_mirrors:\n  docs.example.com: ./nowhere\n", 2, "docs_mirrors.docs.example.com"),
+    ("workers: 1\nisolation: container\n", 2, "isolation: Input should be 'vm'"),
+    ("inspect_tls: sometimes\n", 1, "inspect_tls"),
     ("- backend\n", 1, "the top level must be a mapping"),
     ("", 1, "the file is empty"),
 ])
@@ -118,12 +120,66 @@ def test_task_defaults_sit_under_what_the_task_file_says(tmp_path: Path) -> None
   network:
     allow: [registry.corp.example, a.example.org]
 """))
-    (merged,) = apply_task_defaults([load_task(task)], config.spec.task_defaults)
+    (merged,) = apply_task_defaults([load_task(task)], config.spec)
     assert merged.spec.budgets.max_turns == 7
     assert merged.spec.budgets.max_seconds == 60
     assert merged.spec.budgets.max_command_seconds == 300  # neither said: the built-in default
     assert merged.spec.network.allow == ("a.example.org", "registry.corp.example")
     assert merged.sha256 == load_task(task).sha256
+    assert merged.spec.firstrun.isolation is None
+
+
+def test_a_project_requiring_a_vm_holds_for_every_task_and_a_task_cannot_opt_out(
+    tmp_path: Path
+) -> None:
+    own = tmp_path / "own.yaml"
+    own.write_text(PASS.read_text() + "firstrun:\n  isolation: vm\n")
+    plain = load_project_config(write(tmp_path, "workers: 1\n", name="plain.yaml"))
+    vm = load_project_config(write(tmp_path, "workers: 1\nisolation: vm\n", name="vm.yaml"))
+    loaded = [load_task(PASS), load_task(own)]
+    assert [t.spec.firstrun.isolation for t in apply_task_defaults(loaded, vm.spec)] == ["vm", "vm"]
+    # Without the project's requirement, the task's own still holds.
+    assert [t.spec.firstrun.isolation for t in apply_task_defaults(loaded, plain.spec)] == [None, "vm"]
+
+
+def test_isolation_is_part_of_the_sweeps_identity_and_its_absence_hashes_as_before(
+    tmp_path: Path
+) -> None:
+    plain = load_project_config(write(tmp_path, "workers: 1\n", name="a.yaml"))
+    vm = load_project_config(write(tmp_path, "workers: 1\nisolation: vm\n", name="b.yaml"))
+    # The hash a config without rules or isolation had before either existed.
+    before = hashlib.sha256(json.dumps({}, sort_keys=True).encode()).hexdigest()
+    assert plain.task_defaults_sha256() == before
+    assert vm.task_defaults_sha256() != before
+
+
+def test_inspect_tls_in_the_config_applies_and_the_command_line_wins(tmp_path: Path) -> None:
+    from firstrun.cli.run import RunRequest, _with_project
+
+    config = load_project_config(write(tmp_path, "inspect_tls: true\n"))
+    assert _with_project(RunRequest(), config).inspect_tls is True
+    assert _with_project(RunRequest(inspect_tls=False), config).inspect_tls is False
+    assert _with_project(RunRequest(), None).inspect_tls is False
+    assert build_parser().parse_args(["run", "--no-inspect-tls"]).inspect_tls is False
+    assert build_parser().parse_args(["run"]).inspect_tls is None
+
+
+@pytest.mark.parametrize("backend", ["linux", "auto"])
+def test_a_run_under_a_project_requiring_a_vm_is_refused_before_any_command(
+    tmp_path: Path, backend: str
+) -> None:
+    config = write(tmp_path, f"backend: {backend}\nisolation: vm\n")
+    out = tmp_path / "out"
+    done = subprocess.run([str(FIRSTRUN), "run", str(PASS), "--config", str(config),
+                           "--out", str(out)], capture_output=True, text=True, check=False,
+                          stdin=subprocess.DEVNULL, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"firstrun: refused (microvm): the project config {config} "
+                           "requires isolation: vm"), line
+    assert "fix: run it with --backend microvm" in line
+    # Said once, before the sweep began: no run, no results document.
+    assert not out.exists()
 
 
 def test_a_run_takes_the_config_in_cwd_and_a_flag_wins_over_it(tmp_path: Path) -> None:

@@ -22,10 +22,12 @@ from run_support import fixture_task
 
 from firstrun.agents import make_agent
 from firstrun.cli.main import _run
+from firstrun.cli.run import RunRequest, _sweep_identity, _with_project
 from firstrun.errors import UsageError
 from firstrun.results.model import SweepIdentity, TaskIdentity, incomparability
-from firstrun.results.store import RESULTS_FILE, ResultsStore
+from firstrun.results.store import RESULTS_FILE, ResultsStore, load_results
 from firstrun.run.events import Event, RunFinished
+from firstrun.run.project import load_project_config
 from firstrun.run.runner import RunConfig
 from firstrun.run.suite import run_suite
 
@@ -56,7 +58,7 @@ def _identity(**changes: object) -> SweepIdentity:
         "tasks": (TaskIdentity(name="a", sha256="1", check_sha256="2"),),
         "agent": "replay", "model": None, "base_url": None, "backend": "linux", "repeat": 2,
         "affordances": "all", "probe_affordances": False, "allow_unenforced": False,
-        "downgrades": (), "task_defaults_sha256": None,
+        "downgrades": (), "task_defaults_sha256": None, "inspect_tls": False,
     }
     fields.update(changes)
     return SweepIdentity(**fields)  # type: ignore[arg-type]
@@ -169,7 +171,9 @@ def test_sigint_then_resume_through_the_real_command(tmp_path: Path) -> None:
     ({"backend": "docker"}, "--backend was 'linux' and is now 'docker'"),
     ({"affordances": "none"}, "--affordances was 'all' and is now 'none'"),
     ({"downgrades": ("seccomp",)}, "--allow-downgrade was none and is now seccomp"),
-    ({"task_defaults_sha256": "f"}, "the project config's task_defaults was unset"),
+    ({"task_defaults_sha256": "f"},
+     "the project config's task_defaults, permissions or isolation was unset"),
+    ({"inspect_tls": True}, "--inspect-tls was off and is now on"),
     ({"tasks": (TaskIdentity(name="a", sha256="9", check_sha256="2"),)}, "task a's file changed"),
     ({"tasks": (TaskIdentity(name="a", sha256="1", check_sha256="9"),)}, "task a's success check changed"),
     ({"tasks": ()}, "the task set differs (not given now: a)"),
@@ -182,6 +186,16 @@ def test_what_makes_a_sweep_incomparable(change: dict[str, object], named: str) 
     assert incomparability(_identity(), _identity()) is None
     assert SweepIdentity.from_data(json.loads(json.dumps(_identity(**change).to_data()))) \
         == _identity(**change)
+
+
+def test_a_sweep_saved_before_inspect_tls_was_recorded_loads_and_is_comparable_with_neither() -> None:
+    saved = _identity().to_data()
+    del saved["inspect_tls"]
+    old = SweepIdentity.from_data(saved)
+    assert old.inspect_tls is None
+    for wanted in (False, True):
+        reason = incomparability(old, _identity(inspect_tls=wanted))
+        assert reason is not None and "before firstrun recorded --inspect-tls" in reason
 
 
 @pytest.fixture(scope="module")
@@ -219,6 +233,40 @@ def test_resume_refuses_other_affordances(finished_sweep: Path, tmp_path: Path) 
     message = _resume(finished_sweep, tmp_path, "--backend", "linux", "--repeat", "2",
                       "--affordances", "none")
     assert "--affordances was 'all' and is now 'none'" in message
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_resume_refuses_inspect_tls_from_the_flag_or_the_project_config(
+    finished_sweep: Path, tmp_path: Path
+) -> None:
+    message = _resume(finished_sweep, tmp_path, "--backend", "linux", "--repeat", "2",
+                      "--inspect-tls")
+    assert message.startswith("--resume:") and "--inspect-tls was off and is now on" in message
+    # The project config's inspect_tls reaches the identity as the flag does, and the flag wins.
+    config = load_project_config(_write(tmp_path / "firstrun.yaml", "inspect_tls: true\n"))
+    from_config = _with_project(RunRequest(backend="linux"), config)
+    overridden = _with_project(RunRequest(backend="linux", inspect_tls=False), config)
+    assert _sweep_identity(from_config, [], "linux", config).inspect_tls is True
+    assert _sweep_identity(overridden, [], "linux", config).inspect_tls is False
+
+
+def test_resume_refuses_a_sweep_that_did_not_record_inspect_tls(
+    finished_sweep: Path, tmp_path: Path
+) -> None:
+    old = tmp_path / "old"
+    shutil.copytree(finished_sweep, old)
+    document = _document(old / "out")
+    del document["meta"]["sweep"]["inspect_tls"]
+    (old / "out" / RESULTS_FILE).write_text(json.dumps(document))
+    # Still a readable results document for reports.
+    assert load_results(old / "out" / RESULTS_FILE) == document
+    message = _resume(old, tmp_path, "--backend", "linux", "--repeat", "2")
+    assert message.startswith("--resume:")
+    assert "saved before firstrun recorded --inspect-tls" in message
 
 
 def test_resume_refuses_an_edited_task(finished_sweep: Path, tmp_path: Path) -> None:

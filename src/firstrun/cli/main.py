@@ -134,12 +134,16 @@ def _image_flag(parser: argparse.ArgumentParser) -> None:
                         "(default: firstrun/python:3.11; build it with 'firstrun images build')")
 
 
-def _inspect_tls_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--inspect-tls", action="store_true",
+def _inspect_tls_flag(parser: argparse.ArgumentParser, *, configurable: bool = False) -> None:
+    # Where firstrun.yaml can turn it on, --no-inspect-tls must be able to win over it.
+    parser.add_argument("--inspect-tls",
+                        action=argparse.BooleanOptionalAction if configurable else "store_true",
+                        default=None if configurable else False,
                         help="decrypt HTTPS in the proxy with a per-run CA the sandbox trusts: "
                         "every host becomes GET/HEAD only (uploads refused and recorded) unless "
                         "the task's firstrun.methods opens more, and firstrun.credentials work "
-                        "(linux backend)")
+                        "(linux backend)" + ("; default: firstrun.yaml's inspect_tls, else off"
+                                             if configurable else ""))
 
 
 def _downgrade_flag(parser: argparse.ArgumentParser) -> None:
@@ -184,7 +188,7 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
     run.add_argument("--resume", metavar="DIR",
                      help="continue the interrupted sweep saved in DIR, running only the attempts "
                      "it has no finished run for; refused unless the tasks, agent, model, backend, "
-                     "repeat and affordances match the sweep's")
+                     "repeat, affordances and --inspect-tls match the sweep's")
     run.add_argument("--config", metavar="FILE",
                      help="the project config (default: ./firstrun.yaml when it exists); its "
                      "values are defaults, and flags given here win")
@@ -213,7 +217,7 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
     run.add_argument("--allow-unenforced", action="store_true",
                      help="permit the 'local' backend, which enforces nothing (recorded as unenforced)")
     _downgrade_flag(run)
-    _inspect_tls_flag(run)
+    _inspect_tls_flag(run, configurable=True)
 
     check = sub.add_parser(
         "check",
@@ -227,14 +231,18 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
     check.add_argument("task", metavar="TASK", help="the task file")
     check.add_argument("--sandbox", required=True, metavar="DIR",
                        help="the kept workspace (OUT/runs/TASK/ATTEMPT/workspace)")
-    check.add_argument("--backend", choices=BACKENDS, default="auto",
-                       help="sandbox backend (default: auto)")
+    check.add_argument("--backend", choices=BACKENDS,
+                       help="sandbox backend (default: firstrun.yaml's, else auto)")
     check.add_argument("--allow-unenforced", action="store_true",
                        help="permit the 'local' backend, which enforces nothing")
     _image_flag(check)
-    check.add_argument("--out", default="results", metavar="DIR",
-                       help="where the check's trace goes (default: results)")
-    _inspect_tls_flag(check)
+    check.add_argument("--out", metavar="DIR",
+                       help="where the check's trace goes (default: firstrun.yaml's out, else results)")
+    check.add_argument("--config", metavar="FILE",
+                       help="the project config (default: ./firstrun.yaml when it exists); its "
+                       "backend, out, inspect_tls, isolation and task_defaults apply, and flags "
+                       "given here win")
+    _inspect_tls_flag(check, configurable=True)
 
 
 def _add_task_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -448,7 +456,7 @@ def _cmd_check(args: argparse.Namespace, _argv: Sequence[str]) -> int:
     return check_command(
         args.task, sandbox=args.sandbox, backend=args.backend,
         allow_unenforced=args.allow_unenforced, out=args.out, image=args.image,
-        inspect_tls=args.inspect_tls,
+        inspect_tls=args.inspect_tls, config=args.config,
     )
 
 

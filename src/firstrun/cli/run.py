@@ -9,8 +9,11 @@ the suite from starting new runs and lets the running ones end cleanly
 until that is done, then the command exits 128+N. The summary, the JUnit
 file and the exit status are computed from the saved ``RunRecord``s only.
 
-Flags left unset come from the project config (``firstrun.yaml``), and a
-flag given wins over it. ``--resume DIR`` runs only the attempts the sweep
+Flags left unset come from the project config (``firstrun.yaml``), for
+``check`` as for ``run``, and a flag given wins over it. A project that
+requires ``isolation: vm`` is refused once, before any run or check, on a
+backend that cannot give it (and each run's sandbox enforces it again).
+``--resume DIR`` runs only the attempts the sweep
 saved in DIR has no finished run for, and is refused before anything runs
 unless the command measures what that sweep recorded (``SweepIdentity``).
 """
@@ -66,9 +69,9 @@ from firstrun.tasks.model import Task
 class RunRequest:
     """Validated-by-argparse ``firstrun run`` arguments; the rest is checked in ``run_command``.
 
-    ``backend``, ``out``, ``workers`` and ``cache_dir`` left None come from the
-    project config (``config``, else ./firstrun.yaml), else the built-in
-    defaults. ``resume`` is ``--resume DIR``.
+    ``backend``, ``out``, ``workers``, ``cache_dir`` and ``inspect_tls`` left
+    None come from the project config (``config``, else ./firstrun.yaml), else
+    the built-in defaults. ``resume`` is ``--resume DIR``.
     """
 
     tasks: tuple[str, ...] = ()
@@ -94,7 +97,7 @@ class RunRequest:
     allow_unenforced: bool = False
     downgrades: frozenset[LayerName] = frozenset()
     image: str | None = None
-    inspect_tls: bool = False
+    inspect_tls: bool | None = None
     argv: tuple[str, ...] = ()
 
 
@@ -127,6 +130,7 @@ def _with_project(request: RunRequest, project: ProjectConfig | None) -> RunRequ
         out=out,
         workers=with_defaults(request.workers, spec.workers if spec else None, 1),
         cache_dir=with_defaults(request.cache_dir, project.cache_dir if project else None, None),
+        inspect_tls=with_defaults(request.inspect_tls, spec.inspect_tls if spec else None, False),
     )
 
 
@@ -147,6 +151,7 @@ def _sweep_identity(request: RunRequest, tasks: list[Task], backend: str,
         allow_unenforced=request.allow_unenforced,
         downgrades=tuple(sorted(request.downgrades)),
         task_defaults_sha256=None if project is None else project.task_defaults_sha256(),
+        inspect_tls=bool(request.inspect_tls),
     )
 
 
@@ -209,7 +214,7 @@ def run_command(request: RunRequest) -> int:
         summary = summary_target(request.github_summary)
     tasks, mirrors = _select(request)
     if project is not None:
-        tasks = apply_task_defaults(tasks, project.spec.task_defaults)
+        tasks = apply_task_defaults(tasks, project.spec)
         mirrors = merged_mirrors(project, mirrors)
     prices = load_price_file(request.price_file) if request.price_file is not None else None
 
@@ -222,10 +227,11 @@ def run_command(request: RunRequest) -> int:
     spend = _spend_governor(new_agent(), request.max_spend, tasks)
     from firstrun.run.sandbox import check_inspection, inspecting_backend
 
-    check_inspection(tasks, inspect_tls=request.inspect_tls, env=os.environ)
-    backend = inspecting_backend(request.backend, inspect_tls=request.inspect_tls, flag="--backend")
+    inspect_tls = bool(request.inspect_tls)
+    check_inspection(tasks, inspect_tls=inspect_tls, env=os.environ)
+    backend = inspecting_backend(request.backend, inspect_tls=inspect_tls, flag="--backend")
     resolution = _resolve(backend, request.allow_unenforced,
-                          [task.spec.image or request.image for task in tasks])
+                          [task.spec.image or request.image for task in tasks], project)
     if isinstance(resolution, str):
         print(resolution, file=sys.stderr)
         return EXIT_NO_EVIDENCE
@@ -245,7 +251,7 @@ def run_command(request: RunRequest) -> int:
         cache_dir=Path(request.cache_dir) if request.cache_dir is not None else None,
         affordances=Affordances(request.affordances),
         probe_affordances=request.probe_affordances,
-        inspect_tls=request.inspect_tls,
+        inspect_tls=inspect_tls,
         permissions=(project.permissions,) if project is not None else (),
     )
     store = _open_store(
@@ -395,14 +401,16 @@ def _spend_governor(agent: Agent, max_spend: Decimal | None,
 EXIT_NO_EVIDENCE = 2
 
 
-def _resolve(backend: str, allow_unenforced: bool, images: list[str | None]) -> Resolution | str:
+def _resolve(backend: str, allow_unenforced: bool, images: list[str | None],
+             project: ProjectConfig | None) -> Resolution | str:
     """The sweep's one concrete backend, or why every run would be refused, said once.
 
     A backend that cannot enforce (``local`` without --allow-unenforced, a
     machine without bubblewrap, docker without the image) would refuse each
     run alike; recording that as one infra_error per run would only bury the
-    one line that matters. ``auto`` is resolved here, once, for the images
-    the tasks use.
+    one line that matters. So would a project config's ``isolation: vm`` on
+    a backend that cannot give it. ``auto`` is resolved here, once, for the
+    images the tasks use.
     """
     options = BackendOptions(allow_unenforced=allow_unenforced)
     try:
@@ -413,6 +421,10 @@ def _resolve(backend: str, allow_unenforced: bool, images: list[str | None]) -> 
             if missing is not None:
                 raise SandboxUnavailable(missing.detail, who=backend,
                                          fix=missing.fix)
+        if project is not None and project.spec.isolation == "vm":
+            from firstrun.sandbox.microvm.backend import require_vm
+
+            require_vm(resolution.backend, who=f"the project config {project.path}")
     except SandboxUnavailable as exc:
         fix = f"; fix: {exc.fix}" if exc.fix else ""
         return f"firstrun: refused ({exc.who}): {' '.join(exc.args[0].split())}{fix}"
@@ -420,24 +432,38 @@ def _resolve(backend: str, allow_unenforced: bool, images: list[str | None]) -> 
 
 
 def check_command(
-    task_path: str, *, sandbox: str, backend: str, allow_unenforced: bool, out: str,
-    image: str | None = None, inspect_tls: bool = False,
+    task_path: str, *, sandbox: str, backend: str | None = None, allow_unenforced: bool = False,
+    out: str | None = None, image: str | None = None, inspect_tls: bool | None = None,
+    config: str | None = None,
 ) -> int:
-    """Re-run only the success check of one task against a kept workspace."""
+    """Re-run only the success check of one task against a kept workspace.
+
+    ``backend``, ``out`` and ``inspect_tls`` left None come from the project
+    config (``config``, else ./firstrun.yaml), else the built-in defaults; its
+    task defaults and ``isolation`` apply to the task, so the check runs under
+    the sandbox its run had. Its docs keys and permissions do not apply: a
+    check reads no docs and makes no tool calls.
+    """
+    project = find_project_config(config)
+    spec = project.spec if project is not None else None
+    backend = with_defaults(backend, spec.backend if spec else None, "auto")
+    out = with_defaults(out, project.out if project else None, "results")
+    inspect_tls = bool(with_defaults(inspect_tls, spec.inspect_tls if spec else None, False))
     if not os.path.isdir(sandbox):
         raise UsageError(f"--sandbox: {sandbox!r} is not a directory (a workspace kept by run --keep-sandbox)")
     tasks = load_tasks([task_path])
     if len(tasks) != 1:
         raise UsageError(f"check: TASK must name one task file; {task_path!r} holds {len(tasks)}")
+    if project is not None:
+        tasks = apply_task_defaults(tasks, project.spec)
     from firstrun.run.check import recheck
     from firstrun.run.runner import RunConfig
-    from firstrun.run.suite import suite_exit_code
-
     from firstrun.run.sandbox import check_inspection, inspecting_backend
+    from firstrun.run.suite import suite_exit_code
 
     check_inspection(tasks, inspect_tls=inspect_tls, env=os.environ)
     backend = inspecting_backend(backend, inspect_tls=inspect_tls, flag="--backend")
-    resolution = _resolve(backend, allow_unenforced, [tasks[0].spec.image or image])
+    resolution = _resolve(backend, allow_unenforced, [tasks[0].spec.image or image], project)
     if isinstance(resolution, str):
         print(resolution, file=sys.stderr)
         return EXIT_NO_EVIDENCE

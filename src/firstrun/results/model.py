@@ -110,8 +110,13 @@ class SweepIdentity:
     Left out on purpose, because they change how fast or where a sweep runs
     but not what it measures: ``--workers``, ``--out``, ``--cache-dir``,
     ``--max-spend``, ``--junit``, ``--keep-sandbox`` and the docs mirrors.
-    ``task_defaults_sha256`` covers the project config's task defaults, which
-    change the tasks themselves; the rest of that file is left out likewise.
+    ``task_defaults_sha256`` covers what of the project config changes the
+    tasks themselves (task defaults, permission rules, ``isolation``); the
+    rest of that file is left out likewise.
+
+    ``inspect_tls`` is None in a sweep saved before it was recorded. Such a
+    sweep may have run with ``--inspect-tls`` or without, and nothing saved
+    says which, so it is comparable with neither (``incomparability``).
     """
 
     tasks: tuple[TaskIdentity, ...]
@@ -125,6 +130,7 @@ class SweepIdentity:
     allow_unenforced: bool
     downgrades: tuple[str, ...]
     task_defaults_sha256: str | None
+    inspect_tls: bool | None
 
     def to_data(self) -> dict[str, Any]:
         return asdict(self)
@@ -135,6 +141,7 @@ class SweepIdentity:
         fields = dict(data)
         fields["tasks"] = tuple(TaskIdentity(**t) for t in fields["tasks"])
         fields["downgrades"] = tuple(fields["downgrades"])
+        fields.setdefault("inspect_tls", None)
         return cls(**fields)
 
 
@@ -149,7 +156,8 @@ _IDENTITY_FLAGS = {
     "probe_affordances": "--probe-affordances",
     "allow_unenforced": "--allow-unenforced",
     "downgrades": "--allow-downgrade",
-    "task_defaults_sha256": "the project config's task_defaults",
+    "task_defaults_sha256": "the project config's task_defaults, permissions or isolation",
+    "inspect_tls": "--inspect-tls",
 }
 
 
@@ -168,6 +176,9 @@ def incomparability(recorded: SweepIdentity, wanted: SweepIdentity) -> str | Non
             return f"task {name}'s file changed since the sweep started"
         if old[name].check_sha256 != new[name].check_sha256:
             return f"task {name}'s success check changed since the sweep started"
+    if recorded.inspect_tls is None:
+        return ("the sweep was saved before firstrun recorded --inspect-tls, so nothing shows "
+                "whether its runs were inspected; start a new sweep")
     for key, flag in _IDENTITY_FLAGS.items():
         before, now = getattr(recorded, key), getattr(wanted, key)
         if before != now:
@@ -176,6 +187,8 @@ def incomparability(recorded: SweepIdentity, wanted: SweepIdentity) -> str | Non
 
 
 def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
     if isinstance(value, tuple):
         return ",".join(value) or "none"
     return "unset" if value is None else repr(value)

@@ -20,6 +20,12 @@ winning, so a deny here holds whatever a task allows. Because they change
 what a run can do, they are part of the sweep's identity
 (``task_defaults_sha256``). Unknown keys are refused, so a rule this
 firstrun cannot enforce is never silently ignored.
+
+``isolation: vm`` requires every task to run in a micro-VM with a kernel of
+its own, as a task's ``firstrun.isolation: vm`` does; the stricter of the
+two holds, so a task cannot opt out of the project's requirement. It is part
+of the sweep's identity too. ``inspect_tls: true`` is ``--inspect-tls`` on
+every run (``--no-inspect-tls`` on the command line wins over it).
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -93,6 +99,10 @@ class ProjectSpec(_Section):
         {}, description="HOST: DIR or loopback URL, as --docs-mirror HOST=SRC."
     )
     workers: PositiveInt | None = None
+    inspect_tls: bool | None = Field(None, description="--inspect-tls on every run.")
+    isolation: Literal["vm"] | None = Field(
+        None, description="vm: every task runs only in a micro-VM with its own kernel "
+        "(--backend microvm, KVM), whatever the task file says.")
     task_defaults: TaskDefaults = TaskDefaults()
     permissions: Permissions = Permissions()
 
@@ -110,12 +120,15 @@ class ProjectConfig:
     permissions: RuleSet = RuleSet(source="project")
 
     def task_defaults_sha256(self) -> str:
-        """A hash of the task defaults and permission rules: what of this file changes what
-        a run measures (a file without rules hashes as before rules existed)."""
-        data = self.spec.task_defaults.model_dump(mode="json", exclude_unset=True)
+        """A hash of the task defaults, permission rules and isolation: what of this file
+        changes what a run measures (a file without rules or isolation hashes as before
+        either existed, so sweeps saved then stay resumable)."""
+        data: dict[str, Any] = self.spec.task_defaults.model_dump(mode="json", exclude_unset=True)
         rules = self.spec.permissions.model_dump(mode="json", exclude_defaults=True)
-        if rules:
+        if rules or self.spec.isolation is not None:
             data = {"task_defaults": data, "permissions": rules}
+            if self.spec.isolation is not None:
+                data["isolation"] = self.spec.isolation
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
     def to_record(self) -> dict[str, str]:
@@ -183,12 +196,14 @@ def load_project_config(path: str | os.PathLike[str]) -> ProjectConfig:
     )
 
 
-def apply_task_defaults(tasks: Sequence[Task], defaults: TaskDefaults) -> list[Task]:
-    """Each task with the project's defaults under it: keys the task file sets win.
+def apply_task_defaults(tasks: Sequence[Task], spec: ProjectSpec) -> list[Task]:
+    """Each task with the project's defaults under it: keys the task file sets win,
+    except ``isolation``, where the stricter of the project's and the task's holds.
 
     Budgets merge key by key; ``network.allow`` hosts are added to the task's
     own (a task with ``network.only`` ignores ``allow``, its own included).
     """
+    defaults = spec.task_defaults
     budget_defaults = defaults.budgets.model_dump(include=defaults.budgets.model_fields_set)
     out = []
     for task in tasks:
@@ -196,11 +211,15 @@ def apply_task_defaults(tasks: Sequence[Task], defaults: TaskDefaults) -> list[T
         budgets = Budgets.model_validate({**budget_defaults, **own})
         network = task.spec.network
         allow = tuple(dict.fromkeys((*network.allow, *defaults.network.allow)))
-        spec = task.spec.model_copy(update={
+        extensions = task.spec.firstrun
+        # "vm" is the only isolation there is, so any requirement is the stricter one.
+        isolation = extensions.isolation or spec.isolation
+        task_spec = task.spec.model_copy(update={
             "budgets": budgets,
             "network": network.model_copy(update={"allow": allow}),
+            "firstrun": extensions.model_copy(update={"isolation": isolation}),
         })
-        out.append(replace(task, spec=spec))
+        out.append(replace(task, spec=task_spec))
     return out
 
 
