@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from firstrun.agents import AgentStop, Brief, Budget, BudgetExhausted, ReplayAgent, make_agent
+from firstrun.agents import (
+    AgentStop,
+    Brief,
+    Budget,
+    BudgetExhausted,
+    ReplayAgent,
+    make_agent,
+)
 from firstrun.errors import UsageError
 from firstrun.sandbox.base import CappedOutput, ExecResult
 from firstrun.tasks.model import Budgets

@@ -6,8 +6,8 @@ import socket
 from collections.abc import Iterator
 
 import pytest
-
 from docsite import FakeClock, Site
+
 
 @pytest.fixture
 def serve() -> Iterator:

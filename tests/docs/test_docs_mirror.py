@@ -5,9 +5,15 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from docsite import Route
-from firstrun.docs import DocsReader, Mirror, ReadFailure, default_user_agent, parse_mirrors
+
+from firstrun.docs import (
+    DocsReader,
+    Mirror,
+    ReadFailure,
+    default_user_agent,
+    parse_mirrors,
+)
 from firstrun.errors import UsageError
 from firstrun.policy.hosts import HostPattern
 

@@ -6,9 +6,16 @@ import json
 import threading
 
 import pytest
-
 from docsite import FakeClock, Route
-from firstrun.docs import DocsReader, Mirror, Page, Politeness, ReadFailure, default_user_agent
+
+from firstrun.docs import (
+    DocsReader,
+    Mirror,
+    Page,
+    Politeness,
+    ReadFailure,
+    default_user_agent,
+)
 from firstrun.errors import ProxyError, UsageError
 from firstrun.policy.hosts import HostPattern
 

@@ -14,7 +14,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from e2e_support import DOCS, DOCS_HOST, FIRSTRUN, runs_by_task, task
 
 pytestmark = pytest.mark.e2e

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from e2e_support import DOCS, DOCS_HOST, FIRSTRUN, events, runs_by_task, task, trace_of
+
 from firstrun.agents import make_agent
 from firstrun.docs import Mirror
 from firstrun.results.store import ResultsStore

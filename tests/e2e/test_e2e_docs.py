@@ -11,7 +11,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
 from e2e_support import (
     DOCS_HOST,
     Answer,

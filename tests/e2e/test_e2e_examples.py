@@ -11,8 +11,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from e2e_support import FIRSTRUN, Run, events, runs_by_task, trace_of
+
 from firstrun.examples import list_examples
 from firstrun.tasks.load import load_task
 

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from e2e_support import DOCS, DOCS_HOST, FIRSTRUN, runs_by_task, task
 
 pytestmark = pytest.mark.e2e

@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from e2e_support import DOCS, DOCS_HOST, Run, events, runs_by_task, trace_of
 
 pytestmark = pytest.mark.e2e

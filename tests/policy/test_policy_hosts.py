@@ -9,7 +9,12 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from firstrun.errors import PolicyError
-from firstrun.policy.hosts import HostPattern, canonical_host, parse_ip_literal, parse_patterns
+from firstrun.policy.hosts import (
+    HostPattern,
+    canonical_host,
+    parse_ip_literal,
+    parse_patterns,
+)
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import h11
+
 from firstrun.policy.network import Channel, NetworkPolicy
 from firstrun.proxy.server import EgressProxy, ProxyLimits
 

@@ -8,7 +8,13 @@ from firstrun.agents.base import AgentStop
 from firstrun.results.model import Classification as C
 from firstrun.run.classify import Reason as R
 from firstrun.run.classify import classify
-from firstrun.run.events import AgentFinished, CheckFinished, CommandRan, Failure, Source
+from firstrun.run.events import (
+    AgentFinished,
+    CheckFinished,
+    CommandRan,
+    Failure,
+    Source,
+)
 
 
 def cmd(source: Source, code: int) -> CommandRan:

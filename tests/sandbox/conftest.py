@@ -8,12 +8,12 @@ import tempfile
 from collections.abc import Iterator
 
 import pytest
+from sandbox_support import make_profile
 
 from firstrun.policy.network import Channel, NetworkPolicy
 from firstrun.proxy.server import EgressProxy
 from firstrun.sandbox.base import ProxyEndpoint
 from firstrun.sandbox.linux.backend import LinuxBackend, LinuxSession
-from sandbox_support import make_profile
 
 
 @pytest.fixture

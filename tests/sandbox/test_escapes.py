@@ -11,14 +11,10 @@ import os
 import secrets
 import shutil
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-
-from firstrun.proxy.server import EgressProxy
-from firstrun.sandbox.linux.backend import LinuxBackend, LinuxSession
 from sandbox_support import (
     TcpCanary,
     UnixCanary,
@@ -27,6 +23,9 @@ from sandbox_support import (
     make_profile,
     wait_for_processes_with,
 )
+
+from firstrun.proxy.server import EgressProxy
+from firstrun.sandbox.linux.backend import LinuxBackend, LinuxSession
 
 pytestmark = pytest.mark.escape
 

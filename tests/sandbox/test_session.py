@@ -6,6 +6,7 @@ import os
 import time
 
 import pytest
+from sandbox_support import alive, host_processes_with, make_profile
 
 from firstrun.errors import SandboxUnavailable
 from firstrun.policy.filesystem import SYSTEM_READONLY
@@ -15,9 +16,6 @@ from firstrun.sandbox.base import Enforcement, Stream
 from firstrun.sandbox.linux.backend import LinuxBackend, LinuxSession
 from firstrun.sandbox.linux.spec import PROXY_PORT
 from firstrun.sandbox.select import select_backend
-
-
-from sandbox_support import alive, host_processes_with, make_profile
 
 
 def test_state_persists_across_commands(session: LinuxSession) -> None:

@@ -10,7 +10,12 @@ from firstrun.policy.filesystem import FilesystemPolicy
 from firstrun.policy.process import Limits
 from firstrun.policy.profile import LayerName, SandboxProfile
 from firstrun.sandbox.linux import seccomp
-from firstrun.sandbox.linux.spec import HostView, StagedBind, build_launch_spec, helper_config
+from firstrun.sandbox.linux.spec import (
+    HostView,
+    StagedBind,
+    build_launch_spec,
+    helper_config,
+)
 
 GOLDEN = Path(__file__).parent / "golden"
 

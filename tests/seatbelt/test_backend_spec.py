@@ -209,7 +209,12 @@ def test_the_session_marker_is_read_from_kern_procargs2_layout() -> None:
 
 
 def test_registered_by_name_and_ranked_after_docker_and_linux() -> None:
-    from firstrun.sandbox.select import REGISTRY, BackendOptions, build_backend, unavailable
+    from firstrun.sandbox.select import (
+        REGISTRY,
+        BackendOptions,
+        build_backend,
+        unavailable,
+    )
 
     assert isinstance(build_backend("seatbelt", BackendOptions()), SeatbeltBackend)
     ranked = [e.name for e in sorted((e for e in REGISTRY if e.auto_rank is not None),

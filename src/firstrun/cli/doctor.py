@@ -37,7 +37,6 @@ from firstrun.sandbox.select import (
 )
 
 
-
 @dataclass(frozen=True, kw_only=True)
 class Exposure:
     """What a default session binds beyond the system directories, and what it hides.

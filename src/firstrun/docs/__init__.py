@@ -4,7 +4,12 @@ Guarantee: this package is the only way an agent reads docs; see ``reader``
 for what each read checks and records.
 """
 
-from .affordances import AffordanceFilter, AffordanceProbe, Affordances, probe_affordances
+from .affordances import (
+    AffordanceFilter,
+    AffordanceProbe,
+    Affordances,
+    probe_affordances,
+)
 from .mirror import Mirror, parse_mirrors
 from .page import Page, ReadFailure
 from .politeness import Politeness

@@ -40,7 +40,14 @@ from enum import StrEnum
 
 from firstrun.agents.base import AgentStop
 from firstrun.results.model import Classification
-from firstrun.run.events import AgentFinished, CheckFinished, CommandRan, Event, Failure, Source
+from firstrun.run.events import (
+    AgentFinished,
+    CheckFinished,
+    CommandRan,
+    Event,
+    Failure,
+    Source,
+)
 
 
 class Reason(StrEnum):

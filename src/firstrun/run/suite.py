@@ -48,7 +48,12 @@ from firstrun.run.config import RunConfig
 from firstrun.run.events import Event
 from firstrun.run.runner import run_task
 from firstrun.run.sandbox import run_image
-from firstrun.sandbox.select import BackendOptions, Resolution, resolve_backend, unavailable
+from firstrun.sandbox.select import (
+    BackendOptions,
+    Resolution,
+    resolve_backend,
+    unavailable,
+)
 from firstrun.tasks.model import Task
 
 EXIT_PASSED = 0

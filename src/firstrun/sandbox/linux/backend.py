@@ -60,8 +60,6 @@ from firstrun.sandbox.base import (
     command_argv,
     command_environment,
 )
-from firstrun.sandbox.output import OutputCapture
-from firstrun.sandbox.ownership import chown_tree, pick_uid
 from firstrun.sandbox.linux import cgroup, helper, launcher, probe, seccomp
 from firstrun.sandbox.linux.spec import (
     PROXY_PORT,
@@ -71,6 +69,8 @@ from firstrun.sandbox.linux.spec import (
     build_launch_spec,
     helper_config,
 )
+from firstrun.sandbox.output import OutputCapture
+from firstrun.sandbox.ownership import chown_tree, pick_uid
 
 HELPER_SOURCE = Path(helper.__file__).read_text(encoding="utf-8")
 LAUNCHER_SOURCE = Path(launcher.__file__).read_text(encoding="utf-8")
