@@ -555,6 +555,18 @@ class InterceptedTunnel:
             drained += len(data)
 
 
+def new_interception(
+    inspection: InspectionPolicy, *, env: Mapping[str, str], extra_cafiles: Sequence[str] = (),
+) -> Interception:
+    """A fresh run CA (its key in this process's memory only), upstream trust and masked credentials.
+
+    ``extra_cafiles`` are CA files trusted upstream besides the system store.
+    Raises ``UsageError`` for a credential whose value is not in ``env``.
+    """
+    return Interception(ca=RunCA(), upstream=upstream_context(extra_cafiles),
+                        credentials=mint(inspection.credentials, env))
+
+
 def prepare_interception(
     inspection: InspectionPolicy, *, env: Mapping[str, str], bundle_dir: str,
     extra_cafiles: Sequence[str] = (),
@@ -567,11 +579,8 @@ def prepare_interception(
     a directory no sandbox can see (the harness's private proxy directory).
     Raises ``UsageError`` for a credential whose value is not in ``env``.
     """
-    ca = RunCA()
-    interception = Interception(
-        ca=ca, upstream=upstream_context(extra_cafiles),
-        credentials=mint(inspection.credentials, env),
-    )
+    interception = new_interception(inspection, env=env, extra_cafiles=extra_cafiles)
+    ca = interception.ca
     sources = [SANDBOX_CA_BUNDLE, *([env["SSL_CERT_FILE"]] if env.get("SSL_CERT_FILE") else [])]
     path = os.path.join(bundle_dir, "trust.pem")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)

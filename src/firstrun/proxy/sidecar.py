@@ -2,16 +2,24 @@
 
 Guarantee: the sidecar enforces exactly the policy the harness serialized
 with ``NetworkPolicy.to_data`` (parsed back by ``policy_from_data`` through
-the same ``NetworkPolicy.build`` every other policy goes through, so an entry
-the harness could not have built is refused here too), never one assembled
-from comma-separated environment strings. It runs the very ``EgressProxy``
-the linux backend uses. Its stdout is a stream of JSON lines: first one
-``ready`` line with the listening address and the attestation nonce, then
-one ``record`` line per egress record, flushed as it is written, so the
-harness can put each record in the trace live. SIGTERM or SIGINT stops it
-after the proxy delivered its last records.
-"""
+the same ``NetworkPolicy.build`` and ``InspectionPolicy.build`` every other
+policy goes through, so an entry the harness could not have built is
+refused here too), never one assembled from comma-separated environment
+strings. It runs the very ``EgressProxy`` the linux backend uses. Its stdout
+is a stream of JSON lines: first one ``ready`` line with the listening
+address and the attestation nonce, then one ``record`` line per egress
+record, flushed as it is written, so the harness can put each record in the
+trace live. SIGTERM or SIGINT stops it after the proxy delivered its last records.
 
+With TLS inspection (the policy carries ``inspection``) the sidecar makes
+the run's CA itself: the private key exists only in this process's memory
+(``ca.RunCA``) and never crosses stdout, which carries the CA certificate
+(PEM) and the credential placeholders on the ready line. Upstream servers
+are verified against the image's trust store plus the ``cafiles`` the
+harness names (bound read-only into the container). Credential values
+arrive on stdin only (``credentials``: harness variable name to value),
+never through the environment, and are minted into placeholders here.
+"""
 from __future__ import annotations
 
 import json
@@ -22,7 +30,10 @@ from collections.abc import Mapping
 from typing import IO
 
 from firstrun.errors import FirstrunError, PolicyError
+from firstrun.policy.methods import InspectionPolicy
 from firstrun.policy.network import Channel, Mode, NetworkPolicy
+from firstrun.proxy.credentials import sandbox_variables
+from firstrun.proxy.intercept import Interception, new_interception
 from firstrun.proxy.records import EgressRecord
 from firstrun.proxy.server import EgressProxy
 
@@ -35,22 +46,32 @@ def policy_from_data(data: Mapping[str, object]) -> NetworkPolicy:
             raise TypeError(f"expected a list of strings, got {value!r}")
         return value
 
-    if "inspection" in data:
-        # The sidecar has no run CA to decrypt with: inspecting there would
-        # need one inside the container's reach, so it refuses instead.
-        raise PolicyError("sidecar policy: TLS inspection is not supported by the Docker sidecar")
     try:
         overrides = []
         for o in data["overrides"]:  # type: ignore[attr-defined]
             overrides.append((strings([o["pattern"]])[0], strings(o["networks"])))
-        return NetworkPolicy.build(
+        policy = NetworkPolicy.build(
             allow=strings(data["allow"]),
             deny=strings(data["deny"]),
             docs=strings(data["docs"]),
+            shell_docs=strings(data["shell_docs"]),
             overrides=overrides,
             mode=Mode(data["mode"]),
             source="sidecar policy",
         )
+        if "inspection" not in data:
+            return policy
+        inspection = data["inspection"]
+        rules = [(strings([r["host"]])[0], strings(r["methods"]), strings([r["path_prefix"]])[0])
+                 for r in inspection["rules"]]  # type: ignore[index]
+        credentials = [tuple(strings([c["name"], c["host"], c["from_env"]]))
+                       for c in inspection["credentials"]]  # type: ignore[index]
+        cap = inspection["max_body_bytes"]  # type: ignore[index]
+        if type(cap) is not int:
+            raise TypeError(f"max_body_bytes: expected an integer, got {cap!r}")
+        return policy.with_inspection(InspectionPolicy.build(
+            rules=rules, credentials=credentials,  # type: ignore[arg-type]
+            max_body_bytes=cap, source="sidecar policy"))
     except (KeyError, TypeError, ValueError) as exc:
         raise PolicyError(f"sidecar policy: malformed policy data ({exc!r})") from None
 
@@ -62,34 +83,64 @@ def _emit(out: IO[str], lock: threading.Lock, message: dict[str, object]) -> Non
 
 
 def serve(policy: NetworkPolicy, *, host: str, port: int, out: IO[str],
-          stop: threading.Event) -> None:
+          stop: threading.Event, interception: Interception | None = None) -> None:
     """Listen on ``host:port`` (shell channel) until ``stop`` is set, streaming to ``out``."""
     lock = threading.Lock()
 
     def on_record(record: EgressRecord) -> None:
         _emit(out, lock, {"event": "record", "record": record.to_data()})
 
-    with EgressProxy(policy, on_record=on_record) as proxy:
+    with EgressProxy(policy, on_record=on_record, interception=interception) as proxy:
         address = proxy.listen_tcp(Channel.SHELL, host=host, port=port)
-        _emit(out, lock, {"event": "ready", "address": list(address), "nonce": proxy.nonce})
+        ready: dict[str, object] = {"event": "ready", "address": list(address),
+                                    "nonce": proxy.nonce}
+        if interception is not None:
+            # Public only: the certificate, and placeholders the sandbox holds anyway.
+            ready["ca"] = interception.ca.cert_pem.decode("ascii")
+            ready["placeholders"] = sandbox_variables(interception.credentials)
+        _emit(out, lock, ready)
         stop.wait()
 
 
+def _strings(value: object, what: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise TypeError(f"{what}: expected a list of strings")
+    return value
+
+
+def _interception(request: Mapping[str, object], policy: NetworkPolicy) -> Interception | None:
+    if policy.inspection is None:
+        return None
+    values = request.get("credentials", {})
+    if not isinstance(values, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in values.items()):
+        raise TypeError("credentials: expected an object of strings")
+    return new_interception(policy.inspection, env=values,
+                            extra_cafiles=_strings(request.get("cafiles", []), "cafiles"))
+
+
 def main(argv: list[str]) -> int:
-    """``python -m firstrun.proxy HOST PORT`` with ``{"policy": ...}`` as JSON on stdin."""
+    """``python -m firstrun.proxy HOST PORT`` with ``{"policy": ...}`` as JSON on stdin.
+
+    Under inspection stdin may also carry ``credentials`` (harness variable
+    name to value) and ``cafiles`` (paths inside this container).
+    """
     if len(argv) != 2 or not argv[1].isdigit():
         print("usage: python -m firstrun.proxy HOST PORT < policy.json", file=sys.stderr)
         return 3
     try:
-        policy = policy_from_data(json.load(sys.stdin)["policy"])
-    except (ValueError, KeyError, TypeError, PolicyError) as exc:
+        request = json.load(sys.stdin)
+        policy = policy_from_data(request["policy"])
+        interception = _interception(request, policy)
+    except (ValueError, KeyError, TypeError, FirstrunError) as exc:
         print(f"firstrun.proxy: cannot read the policy from stdin: {exc}", file=sys.stderr)
         return 3
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     try:
-        serve(policy, host=argv[0], port=int(argv[1]), out=sys.stdout, stop=stop)
+        serve(policy, host=argv[0], port=int(argv[1]), out=sys.stdout, stop=stop,
+              interception=interception)
     except FirstrunError as exc:
         print(f"firstrun.proxy: {exc}", file=sys.stderr)
         return 1

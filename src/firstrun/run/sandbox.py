@@ -58,8 +58,9 @@ from firstrun.tasks.model import Task
 DOCS_MIN_DELAY_S = 1.0
 
 
-# Backends that show ProxyEndpoint.trust_bundle inside their sandbox.
-INSPECTING_BACKENDS = frozenset({"linux"})
+# Backends that can inspect TLS: linux shows ProxyEndpoint.trust_bundle in
+# its sandbox; docker's sidecar makes the run CA and the backend shows its bundle.
+INSPECTING_BACKENDS = frozenset({"linux", "docker"})
 
 
 def check_inspection(tasks: Sequence[Task], *, inspect_tls: bool, env: Mapping[str, str]) -> None:
@@ -75,15 +76,17 @@ def check_inspection(tasks: Sequence[Task], *, inspect_tls: bool, env: Mapping[s
 
 
 def inspecting_backend(backend: str, *, inspect_tls: bool, flag: str) -> str:
-    """The backend to resolve: under --inspect-tls ``auto`` means linux, and one that cannot inspect is refused."""
-    if not inspect_tls:
+    """The backend to resolve: under --inspect-tls one that cannot inspect is refused.
+
+    ``auto`` stays ``auto``: it prefers docker, then linux, both inspecting;
+    should it land on another, ``open_sandbox`` refuses that run.
+    """
+    if not inspect_tls or backend == "auto":
         return backend
-    if backend == "auto":
-        return "linux"
     if backend not in INSPECTING_BACKENDS:
         raise UsageError(
-            f"{flag} {backend}: --inspect-tls needs the linux backend; the {backend} backend "
-            "cannot show the run's CA bundle in its sandbox"
+            f"{flag} {backend}: --inspect-tls needs the linux or docker backend; the {backend} "
+            "backend cannot show the run's CA bundle in its sandbox"
         )
     return backend
 
@@ -150,18 +153,21 @@ def open_sandbox(
     if policy.inspection is not None and name not in INSPECTING_BACKENDS:
         raise SandboxUnavailable(
             f"--inspect-tls: the {name} backend cannot show the run's CA bundle in its sandbox",
-            who=name, fix="use --backend linux, or drop --inspect-tls",
+            who=name, fix="use --backend linux or --backend docker, or drop --inspect-tls",
         )
     with ExitStack() as stack:
         interception, trust_bundle = None, None
-        if policy.inspection is not None:
+        # Docker's sidecar inspects the shell channel with a CA of its own
+        # (the backend reads the policy); the harness proxy serves docs only.
+        if policy.inspection is not None and not own_proxy:
             # Harness-private (0700); the bundle holds certificates only, the
             # CA key stays in this process's memory.
             trust_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="firstrun-trust-"))
             interception, trust_bundle = prepare_interception(
                 policy.inspection, env=os.environ, bundle_dir=trust_dir)
-        proxy = stack.enter_context(
-            EgressProxy(policy, on_record=on_record, interception=interception))
+        proxy = stack.enter_context(EgressProxy(
+            policy if interception is not None else policy.with_inspection(None),
+            on_record=on_record, interception=interception))
         if own_proxy:
             # The backend runs the shell channel's proxy with this same policy.
             endpoint = OWN_PROXY

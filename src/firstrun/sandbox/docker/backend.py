@@ -25,6 +25,18 @@ layers were all applied and attested is therefore ``ENFORCED``, and its
 Each egress record the sidecar writes reaches ``on_record`` (plain data, as
 ``EgressRecord.to_data`` gives it) the moment it is written.
 
+TLS inspection (the profile's policy carries ``inspection``) is done by the
+sidecar, which makes the run's CA and keeps its private key in its own
+memory: the key is never on the host's disk nor in the run container. The
+harness takes the CA certificate from the sidecar's ready line (parsed and
+re-serialized, so nothing but one CA certificate passes), and writes the
+trust bundle (system CAs, the harness's ``SSL_CERT_FILE``, the run CA) into
+a harness-private file that exists before the containers are created and
+is filled before the run container starts; the run container sees it
+read-only at ``SANDBOX_CA_BUNDLE``, where every CA variable points. The
+credentials' real values travel to the sidecar on its stdin only; the run
+container's environment gets the placeholders the sidecar minted.
+
 The docker CLI is driven by subprocess rather than the Engine API: the CLI
 negotiates the API version with any daemon, and its ``exec -i`` and
 ``start --attach`` give plain pipes, where the API's hijacked, multiplexed
@@ -43,15 +55,19 @@ import subprocess
 import tempfile
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import IO
 
 import h11
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
 
 import firstrun
-from firstrun.errors import SandboxError, SandboxUnavailable
+from firstrun.errors import SandboxError, SandboxUnavailable, UsageError
 from firstrun.images.build import image_present, local_tag, missing_image, resolve_image
-from firstrun.policy.process import CA_VARIABLES, build_environment
+from firstrun.policy.methods import InspectionPolicy
+from firstrun.policy.process import CA_VARIABLES, SANDBOX_CA_BUNDLE, build_environment
 from firstrun.policy.profile import LayerName, Provides, SandboxProfile, unprovided
 from firstrun.sandbox import attest as attestation
 from firstrun.sandbox.base import (
@@ -107,13 +123,16 @@ RecordCallback = Callable[[dict[str, object]], None]
 class _Sidecar:
     """The sidecar's stdout: the ready line, then records handed to ``on_record`` as they come."""
 
-    def __init__(self, process: subprocess.Popen[str], on_record: RecordCallback | None) -> None:
+    def __init__(self, process: subprocess.Popen[str], on_record: RecordCallback | None,
+                 stderr: IO[bytes]) -> None:
         self.process = process
+        self._stderr = stderr
         self._on_record = on_record
         self._thread: threading.Thread | None = None
         self.failure: Exception | None = None
 
-    def await_ready(self) -> str:
+    def await_ready(self) -> dict[str, object]:
+        """The sidecar's ready line (``nonce``; under inspection ``ca`` and ``placeholders``)."""
         assert self.process.stdout is not None
         ready: dict[str, object] = {}
         reader = threading.Thread(target=lambda: ready.update(
@@ -121,11 +140,15 @@ class _Sidecar:
         reader.start()
         reader.join(_READY_TIMEOUT_S)
         if ready.get("event") != "ready":
-            raise SandboxError("the proxy sidecar did not start", who="docker")
+            # Its own words (a policy or credential it refused names no value).
+            self._stderr.seek(0)
+            why = self._stderr.read()[-500:].decode("utf-8", "replace").strip()
+            raise SandboxError(f"the proxy sidecar did not start{': ' + why if why else ''}",
+                               who="docker")
         self._thread = threading.Thread(target=self._pump, daemon=True,
                                         name="firstrun-docker-records")
         self._thread.start()
-        return str(ready["nonce"])
+        return ready
 
     def _pump(self) -> None:
         assert self.process.stdout is not None
@@ -150,6 +173,7 @@ class _Sidecar:
             self._thread.join()
         if self.process.stdout is not None:
             self.process.stdout.close()
+        self._stderr.close()
         if self.failure is not None:
             raise SandboxError(f"an egress record could not be delivered: {self.failure}",
                                who="docker") from self.failure
@@ -160,7 +184,8 @@ class DockerSession:
 
     def __init__(self, *, topology: Topology, profile: SandboxProfile, env: dict[str, str],
                  user: str, info: SessionInfo, sidecar: _Sidecar | None,
-                 lent_uid: int | None, owner: tuple[int, int], docker_bin: str) -> None:
+                 lent_uid: int | None, owner: tuple[int, int], docker_bin: str,
+                 trust_dir: str | None = None) -> None:
         self.info = info
         self.topology = topology
         self._profile = profile
@@ -170,6 +195,7 @@ class DockerSession:
         self._lent_uid = lent_uid
         self._owner = owner
         self._docker = docker_bin
+        self._trust_dir = trust_dir
         self._lock = threading.Lock()
         self._running: subprocess.Popen[str] | None = None
         self._closed = False
@@ -280,6 +306,8 @@ class DockerSession:
                 chown_tree(self._profile.fs.workspace, *self._owner, only_owner=self._lent_uid)
             except OSError as exc:
                 errors.append(f"restoring workspace ownership: {exc}")
+        if self._trust_dir is not None:
+            shutil.rmtree(self._trust_dir, ignore_errors=True)
         if errors:
             raise SandboxError("; ".join(errors), who="docker")
 
@@ -295,7 +323,8 @@ PROVIDES: Provides = {
 }
 
 
-def _layers(profile: SandboxProfile, *, image: str, user: str, proxy: bool) -> tuple[LayerStatus, ...]:
+def _layers(profile: SandboxProfile, *, image: str, user: str, proxy: bool,
+            inspection: str | None = None) -> tuple[LayerStatus, ...]:
     limits = profile.limits
     fs = profile.fs
     details = {
@@ -310,6 +339,7 @@ def _layers(profile: SandboxProfile, *, image: str, user: str, proxy: bool) -> t
                            "no-new-privileges"
                            if LayerName.SECCOMP in profile.required else _OMITTED_SECCOMP,
         LayerName.NETWORK: f"only the proxy sidecar's port {PROXY_PORT}; no host, no DNS"
+                           + (f"; {inspection}" if inspection else "")
                            if proxy else "loopback only (no proxy)",
         LayerName.LIMITS: f"session-wide: pids {limits.pids}, memory {limits.memory_bytes} bytes "
                           f"(no extra swap); per process: open files {limits.open_files}, core 0",
@@ -354,6 +384,96 @@ def _ca_files() -> tuple[str, ...]:
     return tuple(found)
 
 
+class _Inspection:
+    """One session's TLS inspection, on the harness side: what is sent, and the bundle file."""
+
+    def __init__(self, policy: InspectionPolicy, *, env: Mapping[str, str],
+                 cafiles: tuple[str, ...]) -> None:
+        self.cafiles = cafiles
+        self.values: dict[str, str] = {}
+        for rule in policy.credentials:
+            value = env.get(rule.from_env)
+            if not value:
+                raise UsageError(
+                    f"credential {rule.name}: ${rule.from_env} is not set in firstrun's "
+                    "environment; export it (the sandbox only ever sees a placeholder)")
+            self.values[rule.from_env] = value
+        self.names = tuple(rule.name for rule in policy.credentials)
+        # Harness-private (0700); the bundle in it holds certificates only.
+        self.directory = tempfile.mkdtemp(prefix="firstrun-docker-trust-")
+        self.bundle = os.path.join(self.directory, "trust.pem")
+        # Created empty now: a bind mount needs its source when the container is created.
+        os.close(os.open(self.bundle, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644))
+        os.chmod(self.bundle, 0o644)
+        self.ca: x509.Certificate | None = None
+        self.placeholders: dict[str, str] = {}
+
+    def request(self) -> dict[str, object]:
+        """The part of the sidecar's stdin that inspection adds."""
+        return {"credentials": self.values, "cafiles": list(self.cafiles)}
+
+    def take(self, ready: Mapping[str, object]) -> None:
+        """Fill the bundle from the sidecar's ready line, in place (the bind names this inode)."""
+        try:
+            ca = x509.load_pem_x509_certificate(str(ready["ca"]).encode("ascii"))
+            constraints = ca.extensions.get_extension_for_class(x509.BasicConstraints).value
+        except (KeyError, ValueError, UnicodeEncodeError, x509.ExtensionNotFound) as exc:
+            raise SandboxError(f"the proxy sidecar reported no usable run CA: {exc}",
+                               who="docker") from None
+        placeholders = ready.get("placeholders")
+        if not constraints.ca or not isinstance(placeholders, dict) \
+                or sorted(placeholders) != sorted(self.names) \
+                or not all(isinstance(v, str) for v in placeholders.values()):
+            raise SandboxError("the proxy sidecar's run CA or placeholders are not what was asked",
+                               who="docker")
+        self.ca, self.placeholders = ca, dict(placeholders)
+        bundle = _system_trust() + ca.public_bytes(serialization.Encoding.PEM)
+        with open(self.bundle, "r+b") as f:
+            f.truncate(0)
+            f.write(bundle)
+
+    def detail(self) -> str:
+        assert self.ca is not None
+        fingerprint = self.ca.fingerprint(hashes.SHA256()).hex()[:16]
+        masked = f"; credentials masked: {', '.join(self.names)}" if self.names else ""
+        return (f"TLS inspected by the sidecar (run CA sha256 {fingerprint}..., key in the "
+                f"sidecar's memory only; trusted through {SANDBOX_CA_BUNDLE}){masked}")
+
+
+def _system_trust() -> bytes:
+    """The host's system CAs and the harness's ``$SSL_CERT_FILE``, as the linux backend trusts them."""
+    parts: list[bytes] = []
+    seen: set[str] = set()
+    for path in (SYSTEM_CA_BUNDLE, os.environ.get("SSL_CERT_FILE", "")):
+        real = os.path.realpath(path) if path else ""
+        if not real or real in seen or not os.path.isfile(real):
+            continue
+        seen.add(real)
+        try:
+            with open(real, "rb") as f:
+                data = f.read()
+        except OSError as exc:
+            raise SandboxError(f"cannot read CA bundle {path}: {exc.strerror}", who="docker") from exc
+        parts.append(data if data.endswith(b"\n") else data + b"\n")
+    if not parts:
+        raise SandboxUnavailable(f"no system CA bundle at {SYSTEM_CA_BUNDLE}", who="docker",
+                                 fix="install ca-certificates or set SSL_CERT_FILE")
+    return b"".join(parts)
+
+
+def _trust_check(session: DockerSession, inspection: _Inspection) -> Check:
+    """From inside: the bundle at ``SANDBOX_CA_BUNDLE`` holds the run CA the sidecar reported."""
+    assert inspection.ca is not None
+    pem = inspection.ca.public_bytes(serialization.Encoding.PEM).decode("ascii")
+    result = session.exec([PYTHON, "-I", "-S", "-c",
+                           f"import sys; sys.stdout.write(open({SANDBOX_CA_BUNDLE!r}).read())"],
+                          timeout=60.0)
+    trusted = result.exit_code == 0 and result.stdout.text().endswith(pem)
+    return Check(name="run_ca_trusted", passed=trusted,
+                 detail=f"{SANDBOX_CA_BUNDLE} ends with the sidecar's run CA" if trusted
+                 else f"{SANDBOX_CA_BUNDLE} does not hold the run CA (exit {result.exit_code})")
+
+
 # What the proxy module imports beyond the standard library: h11 always, and
 # cryptography (with its cffi backend) for TLS interception. Bound from the
 # harness's own environment, so the sidecar runs exactly the harness's proxy;
@@ -382,17 +502,25 @@ class DockerBackend:
     ``image`` is the run container's image (a task's ``image`` wins over
     it; None means the default Python image). ``sidecar_hosts`` are
     (name, address) entries for the sidecar's ``/etc/hosts`` (see
-    ``DockerHost``; the audit's fixture registry).
+    ``DockerHost``; the audit's fixture registry). Under TLS inspection,
+    ``upstream_cafiles`` are CA files the sidecar trusts upstream besides
+    the image's store and the host's bundles (a fixture registry's own CA),
+    and ``credential_env`` is where credential values are read (the
+    harness's environment when None).
     """
 
     name = "docker"
 
     def __init__(self, *, image: str | None = None,
                  on_record: RecordCallback | None = None,
-                 sidecar_hosts: tuple[tuple[str, str], ...] = ()) -> None:
+                 sidecar_hosts: tuple[tuple[str, str], ...] = (),
+                 upstream_cafiles: tuple[str, ...] = (),
+                 credential_env: Mapping[str, str] | None = None) -> None:
         self._image = image
         self._on_record = on_record
         self._sidecar_hosts = sidecar_hosts
+        self._upstream_cafiles = upstream_cafiles
+        self._credential_env = credential_env
 
     def probe(self) -> tuple[Capability, ...]:
         """The daemon (version judged), root, and the image a session would run, already local."""
@@ -444,14 +572,24 @@ class DockerBackend:
         # sends the profile's content with each create request.
         private = tempfile.mkdtemp(prefix="firstrun-docker-")
         strict = LayerName.SECCOMP in profile.required
+        inspection: _Inspection | None = None
         try:
+            if proxy is not None and profile.net.inspection is not None:
+                cafiles = tuple(dict.fromkeys((*_ca_files(), *self._upstream_cafiles)))
+                inspection = _Inspection(
+                    profile.net.inspection, cafiles=cafiles,
+                    env=os.environ if self._credential_env is None else self._credential_env)
             topology = build_topology(profile, session=uuid.uuid4().hex[:12], host=DockerHost(
                 workspace=fs.workspace, uid=uid, gid=gid, image=image, sidecar_image=image,
                 lib_binds=sidecar_lib_binds(), harness=harness_identity(), ca_files=_ca_files(),
                 seccomp_profile=_seccomp_file(private) if strict else None,
-                sidecar_hosts=self._sidecar_hosts))
+                sidecar_hosts=self._sidecar_hosts,
+                trust_bundle=inspection.bundle if inspection is not None else None,
+                sidecar_ca_files=inspection.cafiles if inspection is not None else ()))
         except BaseException:
             shutil.rmtree(private, ignore_errors=True)
+            if inspection is not None:
+                shutil.rmtree(inspection.directory, ignore_errors=True)
             raise
         sidecar: _Sidecar | None = None
         session: DockerSession | None = None
@@ -465,14 +603,23 @@ class DockerBackend:
                 shutil.rmtree(private, ignore_errors=True)
             nonce: str | None = None
             if proxy is not None:
+                # Unlinked: read only when the sidecar fails to start.
+                stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed by _Sidecar.finish)
                 sidecar = _Sidecar(subprocess.Popen(
                     [docker_bin, "start", "--attach", "--interactive", topology.sidecar],
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                    text=True), self._on_record)
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                    text=True), self._on_record, stderr)
                 assert sidecar.process.stdin is not None
-                sidecar.process.stdin.write(json.dumps({"policy": profile.net.to_data()}))
+                request: dict[str, object] = {"policy": profile.net.to_data()}
+                if inspection is not None:
+                    request.update(inspection.request())
+                sidecar.process.stdin.write(json.dumps(request))
                 sidecar.process.stdin.close()
-                nonce = sidecar.await_ready()
+                ready = sidecar.await_ready()
+                nonce = str(ready["nonce"])
+                if inspection is not None:
+                    # Before the run container starts: nothing in it ever sees an empty bundle.
+                    inspection.take(ready)
             docker("start", topology.run, docker_bin=docker_bin)
             sidecar_ip = docker(
                 "inspect", "--format",
@@ -489,14 +636,17 @@ class DockerBackend:
                 os.environ, path=["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin",
                                   "/sbin", "/bin"],
                 home=fs.sandbox_home, tmpdir=SANDBOX_TMP,
-                proxy_url=f"http://{sidecar_ip}:{PROXY_PORT}" if proxy is not None else None)
+                proxy_url=f"http://{sidecar_ip}:{PROXY_PORT}" if proxy is not None else None,
+                inspected=inspection is not None,
+                placeholders=inspection.placeholders if inspection is not None else None)
             user = f"{uid}:{gid}"
             enforcement = Enforcement.ENFORCED if strict else Enforcement.DOWNGRADED
             session = DockerSession(
                 topology=topology, profile=profile, env=env, user=user,
                 info=SessionInfo(backend=self.name, enforcement=enforcement,
                                  policy_hash=profile.policy_hash()),
-                sidecar=sidecar, lent_uid=lent, owner=owner, docker_bin=docker_bin)
+                sidecar=sidecar, lent_uid=lent, owner=owner, docker_bin=docker_bin,
+                trust_dir=inspection.directory if inspection is not None else None)
             checks = attestation.attest(session, attestation.AttestPlan(
                 python=PYTHON, workspace=fs.sandbox_workspace, real_homes=fs.real_homes,
                 exposed=(), proxy_port=PROXY_PORT if proxy is not None else None, nonce=nonce,
@@ -504,10 +654,13 @@ class DockerBackend:
                 proxy_host=sidecar_ip))
             if strict:
                 checks += _seccomp_checks(session)
+            if inspection is not None:
+                checks += (_trust_check(session, inspection),)
             session.info = SessionInfo(
                 backend=self.name, enforcement=enforcement,
                 policy_hash=profile.policy_hash(),
-                layers=_layers(profile, image=image, user=user, proxy=proxy is not None),
+                layers=_layers(profile, image=image, user=user, proxy=proxy is not None,
+                               inspection=inspection.detail() if inspection is not None else None),
                 attestation=checks)
             attestation.require_passed(checks)
         except BaseException:
@@ -520,5 +673,7 @@ class DockerBackend:
                         sidecar.finish()
                 if lent is not None:
                     chown_tree(fs.workspace, *owner, only_owner=lent)
+                if inspection is not None:
+                    shutil.rmtree(inspection.directory, ignore_errors=True)
             raise
         return session

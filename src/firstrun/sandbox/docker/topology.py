@@ -14,6 +14,12 @@ shape it gives:
 - the **run container**, attached to the internal network only, so its one
   way out is the sidecar's port.
 
+With TLS inspection (``DockerHost.trust_bundle``) the run container's trust
+is one host file bound read-only at ``SANDBOX_CA_BUNDLE`` (the system CAs
+plus the run CA the sidecar made; certificates only), and the host's own
+bundles are not bound there; the sidecar instead gets the host's CA files,
+read-only at their own paths, to verify the real servers against.
+
 Both containers drop every capability, set ``no-new-privileges``, run under
 firstrun's own seccomp profile (``seccomp.py``: Docker's allow-list
 semantics with the linux backend's refusals; Docker's default profile only
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from firstrun.policy.process import SANDBOX_CA_BUNDLE
 from firstrun.policy.profile import SandboxProfile
 
 LABEL_MANAGED = "org.firstrun.managed"
@@ -62,6 +69,11 @@ class DockerHost:
     ``/etc/hosts``: a name the proxy must reach that no resolver should be
     asked for (the audit's fixture registry on a docker bridge); an entry
     changes where a name leads, never what the policy allows.
+    ``trust_bundle`` (TLS inspection): the host file the run container sees
+    at ``SANDBOX_CA_BUNDLE``; it must exist before the containers are
+    created and is filled before the run container starts.
+    ``sidecar_ca_files`` (TLS inspection): CA files bound read-only into the
+    sidecar at their own paths, its upstream trust besides the image's store.
     """
 
     workspace: str
@@ -75,6 +87,13 @@ class DockerHost:
     ca_files: tuple[str, ...] = ()
     seccomp_profile: str | None = None
     sidecar_hosts: tuple[tuple[str, str], ...] = ()
+    trust_bundle: str | None = None
+    sidecar_ca_files: tuple[str, ...] = ()
+
+
+def _ro_binds(paths: tuple[str, ...]) -> list[str]:
+    return [arg for path in paths
+            for arg in ("--mount", f"type=bind,source={path},target={path},readonly")]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -137,6 +156,7 @@ def build_topology(profile: SandboxProfile, *, session: str, host: DockerHost) -
     ]
     for source, name in host.lib_binds:
         sidecar_argv += ["--mount", f"type=bind,source={source},target={SIDECAR_LIB}/{name},readonly"]
+    sidecar_argv += _ro_binds(host.sidecar_ca_files)
     # -s, not -I: the bound library is found through PYTHONPATH, which -I ignores.
     sidecar_argv += [host.sidecar_image, "python3", "-s", "-m", "firstrun.proxy", "0.0.0.0",
                      str(PROXY_PORT)]
@@ -150,8 +170,8 @@ def build_topology(profile: SandboxProfile, *, session: str, host: DockerHost) -
                    f"uid={host.uid},gid={host.gid},mode=700",
         "--ulimit", f"nofile={limits.open_files}:{limits.open_files}",
         "--mount", f"type=bind,source={host.workspace},target={fs.sandbox_workspace}",
-        *(arg for path in host.ca_files
-          for arg in ("--mount", f"type=bind,source={path},target={path},readonly")),
+        *(_ro_binds(host.ca_files) if host.trust_bundle is None else
+          ("--mount", f"type=bind,source={host.trust_bundle},target={SANDBOX_CA_BUNDLE},readonly")),
         "--workdir", fs.sandbox_workspace,
         "--hostname", "sandbox",
         # An init as pid 1 reaps the orphans of every command.
