@@ -112,6 +112,8 @@ class Reason(StrEnum):
     HOST_MISMATCH = "host_mismatch"
     UNSUPPORTED_METHOD = "unsupported_method"
     UPSTREAM_FAILED = "upstream_failed"
+    # The proxy's record budget is spent: what it cannot record, it refuses.
+    RECORD_BUDGET_EXHAUSTED = "record_budget_exhausted"
     # Inside an intercepted tunnel (--inspect-tls): see policy.methods.
     ALLOWED_READ_ONLY = "allowed_read_only"
     ALLOWED_BY_METHOD_RULE = "allowed_by_method_rule"

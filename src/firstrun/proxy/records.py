@@ -6,12 +6,27 @@ is appended to the JSONL file as one complete line and flushed before
 ``append`` returns, so a reader never sees half a record and a crash loses
 none that were appended. Appends are serialised by a lock, so records from
 the event loop and from tunnel threads never interleave.
+
+The log is bounded, and the bound fails closed. ``RecordLog`` holds a budget
+of ``max_records`` records and ``max_bytes`` bytes of JSONL; the proxy
+``reserve``s a record before it forwards anything, so every request that got
+anywhere has its record written. Once a reservation is refused the log is
+spent for good: from then on every request is refused unforwarded, and a
+refusal that cannot be recorded is only counted. ``close`` then writes one
+last record (reason ``record_budget_exhausted``, decision deny) whose
+``unrecorded`` field is that count; it is the only record that exceeds the
+budget. The count bound is exact. The byte bound stops new reservations once
+it is reached, so the file overshoots it by at most the records of requests
+already under way when it was (one per open connection, plus the inner
+requests of a TLS-inspected tunnel, see ``EgressProxy``).
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, fields
 from datetime import UTC, datetime
@@ -61,6 +76,10 @@ class EgressRecord:
     # Names of the credentials whose placeholder the proxy swapped for the
     # real value in this request; never a value.
     credentials: tuple[str, ...] = ()
+    # Only on the record_budget_exhausted record: how many requests were
+    # refused after the budget was spent and so left no record of their own.
+    # Absent from every other record's data.
+    unrecorded: int | None = None
 
     @property
     def denied(self) -> bool:
@@ -87,7 +106,7 @@ class EgressRecord:
             "bytes_down": self.bytes_down,
             "duration_ms": self.duration_ms,
             "credentials": list(self.credentials),
-        }
+        } | ({"unrecorded": self.unrecorded} if self.unrecorded is not None else {})
 
     def to_json(self) -> str:
         return json.dumps(self.to_data(), separators=(",", ":"), sort_keys=False)
@@ -116,6 +135,9 @@ class EgressRecord:
                             isinstance(v, str) for v in value):
                         raise ValueError("field 'credentials' is not a list of names")
                     value = tuple(value)
+                elif f.name == "unrecorded" and (
+                        isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                    raise ValueError("field 'unrecorded' is not a count")
                 values[f.name] = value
             return cls(**values)  # type: ignore[arg-type]
         except (TypeError, ValueError) as exc:
@@ -129,40 +151,130 @@ _ENUM_FIELDS: Mapping[str, type[StrEnum]] = {
 }
 
 
+# A quickstart makes tens to thousands of requests: these bound a flood, not a run.
+DEFAULT_MAX_RECORDS = 100_000
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+
+
 class RecordLog:
-    """Records in memory, and appended to ``path`` when one is given.
+    """Records in memory, and appended to ``path`` when one is given; bounded (see above).
 
     ``on_record`` sees every record as it is appended, in append order (it is
     called under the lock), so a subscriber's copy is complete and ordered. It
-    must not raise or block: it runs on the proxy's own thread.
+    must not raise or block: it runs on the proxy's own thread. The in-memory
+    list and ``on_record`` are bounded by the same budget as the file.
     """
 
     def __init__(
-        self, path: str | None, *, on_record: Callable[[EgressRecord], None] | None = None
+        self, path: str | None, *, on_record: Callable[[EgressRecord], None] | None = None,
+        max_records: int = DEFAULT_MAX_RECORDS, max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
+        if max_records < 1 or max_bytes < 1:
+            raise ProxyError(
+                f"the record budget must allow at least one record and one byte "
+                f"(max_records={max_records}, max_bytes={max_bytes}); "
+                f"raise ProxyLimits.max_records or max_record_bytes"
+            )
         self._lock = threading.Lock()
         self._records: list[EgressRecord] = []
         self._on_record = on_record
+        self._max_records = max_records
+        self._max_bytes = max_bytes
+        self._written_bytes = 0
+        self._reserved = 0
+        self._unrecorded = 0
+        # Set by the first refused reservation, never cleared: fail closed for good.
+        self._spent_at: float | None = None
+        self._spent_channel: Channel | None = None
+        self._final_written = False
         self._file: IO[str] | None = (
             open(path, "a", encoding="utf-8") if path is not None else None  # noqa: SIM115
         )
 
-    def append(self, record: EgressRecord) -> None:
-        line = record.to_json() + "\n"
+    def has_room(self) -> bool:
+        """Whether a ``reserve`` now would succeed (without spending the budget if not)."""
         with self._lock:
-            self._records.append(record)
-            if self._file is not None:
-                self._file.write(line)
-                self._file.flush()
-            if self._on_record is not None:
-                self._on_record(record)
+            return self._spent_at is None and not self._full()
+
+    def reserve(self, channel: Channel) -> bool:
+        """Hold one record's place before forwarding anything; False when the budget is spent.
+
+        A True must be followed by exactly one ``append(record, reserved=True)``
+        or ``release()``.
+        """
+        with self._lock:
+            if self._spend_if_full(channel):
+                return False
+            self._reserved += 1
+            return True
+
+    def release(self) -> None:
+        """Give back a reservation whose exchange ended with nothing to record."""
+        with self._lock:
+            self._reserved -= 1
+
+    def append(self, record: EgressRecord, *, reserved: bool = False) -> None:
+        """Write ``record`` whatever the budget says: it stands for traffic that already went out.
+
+        ``reserved`` consumes a place ``reserve`` held for it.
+        """
+        with self._lock:
+            if reserved:
+                self._reserved -= 1
+            self._write(record)
+
+    def offer(self, record: EgressRecord) -> bool:
+        """Write a refusal that forwarded nothing if the budget allows; else count it unrecorded."""
+        with self._lock:
+            if self._spend_if_full(record.channel):
+                self._unrecorded += 1
+                return False
+            self._write(record)
+            return True
+
+    def _spend_if_full(self, channel: Channel) -> bool:
+        """Under the lock: whether the budget is spent, spending it now if it is full."""
+        if self._spent_at is None and self._full():
+            self._spent_at = time.monotonic()
+            self._spent_channel = channel
+        return self._spent_at is not None
+
+    def _full(self) -> bool:
+        return (len(self._records) + self._reserved >= self._max_records
+                or self._written_bytes >= self._max_bytes)
+
+    def _write(self, record: EgressRecord) -> None:
+        line = record.to_json() + "\n"
+        self._records.append(record)
+        self._written_bytes += len(line.encode())
+        if self._file is not None:
+            self._file.write(line)
+            self._file.flush()
+        if self._on_record is not None:
+            self._on_record(record)
+
+    def _final(self) -> EgressRecord:
+        assert self._spent_at is not None and self._spent_channel is not None
+        return EgressRecord(
+            ts=now_iso(), id=uuid.uuid4().hex, channel=self._spent_channel, method=None,
+            scheme=None, host=None, port=None, path=None, decision=Verdict.DENY,
+            reason=Reason.RECORD_BUDGET_EXHAUSTED, layer=Layer.PROTOCOL, would_deny=None,
+            override=None, resolved=None, status=None, bytes_up=0, bytes_down=0,
+            # From the moment the budget was spent to the close.
+            duration_ms=round((time.monotonic() - self._spent_at) * 1000, 3),
+            unrecorded=self._unrecorded,
+        )
 
     def snapshot(self) -> list[EgressRecord]:
         with self._lock:
             return list(self._records)
 
     def close(self) -> None:
+        """Write the budget's one closing record if it was spent, then close the file."""
         with self._lock:
+            if self._spent_at is not None and not self._final_written:
+                self._write(self._final())
+                self._final_written = True
             if self._file is not None:
                 self._file.close()
                 self._file = None

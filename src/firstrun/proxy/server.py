@@ -12,6 +12,20 @@ same ``policy.methods`` rules before anything is dialled): malformed or
 ambiguous input gets a 4xx with a one-line reason, a stalled head gets 408,
 and none of it can crash the proxy or hold a connection slot forever.
 
+Records are bounded and the bound fails closed (``ProxyLimits.max_records``
+and ``max_record_bytes``, see ``records``): each request reserves its record
+once its head is read, before it is judged, dialled or answered, so nothing
+goes out that could not be recorded. When a reservation is refused, that
+request and every later one on every listener get a 403
+``record_budget_exhausted`` and are counted, not recorded; the proxy writes
+one closing record with the count when it stops. A refused request closes
+its connection, so a keep-alive connection carries at most one denial and a
+flood costs a connection per request. A TLS-inspected tunnel admitted before
+the budget was spent still records each decrypted request it carries (they
+went out); once the budget has no room, such a tunnel stops reading its
+client after its current request, so only what that client had already sent
+(one read) can follow.
+
 The proxy runs its own asyncio loop in a daemon thread, so synchronous
 callers (the runner, the CLI, tests) drive it with plain method calls. Every
 TCP listener's address is added to the policy's ``proxy_addresses``, so the
@@ -63,7 +77,14 @@ from firstrun.proxy.errors import (
     upstream_failure,
 )
 from firstrun.proxy.intercept import InterceptedTunnel, Interception, Timeouts
-from firstrun.proxy.records import EgressRecord, RecordLog, Scheme, now_iso
+from firstrun.proxy.records import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_RECORDS,
+    EgressRecord,
+    RecordLog,
+    Scheme,
+    now_iso,
+)
 from firstrun.proxy.request import (
     Action,
     Target,
@@ -98,6 +119,9 @@ class ProxyLimits:
     # the client reads the 4xx instead of a reset (a "lingering close").
     linger_timeout_s: float = 2.0
     linger_bytes: int = 1 << 20
+    # The record budget, per proxy: every listener shares it (see records).
+    max_records: int = DEFAULT_MAX_RECORDS
+    max_record_bytes: int = DEFAULT_MAX_BYTES
 
 
 async def system_resolver(host: str, port: int) -> list[IPAddress]:
@@ -129,6 +153,8 @@ class _Exchange:
         self.status: int | None = None
         self.bytes_up = 0
         self.bytes_down = 0
+        # Holds a place in the record budget (RecordLog.reserve).
+        self.reserved = False
 
     def begin(self) -> None:
         self.ts = now_iso()
@@ -225,9 +251,17 @@ class _Client:
         except PeerGone:
             return False
         finally:
+            log = self._proxy._log
             record = ex.record()
-            if record is not None:
-                self._proxy._log.append(record)
+            if ex.reserved:
+                if record is None:
+                    log.release()
+                else:
+                    log.append(record, reserved=True)
+            elif record is not None:
+                # Unreserved means refused before anything was judged or
+                # forwarded: recorded if the budget has room, else counted.
+                log.offer(record)
 
     async def _serve(self, ex: _Exchange) -> bool:
         head = await self._read_head(ex)
@@ -235,6 +269,12 @@ class _Client:
             return False
         event, raw = head
         ex.method = event.method.decode("ascii", "replace")
+        if not self._proxy._log.reserve(self._channel):
+            raise Refused(
+                Reason.RECORD_BUDGET_EXHAUSTED,
+                "the proxy's egress record budget is spent; it forwards nothing it cannot record",
+            )
+        ex.reserved = True
         ex.target = classify(event, raw, max_head_bytes=self._limits.max_head_bytes)
         target = ex.target
         if target.action is Action.ATTEST:
@@ -462,7 +502,7 @@ class _Client:
         result = await InterceptedTunnel(
             client=self._sock, upstream=upstream, host=target.host, port=target.port,
             initial=self._h11.trailing_data[0], resolved=ex.resolved, channel=self._channel,
-            policy=policy, interception=interception, emit=self._proxy._log.append,
+            policy=policy, interception=interception, emit=self._emit_inner,
             timeouts=Timeouts(
                 head_s=limits.head_timeout_s, idle_s=limits.idle_timeout_s,
                 connect_s=limits.connect_timeout_s, upstream_s=limits.upstream_timeout_s,
@@ -474,6 +514,19 @@ class _Client:
         if result.refusal is not None:
             ex.refusal = result.refusal
             ex.status = None
+
+    def _emit_inner(self, record: EgressRecord) -> None:
+        """A decrypted request's record: written (it went out); a full budget ends the tunnel.
+
+        The tunnel reserves nothing per inner request, so once the budget has
+        no room it must not read another: shutting the client's read side
+        makes its next read an end of stream.
+        """
+        log = self._proxy._log
+        log.append(record)
+        if not log.has_room():
+            with contextlib.suppress(OSError):
+                self._sock.shutdown(socket.SHUT_RD)
 
     async def _forward(
         self, ex: _Exchange, event: h11.Request, target: Target, upstream: socket.socket
@@ -598,7 +651,9 @@ class EgressProxy:
         self._resolver: Resolver = resolver or system_resolver
         self.limits = limits or ProxyLimits()
         # ``on_record`` sees each record the moment it is written (see RecordLog).
-        self._log = RecordLog(record_path, on_record=on_record)
+        self._log = RecordLog(record_path, on_record=on_record,
+                              max_records=self.limits.max_records,
+                              max_bytes=self.limits.max_record_bytes)
         self.nonce = secrets.token_urlsafe(24)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None

@@ -7,7 +7,8 @@ rules is the order below, and the first that applies decides:
 
 1. a harness failure (a bug in firstrun)            -> harness_error
 2. an infrastructure failure (sandbox refused or failed, attestation,
-   proxy, docs reader), or a failed setup step        -> infra_error
+   proxy, docs reader), then the proxy's spent record budget
+   (record_budget_exhausted), then a failed setup step -> infra_error
 3. the agent stopped for an infrastructure reason     -> infra_error
 4. replay with no replay block                        -> skipped
 5. replay stopped by the task's permission rules      -> skipped (permission_denied)
@@ -18,6 +19,14 @@ rules is the order below, and the first that applies decides:
    (reason replay_step_failed when an agent step failed first, else check_failed)
 
 A recheck (``firstrun check``) has no agent events; its check alone decides.
+
+A spent record budget (rule 2): the proxy writes one closing egress record,
+reason ``record_budget_exhausted``, when something in the sandbox flooded it
+past its record budget; from then on it refused every request, the docs
+reader's and the check's included. Whatever failed or passed after that says
+nothing about the docs, so the run is infra_error, never docs_gap, and it is
+decided before the setup, the agent's stop and the check, a passing check
+included: such a run is not evidence either way (``EVIDENTIAL``).
 
 A route page that could not be read is a finding, not a rule here: the check
 alone decides between passed and docs_gap.
@@ -39,11 +48,13 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from firstrun.agents.base import AgentStop
+from firstrun.policy.network import Reason as EgressReason
 from firstrun.results.model import Classification
 from firstrun.run.events import (
     AgentFinished,
     CheckFinished,
     CommandRan,
+    Egress,
     Event,
     Failure,
     Source,
@@ -65,6 +76,7 @@ class Reason(StrEnum):
     SANDBOX_FAILED = "sandbox_failed"
     ATTESTATION_FAILED = "attestation_failed"
     PROXY_FAILED = "proxy_failed"
+    RECORD_BUDGET_EXHAUSTED = "record_budget_exhausted"
     DOCS_FAILED = "docs_failed"
     AGENT_INFRA = "agent_infra_error"
     HARNESS_ERROR = "harness_error"
@@ -85,6 +97,11 @@ def classify(events: Sequence[Event]) -> Verdict:
             return Verdict(classification=Classification.HARNESS_ERROR, reason=Reason.HARNESS_ERROR)
     if failures:
         return Verdict(classification=Classification.INFRA_ERROR, reason=_infra_reason(failures[0]))
+    if any(isinstance(e, Egress)
+           and e.record.get("reason") == EgressReason.RECORD_BUDGET_EXHAUSTED.value
+           for e in events):
+        return Verdict(classification=Classification.INFRA_ERROR,
+                       reason=Reason.RECORD_BUDGET_EXHAUSTED)
     if any(
         isinstance(e, CommandRan) and e.source is Source.SETUP and e.exit_code != 0 for e in events
     ):

@@ -1,0 +1,228 @@
+"""The record budget fails closed: past it nothing is forwarded, and one closing record counts what was refused.
+
+Real sockets on loopback; the upstream fixture's own tally (connections,
+requests) and the resolver's list of names asked are the evidence that a
+request after the budget went nowhere, not the proxy's status line alone.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import h11
+import pytest
+from proxy_fixtures import (
+    HttpUpstream,
+    RecordingResolver,
+    connect,
+    read_reply,
+    read_until_closed,
+)
+
+from firstrun.agents.base import AgentStop
+from firstrun.errors import ProxyError
+from firstrun.policy.network import Channel, NetworkPolicy, Reason, Verdict
+from firstrun.proxy.records import EgressRecord, RecordLog
+from firstrun.proxy.server import EgressProxy, ProxyLimits
+from firstrun.results.model import Classification
+from firstrun.run.classify import Reason as RunReason
+from firstrun.run.classify import classify
+from firstrun.run.events import AgentFinished, CheckFinished, Egress, Event
+
+pytestmark = pytest.mark.timeout(60)
+
+DENIED = b"GET http://evil.test/x HTTP/1.1\r\nHost: evil.test\r\n\r\n"
+
+
+def _allowed(port: int, path: str = "/ok") -> bytes:
+    return f"GET http://pypi.test:{port}{path} HTTP/1.1\r\nHost: pypi.test:{port}\r\n\r\n".encode()
+
+
+@pytest.fixture
+def resolver() -> RecordingResolver:
+    return RecordingResolver({"pypi.test": ["127.0.0.1"]})
+
+
+class _Proxy:
+    """A started proxy with a record file and an ``on_record`` subscriber, as a run has."""
+
+    def __init__(self, upstream: HttpUpstream, resolver: RecordingResolver, path: Path,
+                 limits: ProxyLimits) -> None:
+        self.path = path
+        self.delivered: list[EgressRecord] = []
+        policy = NetworkPolicy.build(overrides=[(f"pypi.test:{upstream.port}", ["127.0.0.1/32"])])
+        self.proxy = EgressProxy(policy, resolver=resolver, limits=limits, record_path=str(path),
+                                 on_record=self.delivered.append).start()
+        self.address = self.proxy.listen_tcp(Channel.SHELL)
+
+    def ask(self, request: bytes) -> tuple[int, bytes]:
+        """One request on a fresh connection: its status and x-firstrun-reason (b"" if none)."""
+        with connect(self.address) as sock:
+            sock.sendall(request)
+            reply = read_reply(sock)
+        return reply.status, reply.headers.get(b"x-firstrun-reason", b"")
+
+    def lines(self) -> list[dict[str, object]]:
+        """The record file, once the proxy has stopped (and so written its last record)."""
+        self.proxy.stop()
+        return [json.loads(line) for line in self.path.read_text().splitlines()]
+
+
+@pytest.fixture
+def make(upstream: HttpUpstream, resolver: RecordingResolver,
+         tmp_path: Path) -> Iterator[Callable[..., _Proxy]]:
+    made: list[_Proxy] = []
+
+    def build(**limits: int) -> _Proxy:
+        p = _Proxy(upstream, resolver, tmp_path / f"records-{len(made)}.jsonl", ProxyLimits(**limits))
+        made.append(p)
+        return p
+
+    yield build
+    for p in made:
+        p.proxy.stop()
+
+
+def test_a_denied_flood_stops_at_the_budget_and_nothing_after_it_is_forwarded(
+        make, upstream: HttpUpstream, resolver: RecordingResolver) -> None:  # type: ignore[no-untyped-def]
+    p = make(max_records=5)
+    threads, per_thread = 4, 10
+    answers: list[tuple[int, bytes]] = []
+    lock = threading.Lock()
+
+    def flood() -> None:
+        for _ in range(per_thread):
+            answer = p.ask(DENIED)
+            with lock:
+                answers.append(answer)
+
+    workers = [threading.Thread(target=flood) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    flooded = threads * per_thread
+    assert len(answers) == flooded
+    assert all(status == 403 for status, _ in answers)
+    assert sorted(reason for _, reason in answers) == sorted(
+        [b"not_allowed"] * 5 + [b"record_budget_exhausted"] * (flooded - 5))
+
+    # An allowed destination after the budget: refused, and it went nowhere.
+    assert p.ask(_allowed(upstream.port)) == (403, b"record_budget_exhausted")
+    assert upstream.seen.connections == 0 and upstream.seen.requests == []
+    assert "pypi.test" not in resolver.asked
+
+    rows = p.lines()
+    assert len(rows) == 5 + 1
+    assert [row["reason"] for row in rows[:5]] == ["not_allowed"] * 5
+    assert all("unrecorded" not in row for row in rows[:5])
+    final = rows[-1]
+    assert (final["decision"], final["reason"], final["channel"]) == (
+        "deny", "record_budget_exhausted", "shell")
+    refused = sum(1 for _, reason in answers if reason == b"record_budget_exhausted") + 1
+    assert final["unrecorded"] == refused == flooded - 5 + 1
+    # The run's copy (on_record, the trace's source) and the in-memory list match the file.
+    assert [r.to_data() for r in p.delivered] == rows
+    assert [r.to_data() for r in p.proxy.records()] == rows
+
+
+def test_requests_before_the_budget_is_spent_are_forwarded_and_recorded(
+        make, upstream: HttpUpstream) -> None:  # type: ignore[no-untyped-def]
+    p = make(max_records=3)
+    assert p.ask(_allowed(upstream.port, "/a")) == (200, b"")
+    assert p.ask(DENIED) == (403, b"not_allowed")
+    assert p.ask(_allowed(upstream.port, "/b")) == (200, b"")
+    # Reached, not exceeded: nothing was refused, so there is no closing record.
+    rows = p.lines()
+    assert [row["reason"] for row in rows] == ["allowed_by_override", "not_allowed",
+                                               "allowed_by_override"]
+    assert [r.target for r in upstream.seen.requests] == [b"/a", b"/b"]
+
+
+def test_the_default_budget_leaves_an_ordinary_run_alone(make, upstream: HttpUpstream) -> None:  # type: ignore[no-untyped-def]
+    p = make()
+    with connect(p.address) as sock:
+        for path in ("/a", "/b", "/c"):
+            sock.sendall(_allowed(upstream.port, path))
+            assert read_reply(sock).status == 200
+    assert p.ask(DENIED) == (403, b"not_allowed")
+    rows = p.lines()
+    assert [row["path"] for row in rows] == ["/a", "/b", "/c", "/x"]
+    assert not any(row["reason"] == "record_budget_exhausted" for row in rows)
+    assert len(upstream.seen.requests) == 3
+
+
+def test_the_byte_budget_fails_closed_the_same_way(make, upstream: HttpUpstream) -> None:  # type: ignore[no-untyped-def]
+    p = make(max_record_bytes=1)
+    # The first record may take the budget past its bytes; it is still written.
+    assert p.ask(DENIED) == (403, b"not_allowed")
+    assert p.ask(_allowed(upstream.port)) == (403, b"record_budget_exhausted")
+    assert p.ask(DENIED) == (403, b"record_budget_exhausted")
+    assert upstream.seen.connections == 0
+    rows = p.lines()
+    assert [row["reason"] for row in rows] == ["not_allowed", "record_budget_exhausted"]
+    assert rows[-1]["unrecorded"] == 2
+
+
+def test_one_keep_alive_connection_carries_at_most_one_denial(make) -> None:  # type: ignore[no-untyped-def]
+    p = make()
+    with connect(p.address) as sock:
+        # A pipelined burst: the first denial closes the connection.
+        sock.sendall(DENIED * 200)
+        data = read_until_closed(sock)
+    client = h11.Connection(h11.CLIENT)
+    client.send(h11.Request(method="GET", target="/", headers=[("host", "x")]))
+    client.send(h11.EndOfMessage())
+    client.receive_data(data)
+    responses = []
+    while isinstance(event := client.next_event(), h11.Response | h11.Data | h11.EndOfMessage):
+        if isinstance(event, h11.Response):
+            responses.append(event.status_code)
+    assert responses == [403]
+    rows = p.lines()
+    assert [row["reason"] for row in rows] == ["not_allowed"]
+
+
+def test_a_run_whose_proxy_spent_its_budget_is_infra_error_never_a_docs_gap(
+        make, upstream: HttpUpstream) -> None:  # type: ignore[no-untyped-def]
+    p = make(max_records=1)
+    assert p.ask(DENIED) == (403, b"not_allowed")
+    assert p.ask(_allowed(upstream.port)) == (403, b"record_budget_exhausted")
+    p.proxy.stop()
+    # The run's trace holds every record on_record delivered, the closing one included.
+    egress: list[Event] = [Egress(record=r.to_data()) for r in p.delivered]
+    assert [e.record["reason"] for e in egress if isinstance(e, Egress)] == [
+        "not_allowed", "record_budget_exhausted"]
+    for check in (1, 0):
+        verdict = classify([*egress, AgentFinished(stop=AgentStop.FINISHED),
+                            CheckFinished(exit_code=check)])
+        assert (verdict.classification, verdict.reason) == (
+            Classification.INFRA_ERROR, RunReason.RECORD_BUDGET_EXHAUSTED)
+    # Without the closing record, the same denial and a failed check is a docs gap.
+    verdict = classify([egress[0], AgentFinished(stop=AgentStop.FINISHED),
+                        CheckFinished(exit_code=1)])
+    assert verdict.classification is Classification.DOCS_GAP
+
+
+def test_the_closing_record_round_trips_and_a_budget_below_one_is_refused(tmp_path: Path) -> None:
+    log = RecordLog(None, max_records=1, max_bytes=1 << 20)
+    assert log.reserve(Channel.DOCS)
+    assert not log.has_room()
+    assert not log.reserve(Channel.DOCS)
+    log.release()
+    # Spent stays spent: a released place does not reopen the budget.
+    assert not log.has_room() and not log.reserve(Channel.DOCS)
+    log.close()
+    log.close()
+    (final,) = log.snapshot()
+    assert (final.decision, final.reason, final.channel, final.unrecorded) == (
+        Verdict.DENY, Reason.RECORD_BUDGET_EXHAUSTED, Channel.DOCS, 0)
+    assert EgressRecord.from_data(final.to_data()) == final
+    with pytest.raises(ProxyError):
+        EgressRecord.from_data(dict(final.to_data(), unrecorded=-1))
+    for bad in ({"max_records": 0}, {"max_bytes": 0}):
+        with pytest.raises(ProxyError):
+            RecordLog(str(tmp_path / "never.jsonl"), **bad)
