@@ -7,7 +7,9 @@ request after the budget went nowhere, not the proxy's status line alone.
 
 from __future__ import annotations
 
+import http.client
 import json
+import ssl
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,10 +23,15 @@ from proxy_fixtures import (
     read_reply,
     read_until_closed,
 )
+from tls_fixtures import HttpsRegistry, TestCA, https_via_proxy
 
 from firstrun.agents.base import AgentStop
 from firstrun.errors import ProxyError
+from firstrun.policy.methods import InspectionPolicy
 from firstrun.policy.network import Channel, NetworkPolicy, Reason, Verdict
+from firstrun.proxy.ca import RunCA, upstream_context
+from firstrun.proxy.credentials import mint
+from firstrun.proxy.intercept import Interception
 from firstrun.proxy.records import EgressRecord, RecordLog
 from firstrun.proxy.server import EgressProxy, ProxyLimits
 from firstrun.results.model import Classification
@@ -226,3 +233,46 @@ def test_the_closing_record_round_trips_and_a_budget_below_one_is_refused(tmp_pa
     for bad in ({"max_records": 0}, {"max_bytes": 0}):
         with pytest.raises(ProxyError):
             RecordLog(str(tmp_path / "never.jsonl"), **bad)
+
+
+def test_an_inspected_tunnel_ends_once_the_budget_is_full(tmp_path: Path) -> None:
+    ca = TestCA()
+    registry = HttpsRegistry(host="registry.test", ca=ca)
+    try:
+        policy = NetworkPolicy.build(
+            overrides=[(f"registry.test:{registry.port}", ["127.0.0.1/32"])],
+        ).with_inspection(InspectionPolicy())
+        run_ca = RunCA()
+        interception = Interception(ca=run_ca, upstream=upstream_context((str(ca.cafile),)),
+                                    credentials=mint(InspectionPolicy().credentials, {}))
+        proxy = EgressProxy(policy, resolver=RecordingResolver({"registry.test": ["127.0.0.1"]}),
+                            interception=interception, limits=ProxyLimits(max_records=2),
+                            record_path=str(tmp_path / "records.jsonl")).start()
+        try:
+            address = proxy.listen_tcp(Channel.SHELL)
+            conn = http.client.HTTPSConnection(
+                *address, context=ssl.create_default_context(cadata=run_ca.cert_pem.decode()),
+                timeout=10)
+            conn.set_tunnel("registry.test", registry.port)
+            try:
+                # The CONNECT holds one place and its first decrypted request takes the other.
+                conn.request("GET", "/one")
+                assert conn.getresponse().read() == b"registry.test saw GET /one\n"
+                with pytest.raises(OSError):
+                    conn.request("GET", "/two")
+                    conn.getresponse()
+            finally:
+                conn.close()
+            with pytest.raises(OSError, match="403"):
+                https_via_proxy(address, "registry.test", registry.port, trust=run_ca.cert_pem)
+        finally:
+            proxy.stop()
+        assert [(s.method, s.path) for s in registry.seen] == [("GET", "/one")]
+        assert registry.handshakes == 1
+        rows = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
+        assert [(row["scheme"], row["reason"]) for row in rows] == [
+            ("https", "allowed_read_only"), ("https-tunnel", "allowed_by_override"),
+            (None, "record_budget_exhausted")]
+        assert rows[-1]["unrecorded"] == 1
+    finally:
+        registry.close()

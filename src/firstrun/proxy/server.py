@@ -22,9 +22,9 @@ one closing record with the count when it stops. A refused request closes
 its connection, so a keep-alive connection carries at most one denial and a
 flood costs a connection per request. A TLS-inspected tunnel admitted before
 the budget was spent still records each decrypted request it carries (they
-went out); once the budget has no room, such a tunnel stops reading its
-client after its current request, so only what that client had already sent
-(one read) can follow.
+went out); once the budget has no room, the proxy closes such a tunnel's
+client connection after its current request, so only what the tunnel had
+already read from that client can follow.
 
 The proxy runs its own asyncio loop in a daemon thread, so synchronous
 callers (the runner, the CLI, tests) drive it with plain method calls. Every
@@ -519,14 +519,15 @@ class _Client:
         """A decrypted request's record: written (it went out); a full budget ends the tunnel.
 
         The tunnel reserves nothing per inner request, so once the budget has
-        no room it must not read another: shutting the client's read side
-        makes its next read an end of stream.
+        no room it must not read another. Closing the client socket here,
+        before the tunnel's next read, discards whatever the client sent
+        since (shutting down the read side would not: Linux still returns
+        bytes already queued); the tunnel's next read fails as a peer gone.
         """
         log = self._proxy._log
         log.append(record)
         if not log.has_room():
-            with contextlib.suppress(OSError):
-                self._sock.shutdown(socket.SHUT_RD)
+            self._sock.close()
 
     async def _forward(
         self, ex: _Exchange, event: h11.Request, target: Target, upstream: socket.socket
