@@ -27,6 +27,7 @@ pytestmark = pytest.mark.escape
 
 FULL = "docker: full stack"
 DEFAULT_SECCOMP = "docker: without seccomp"
+INSPECTED = "docker: full stack + --inspect-tls"
 
 
 @pytest.fixture(scope="module")
@@ -47,10 +48,10 @@ def _cell(audit: AuditResult, config: str, action: str) -> Cell:
     return found
 
 
-def test_both_docker_configurations_ran_every_action(docker_audit: AuditResult) -> None:
+def test_every_docker_configuration_ran_every_action(docker_audit: AuditResult) -> None:
     assert docker_audit.skipped == ()
     names = [r.configuration.name for r in docker_audit.results]
-    assert names == [c.name for c in configurations("docker")] == [DEFAULT_SECCOMP, FULL]
+    assert names == [c.name for c in configurations("docker")] == [DEFAULT_SECCOMP, FULL, INSPECTED]
     for r in docker_audit.results:
         assert [c.action for c in r.cells] == [a.id for a in ACTIONS]
         assert r.not_run == 0
@@ -97,12 +98,29 @@ def test_the_sidecar_reaches_the_registry_and_the_residual_stays_open(
     assert install.observed is Outcome.THROUGH and "module installed" in install.evidence
     upload = _cell(docker_audit, FULL, "upload_registry")
     assert upload.observed is Outcome.THROUGH and upload.seen == 1
-    # The sidecar holds no run CA, so docker cannot offer --inspect-tls: the
-    # residual names what would close it, and that docker has none of it.
+    # Open without inspection; the residual names what closes it, and docker has it.
     assert {(r.action, r.closed_by, r.available) for r in docker_audit.residual} == {
-        ("upload_registry", (Layer.METHOD_RULES,), ()),
-        ("credential_elsewhere", (Layer.CREDENTIAL_MASKING,), ()),
+        ("upload_registry", (Layer.METHOD_RULES,), (Layer.METHOD_RULES,)),
+        ("credential_elsewhere", (Layer.CREDENTIAL_MASKING,), (Layer.CREDENTIAL_MASKING,)),
     }
+
+
+def test_the_sidecars_inspection_closes_the_residual_and_breaks_nothing(
+        docker_audit: AuditResult) -> None:
+    inspected = _config(docker_audit, INSPECTED)
+    assert inspected.needed_broken == 0 and inspected.session["enforcement"] == "enforced"
+    install = _cell(docker_audit, INSPECTED, "install_package")
+    assert install.observed is Outcome.THROUGH and "module installed" in install.evidence
+    upload = _cell(docker_audit, INSPECTED, "upload_registry")
+    assert upload.observed is Outcome.STOPPED and upload.seen == 0 and "HTTP 405" in upload.evidence
+    assert upload.stopped_by == (Layer.METHOD_RULES,)
+    credential = _cell(docker_audit, INSPECTED, "credential_elsewhere")
+    assert credential.observed is Outcome.STOPPED and credential.seen == 0
+    assert credential.stopped_by == (Layer.CREDENTIAL_MASKING,)
+    network = next(l for l in inspected.session["layers"]  # type: ignore[union-attr]
+                   if l["name"] == "network")
+    assert "TLS inspected by the sidecar" in str(network["detail"])
+    assert "run_ca_trusted" in {c["name"] for c in inspected.session["attestation"]}  # type: ignore[union-attr]
 
 
 def test_each_session_records_the_seccomp_mechanism_it_ran_under(

@@ -14,10 +14,12 @@ omits: linux builds each subset of seccomp, Landlock and the network layer
 through the profile's ``required`` set (bubblewrap's filesystem view and
 namespaces are the backend itself and are always on), and each subset with
 the network layer once more with the proxy's TLS inspection (method rules
-and credential masking, which need the proxy); docker runs the full stack
-and the stack without firstrun's seccomp profile (Docker's default then
+and credential masking, which need the proxy); docker runs the full stack,
+the stack without firstrun's seccomp profile (Docker's default then
 applies; the container, its read-only root and its sidecar network are the
-backend itself); ``local`` is the no-layer baseline, explicitly unenforced.
+backend itself), and the full stack with the sidecar's TLS inspection
+(the sidecar is handed the registry's CA and the credential's value);
+``local`` is the no-layer baseline, explicitly unenforced.
 One session per configuration runs every action, so the matrix stays
 bounded. Nothing is sent off this machine: the registry, the canaries and
 the proxy are on loopback, or for docker on the default bridge's host
@@ -35,7 +37,7 @@ import shutil
 import socket
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,10 +135,12 @@ def configurations(backend: str) -> tuple[Configuration, ...]:
                      for c in plain if Layer.NETWORK in c.layers]
         return (*plain, *inspected)
     if backend == "docker":
-        # No --inspect-tls: the sidecar refuses it (it holds no run CA).
+        # --inspect-tls on the full stack only: the sidecar inspects, and the
+        # layers it adds do not depend on which seccomp profile is loaded.
         optional = frozenset(_OMITTABLE["docker"])
-        return tuple(Configuration(backend="docker", layers=_DOCKER_BASE | kept,
-                                   omitted=optional - kept) for kept in subsets(optional))
+        plain = [Configuration(backend="docker", layers=_DOCKER_BASE | kept,
+                               omitted=optional - kept) for kept in subsets(optional)]
+        return (*plain, Configuration(backend="docker", layers=_DOCKER_BASE | optional | _INSPECTION))
     if backend == "local":
         return (Configuration(backend="local", layers=frozenset()),)
     raise UsageError(f"the audit has no configurations for backend {backend!r}; "
@@ -512,12 +516,17 @@ def docker_bridge_address() -> str:
 
 
 def _backend(name: str, registry: fixtures.Registry,
-             records: list[EgressRecord] | None = None) -> Backend:
+             records: list[EgressRecord] | None = None,
+             credentials: Mapping[str, str] | None = None) -> Backend:
+    """``credentials``: under --inspect-tls, the values docker's sidecar is handed."""
     if name == "docker":
         sink = records if records is not None else []
-        # The sidecar resolves the registry's name from its /etc/hosts, never by DNS.
+        # The sidecar resolves the registry's name from its /etc/hosts, never by DNS,
+        # and under inspection verifies it against the registry's own CA.
         return DockerBackend(on_record=lambda data: sink.append(EgressRecord.from_data(data)),
-                             sidecar_hosts=((fixtures.REGISTRY_HOST, registry.address),))
+                             sidecar_hosts=((fixtures.REGISTRY_HOST, registry.address),),
+                             upstream_cafiles=(registry.cafile,) if credentials is not None else (),
+                             credential_env=credentials)
     return build_backend(name, BackendOptions(allow_unenforced=name == "local"))
 
 
@@ -538,7 +547,6 @@ def run_configuration(config: Configuration, registry: fixtures.Registry,
     docker: ``docker_bridge_address()``); the witnesses listen there too.
     """
     sidecar_records: list[EgressRecord] = []
-    backend = backend or _backend(config.backend, registry, sidecar_records)
     own_proxy = entry(config.backend).own_proxy
     python = _DOCKER_PYTHON if config.backend == "docker" else os.path.realpath(sys.executable)
     policy = audit_policy(registry.port, registry.address)
@@ -547,7 +555,14 @@ def run_configuration(config: Configuration, registry: fixtures.Registry,
     witnesses = fixtures.Witnesses(home=os.path.expanduser("~"), system_dir=SYSTEM_DIR,
                                    address=registry.address)
     probes: dict[str, tuple[bool, str]] = {}
+    if config.inspect_tls:
+        policy = policy.with_inspection(InspectionPolicy.build(
+            credentials=[(CREDENTIAL_VARIABLE, CREDENTIAL_HOST, _CREDENTIAL_SOURCE)],
+            source="audit"))
     try:
+        backend = backend or _backend(
+            config.backend, registry, sidecar_records,
+            {_CREDENTIAL_SOURCE: witnesses.credential} if config.inspect_tls else None)
         with ExitStack() as stack:
             workspace = stack.enter_context(_workspace())
             with open(os.path.join(workspace, _FIXTURE_CA), "wb") as f:
@@ -561,11 +576,7 @@ def run_configuration(config: Configuration, registry: fixtures.Registry,
                 # Harness-private (0700): the proxy's socket and the trust bundle.
                 sockdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="firstrun-audit-"))
                 interception, bundle, placeholders = None, None, ()
-                if config.inspect_tls:
-                    policy = policy.with_inspection(InspectionPolicy.build(
-                        credentials=[(CREDENTIAL_VARIABLE, CREDENTIAL_HOST, _CREDENTIAL_SOURCE)],
-                        source="audit"))
-                    assert policy.inspection is not None
+                if policy.inspection is not None:
                     interception, bundle = prepare_interception(
                         policy.inspection, env={_CREDENTIAL_SOURCE: witnesses.credential},
                         bundle_dir=sockdir, extra_cafiles=[registry.cafile])
