@@ -1,24 +1,27 @@
-"""One canonical record per egress decision.
+"""One canonical record per egress decision, within a budget that fails closed.
 
-Guarantee: every request and every tunnel the proxy handled, allowed or
-refused (malformed input included), becomes exactly one ``EgressRecord``. It
-is appended to the JSONL file as one complete line and flushed before
-``append`` returns, so a reader never sees half a record and a crash loses
-none that were appended. Appends are serialised by a lock, so records from
-the event loop and from tunnel threads never interleave.
+Guarantee: every request and every tunnel the proxy forwarded anything for
+becomes exactly one ``EgressRecord``, and so does every refusal until the
+record budget is spent; after that a refusal is counted instead, and the
+count is the last record. A record is appended to the JSONL file as one
+complete line and flushed before ``append`` returns, so a reader never sees
+half a record and a crash loses none that were appended. Appends are
+serialised by a lock, so records from the event loop and from tunnel threads
+never interleave.
 
-The log is bounded, and the bound fails closed. ``RecordLog`` holds a budget
-of ``max_records`` records and ``max_bytes`` bytes of JSONL; the proxy
-``reserve``s a record before it forwards anything, so every request that got
-anywhere has its record written. Once a reservation is refused the log is
-spent for good: from then on every request is refused unforwarded, and a
-refusal that cannot be recorded is only counted. ``close`` then writes one
-last record (reason ``record_budget_exhausted``, decision deny) whose
-``unrecorded`` field is that count; it is the only record that exceeds the
-budget. The count bound is exact. The byte bound stops new reservations once
-it is reached, so the file overshoots it by at most the records of requests
-already under way when it was (one per open connection, plus the inner
-requests of a TLS-inspected tunnel, see ``EgressProxy``).
+The budget: ``RecordLog`` holds ``max_records`` records and ``max_bytes``
+bytes of JSONL. The proxy ``reserve``s a request's record before it forwards
+anything; the first reservation (or unreserved refusal, ``offer``) the
+budget cannot take spends it for good, and from then on every request is
+refused unforwarded and only counted. ``close`` then writes the one closing
+record (decision deny, reason ``record_budget_exhausted``) whose
+``unrecorded`` field is that count; it is the one record past the budget. A
+budget that was filled but refused nothing gets no closing record. Past the
+budget, only traffic that already went out is still written: the records of
+requests under way when it filled (each holds a reservation, so the count
+bound is exact for them; the byte bound is overshot by at most one record
+each), and the inner requests of a TLS-inspected tunnel already open, which
+the proxy ends after its current request (see ``EgressProxy``).
 """
 
 from __future__ import annotations
