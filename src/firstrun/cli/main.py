@@ -142,7 +142,7 @@ def _inspect_tls_flag(parser: argparse.ArgumentParser, *, configurable: bool = F
                         help="decrypt HTTPS in the proxy with a per-run CA the sandbox trusts: "
                         "every host becomes GET/HEAD only (uploads refused and recorded) unless "
                         "the task's firstrun.methods opens more, and firstrun.credentials work "
-                        "(linux backend)" + ("; default: firstrun.yaml's inspect_tls, else off"
+                        "(linux and docker backends)" + ("; default: firstrun.yaml's inspect_tls, else off"
                                              if configurable else ""))
 
 
