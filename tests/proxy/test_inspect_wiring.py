@@ -91,17 +91,18 @@ def test_a_bad_entry_is_refused_at_load_naming_its_line(tmp_path: Path, entry: s
 
 def test_inspection_on_a_backend_that_cannot_show_the_bundle_is_a_usage_error() -> None:
     result = subprocess.run(
-        [str(FIRSTRUN), "sandbox", "--backend", "docker", "--inspect-tls", "--", "true"],
+        [str(FIRSTRUN), "sandbox", "--backend", "local", "--inspect-tls", "--", "true"],
         capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60, check=False)
     assert result.returncode == 3
     assert result.stderr.strip().splitlines() == [(
-        "firstrun: error: --backend docker: --inspect-tls needs the linux backend; the docker "
-        "backend cannot show the run's CA bundle in its sandbox")]
+        "firstrun: error: --backend local: --inspect-tls needs the linux or docker backend; the "
+        "local backend cannot show the run's CA bundle in its sandbox")]
 
 
 @pytest.mark.e2e
+@pytest.mark.parametrize("backend", ["linux", "docker"])
 def test_a_run_with_inspection_installs_from_the_registry_and_cannot_upload(
-    tmp_path: Path,
+    tmp_path: Path, backend: str,
 ) -> None:
     from firstrun.agents import ReplayAgent
     from firstrun.docs import Mirror
@@ -116,7 +117,7 @@ def test_a_run_with_inspection_installs_from_the_registry_and_cannot_upload(
                  "https://pypi.org/legacy/ > upload.status")),
         success="ls dl/six-1.16.0-*.whl && test \"$(cat upload.status)\" = 405",
     ))
-    config = RunConfig(out_dir=tmp_path / "out", backend="linux", inspect_tls=True,
+    config = RunConfig(out_dir=tmp_path / "out", backend=backend, inspect_tls=True,
                        docs_mirrors={DOCS_HOST: Mirror(host=DOCS_HOST, directory=str(DOCS))})
     record = run_task(task, attempt=1, agent=ReplayAgent(), config=config)
     assert record.classification is Classification.PASSED, record
