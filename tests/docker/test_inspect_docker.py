@@ -247,3 +247,34 @@ def test_the_sidecar_parses_back_the_inspection_it_was_sent() -> None:
     broken["inspection"] = {**policy.inspection.to_data(), "max_body_bytes": "99"}  # type: ignore[union-attr]
     with pytest.raises(PolicyError):
         policy_from_data(broken)
+
+
+def test_under_inspection_the_topology_binds_the_bundle_and_gives_the_sidecar_the_host_cas() -> None:
+    from dataclasses import replace
+
+    from firstrun.policy.filesystem import FilesystemPolicy
+    from firstrun.sandbox.docker.topology import DockerHost, build_topology
+
+    host = DockerHost(workspace="/HOST/ws", uid=1000, gid=1000, image="img", sidecar_image="img",
+                      lib_binds=(), harness="1:2", ca_files=(SANDBOX_CA_BUNDLE, "/etc/extra.pem"))
+    profile = SandboxProfile(fs=FilesystemPolicy(workspace="/HOST/ws"))
+    plain = build_topology(profile, session="s1", host=host)
+    inspected = build_topology(profile, session="s1", host=replace(
+        host, trust_bundle="/PRIVATE/trust.pem",
+        sidecar_ca_files=(SANDBOX_CA_BUNDLE, "/etc/extra.pem", "/FIXTURE/ca.pem")))
+
+    def binds(argv: tuple[str, ...]) -> list[str]:
+        return [argv[i + 1] for i, a in enumerate(argv) if a == "--mount"]
+
+    # Without inspection: unchanged, the host's bundles at their own paths in the run container.
+    assert binds(plain.create[4])[1:] == [
+        f"type=bind,source={SANDBOX_CA_BUNDLE},target={SANDBOX_CA_BUNDLE},readonly",
+        "type=bind,source=/etc/extra.pem,target=/etc/extra.pem,readonly"]
+    assert not any("ca.pem" in b or "certs" in b for b in binds(plain.create[2]))
+    # With it: the run container's one trust file is the bundle; the sidecar gets the CAs.
+    assert binds(inspected.create[4]) == [
+        "type=bind,source=/HOST/ws,target=/workspace",
+        f"type=bind,source=/PRIVATE/trust.pem,target={SANDBOX_CA_BUNDLE},readonly"]
+    assert binds(inspected.create[2]) == [
+        f"type=bind,source={p},target={p},readonly"
+        for p in (SANDBOX_CA_BUNDLE, "/etc/extra.pem", "/FIXTURE/ca.pem")]
