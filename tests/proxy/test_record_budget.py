@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
+import shutil
 import ssl
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,6 +32,7 @@ from firstrun.agents.base import AgentStop
 from firstrun.errors import ProxyError
 from firstrun.policy.methods import InspectionPolicy
 from firstrun.policy.network import Channel, NetworkPolicy, Reason, Verdict
+from firstrun.policy.profile import SandboxProfile
 from firstrun.proxy.ca import RunCA, upstream_context
 from firstrun.proxy.credentials import mint
 from firstrun.proxy.intercept import Interception
@@ -38,6 +42,10 @@ from firstrun.results.model import Classification
 from firstrun.run.classify import Reason as RunReason
 from firstrun.run.classify import classify
 from firstrun.run.events import AgentFinished, CheckFinished, Egress, Event
+from firstrun.sandbox.base import ProxyEndpoint
+from firstrun.sandbox.hostfs import host_filesystem_policy
+from firstrun.sandbox.linux import probe
+from firstrun.sandbox.linux.backend import LinuxBackend
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -276,3 +284,36 @@ def test_an_inspected_tunnel_ends_once_the_budget_is_full(tmp_path: Path) -> Non
         assert rows[-1]["unrecorded"] == 1
     finally:
         registry.close()
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(probe.bwrap_path() is None, reason="bubblewrap is not installed")
+def test_a_flood_from_inside_a_real_sandbox_is_refused_past_the_budget(
+        upstream: HttpUpstream, resolver: RecordingResolver) -> None:
+    workspace = tempfile.mkdtemp(prefix="firstrun-test-ws-")
+    private = tempfile.mkdtemp(prefix="firstrun-test-proxy-")
+    policy = NetworkPolicy.build(overrides=[(f"pypi.test:{upstream.port}", ["127.0.0.1/32"])])
+    proxy = EgressProxy(policy, resolver=resolver, limits=ProxyLimits(max_records=8)).start()
+    try:
+        socket_path = proxy.listen_unix(os.path.join(private, "proxy.sock"), Channel.SHELL)
+        endpoint = ProxyEndpoint(socket_path=socket_path, nonce=proxy.nonce)
+        profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ), net=policy)
+        curl = "curl -sS -D - -o /dev/null"
+        with LinuxBackend().start(profile, proxy=endpoint) as session:
+            flood = session.exec(
+                f"for i in $(seq 1 30); do {curl} http://evil.test/$i; done; "
+                f"{curl} http://pypi.test:{upstream.port}/after", timeout=120)
+    finally:
+        proxy.stop()
+        shutil.rmtree(workspace, ignore_errors=True)
+        shutil.rmtree(private, ignore_errors=True)
+    headers = flood.stdout.text().lower()
+    refused = headers.count("x-firstrun-reason: record_budget_exhausted")
+    # The attestation took some of the 8; the flood took the rest, and the
+    # allowed request at the end was refused with the flood's tail.
+    assert 0 < refused <= 31 and headers.count("x-firstrun-reason: not_allowed") == 31 - refused
+    assert upstream.seen.connections == 0 and "pypi.test" not in resolver.asked
+    records = proxy.records()
+    assert len(records) == 8 + 1
+    assert records[-1].reason is Reason.RECORD_BUDGET_EXHAUSTED
+    assert records[-1].unrecorded == refused
