@@ -1,8 +1,9 @@
 """The record budget fails closed: past it nothing is forwarded, and one closing record counts what was refused.
 
-Real sockets on loopback; the upstream fixture's own tally (connections,
-requests) and the resolver's list of names asked are the evidence that a
-request after the budget went nowhere, not the proxy's status line alone.
+Real sockets on loopback, and one flood from inside a real linux sandbox.
+The upstream fixtures' own tallies (connections, requests) and the
+resolver's list of names asked are the evidence that a request after the
+budget went nowhere, not the proxy's status line alone.
 """
 
 from __future__ import annotations
