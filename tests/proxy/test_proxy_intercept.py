@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import base64
 import json
+import signal
 import ssl
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +17,7 @@ from cryptography import x509
 from proxy_fixtures import HttpUpstream, RecordingResolver, connect, read_reply
 from tls_fixtures import HttpsRegistry, TestCA, https_via_proxy, raw_tls_via_proxy
 
-from firstrun.errors import PolicyError, ProxyError, UsageError
+from firstrun.errors import ProxyError, UsageError
 from firstrun.policy.methods import InspectionPolicy
 from firstrun.policy.network import Channel, NetworkPolicy
 from firstrun.proxy.ca import RunCA, upstream_context
@@ -293,10 +296,39 @@ def test_leaf_certificates_name_one_host_and_chain_to_the_run_ca() -> None:
     assert [str(a) for a in ip.value.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
 
 
-def test_the_docker_sidecar_refuses_a_policy_it_could_not_inspect_with() -> None:
-    data = NetworkPolicy.build().with_inspection(InspectionPolicy()).to_data()
-    with pytest.raises(PolicyError, match="TLS inspection is not supported"):
-        policy_from_data(data)
+def test_the_docker_sidecar_inspects_and_reports_only_public_things_on_its_ready_line() -> None:
+    policy = NetworkPolicy.build().with_inspection(InspectionPolicy.build(
+        credentials=[("NPM_TOKEN", "registry.test", "NPM_TOKEN_REAL")]))
+    assert policy_from_data(json.loads(json.dumps(policy.to_data()))) == policy
+    value = "npm-real-value-4f1c"
+    proc = subprocess.Popen([sys.executable, "-m", "firstrun.proxy", "127.0.0.1", "0"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        proc.stdin.write(json.dumps({"policy": policy.to_data(),
+                                     "credentials": {"NPM_TOKEN_REAL": value}}))
+        proc.stdin.close()
+        line = proc.stdout.readline()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    ready = json.loads(line)
+    assert ready["event"] == "ready"
+    ca = x509.load_pem_x509_certificate(ready["ca"].encode())
+    assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    assert list(ready["placeholders"]) == ["NPM_TOKEN"]
+    assert ready["placeholders"]["NPM_TOKEN"].startswith("firstrun-npm_token-")
+    assert value not in line and "PRIVATE KEY" not in line
+
+
+def test_the_docker_sidecar_refuses_inspection_without_a_credentials_value() -> None:
+    policy = NetworkPolicy.build().with_inspection(InspectionPolicy.build(
+        credentials=[("NPM_TOKEN", "registry.test", "NPM_TOKEN_REAL")]))
+    proc = subprocess.run([sys.executable, "-m", "firstrun.proxy", "127.0.0.1", "0"],
+                          input=json.dumps({"policy": policy.to_data()}), capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert proc.returncode == 3 and proc.stdout == ""
+    assert "$NPM_TOKEN_REAL is not set" in proc.stderr
 
 
 def test_one_tunnel_carries_many_judged_requests_over_http_1_1_only(
