@@ -16,20 +16,9 @@ from collections.abc import Iterator
 import pytest
 
 from firstrun.policy.network import Channel, NetworkPolicy
-from firstrun.policy.process import Limits
-from firstrun.policy.profile import SandboxProfile
 from firstrun.proxy.server import EgressProxy
 from firstrun.sandbox.base import ProxyEndpoint
-from firstrun.sandbox.hostfs import host_filesystem_policy
-from firstrun.sandbox.microvm import probe
 from firstrun.sandbox.microvm.image import find_image
-
-ACCEL = "kvm" if probe.kvm().available else "tcg"
-
-
-def make_profile(workspace: str, **limits: object) -> SandboxProfile:
-    return SandboxProfile(fs=host_filesystem_policy(workspace, os.environ),
-                          limits=Limits(**limits))  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -46,7 +35,3 @@ def proxy() -> Iterator[tuple[EgressProxy, ProxyEndpoint]]:
         path = p.listen_unix(os.path.join(sockdir, "proxy.sock"), Channel.SHELL)
         yield p, ProxyEndpoint(socket_path=path, nonce=p.nonce)
     shutil.rmtree(sockdir, ignore_errors=True)
-
-
-def make_workspace() -> str:
-    return tempfile.mkdtemp(prefix="firstrun-test-microvm-ws-")

@@ -1,9 +1,32 @@
-"""Host-side evidence for micro-VM tests."""
+"""Host-side evidence and session helpers for micro-VM tests.
+
+Imported by name, never through ``conftest``: every test directory has a
+conftest, and a bare ``import conftest`` gets whichever was imported last.
+"""
 
 from __future__ import annotations
 
 import os
+import tempfile
 import time
+
+from firstrun.policy.process import Limits
+from firstrun.policy.profile import SandboxProfile
+from firstrun.sandbox.hostfs import host_filesystem_policy
+from firstrun.sandbox.microvm import probe
+
+# KVM wherever it can run Debian's kernel; elsewhere the same VM under TCG,
+# chosen here explicitly and recorded by the session, never by the backend.
+ACCEL = "kvm" if probe.kvm().available else "tcg"
+
+
+def make_profile(workspace: str, **limits: object) -> SandboxProfile:
+    return SandboxProfile(fs=host_filesystem_policy(workspace, os.environ),
+                          limits=Limits(**limits))  # type: ignore[arg-type]
+
+
+def make_workspace() -> str:
+    return tempfile.mkdtemp(prefix="firstrun-test-microvm-ws-")
 
 
 def alive(pid: int) -> bool:

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ACCEL
+from microvm_support import ACCEL
 
 pytestmark = pytest.mark.e2e
 

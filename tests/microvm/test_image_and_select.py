@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from microvm_support import make_profile
 
 from firstrun.errors import SandboxUnavailable
 from firstrun.sandbox.microvm import probe
@@ -92,8 +93,6 @@ def test_tcg_is_only_ever_asked_for(monkeypatch) -> None:  # type: ignore[no-unt
 def test_without_usable_kvm_the_kvm_backend_refuses(tmp_path) -> None:  # type: ignore[no-untyped-def]
     if probe.kvm().available:
         pytest.skip("KVM is usable here; the refusal needs a machine without it")
-    from conftest import make_profile
-
     with pytest.raises(SandboxUnavailable) as caught:
         MicrovmBackend(accel="kvm").start(make_profile(str(tmp_path)), proxy=None)
     assert caught.value.fix

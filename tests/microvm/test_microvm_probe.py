@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -55,18 +53,28 @@ def _probe_as_nobody(tmp_path: Path) -> None:
     device = tmp_path / "kvm"
     device.write_bytes(b"")
     os.chmod(device, 0o600)
-    code = ("import json, sys; from firstrun.sandbox.microvm import probe; "
-            "c = probe.kvm(device=sys.argv[1], modules=sys.argv[2]); "
-            "print(json.dumps([c.available, c.detail, c.fix]))")
-    src = str(Path(probe.__file__).parents[3])
-    # Debian's interpreter (the harness's may sit under a 0700 home), with the
-    # source tree and the venv's packages on its path.
-    site = next(p for p in sys.path if p.endswith("site-packages"))
-    done = subprocess.run(["/usr/bin/python3", "-c", code, str(device), str(tmp_path)],
-                          capture_output=True, text=True, user=NOBODY, group=NOBODY,
-                          extra_groups=[], env={"PYTHONPATH": f"{src}:{site}"}, check=False,
-                          cwd="/")
-    assert done.returncode == 0, done.stderr[-1000:]
-    available, detail, fix = json.loads(done.stdout)
+    # The probe runs in a forked child that drops to nobody: no interpreter
+    # or source tree has to be reachable by that uid (a fresh clone may sit
+    # under a 0700 directory).
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            os.close(read)
+            os.setgroups([])
+            os.setresgid(NOBODY, NOBODY, NOBODY)
+            os.setresuid(NOBODY, NOBODY, NOBODY)
+            c = probe.kvm(device=str(device), modules=str(tmp_path))
+            os.write(write, json.dumps([c.available, c.detail, c.fix]).encode())
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        answer = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    available, detail, fix = json.loads(answer)
     assert not available
     assert "Permission denied" in detail and "kvm group" in fix

@@ -9,7 +9,7 @@ import socket
 from collections.abc import Iterator
 
 import pytest
-from conftest import ACCEL, make_profile, make_workspace
+from microvm_support import ACCEL, make_profile, make_workspace
 
 from firstrun.proxy.server import EgressProxy
 from firstrun.sandbox.base import ProxyEndpoint
