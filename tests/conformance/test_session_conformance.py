@@ -148,13 +148,19 @@ def test_a_process_left_behind_is_gone_after_close(backend: str, workspace: str)
     with session_on(backend, workspace) as session:
         started = session.exec(
             f"setsid nohup bash -c 'exec -a {marker} sleep 3600' >/dev/null 2>&1 & "
-            f"nohup bash -c 'exec -a {marker} sleep 3601' >/dev/null 2>&1 & echo started",
+            f"nohup bash -c 'exec -a {marker} sleep 3601' >/dev/null 2>&1 & "
+            # Both run under their marker before the command returns (the
+            # background shells exec on their own time); matched whole, so
+            # the shells whose command lines merely mention it do not count.
+            f"for _ in $(seq 300); do [ \"$(pgrep -fxc '{marker} 360[01]')\" = 2 ] && break; "
+            "sleep 0.1; done; "
+            "echo started",
             timeout=60)
         assert started.stdout.text() == "started\n"
         if backend in VM_BACKENDS:
             # A guest's processes are not in the host's table: the control is
             # the guest's own, and "gone" is the whole VM gone.
-            seen = session.exec(f"pgrep -fc {marker}", timeout=60)
+            seen = session.exec(f"pgrep -fxc '{marker} 360[01]'", timeout=60)
             assert seen.stdout.text().strip() == "2", seen.stderr.text()
             vm_pid = session.pid
         else:

@@ -202,3 +202,27 @@ def test_refusals_before_anything_is_created(workspace: str) -> None:
         DockerBackend(image="node:22-slim").start(_profile(workspace), proxy=None)
     assert missing.value.fix is not None and "docker pull node:22-slim" in missing.value.fix
     assert _left() == ([], [], [])
+
+
+def test_a_tunnel_still_open_at_close_is_recorded(workspace: str) -> None:
+    # A tunnel's record is written when it ends (it carries the bytes and the
+    # duration), so a session that killed its sidecar outright would lose the
+    # record of every tunnel a background process still held open.
+    records: list[dict[str, object]] = []
+    with DockerBackend(on_record=records.append).start(_profile(workspace),
+                                                       proxy=WITH_PROXY) as s:
+        held = s.exec(
+            "python3 - <<'PY' &\n"
+            "import os, socket, time, urllib.parse\n"
+            "proxy = urllib.parse.urlsplit(os.environ['https_proxy'])\n"
+            "c = socket.create_connection((proxy.hostname, proxy.port))\n"
+            "c.sendall(b'CONNECT pypi.org:443 HTTP/1.1\\r\\nHost: pypi.org:443\\r\\n\\r\\n')\n"
+            "open('status', 'wb').write(c.recv(100).split(b'\\r\\n')[0] + b'\\n')\n"
+            "time.sleep(3600)\n"
+            "PY\n"
+            "for _ in $(seq 600); do [ -s status ] && break; sleep 0.1; done; cat status; "
+            "echo held", timeout=120)
+        assert held.stdout.text().splitlines() == ["HTTP/1.1 200 Connection established", "held"]
+        assert not [r for r in records if r["host"] == "pypi.org"]
+    tunnels = [r for r in records if r["host"] == "pypi.org"]
+    assert [(r["method"], r["decision"]) for r in tunnels] == [("CONNECT", "allow")]

@@ -113,6 +113,8 @@ SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 # distribution's ranges, as on the linux backend.
 _UID_RANGE = (1_600_000_000, 1_700_000_000)
 _READY_TIMEOUT_S = 60.0
+# How long a signalled sidecar gets to end its tunnels and deliver their records.
+_SIDECAR_STOP_S = 10.0
 # How long past its own timeout a command may take before the supervisor is
 # considered lost (it reports the kill itself well within this).
 _EXEC_GRACE_S = 30.0
@@ -165,6 +167,13 @@ class _Sidecar:
                     # take must not end the pump and silently lose the rest.
                     if self.failure is None:
                         self.failure = exc
+
+    def wait_stopped(self, within_s: float) -> None:
+        """Wait up to ``within_s`` for the sidecar to exit after it was signalled."""
+        try:
+            self.process.wait(timeout=within_s)
+        except subprocess.TimeoutExpired:
+            pass
 
     def finish(self) -> None:
         """Wait for the last records after the sidecar was stopped; raise if one was refused."""
@@ -292,6 +301,15 @@ class DockerSession:
         if running is not None and running.poll() is None:
             running.kill()
         errors = []
+        if self._sidecar is not None:
+            # Stopped, not removed outright: a tunnel's record is written when
+            # the tunnel ends, so the sidecar must end the tunnels still open
+            # and deliver their records (and the record budget's closing one)
+            # before it goes. A sidecar that does not finish in time is
+            # removed below all the same.
+            docker("kill", "--signal", "TERM", self.topology.sidecar,
+                   docker_bin=self._docker, check=False)
+            self._sidecar.wait_stopped(_SIDECAR_STOP_S)
         try:
             remove(self.topology, docker_bin=self._docker)
         except SandboxError as exc:
