@@ -81,6 +81,39 @@ def check_host_loopback(port: int, host: str = "127.0.0.1") -> tuple[bool, str]:
     return False, f"connected to {host}:{port}"
 
 
+def _datagram_refused(addr: tuple[str, int], expect: int) -> tuple[bool, str]:
+    """A datagram to ``addr`` must fail locally with ``expect``."""
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        u.sendto(b"\x00", addr)
+    except OSError as exc:
+        return (exc.errno == expect,
+                f"udp {addr[0]}:{addr[1]}: {errno.errorcode.get(exc.errno, exc.errno)}")
+    else:
+        return False, f"udp {addr[0]}:{addr[1]}: sent"
+    finally:
+        u.close()
+
+
+def _dial_refused(addr: tuple[str, int], expect: int) -> tuple[bool, str]:
+    """A TCP dial to ``addr`` must fail with ``expect``."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(5)
+    try:
+        s.connect(addr)
+    except OSError as exc:
+        why = errno.errorcode.get(exc.errno, exc.errno) if exc.errno else exc
+        return exc.errno == expect, f"tcp {addr[0]}:{addr[1]}: {why}"
+    else:
+        return False, f"tcp {addr[0]}:{addr[1]}: connected"
+    finally:
+        s.close()
+
+
+def _all_refused(results: list[tuple[bool, str]]) -> tuple[bool, str]:
+    return all(ok for ok, _ in results), "; ".join(detail for _, detail in results)
+
+
 def check_firewalled() -> tuple[bool, str]:
     """A container's namespace firewall: direct egress and the embedded DNS are refused locally.
 
@@ -88,33 +121,11 @@ def check_firewalled() -> tuple[bool, str]:
     a datagram, and for a TCP dial to a TEST-NET address (no such host
     exists to answer) a reset, ECONNREFUSED.
     """
-    details = []
-    ok = True
-    for addr in (("192.0.2.1", 53), ("127.0.0.11", 53)):
-        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            u.sendto(b"\x00", addr)
-        except OSError as exc:
-            details.append(f"udp {addr[0]}:{addr[1]}: {errno.errorcode.get(exc.errno, exc.errno)}")
-            ok = ok and exc.errno == errno.EPERM
-        else:
-            details.append(f"udp {addr[0]}:{addr[1]}: sent")
-            ok = False
-        finally:
-            u.close()
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.settimeout(5)
-    try:
-        s.connect(("192.0.2.1", 80))
-    except OSError as exc:
-        details.append(f"tcp 192.0.2.1:80: {errno.errorcode.get(exc.errno, exc.errno) if exc.errno else exc}")
-        ok = ok and exc.errno == errno.ECONNREFUSED
-    else:
-        details.append("tcp 192.0.2.1:80: connected")
-        ok = False
-    finally:
-        s.close()
-    return ok, "; ".join(details)
+    return _all_refused([
+        _datagram_refused(("192.0.2.1", 53), errno.EPERM),
+        _datagram_refused(("127.0.0.11", 53), errno.EPERM),
+        _dial_refused(("192.0.2.1", 80), errno.ECONNREFUSED),
+    ])
 
 
 def check_profile_filtered() -> tuple[bool, str]:
@@ -123,32 +134,10 @@ def check_profile_filtered() -> tuple[bool, str]:
     EPERM comes from the sandbox before routing, so no packet leaves;
     an unreachable network would answer with another errno and fail this.
     """
-    details = []
-    ok = True
-    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        u.sendto(b"\x00", ("192.0.2.1", 53))
-    except OSError as exc:
-        details.append(f"udp 192.0.2.1:53: {errno.errorcode.get(exc.errno, exc.errno)}")
-        ok = exc.errno == errno.EPERM
-    else:
-        details.append("udp 192.0.2.1:53: sent")
-        ok = False
-    finally:
-        u.close()
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.settimeout(5)
-    try:
-        s.connect(("192.0.2.1", 80))
-    except OSError as exc:
-        details.append(f"tcp 192.0.2.1:80: {errno.errorcode.get(exc.errno, exc.errno) if exc.errno else exc}")
-        ok = ok and exc.errno == errno.EPERM
-    else:
-        details.append("tcp 192.0.2.1:80: connected")
-        ok = False
-    finally:
-        s.close()
-    return ok, "; ".join(details)
+    return _all_refused([
+        _datagram_refused(("192.0.2.1", 53), errno.EPERM),
+        _dial_refused(("192.0.2.1", 80), errno.EPERM),
+    ])
 
 
 def check_on_link_only() -> tuple[bool, str]:
