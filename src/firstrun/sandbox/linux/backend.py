@@ -28,7 +28,6 @@ that failed, never a sandbox that failed.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import posixpath
@@ -56,10 +55,10 @@ from firstrun.sandbox.base import (
     OutputCallback,
     ProxyEndpoint,
     SessionInfo,
-    Stream,
     command_argv,
     command_environment,
 )
+from firstrun.sandbox.channel import JsonLines, run_command
 from firstrun.sandbox.linux import cgroup, helper, launcher, probe, seccomp
 from firstrun.sandbox.linux.spec import (
     PROXY_PORT,
@@ -69,7 +68,6 @@ from firstrun.sandbox.linux.spec import (
     build_launch_spec,
     helper_config,
 )
-from firstrun.sandbox.output import OutputCapture
 from firstrun.sandbox.ownership import chown_tree, pick_uid
 
 HELPER_SOURCE = Path(helper.__file__).read_text(encoding="utf-8")
@@ -91,30 +89,6 @@ _EXEC_GRACE_S = 30.0
 
 def _sandbox_error(what: str, exc: OSError) -> SandboxError:
     return SandboxError(f"{what}: {exc}", who="linux")
-
-
-class _Control:
-    """JSON lines over the control socket, with a deadline per message."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.buf = b""
-
-    def send(self, msg: dict[str, object]) -> None:
-        self.sock.sendall(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
-
-    def recv(self, deadline: float) -> dict | None:
-        while b"\n" not in self.buf:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError("the sandbox helper did not answer in time")
-            self.sock.settimeout(remaining)
-            chunk = self.sock.recv(1 << 16)
-            if not chunk:
-                return None
-            self.buf += chunk
-        line, self.buf = self.buf.split(b"\n", 1)
-        return json.loads(line)
 
 
 def _serve_dial(sock: socket.socket, path: str) -> None:
@@ -228,7 +202,7 @@ class LinuxSession:
         self.cgroup = session_cgroup
         self._process = process
         self._control_sock = control
-        self._control = _Control(control)
+        self._control = JsonLines(control, peer="the sandbox helper")
         self._dial = dial
         self._env = env
         self._profile = profile
@@ -269,39 +243,20 @@ class LinuxSession:
         cwd = workspace if cwd is None else posixpath.normpath(posixpath.join(workspace, cwd))
         merged = command_environment(self._env, env, who="linux")
         limit = self._profile.limits.command_timeout_s if timeout is None else timeout
-        outputs = {Stream.STDOUT: OutputCapture(self._profile.limits.output_bytes),
-                   Stream.STDERR: OutputCapture(self._profile.limits.output_bytes)}
         with self._lock:
             if self._closed:
                 raise SandboxError("session is closed", who="linux")
             self._next_id += 1
-            cmd_id = self._next_id
-            deadline = time.monotonic() + limit + _EXEC_GRACE_S
             try:
-                self._control.send({"op": "exec", "id": cmd_id, "argv": argv, "cwd": cwd,
-                                    "env": merged, "timeout": limit})
-                while True:
-                    msg = self._control.recv(deadline)
-                    if msg is None:
-                        raise SandboxError(
-                            f"the sandbox ended during a command: {self._stderr_tail()}",
-                            who="linux")
-                    if msg.get("id") != cmd_id:
-                        continue
-                    if msg["op"] == "out":
-                        stream = Stream(msg["stream"])
-                        data = base64.b64decode(msg["data"])
-                        outputs[stream].add(data)
-                        if on_output is not None:
-                            on_output(stream, data)
-                    elif msg["op"] == "exit":
-                        return ExecResult(
-                            exit_code=int(msg["code"]),
-                            stdout=outputs[Stream.STDOUT].result(),
-                            stderr=outputs[Stream.STDERR].result(),
-                            duration_s=float(msg["duration_s"]),
-                            timed_out=bool(msg["timed_out"]),
-                        )
+                return run_command(
+                    self._control,
+                    {"op": "exec", "id": self._next_id, "argv": argv, "cwd": cwd,
+                     "env": merged, "timeout": limit},
+                    deadline=time.monotonic() + limit + _EXEC_GRACE_S,
+                    output_bytes=self._profile.limits.output_bytes, on_output=on_output,
+                    ended=lambda: SandboxError(
+                        f"the sandbox ended during a command: {self._stderr_tail()}",
+                        who="linux"))
             except (OSError, ValueError) as exc:
                 # A helper that stopped answering enforces nothing any more
                 # (a command may SIGSTOP its parent): end the sandbox now,
@@ -532,7 +487,7 @@ class LinuxBackend:
 
     def _await_ready(self, session: LinuxSession, control: socket.socket) -> dict:
         try:
-            ready = _Control(control).recv(time.monotonic() + _READY_TIMEOUT_S)
+            ready = JsonLines(control, peer="the sandbox helper").recv(time.monotonic() + _READY_TIMEOUT_S)
         except (OSError, ValueError) as exc:
             raise SandboxError(f"the sandbox did not start: {exc}: {session._stderr_tail()}",
                                who="linux") from exc

@@ -54,10 +54,10 @@ from firstrun.sandbox.base import (
     OutputCallback,
     ProxyEndpoint,
     SessionInfo,
-    Stream,
     command_argv,
     command_environment,
 )
+from firstrun.sandbox.channel import JsonLines, run_command
 from firstrun.sandbox.linux import seccomp
 from firstrun.sandbox.microvm import probe, relay
 from firstrun.sandbox.microvm.image import MicrovmImage, find_image
@@ -72,7 +72,6 @@ from firstrun.sandbox.microvm.spec import (
     build_argv,
     guest_config,
 )
-from firstrun.sandbox.output import OutputCapture
 from firstrun.sandbox.ownership import chown_tree, pick_uid
 
 AGENT_SOURCE = Path(__file__).with_name("agent.py").read_bytes()
@@ -105,34 +104,6 @@ PROVIDES: Provides = {
 
 def _error(what: str, exc: OSError) -> SandboxError:
     return SandboxError(f"{what}: {exc}", who="microvm")
-
-
-class _Channel:
-    """JSON lines with the guest agent, with a deadline per message."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.buf = b""
-
-    def send(self, msg: dict[str, object]) -> None:
-        self.sock.sendall(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
-
-    def recv(self, deadline: float) -> dict | None:
-        while b"\n" not in self.buf:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError("the guest agent did not answer in time")
-            self.sock.settimeout(remaining)
-            chunk = self.sock.recv(1 << 16)
-            if not chunk:
-                return None
-            self.buf += chunk
-        line, self.buf = self.buf.split(b"\n", 1)
-        msg = json.loads(line)
-        # The guest is untrusted: anything but an object is a broken channel.
-        if not isinstance(msg, dict):
-            raise ValueError(f"the guest agent sent {type(msg).__name__}, not an object")
-        return msg
 
 
 def _splice(a: socket.socket, b: socket.socket) -> None:
@@ -207,7 +178,7 @@ class MicrovmSession:
         self.pid = process.pid
         self._process = process
         self._channel_sock = channel
-        self._channel = _Channel(channel)
+        self._channel = JsonLines(channel, peer="the guest agent")
         self._env = env
         self._profile = profile
         self._lent_uid = lent_uid
@@ -246,38 +217,20 @@ class MicrovmSession:
         cwd = workspace if cwd is None else posixpath.normpath(posixpath.join(workspace, cwd))
         merged = command_environment(self._env, env, who="microvm")
         limit = self._profile.limits.command_timeout_s if timeout is None else timeout
-        outputs = {Stream.STDOUT: OutputCapture(self._profile.limits.output_bytes),
-                   Stream.STDERR: OutputCapture(self._profile.limits.output_bytes)}
         with self._lock:
             if self._closed:
                 raise SandboxError("session is closed", who="microvm")
             self._next_id += 1
-            cmd_id = self._next_id
-            deadline = time.monotonic() + limit + _EXEC_GRACE_S
             try:
-                self._channel.send({"op": "exec", "id": cmd_id, "argv": argv, "cwd": cwd,
-                                    "env": merged, "timeout": limit})
-                while True:
-                    msg = self._channel.recv(deadline)
-                    if msg is None:
-                        raise SandboxError(
-                            f"the VM ended during a command: {self.console_tail()}",
-                            who="microvm")
-                    if msg.get("id") != cmd_id:
-                        continue
-                    if msg["op"] == "out":
-                        stream = Stream(msg["stream"])
-                        data = base64.b64decode(msg["data"])
-                        outputs[stream].add(data)
-                        if on_output is not None:
-                            on_output(stream, data)
-                    elif msg["op"] == "exit":
-                        return ExecResult(
-                            exit_code=int(msg["code"]),
-                            stdout=outputs[Stream.STDOUT].result(),
-                            stderr=outputs[Stream.STDERR].result(),
-                            duration_s=float(msg["duration_s"]),
-                            timed_out=bool(msg["timed_out"]))
+                return run_command(
+                    self._channel,
+                    {"op": "exec", "id": self._next_id, "argv": argv, "cwd": cwd,
+                     "env": merged, "timeout": limit},
+                    deadline=time.monotonic() + limit + _EXEC_GRACE_S,
+                    output_bytes=self._profile.limits.output_bytes, on_output=on_output,
+                    ended=lambda: SandboxError(
+                        f"the VM ended during a command: {self.console_tail()}",
+                        who="microvm"))
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 # An agent that stopped answering (or answers nonsense) supervises
                 # nothing: end the VM now.
