@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,8 +12,13 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from firstrun.audit.battery import AuditResult, Cell, Configuration, ConfigurationResult
-from firstrun.audit.model import ACTIONS, Layer, Outcome
+from firstrun.audit.battery import (
+    AuditResult,
+    Cell,
+    Configuration,
+    ConfigurationResult,
+)
+from firstrun.audit.model import ACTIONS, Layer, Outcome, Reach
 from firstrun.cli.audit import (
     column,
     exit_status,
@@ -46,7 +52,7 @@ SCHEMA = {
     "required": ["schema", "actions", "configurations", "residual", "disagreements", "skipped",
                  "controls"],
     "properties": {
-        "schema": {"const": "firstrun.audit/1"},
+        "schema": {"const": "firstrun.audit/2"},
         "actions": {"type": "array", "items": {
             "type": "object", "additionalProperties": False,
             "required": ["id", "title", "needed", "reaches"],
@@ -55,13 +61,14 @@ SCHEMA = {
                            "reaches": {"type": "array", "items": {"type": "string"}}}}},
         "configurations": {"type": "array", "items": {
             "type": "object", "additionalProperties": False,
-            "required": ["name", "backend", "layers", "omitted", "unneeded_open",
-                         "needed_broken", "not_run", "session", "cells"],
+            "required": ["name", "backend", "layers", "omitted", "host_refuses",
+                         "unneeded_open", "needed_broken", "not_run", "session", "cells"],
             "properties": {
                 "name": {"type": "string"}, "backend": {"type": "string"},
                 "layers": {"type": "array", "items": {"enum": [layer.value for layer in Layer]}},
                 "omitted": {"type": "array",
                             "items": {"enum": [layer.value for layer in Layer]}},
+                "host_refuses": {"type": "array", "items": {"enum": [r.value for r in Reach]}},
                 "unneeded_open": {"type": "integer", "minimum": 0},
                 "needed_broken": {"type": "integer", "minimum": 0},
                 "not_run": {"type": "integer", "minimum": 0},
@@ -85,8 +92,8 @@ SCHEMA = {
 }
 
 
-def _firstrun(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(FIRSTRUN), *args], check=False, capture_output=True, text=True,
+def _firstrun(*args: str, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*prefix, str(FIRSTRUN), *args], check=False, capture_output=True, text=True,
                           stdin=subprocess.DEVNULL, timeout=600, env=dict(os.environ))
 
 
@@ -151,6 +158,46 @@ def test_the_console_script_runs_the_local_baseline_as_json() -> None:
     (local,) = data["configurations"]
     assert local["session"]["enforcement"] == "unenforced"
     assert "firstrun audit: local: no layers" in out.stderr
+
+
+def _local_oom_cell(prefix: tuple[str, ...] = ()) -> tuple[list[str], dict[str, object]]:
+    out = _firstrun("audit", "--backend", "local", "--format", "json", prefix=prefix)
+    assert out.returncode == 0, out.stdout + out.stderr
+    (local,) = json.loads(out.stdout)["configurations"]
+    (cell,) = [c for c in local["cells"] if c["action"] == "lower_oom_score"]
+    return local["host_refuses"], cell
+
+
+def test_a_harness_at_its_oom_floor_is_predicted_and_measured_as_refused() -> None:
+    # The harness as CI runs it (root in a container, no CAP_SYS_RESOURCE,
+    # its OOM score at its floor): a local command cannot lower its score.
+    # Whether this process is there is read the way the kernel answers a
+    # bare child of it, without firstrun.
+    lower = ("p = '/proc/self/oom_score_adj'\nb = int(open(p).read())\n"
+             "with open(p, 'w') as f:\n    f.write(str(b - 1))\n")
+    bare = subprocess.run([sys.executable, "-c", lower], capture_output=True, text=True,
+                          check=False)
+    refused, cell = _local_oom_cell()
+    if bare.returncode == 0:
+        assert (refused, cell["observed"]) == ([], "through")
+    else:
+        assert "PermissionError" in bare.stderr
+        assert refused == [Reach.OOM_SCORE_DOWN.value]
+        assert (cell["predicted"], cell["observed"], cell["stopped_by"]) == ("stopped", "stopped", [])
+        assert "EACCES" in cell["evidence"]
+    assert cell["agrees"]
+
+
+def test_a_harness_above_its_oom_floor_is_predicted_and_measured_as_through() -> None:
+    # choom raises the harness's score (which needs no privilege); its floor
+    # stays below, so a local command can lower its own score again.
+    choom = shutil.which("choom")
+    if choom is None:
+        pytest.fail("choom (util-linux) is not installed: run scripts/install")
+    refused, cell = _local_oom_cell(prefix=(choom, "-n", "10", "--"))
+    assert refused == []
+    assert (cell["predicted"], cell["observed"], cell["evidence"]) == ("through", "through",
+                                                                       "10 -> 9")
 
 
 @pytest.mark.parametrize("args", [("--backend", "nope"), ("--format", "yaml"),

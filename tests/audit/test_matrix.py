@@ -106,11 +106,17 @@ def test_reduced_configurations_say_they_are_downgraded(audit: AuditResult) -> N
             assert not any(applied[layer.value] for layer in r.configuration.omitted)
 
 
-def test_the_local_baseline_stops_nothing(audit: AuditResult) -> None:
+def test_the_local_baseline_stops_only_what_the_harness_itself_cannot_do(
+        audit: AuditResult) -> None:
     local = _config(audit, "local: no layers")
     assert local.session["enforcement"] == "unenforced"
     assert local.needed_broken == 0
-    assert all(c.observed in (Outcome.THROUGH, None) for c in local.cells)
+    refused = local.configuration.host_refuses
+    by_id = {a.id: a for a in ACTIONS}
+    for c in local.cells:
+        expected = Outcome.STOPPED if by_id[c.action].reaches & refused else Outcome.THROUGH
+        assert c.observed in (expected, None), (c.action, c.evidence)
+        assert c.stopped_by == ()
     assert _cell(audit, "local: no layers", "leave_process").seen == 1
     assert _cell(audit, "local: no layers", "cloud_metadata").observed is None
 

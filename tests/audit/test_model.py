@@ -11,6 +11,7 @@ from firstrun.audit.model import (
     Layer,
     Outcome,
     Reach,
+    action,
     closing_layers,
     predict,
     stoppers,
@@ -82,6 +83,17 @@ def test_no_layer_is_dead_weight() -> None:
 
 def test_no_layers_lets_everything_through() -> None:
     assert all(predict(a, frozenset()) is Outcome.THROUGH for a in ACTIONS)
+
+
+def test_what_the_harness_refuses_is_stopped_with_no_layer_and_stays_stopped() -> None:
+    refused = frozenset({Reach.OOM_SCORE_DOWN})
+    oom = action("lower_oom_score")
+    assert predict(oom, frozenset(), "local", refused) is Outcome.STOPPED
+    assert stoppers(oom, frozenset(), "local") == ()
+    for config in subsets(Layer):
+        assert predict(oom, config, "linux", refused) is Outcome.STOPPED
+    untouched = [a for a in ACTIONS if not a.reaches & refused]
+    assert all(predict(a, frozenset(), "local", refused) is Outcome.THROUGH for a in untouched)
 
 
 def test_the_linux_residual_is_the_write_and_the_credential() -> None:

@@ -3,7 +3,10 @@
 Chromium runs inside a fresh network namespace (only a downed loopback), so
 the page renders with no network to load anything from, and inside a fresh
 pid namespace whose processes all die with it, so no browser process
-outlives a test. Console output is read from ``--enable-logging=stderr``.
+outlives a test. Console output is read from ``--enable-logging=stderr``;
+lines whose source is one of Chromium's own ``chrome://`` pages (its
+headless shell logs from them, for example a "slow network" notice about
+its own fonts when there is no network) are not the page's and are left out.
 A Chromium that cannot start fails the test with its reason; nothing is
 skipped.
 """
@@ -11,6 +14,7 @@ skipped.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -22,6 +26,7 @@ from PIL import Image
 from firstrun.reports.html import PLOT_COLOUR
 
 WINDOW = (1280, 1400)
+_BROWSER_OWN = re.compile(r'", source: chrome://\S+ \(\d+\)$')
 
 
 def _chromium_argv(profile: Path, screenshot: Path, url: str) -> list[str]:
@@ -53,7 +58,8 @@ def render(page: Path, tmp_path: Path) -> tuple[Image.Image, list[str]]:
         pytest.fail(f"chromium did not finish rendering {page} in 120 s; stderr ends: {stderr[-2000:]}")
     if proc.returncode != 0 or not shot.is_file():
         pytest.fail(f"chromium could not render {page} (exit {proc.returncode}); stderr ends: {stderr[-2000:]}")
-    console = [line for line in stderr.splitlines() if ":CONSOLE" in line]
+    console = [line for line in stderr.splitlines()
+               if ":CONSOLE" in line and not _BROWSER_OWN.search(line)]
     image = Image.open(shot).convert("RGB")
     image.load()
     return image, console

@@ -19,7 +19,9 @@ the stack without firstrun's seccomp profile (Docker's default then
 applies; the container, its read-only root and its sidecar network are the
 backend itself), and the full stack with the sidecar's TLS inspection
 (the sidecar is handed the registry's CA and the credential's value);
-``local`` is the no-layer baseline, explicitly unenforced.
+``local`` is the no-layer baseline, explicitly unenforced; it runs with the
+harness's own privileges, so what those refuse is measured in a child of
+the harness (``harness_refusals``) and given to the model.
 One session per configuration runs every action, so the matrix stays
 bounded. Nothing is sent off this machine: the registry, the canaries and
 the proxy are on loopback, or for docker on the default bridge's host
@@ -35,6 +37,7 @@ import json
 import os
 import shutil
 import socket
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -48,6 +51,7 @@ from firstrun.audit.model import (
     Action,
     Layer,
     Outcome,
+    Reach,
     closing_layers,
     predict,
     stoppers,
@@ -110,6 +114,9 @@ class Configuration:
     backend: str
     layers: frozenset[Layer]
     omitted: frozenset[Layer] = frozenset()
+    # What the process commands run as already cannot do, before any layer
+    # (``local`` only: every other backend runs commands as its own user).
+    host_refuses: frozenset[Reach] = frozenset()
 
     @property
     def inspect_tls(self) -> bool:
@@ -142,12 +149,46 @@ def configurations(backend: str) -> tuple[Configuration, ...]:
                                omitted=optional - kept) for kept in subsets(optional)]
         return (*plain, Configuration(backend="docker", layers=_DOCKER_BASE | optional | _INSPECTION))
     if backend == "local":
-        return (Configuration(backend="local", layers=frozenset()),)
+        return (Configuration(backend="local", layers=frozenset(),
+                              host_refuses=harness_refusals()),)
     raise UsageError(f"the audit has no configurations for backend {backend!r}; "
                      f"choose one of {', '.join(AUDITED_BACKENDS)}")
 
 
 AUDITED_BACKENDS: tuple[str, ...] = ("linux", "docker", "local")
+
+# A child of the harness tries to lower its OOM score by one, the way a
+# local command would, and says whether the kernel let it.
+_LOWER_OOM = """
+path = "/proc/self/oom_score_adj"
+with open(path) as f:
+    before = int(f.read())
+try:
+    with open(path, "w") as f:
+        f.write(str(before - 1))
+except PermissionError:
+    print("refused")
+else:
+    print("lowered")
+"""
+
+
+def harness_refusals() -> frozenset[Reach]:
+    """What a command run with the harness's own privileges cannot do, measured in a child.
+
+    A command under ``local`` starts at the harness's OOM score. The kernel
+    lowers a score below the process's floor (its start, unless a privileged
+    ancestor set a lower one) only for a holder of CAP_SYS_RESOURCE, which a
+    harness in a container usually lacks; neither the floor nor the answer
+    can be read, so it is tried.
+    """
+    out = subprocess.run([sys.executable, "-I", "-c", _LOWER_OOM], capture_output=True,
+                         text=True, stdin=subprocess.DEVNULL, timeout=60, check=False)
+    answer = out.stdout.strip()
+    if out.returncode != 0 or answer not in ("refused", "lowered"):
+        raise SandboxError(f"could not measure the harness's own OOM floor (exit "
+                           f"{out.returncode}): {out.stderr.strip()[-300:]}", who="audit")
+    return frozenset({Reach.OOM_SCORE_DOWN}) if answer == "refused" else frozenset()
 
 # How a run turns on each layer a residual path may need.
 CONTROLS: dict[Layer, str] = {
@@ -217,6 +258,7 @@ class ConfigurationResult:
             "backend": c.backend,
             "layers": [layer.value for layer in Layer if layer in c.layers],
             "omitted": [layer.value for layer in Layer if layer in c.omitted],
+            "host_refuses": sorted(reach.value for reach in c.host_refuses),
             "unneeded_open": self.unneeded_open,
             "needed_broken": self.needed_broken,
             "not_run": self.not_run,
@@ -278,7 +320,7 @@ class AuditResult:
 
     def to_data(self) -> dict[str, object]:
         return {
-            "schema": "firstrun.audit/1",
+            "schema": "firstrun.audit/2",
             "actions": [{"id": a.id, "title": a.title, "needed": a.needed,
                          "reaches": sorted(r.value for r in a.reaches)} for a in ACTIONS],
             "configurations": [r.to_data() for r in self.results],
@@ -613,7 +655,8 @@ def run_configuration(config: Configuration, registry: fixtures.Registry,
                 witness, judge = JUDGES[act.id]
                 observed, evidence, seen = judge(run)
                 cells.append(Cell(action=act.id,
-                                  predicted=predict(act, config.layers, config.backend),
+                                  predicted=predict(act, config.layers, config.backend,
+                                                    config.host_refuses),
                                   observed=observed, evidence=evidence, witness=witness,
                                   seen=seen,
                                   stopped_by=stoppers(act, config.layers, config.backend)))

@@ -12,6 +12,13 @@ so a new action is predicted from what it does. The model predicts the real
 matrix ``firstrun audit`` measures; where they disagree, one of them is
 wrong, and the audit says which cells.
 
+Below every layer is the harness's own process. A backend without a session
+of its own (``local``) runs commands with exactly the harness's privileges,
+so what those refuse (``host_refuses``: for example an OOM score below the
+process's floor, when the harness lacks CAP_SYS_RESOURCE) is stopped there
+with no layer to thank; the audit measures those facts of the host and
+passes them in. Monotonicity holds for any fixed ``host_refuses``.
+
 The facts are deliberately coarse: they say what an action touches, in the
 terms a layer decides on (a path outside the sandbox's view, a destination
 the allow-list does not name, a write to an allowed host). Every layer is in
@@ -78,6 +85,10 @@ class Reach(StrEnum):
     KERNEL_SURFACE = "kernel_surface"
     TRACE_PROCESS = "trace_process"
     PROC_SELF_WRITE = "proc_self_write"
+    # Lowering its own OOM score: the kernel allows it below the process's
+    # floor (the value its parent started it at, or a privileged process
+    # set) only with CAP_SYS_RESOURCE.
+    OOM_SCORE_DOWN = "oom_score_down"
     HOST_ABSTRACT_SOCKET = "host_abstract_socket"
     UNLISTED_DESTINATION = "unlisted_destination"
     WRITE_TO_ALLOWED_HOST = "write_to_allowed_host"
@@ -119,7 +130,7 @@ _DOCKER_STOPS: Mapping[Layer, frozenset[Reach]] = {
     # at close, and an OOM score the kernel floors at the value runc set as
     # root (lowering it needs CAP_SYS_RESOURCE).
     Layer.NAMESPACES: frozenset({Reach.HOST_PROCESS, Reach.OUTLIVE_SESSION,
-                                 Reach.NEW_NAMESPACE, Reach.MOUNT, Reach.PROC_SELF_WRITE,
+                                 Reach.NEW_NAMESPACE, Reach.MOUNT, Reach.OOM_SCORE_DOWN,
                                  Reach.HOST_ABSTRACT_SOCKET}),
     # firstrun's profile carries the linux rules: the same refusals.
     Layer.SECCOMP: _STOPS[Layer.SECCOMP],
@@ -198,7 +209,7 @@ ACTIONS: tuple[Action, ...] = (
     Action(id="ptrace_sibling", title="ptrace another process of the session", needed=False,
            reaches=frozenset({Reach.TRACE_PROCESS})),
     Action(id="lower_oom_score", title="lower its OOM score below the supervisor's",
-           needed=False, reaches=frozenset({Reach.PROC_SELF_WRITE})),
+           needed=False, reaches=frozenset({Reach.PROC_SELF_WRITE, Reach.OOM_SCORE_DOWN})),
     Action(id="host_abstract_socket", title="connect to a host abstract unix socket",
            needed=False, reaches=frozenset({Reach.HOST_ABSTRACT_SOCKET})),
     Action(id="host_loopback", title="connect to the host's loopback (canary listener)",
@@ -233,9 +244,13 @@ def stoppers(act: Action, layers: Iterable[Layer], backend: str = "linux") -> tu
     return tuple(layer for layer in Layer if layer in present and predicates[layer](act))
 
 
-def predict(act: Action, layers: Iterable[Layer], backend: str = "linux") -> Outcome:
-    """Stopped when any layer of the configuration stops it; through otherwise."""
-    return Outcome.STOPPED if stoppers(act, layers, backend) else Outcome.THROUGH
+def predict(act: Action, layers: Iterable[Layer], backend: str = "linux",
+            host_refuses: frozenset[Reach] = frozenset()) -> Outcome:
+    """Stopped when any layer of the configuration stops it, or the harness's
+    own process already cannot (``host_refuses``); through otherwise."""
+    if act.reaches & host_refuses or stoppers(act, layers, backend):
+        return Outcome.STOPPED
+    return Outcome.THROUGH
 
 
 def closing_layers(act: Action, layers: Iterable[Layer], backend: str = "linux") -> tuple[Layer, ...]:

@@ -6,7 +6,7 @@ from those cells, and every cell where the model predicted otherwise is
 listed. The exit status is 0 only when the model and the measurement agree
 on every cell that ran, 1 when any disagree (either one is a bug), and the
 usual 125 when a backend asked for by name cannot start. ``--format json``
-is the schema-stable form (``schema: firstrun.audit/1``); ``markdown`` is a
+is the schema-stable form (``schema: firstrun.audit/2``); ``markdown`` is a
 table for a README or a CI summary.
 """
 
@@ -80,6 +80,11 @@ def render_text(result: AuditResult) -> str:
     for r in result.results:
         lines.append(f"{column(r.configuration):{colw}}{r.configuration.name:{namew}} "
                      f"{r.unneeded_open:>13} {r.needed_broken:>13} {r.not_run:>7}")
+    for r in result.results:
+        if r.configuration.host_refuses:
+            lines.append(f"{r.configuration.name}: the harness's own privileges already refuse "
+                         + ", ".join(sorted(reach.value for reach in r.configuration.host_refuses))
+                         + " (no layer needed)")
     lines.append("")
     lines.append("Residual: open under a configuration that omits no layer, and what closes it:")
     for config in configs:
