@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -103,7 +104,13 @@ success:
     def on_event(task: str, attempt: int, event: Event) -> None:
         if task == "greeter-interrupted" and isinstance(event, CommandRan) \
                 and event.source is Source.AGENT:
-            alive_at_stop.extend(_processes_named(token))
+            # /proc/PID/cmdline reads empty while the background child is
+            # inside execve, so look until it shows (bounded), not once.
+            for _ in range(300):
+                alive_at_stop.extend(_processes_named(token))
+                if alive_at_stop:
+                    break
+                time.sleep(0.1)
             stop.set()
 
     outcome = run_suite([fixture_task("pass"), slow, fixture_task("check-fails")],
