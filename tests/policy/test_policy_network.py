@@ -20,6 +20,7 @@ from firstrun.policy.network import (
     Verdict,
     decide_addresses,
     decide_name,
+    destination_label,
 )
 
 FLOOR_NETS = [
@@ -123,3 +124,14 @@ def test_a_docs_host_opened_to_the_shell_is_allowed_only_with_its_own_reason() -
     # Named for the shell but absent from the allow-list: still refused.
     stray = NetworkPolicy.build(allow=[], docs=["docs.example.org"], shell_docs=["docs.example.org"])
     assert decide_name(stray, request).reason is Reason.DOCS_HOST_ON_SHELL
+
+
+def test_destination_labels_name_the_host_or_say_why_there_is_none() -> None:
+    assert destination_label("pypi.org", 443) == "pypi.org:443"
+    assert destination_label("::1", 8080) == "[::1]:8080"
+    assert destination_label("example.com", None) == "example.com"
+    assert destination_label(None, None, "smuggling_suspected") == "(no valid host)"
+    assert destination_label(None, None, Reason.RECORD_BUDGET_EXHAUSTED) == \
+        "(requests past the proxy's record budget)"
+    assert destination_label("", None, "record_budget_exhausted") == \
+        "(requests past the proxy's record budget)"

@@ -122,12 +122,12 @@ def test_a_denied_flood_stops_at_the_budget_and_nothing_after_it_is_forwarded(
         w.join()
     flooded = threads * per_thread
     assert len(answers) == flooded
-    assert all(status == 403 for status, _ in answers)
-    assert sorted(reason for _, reason in answers) == sorted(
-        [b"not_allowed"] * 5 + [b"record_budget_exhausted"] * (flooded - 5))
+    # Policy denials are 403; the spent budget is the proxy's own limit, 503.
+    assert sorted(answers) == sorted(
+        [(403, b"not_allowed")] * 5 + [(503, b"record_budget_exhausted")] * (flooded - 5))
 
     # An allowed destination after the budget: refused, and it went nowhere.
-    assert p.ask(_allowed(upstream.port)) == (403, b"record_budget_exhausted")
+    assert p.ask(_allowed(upstream.port)) == (503, b"record_budget_exhausted")
     assert upstream.seen.connections == 0 and upstream.seen.requests == []
     assert "pypi.test" not in resolver.asked
 
@@ -175,8 +175,8 @@ def test_the_byte_budget_fails_closed_the_same_way(make, upstream: HttpUpstream)
     p = make(max_record_bytes=1)
     # The first record may take the budget past its bytes; it is still written.
     assert p.ask(DENIED) == (403, b"not_allowed")
-    assert p.ask(_allowed(upstream.port)) == (403, b"record_budget_exhausted")
-    assert p.ask(DENIED) == (403, b"record_budget_exhausted")
+    assert p.ask(_allowed(upstream.port)) == (503, b"record_budget_exhausted")
+    assert p.ask(DENIED) == (503, b"record_budget_exhausted")
     assert upstream.seen.connections == 0
     rows = p.lines()
     assert [row["reason"] for row in rows] == ["not_allowed", "record_budget_exhausted"]
@@ -206,7 +206,7 @@ def test_a_run_whose_proxy_spent_its_budget_is_infra_error_never_a_docs_gap(
         make, upstream: HttpUpstream) -> None:  # type: ignore[no-untyped-def]
     p = make(max_records=1)
     assert p.ask(DENIED) == (403, b"not_allowed")
-    assert p.ask(_allowed(upstream.port)) == (403, b"record_budget_exhausted")
+    assert p.ask(_allowed(upstream.port)) == (503, b"record_budget_exhausted")
     p.proxy.stop()
     # The run's trace holds every record on_record delivered, the closing one included.
     egress: list[Event] = [Egress(record=r.to_data()) for r in p.delivered]
@@ -272,7 +272,7 @@ def test_an_inspected_tunnel_ends_once_the_budget_is_full(tmp_path: Path) -> Non
                     conn.getresponse()
             finally:
                 conn.close()
-            with pytest.raises(OSError, match="403"):
+            with pytest.raises(OSError, match="503"):
                 https_via_proxy(address, "registry.test", registry.port, trust=run_ca.cert_pem)
         finally:
             proxy.stop()

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from firstrun.policy.network import Reason, Verdict
+from firstrun.policy.network import Reason, Verdict, destination_label
 from firstrun.proxy.records import EgressRecord
 from firstrun.sandbox.base import SessionInfo
 
@@ -29,14 +29,6 @@ class BlockedHost:
         return sum(n for _, n in self.reasons)
 
 
-def _destination(record: EgressRecord) -> str:
-    if record.host is None:
-        # Too malformed to name a destination (smuggling, oversize headers).
-        return "(no valid host)"
-    host = f"[{record.host}]" if ":" in record.host else record.host
-    return f"{host}:{record.port}" if record.port is not None else host
-
-
 def group_blocked(records: Iterable[EgressRecord]) -> tuple[BlockedHost, ...]:
     """Denied records, and report-mode records that would have been denied, by destination.
 
@@ -50,7 +42,8 @@ def group_blocked(records: Iterable[EgressRecord]) -> tuple[BlockedHost, ...]:
             reason = record.would_deny.value
         else:
             continue
-        by_dest.setdefault(_destination(record), Counter())[reason] += 1
+        dest = destination_label(record.host, record.port, record.reason)
+        by_dest.setdefault(dest, Counter())[reason] += 1
     groups = [
         BlockedHost(
             destination=dest,

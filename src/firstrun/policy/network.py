@@ -140,6 +140,21 @@ _FLOOR_REASON = {
 # never resolving or dialling, so a sandbox can prove which proxy it reached.
 ATTESTATION_HOST = "attest.firstrun.invalid"
 
+
+def destination_label(host: str | None, port: int | None, reason: str | None = None) -> str:
+    """A record's destination as people read it: ``host:port``, an IPv6 host bracketed.
+
+    A record without a host is the proxy's closing record for the requests
+    past its record budget, or a request too malformed to name a host.
+    """
+    if not host:
+        if reason == Reason.RECORD_BUDGET_EXHAUSTED:
+            return "(requests past the proxy's record budget)"
+        return "(no valid host)"
+    shown = f"[{host}]" if ":" in host else host
+    return f"{shown}:{port}" if port is not None else shown
+
+
 # Package registries for Python, Node and Debian: what a quickstart installs from.
 DEFAULT_ALLOW = (
     "pypi.org",

@@ -26,6 +26,9 @@ _STATUS = {
     Reason.METHOD_NOT_ALLOWED: 405,
     Reason.BODY_TOO_LARGE: 413,
     Reason.UPSTREAM_CERTIFICATE_INVALID: 502,
+    # The proxy's own limit, not a judgement of the request: a client that
+    # retries on 503 is right to, with the next run.
+    Reason.RECORD_BUDGET_EXHAUSTED: 503,
 }
 
 

@@ -16,7 +16,7 @@ Records are bounded and the bound fails closed (``ProxyLimits.max_records``
 and ``max_record_bytes``, see ``records``): each request reserves its record
 once its head is read, before it is judged, dialled or answered, so nothing
 goes out that could not be recorded. When a reservation is refused, that
-request and every later one on every listener get a 403
+request and every later one on every listener get a 503
 ``record_budget_exhausted`` and are counted, not recorded; the proxy writes
 one closing record with the count when it stops. A refused request closes
 its connection, so a keep-alive connection carries at most one denial and a

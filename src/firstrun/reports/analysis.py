@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from firstrun.policy.network import destination_label
 from firstrun.results.model import EVIDENTIAL, Classification, RunRecord
 
 
@@ -133,11 +134,8 @@ class BlockedDestination:
 
 def destination(blocked: Mapping[str, Any]) -> str:
     host = blocked.get("host")
-    if not host:
-        # Too malformed to name a destination (smuggling, oversize headers).
-        return "(no valid host)"
-    host = f"[{host}]" if ":" in str(host) else str(host)
-    return f"{host}:{blocked['port']}" if blocked.get("port") is not None else host
+    return destination_label(str(host) if host else None, blocked.get("port"),
+                             blocked.get("reason"))
 
 
 def blocked_by_destination(records: Sequence[RunRecord]) -> tuple[BlockedDestination, ...]:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from firstrun.errors import UsageError
+from firstrun.policy.network import destination_label
 from firstrun.results.store import RESULTS_FILE, load_results
 from firstrun.run.events import read_trace
 
@@ -173,8 +174,7 @@ def _docs_read(e: Mapping[str, Any]) -> list[Line]:
 
 def _egress(e: Mapping[str, Any]) -> list[Line]:
     r = e.get("record") or {}
-    host = r.get("host") or "(no valid host)"
-    where = f"{host}:{r['port']}" if r.get("port") is not None else host
+    where = destination_label(r.get("host"), r.get("port"), r.get("reason"))
     what = f"{r.get('method') or ''} {where}{r.get('path') or ''}".strip()
     channel = r.get("channel")
     if r.get("decision") == "deny":
