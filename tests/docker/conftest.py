@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from docker_support import IMAGE
+
 from firstrun.images.build import image_present
 
 

@@ -7,7 +7,6 @@ import subprocess
 import uuid
 from dataclasses import dataclass
 
-
 from firstrun.policy.filesystem import FilesystemPolicy
 from firstrun.policy.network import NetworkPolicy
 from firstrun.policy.profile import SandboxProfile

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from docker_support import create, make_topology
+
 from firstrun.sandbox.docker import supervisor
 from firstrun.sandbox.docker.resources import docker, remove
 from firstrun.sandbox.docker.topology import Topology

@@ -17,8 +17,8 @@ import tempfile
 import threading
 
 import pytest
-
 from docker_support import create, labelled, make_topology, run_python, start_sidecar
+
 from firstrun.sandbox.docker.resources import apply_firewall, docker, reap, remove
 
 pytestmark = pytest.mark.usefixtures("docker_ready")

@@ -6,7 +6,7 @@ import socket
 from collections.abc import Iterator
 
 import pytest
-from docsite import FakeClock, Site
+from docsite import FakeClock, Route, Site
 
 
 @pytest.fixture

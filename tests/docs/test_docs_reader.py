@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from itertools import pairwise
 
 import pytest
 from docsite import FakeClock, Route
@@ -198,7 +199,7 @@ def test_requests_to_one_host_are_spaced_by_crawl_delay(serve):
             assert reader.read(site.url(path)).ok
     assert site.paths() == ["/robots.txt", "/a", "/b", "/c"]
     times = [s.at for s in site.seen]
-    gaps = [later - earlier for earlier, later in zip(times, times[1:])]
+    gaps = [later - earlier for earlier, later in pairwise(times)]
     # Crawl-delay (larger than min_delay) is known once robots.txt is read,
     # before the first page is asked, so it spaces every request after it.
     assert gaps == [3.0, 3.0, 3.0]
@@ -230,7 +231,7 @@ def test_politeness_holds_across_threads_and_readers(serve):
     # and the server saw them at strictly spaced times whatever the thread.
     times = [s.at for s in site.seen]
     assert len(times) == 12
-    assert all(later - earlier >= 2.0 for earlier, later in zip(times, times[1:]))
+    assert all(later - earlier >= 2.0 for earlier, later in pairwise(times))
 
 
 def test_second_read_comes_from_the_cache(serve, tmp_path):

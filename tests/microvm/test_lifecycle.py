@@ -11,7 +11,14 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from microvm_support import ACCEL, alive, make_profile, make_workspace, qemu_pids, wait_gone
+from microvm_support import (
+    ACCEL,
+    alive,
+    make_profile,
+    make_workspace,
+    qemu_pids,
+    wait_gone,
+)
 
 from firstrun.errors import SandboxError
 from firstrun.sandbox.microvm.backend import MicrovmBackend

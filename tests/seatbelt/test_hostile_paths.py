@@ -70,7 +70,7 @@ def test_hostile_homes_hidden_paths_and_temp_dirs_are_parameters_too(path: str) 
 def test_only_the_proxy_port_is_written_into_the_text_and_only_as_an_integer() -> None:
     a = build_seatbelt_spec(_profile(PLAIN), host=HOST, proxy_port=4000)
     b = build_seatbelt_spec(_profile(PLAIN), host=HOST, proxy_port=4001)
-    diff = [(x, y) for x, y in zip(a.profile_text.splitlines(), b.profile_text.splitlines())
+    diff = [(x, y) for x, y in zip(a.profile_text.splitlines(), b.profile_text.splitlines(), strict=True)
             if x != y]
     assert diff == [('(allow network-outbound (remote ip "localhost:4000"))',
                      '(allow network-outbound (remote ip "localhost:4001"))')]

@@ -90,7 +90,7 @@ def _parse_local_base(text: str, source: str) -> str:
     if parts.hostname.lower() != "localhost" and (ip is None or not ip.is_loopback):
         raise UsageError(f"{FLAG} {text!r}: a mirror server must be on loopback")
     try:
-        parts.port
+        _ = parts.port  # urllib validates the port only when it is read
     except ValueError:
         raise UsageError(f"{FLAG} {text!r}: bad port in mirror URL") from None
     return f"{parts.scheme}://{parts.netloc}"
