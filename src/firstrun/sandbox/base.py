@@ -10,6 +10,7 @@ non-zero exit) apart from "the sandbox failed" (a ``SandboxError``).
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -168,6 +169,35 @@ def command_environment(
             raise SandboxError(f"invalid environment variable {name!r}", who=who)
         merged.setdefault(name, value)
     return merged
+
+
+@dataclass(frozen=True, kw_only=True)
+class PreparedCommand:
+    """One command as a backend runs it, checked once for every backend."""
+
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]
+    timeout: float
+
+
+def prepare_command(
+    command: str | Sequence[str], *, cwd: str | None, timeout: float | None,
+    env: dict[str, str] | None, session_env: dict[str, str], workspace: str,
+    default_timeout: float, who: str,
+) -> PreparedCommand:
+    """``command`` with its argv, environment and limit, and ``cwd`` beneath ``workspace``.
+
+    ``workspace`` is the workspace as the command sees it; a ``cwd`` that
+    leaves it (``..``, an absolute path elsewhere) is refused rather than
+    run somewhere the caller did not mean.
+    """
+    resolved = posixpath.normpath(posixpath.join(workspace, cwd)) if cwd else workspace
+    if resolved != workspace and not resolved.startswith(workspace.rstrip("/") + "/"):
+        raise SandboxError(f"cwd {cwd!r} is outside the workspace {workspace}", who=who)
+    return PreparedCommand(argv=command_argv(command, who=who), cwd=resolved,
+                           env=command_environment(session_env, env, who=who),
+                           timeout=default_timeout if timeout is None else timeout)
 
 
 class Session(Protocol):

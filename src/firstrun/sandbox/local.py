@@ -14,7 +14,6 @@ only an enforcing backend can promise otherwise.
 from __future__ import annotations
 
 import os
-import selectors
 import shutil
 import signal
 import subprocess
@@ -35,10 +34,9 @@ from firstrun.sandbox.base import (
     ProxyEndpoint,
     SessionInfo,
     Stream,
-    command_argv,
-    command_environment,
+    prepare_command,
 )
-from firstrun.sandbox.output import OutputCapture
+from firstrun.sandbox.output import collect_streams
 
 _REFUSAL_FIX = "pass --allow-unenforced to run without a sandbox, and accept that it is recorded"
 
@@ -71,48 +69,25 @@ class LocalSession:
         env: dict[str, str] | None = None,
         on_output: OutputCallback | None = None,
     ) -> ExecResult:
-        argv = command_argv(command, who="local")
-        workspace = self._profile.fs.workspace
-        cwd = workspace if cwd is None else os.path.join(workspace, cwd)
-        merged = command_environment(self._env, env, who="local")
-        limit = self._profile.limits.command_timeout_s if timeout is None else timeout
+        cmd = prepare_command(command, cwd=cwd, timeout=timeout, env=env, session_env=self._env,
+                              workspace=self._profile.fs.workspace,
+                              default_timeout=self._profile.limits.command_timeout_s, who="local")
         with self._lock:
             if self._closed:
                 raise SandboxError("session is closed", who="local")
         started = time.monotonic()
         try:
-            proc = subprocess.Popen(argv, cwd=cwd, env=merged, stdin=subprocess.DEVNULL,
+            proc = subprocess.Popen(cmd.argv, cwd=cmd.cwd, env=cmd.env, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     close_fds=True, start_new_session=True)
         except OSError as exc:
-            raise SandboxError(f"cannot start {argv[0]!r}: {exc}", who="local") from exc
+            raise SandboxError(f"cannot start {cmd.argv[0]!r}: {exc}", who="local") from exc
         self._groups.add(proc.pid)
-        outputs = {Stream.STDOUT: OutputCapture(self._profile.limits.output_bytes),
-                   Stream.STDERR: OutputCapture(self._profile.limits.output_bytes)}
-        timed_out = False
-        with selectors.DefaultSelector() as sel:
-            sel.register(proc.stdout, selectors.EVENT_READ, Stream.STDOUT)
-            sel.register(proc.stderr, selectors.EVENT_READ, Stream.STDERR)
-            open_streams = 2
-            while open_streams:
-                events = sel.select(max(0.0, started + limit - time.monotonic()))
-                if not events:
-                    timed_out = True
-                    break
-                for key, _ in events:
-                    data = os.read(key.fileobj.fileno(), 65536)
-                    if not data:
-                        sel.unregister(key.fileobj)
-                        open_streams -= 1
-                        continue
-                    outputs[key.data].add(data)
-                    if on_output is not None:
-                        on_output(key.data, data)
+        outputs, timed_out = collect_streams(proc, started + cmd.timeout,
+                                             self._profile.limits.output_bytes, on_output)
         if timed_out:
             _killpg(proc.pid)
         code = proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
         with self._lock:
             if self._closed:
                 raise SandboxError("the session was interrupted during a command", who="local")

@@ -80,8 +80,7 @@ from firstrun.sandbox.base import (
     ProxyEndpoint,
     SessionInfo,
     Stream,
-    command_argv,
-    command_environment,
+    prepare_command,
 )
 from firstrun.sandbox.docker import seccomp_probe, supervisor
 from firstrun.sandbox.docker.probe import probe_daemon
@@ -225,12 +224,12 @@ class DockerSession:
         env: dict[str, str] | None = None,
         on_output: OutputCallback | None = None,
     ) -> ExecResult:
-        argv = command_argv(command, who="docker")
-        merged = command_environment(self._env, env, who="docker")
-        workspace = self._profile.fs.sandbox_workspace
-        cwd = workspace if cwd is None else os.path.join(workspace, cwd)
-        limit = self._profile.limits.command_timeout_s if timeout is None else timeout
-        config = {"argv": argv, "cwd": cwd, "env": merged, "timeout": limit}
+        cmd = prepare_command(command, cwd=cwd, timeout=timeout, env=env, session_env=self._env,
+                              workspace=self._profile.fs.sandbox_workspace,
+                              default_timeout=self._profile.limits.command_timeout_s,
+                              who="docker")
+        limit = cmd.timeout
+        config = {"argv": cmd.argv, "cwd": cmd.cwd, "env": cmd.env, "timeout": limit}
         outputs = {Stream.STDOUT: OutputCapture(self._profile.limits.output_bytes),
                    Stream.STDERR: OutputCapture(self._profile.limits.output_bytes)}
         with self._lock:

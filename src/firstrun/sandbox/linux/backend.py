@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import os
-import posixpath
 import signal
 import socket
 import subprocess
@@ -55,8 +54,7 @@ from firstrun.sandbox.base import (
     OutputCallback,
     ProxyEndpoint,
     SessionInfo,
-    command_argv,
-    command_environment,
+    prepare_command,
 )
 from firstrun.sandbox.channel import JsonLines, run_command
 from firstrun.sandbox.linux import cgroup, helper, launcher, probe, seccomp
@@ -238,11 +236,11 @@ class LinuxSession:
         env: dict[str, str] | None = None,
         on_output: OutputCallback | None = None,
     ) -> ExecResult:
-        argv = command_argv(command, who="linux")
-        workspace = self._profile.fs.sandbox_workspace
-        cwd = workspace if cwd is None else posixpath.normpath(posixpath.join(workspace, cwd))
-        merged = command_environment(self._env, env, who="linux")
-        limit = self._profile.limits.command_timeout_s if timeout is None else timeout
+        cmd = prepare_command(command, cwd=cwd, timeout=timeout, env=env, session_env=self._env,
+                              workspace=self._profile.fs.sandbox_workspace,
+                              default_timeout=self._profile.limits.command_timeout_s,
+                              who="linux")
+        limit = cmd.timeout
         with self._lock:
             if self._closed:
                 raise SandboxError("session is closed", who="linux")
@@ -250,8 +248,8 @@ class LinuxSession:
             try:
                 return run_command(
                     self._control,
-                    {"op": "exec", "id": self._next_id, "argv": argv, "cwd": cwd,
-                     "env": merged, "timeout": limit},
+                    {"op": "exec", "id": self._next_id, "argv": cmd.argv, "cwd": cmd.cwd,
+                     "env": cmd.env, "timeout": limit},
                     deadline=time.monotonic() + limit + _EXEC_GRACE_S,
                     output_bytes=self._profile.limits.output_bytes, on_output=on_output,
                     ended=lambda: SandboxError(

@@ -37,7 +37,6 @@ from __future__ import annotations
 import ctypes
 import os
 import secrets
-import selectors
 import shutil
 import signal
 import struct
@@ -62,10 +61,9 @@ from firstrun.sandbox.base import (
     ProxyEndpoint,
     SessionInfo,
     Stream,
-    command_argv,
-    command_environment,
+    prepare_command,
 )
-from firstrun.sandbox.output import OutputCapture
+from firstrun.sandbox.output import collect_streams
 from firstrun.sandbox.seatbelt.profile import (
     MACH_SERVICES,
     SANDBOX_EXEC,
@@ -290,11 +288,10 @@ class SeatbeltSession:
         env: dict[str, str] | None = None,
         on_output: OutputCallback | None = None,
     ) -> ExecResult:
-        argv = command_argv(command, who=WHO)
-        cwd = self._workspace if cwd is None else os.path.normpath(
-            os.path.join(self._workspace, cwd))
-        merged = command_environment(self._env, env, who=WHO)
-        limit = self._profile.limits.command_timeout_s if timeout is None else timeout
+        cmd = prepare_command(command, cwd=cwd, timeout=timeout, env=env, session_env=self._env,
+                              workspace=self._workspace,
+                              default_timeout=self._profile.limits.command_timeout_s, who=WHO)
+        merged = cmd.env
         with self._lock:
             if self._closed:
                 raise SandboxError("session is closed", who=WHO)
@@ -305,14 +302,14 @@ class SeatbeltSession:
             started = time.monotonic()
             try:
                 proc = subprocess.Popen(
-                    self.spec.argv(argv), cwd=cwd, env=merged, stdin=subprocess.DEVNULL,
+                    self.spec.argv(cmd.argv), cwd=cmd.cwd, env=merged, stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, close_fds=True,
                     start_new_session=True)
             except OSError as exc:
                 raise SandboxError(f"cannot start sandbox-exec: {exc}", who=WHO) from exc
             self._groups.add(proc.pid)
-        outputs, timed_out = _collect(proc, started + limit, self._profile.limits.output_bytes,
-                                      on_output)
+        outputs, timed_out = collect_streams(proc, started + cmd.timeout,
+                                             self._profile.limits.output_bytes, on_output)
         if timed_out:
             _kill_groups([proc.pid])
             kill_marked(marker)
@@ -355,35 +352,6 @@ def _kill_groups(pgids: Sequence[int]) -> None:
             os.killpg(pgid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-
-
-def _collect(proc: subprocess.Popen[bytes], deadline: float, cap: int,
-             on_output: OutputCallback | None) -> tuple[dict[Stream, OutputCapture], bool]:
-    """Both streams until EOF or ``deadline``; True if the deadline came first."""
-    outputs = {Stream.STDOUT: OutputCapture(cap), Stream.STDERR: OutputCapture(cap)}
-    assert proc.stdout is not None and proc.stderr is not None
-    try:
-        with selectors.DefaultSelector() as sel:
-            sel.register(proc.stdout, selectors.EVENT_READ, Stream.STDOUT)
-            sel.register(proc.stderr, selectors.EVENT_READ, Stream.STDERR)
-            open_streams = 2
-            while open_streams:
-                events = sel.select(max(0.0, deadline - time.monotonic()))
-                if not events:
-                    return outputs, True
-                for key, _ in events:
-                    data = os.read(key.fd, 65536)
-                    if not data:
-                        sel.unregister(key.fileobj)
-                        open_streams -= 1
-                        continue
-                    outputs[key.data].add(data)
-                    if on_output is not None:
-                        on_output(key.data, data)
-        return outputs, False
-    finally:
-        proc.stdout.close()
-        proc.stderr.close()
 
 
 def procargs_environment(procargs: bytes) -> list[bytes]:
