@@ -5,7 +5,10 @@ and anything else (a non-object, bad JSON) is a ``ValueError``; a closed
 channel reads as ``None``. ``run_command`` sends one ``exec`` request and
 returns only on that command's ``exit``, having capped its output, or raises:
 the backends that speak this protocol (the linux helper inside bubblewrap,
-the micro-VM's guest agent) share one reading of it.
+the micro-VM's guest agent) share one reading of it. ``SupervisedSession``
+is their one session shape: a command that finds the supervisor gone, or
+hears nonsense from it, ends the sandbox at once and raises a
+``SandboxError`` naming the backend, never a bare ``KeyError``.
 """
 
 from __future__ import annotations
@@ -13,11 +16,15 @@ from __future__ import annotations
 import base64
 import json
 import socket
+import threading
 import time
-from collections.abc import Callable
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from typing import Self
 
 from firstrun.errors import SandboxError
-from firstrun.sandbox.base import ExecResult, OutputCallback, Stream
+from firstrun.policy.profile import SandboxProfile
+from firstrun.sandbox.base import ExecResult, OutputCallback, SessionInfo, Stream, prepare_command
 from firstrun.sandbox.output import OutputCapture
 
 
@@ -85,3 +92,98 @@ def run_command(channel: JsonLines, request: dict[str, object], *, deadline: flo
                 duration_s=float(msg["duration_s"]),
                 timed_out=bool(msg["timed_out"]),
             )
+
+
+# What a broken channel raises: a closed or timed-out socket, bad JSON or a
+# non-object, a message missing a field or with one of the wrong type.
+_BROKEN = (OSError, ValueError, KeyError, TypeError)
+
+
+class SupervisedSession(ABC):
+    """A session whose commands a supervisor inside the sandbox runs, over one channel.
+
+    A subclass calls ``__init__`` and provides ``_ended_detail`` (what says
+    why the sandbox died), ``_end`` (take it down now, idempotent),
+    ``_teardown`` (after the supervisor was asked to stop) and ``_restore``
+    (give the host back what the session borrowed).
+    """
+
+    who: str
+    exec_grace_s: float
+    close_grace_s: float
+
+    def __init__(self, *, channel: JsonLines, env: dict[str, str], profile: SandboxProfile,
+                 info: SessionInfo) -> None:
+        self.info = info
+        self._channel = channel
+        self._env = env
+        self._profile = profile
+        self._lock = threading.Lock()
+        self._next_id = 0
+        self._closed = False
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @abstractmethod
+    def _ended_detail(self) -> str:
+        """Why the sandbox ended under a running command, for its error."""
+
+    @abstractmethod
+    def _end(self) -> None:
+        """Take the sandbox down now; safe to call more than once."""
+
+    @abstractmethod
+    def _teardown(self) -> None:
+        """Stop the sandbox for good, after its supervisor was asked to."""
+
+    @abstractmethod
+    def _restore(self) -> None:
+        """Give back what the session borrowed from the host (ownership, directories)."""
+
+    def exec(self, command: str | Sequence[str], *, cwd: str | None = None,
+             timeout: float | None = None, env: dict[str, str] | None = None,
+             on_output: OutputCallback | None = None) -> ExecResult:
+        cmd = prepare_command(command, cwd=cwd, timeout=timeout, env=env, session_env=self._env,
+                              workspace=self._profile.fs.sandbox_workspace,
+                              default_timeout=self._profile.limits.command_timeout_s,
+                              who=self.who)
+        with self._lock:
+            if self._closed:
+                raise SandboxError("session is closed", who=self.who)
+            self._next_id += 1
+            try:
+                return run_command(
+                    self._channel,
+                    {"op": "exec", "id": self._next_id, "argv": cmd.argv, "cwd": cmd.cwd,
+                     "env": cmd.env, "timeout": cmd.timeout},
+                    deadline=time.monotonic() + cmd.timeout + self.exec_grace_s,
+                    output_bytes=self._profile.limits.output_bytes, on_output=on_output,
+                    ended=lambda: SandboxError(self._ended_detail(), who=self.who))
+            except _BROKEN as exc:
+                # A supervisor that stopped answering (a command may SIGSTOP
+                # it) or answers nonsense supervises nothing: end the sandbox
+                # now, not at close, so nothing runs on unsupervised meanwhile.
+                self._end()
+                raise SandboxError(f"lost {self._channel.peer}: {exc}", who=self.who) from exc
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            try:
+                self._channel.send({"op": "shutdown"})
+                deadline = time.monotonic() + self.close_grace_s
+                while (msg := self._channel.recv(deadline)) is not None \
+                        and msg.get("op") != "closed":
+                    pass
+            except _BROKEN:
+                pass
+            self._teardown()
+        finally:
+            self._restore()

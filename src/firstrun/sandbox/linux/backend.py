@@ -49,14 +49,11 @@ from firstrun.sandbox import attest as attestation
 from firstrun.sandbox.base import (
     Capability,
     Enforcement,
-    ExecResult,
     LayerStatus,
-    OutputCallback,
     ProxyEndpoint,
     SessionInfo,
-    prepare_command,
 )
-from firstrun.sandbox.channel import JsonLines, run_command
+from firstrun.sandbox.channel import JsonLines, SupervisedSession
 from firstrun.sandbox.linux import cgroup, helper, launcher, probe, seccomp
 from firstrun.sandbox.linux.spec import (
     PROXY_PORT,
@@ -176,8 +173,12 @@ def _kill_uid(uid: int) -> None:
         time.sleep(0.01)
 
 
-class LinuxSession:
+class LinuxSession(SupervisedSession):
     """A running bubblewrap sandbox and the helper inside it."""
+
+    who = "linux"
+    exec_grace_s = _EXEC_GRACE_S
+    close_grace_s = _CLOSE_GRACE_S
 
     def __init__(
         self,
@@ -194,29 +195,18 @@ class LinuxSession:
         stderr_file: IO[bytes] | None,
         session_cgroup: cgroup.SessionCgroup | None,
     ) -> None:
-        self.info = info
+        super().__init__(channel=JsonLines(control, peer="the sandbox helper"), env=env,
+                         profile=profile, info=info)
         # The session-wide memory and pids caps, or None when only rlimits
         # apply; public so a caller can read the kernel's own counters.
         self.cgroup = session_cgroup
         self._process = process
         self._control_sock = control
-        self._control = JsonLines(control, peer="the sandbox helper")
         self._dial = dial
-        self._env = env
-        self._profile = profile
         self._sandbox_uid = sandbox_uid
         self._workspace_owner = workspace_owner
         self._stage_dir = stage_dir
         self._stderr = stderr_file
-        self._lock = threading.Lock()
-        self._next_id = 0
-        self._closed = False
-
-    def __enter__(self) -> LinuxSession:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _stderr_tail(self) -> str:
         if self._stderr is None:
@@ -227,42 +217,10 @@ class LinuxSession:
         except (OSError, ValueError):
             return ""
 
-    def exec(
-        self,
-        command: str | Sequence[str],
-        *,
-        cwd: str | None = None,
-        timeout: float | None = None,
-        env: dict[str, str] | None = None,
-        on_output: OutputCallback | None = None,
-    ) -> ExecResult:
-        cmd = prepare_command(command, cwd=cwd, timeout=timeout, env=env, session_env=self._env,
-                              workspace=self._profile.fs.sandbox_workspace,
-                              default_timeout=self._profile.limits.command_timeout_s,
-                              who="linux")
-        limit = cmd.timeout
-        with self._lock:
-            if self._closed:
-                raise SandboxError("session is closed", who="linux")
-            self._next_id += 1
-            try:
-                return run_command(
-                    self._control,
-                    {"op": "exec", "id": self._next_id, "argv": cmd.argv, "cwd": cmd.cwd,
-                     "env": cmd.env, "timeout": limit},
-                    deadline=time.monotonic() + limit + _EXEC_GRACE_S,
-                    output_bytes=self._profile.limits.output_bytes, on_output=on_output,
-                    ended=lambda: SandboxError(
-                        f"the sandbox ended during a command: {self._stderr_tail()}",
-                        who="linux"))
-            except (OSError, ValueError) as exc:
-                # A helper that stopped answering enforces nothing any more
-                # (a command may SIGSTOP its parent): end the sandbox now,
-                # not at close, so nothing runs on unsupervised meanwhile.
-                self._end_sandbox()
-                raise SandboxError(f"lost the sandbox helper: {exc}", who="linux") from exc
+    def _ended_detail(self) -> str:
+        return f"the sandbox ended during a command: {self._stderr_tail()}"
 
-    def _end_sandbox(self) -> None:
+    def _end(self) -> None:
         """Kill bubblewrap, everything in the session cgroup and, for a root harness,
         every process of the session's uid; then remove the cgroup."""
         if self._process.poll() is None:
@@ -279,31 +237,14 @@ class LinuxSession:
         if self._process.poll() is None:
             self._process.kill()
 
-    def close(self) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-        try:
-            self._shutdown()
-        finally:
-            self._restore()
-
-    def _shutdown(self) -> None:
-        try:
-            self._control.send({"op": "shutdown"})
-            deadline = time.monotonic() + _CLOSE_GRACE_S
-            while (msg := self._control.recv(deadline)) is not None and msg["op"] != "closed":
-                pass
-        except (OSError, ValueError):
-            pass
+    def _teardown(self) -> None:
         try:
             self._process.wait(timeout=_CLOSE_GRACE_S)
         except subprocess.TimeoutExpired:
             pass
         # Killing bubblewrap kills its pid namespace's init (die-with-parent),
         # and with it every process in the namespace.
-        self._end_sandbox()
+        self._end()
         for sock in (self._control_sock, self._dial):
             if sock is not None:
                 sock.close()

@@ -36,7 +36,6 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import IO
@@ -48,14 +47,11 @@ from firstrun.sandbox import attest as attestation
 from firstrun.sandbox.base import (
     Capability,
     Enforcement,
-    ExecResult,
     LayerStatus,
-    OutputCallback,
     ProxyEndpoint,
     SessionInfo,
-    prepare_command,
 )
-from firstrun.sandbox.channel import JsonLines, run_command
+from firstrun.sandbox.channel import JsonLines, SupervisedSession
 from firstrun.sandbox.linux import seccomp
 from firstrun.sandbox.microvm import probe, relay
 from firstrun.sandbox.microvm.image import MicrovmImage, find_image
@@ -165,33 +161,26 @@ class _ProxyRelay:
         self._sock.close()
 
 
-class MicrovmSession:
+class MicrovmSession(SupervisedSession):
     """A running micro-VM and the agent inside it."""
+
+    who = "microvm"
+    exec_grace_s = _EXEC_GRACE_S
+    close_grace_s = _CLOSE_GRACE_S
 
     def __init__(self, *, process: subprocess.Popen[bytes], channel: socket.socket,
                  env: dict[str, str], profile: SandboxProfile, info: SessionInfo,
                  lent_uid: int | None, owner: tuple[int, int], console: IO[bytes],
                  relay: _ProxyRelay | None) -> None:
-        self.info = info
+        super().__init__(channel=JsonLines(channel, peer="the guest agent"), env=env,
+                         profile=profile, info=info)
         self.pid = process.pid
         self._process = process
         self._channel_sock = channel
-        self._channel = JsonLines(channel, peer="the guest agent")
-        self._env = env
-        self._profile = profile
         self._lent_uid = lent_uid
         self._owner = owner
         self._console = console
         self._relay = relay
-        self._lock = threading.Lock()
-        self._next_id = 0
-        self._closed = False
-
-    def __enter__(self) -> MicrovmSession:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def console_tail(self) -> str:
         """The end of the guest's console, its own lines first.
@@ -207,35 +196,10 @@ class MicrovmSession:
         own = [line for line in text.splitlines() if line and not line.startswith("[")]
         return ("\n".join(own[-20:]) + "\n" if own else "") + text[-1000:]
 
-    def exec(self, command: str | Sequence[str], *, cwd: str | None = None,
-             timeout: float | None = None, env: dict[str, str] | None = None,
-             on_output: OutputCallback | None = None) -> ExecResult:
-        cmd = prepare_command(command, cwd=cwd, timeout=timeout, env=env, session_env=self._env,
-                              workspace=self._profile.fs.sandbox_workspace,
-                              default_timeout=self._profile.limits.command_timeout_s,
-                              who="microvm")
-        limit = cmd.timeout
-        with self._lock:
-            if self._closed:
-                raise SandboxError("session is closed", who="microvm")
-            self._next_id += 1
-            try:
-                return run_command(
-                    self._channel,
-                    {"op": "exec", "id": self._next_id, "argv": cmd.argv, "cwd": cmd.cwd,
-                     "env": cmd.env, "timeout": limit},
-                    deadline=time.monotonic() + limit + _EXEC_GRACE_S,
-                    output_bytes=self._profile.limits.output_bytes, on_output=on_output,
-                    ended=lambda: SandboxError(
-                        f"the VM ended during a command: {self.console_tail()}",
-                        who="microvm"))
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                # An agent that stopped answering (or answers nonsense) supervises
-                # nothing: end the VM now.
-                self._kill()
-                raise SandboxError(f"lost the guest agent: {exc}", who="microvm") from exc
+    def _ended_detail(self) -> str:
+        return f"the VM ended during a command: {self.console_tail()}"
 
-    def _kill(self) -> None:
+    def _end(self) -> None:
         if self._process.poll() is None:
             self._process.kill()
         self._process.wait()
@@ -245,29 +209,12 @@ class MicrovmSession:
         if self._process.poll() is None:
             self._process.kill()
 
-    def close(self) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-        try:
-            self._shutdown()
-        finally:
-            self._restore()
-
-    def _shutdown(self) -> None:
-        try:
-            self._channel.send({"op": "shutdown"})
-            deadline = time.monotonic() + _CLOSE_GRACE_S
-            while (msg := self._channel.recv(deadline)) is not None and msg.get("op") != "closed":
-                pass
-        except (OSError, ValueError):
-            pass
+    def _teardown(self) -> None:
         try:
             self._process.wait(timeout=_CLOSE_GRACE_S)
         except subprocess.TimeoutExpired:
             pass
-        self._kill()
+        self._end()
         self._channel_sock.close()
         if self._relay is not None:
             self._relay.close()
