@@ -217,3 +217,18 @@ def test_report_only_reports_name_rules_but_still_enforces_the_floor(
     (pypi,) = [r for r in doc["records"] if r["host"] == "pypi.org"]
     assert (pypi["decision"], pypi["would_deny"]) == ("allow", "denied_by_list")
     assert pypi["bytes_down"] > 0
+
+
+@pytest.mark.parametrize("workspace", ["/", "/tmp", "/etc/..", "/proc/self", os.path.expanduser("~")])
+def test_a_workspace_that_would_hand_over_the_host_is_refused_before_anything_runs(
+        firstrun: Run, workspace: str) -> None:
+    # Lending "/" to the sandbox's uid would chown the host; binding a home
+    # writable would expose its secrets. Refused in one line, nothing started.
+    before = {p: os.stat(p).st_uid for p in ("/", "/etc", "/tmp")}
+    proc = firstrun("sandbox", "--workspace", workspace, "--", "touch", "firstrun-was-here")
+    assert proc.returncode == 3, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("firstrun: error: --workspace: "), lines
+    assert "cannot be a workspace" in lines[0] and "Traceback" not in proc.stderr
+    assert {p: os.stat(p).st_uid for p in before} == before
+    assert not os.path.exists(os.path.join(os.path.realpath(workspace), "firstrun-was-here"))

@@ -226,3 +226,20 @@ def test_a_tunnel_still_open_at_close_is_recorded(workspace: str) -> None:
         assert not [r for r in records if r["host"] == "pypi.org"]
     tunnels = [r for r in records if r["host"] == "pypi.org"]
     assert [(r["method"], r["decision"]) for r in tunnels] == [("CONNECT", "allow")]
+
+
+@pytest.mark.parametrize("name", ["ws,readonly", 'a "quoted"\nname,readonly'])
+def test_a_workspace_named_anything_is_bound_as_itself(name: str) -> None:
+    # Docker reads --mount as CSV: unquoted, each name would make the
+    # workspace read-only, or (the quote and the newline) not parse at all.
+    parent = tempfile.mkdtemp(prefix="firstrun-docker-odd-")
+    try:
+        path = os.path.join(parent, name)
+        os.mkdir(path)
+        with DockerBackend().start(_profile(path), proxy=WITH_PROXY) as session:
+            result = session.exec("echo hi > made && pwd", timeout=60)
+        assert (result.exit_code, result.stdout.text()) == (0, "/workspace\n"), result.stderr.text()
+        with open(os.path.join(path, "made")) as f:
+            assert f.read() == "hi\n"
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)

@@ -32,7 +32,7 @@ from firstrun.proxy.records import EgressRecord, RecordLog
 from firstrun.proxy.server import EgressProxy
 from firstrun.run.sandbox import inspecting_backend
 from firstrun.sandbox.base import ExecResult, ProxyEndpoint, Stream
-from firstrun.sandbox.hostfs import host_filesystem_policy
+from firstrun.sandbox.hostfs import check_workspace, host_filesystem_policy
 from firstrun.sandbox.select import (
     OWN_PROXY,
     BackendOptions,
@@ -78,6 +78,8 @@ def build_network_policy(request: SandboxRequest) -> NetworkPolicy:
 def _check_paths(request: SandboxRequest) -> None:
     if request.workspace is not None and not os.path.isdir(request.workspace):
         raise UsageError(f"--workspace: {request.workspace!r} is not an existing directory")
+    if request.workspace is not None:
+        check_workspace(request.workspace, os.environ, label="--workspace")
     if request.record is not None:
         parent = os.path.dirname(os.path.abspath(request.record))
         if not os.path.isdir(parent):

@@ -69,6 +69,39 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
+# Trees of the host itself. A workspace is lent to the sandbox's uid and
+# bound writable, so one that holds any of these would hand the host over;
+# one inside the system and kernel trees is not a project at all.
+HOST_TREES = (*SYSTEM_READONLY, "/boot", "/dev", "/proc", "/sys", "/run", "/var", "/tmp", "/home",
+              "/root", "/srv", "/mnt", "/media", "/snap")
+_NEVER_INSIDE = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot",
+                 "/dev", "/proc", "/sys", "/run")
+
+
+def workspace_refusal(workspace: str, homes: Iterable[str]) -> str | None:
+    """Why ``workspace`` (an absolute, resolved path) must not be one; None when it may.
+
+    Refused: a directory that holds a host tree (``/``, ``/usr``, ``/tmp``
+    itself), one inside the system or kernel trees (``/proc/...``,
+    ``/usr/...``; ``/opt/...`` is allowed, projects live there), a real home
+    or a directory holding one (its secrets would be bound writable and
+    lent), and a directory inside a home's secret locations.
+    """
+    for tree in HOST_TREES:
+        if _under(tree, workspace):
+            return f"it holds the host's {tree}"
+    for tree in _NEVER_INSIDE:
+        if _under(workspace, tree):
+            return f"it is inside the host's system tree {tree}"
+    for home in homes:
+        if _under(home, workspace):
+            return f"it holds the home directory {home}, whose secrets the sandbox hides"
+        for secret in SECRET_HOME_PATHS:
+            if _under(workspace, posixpath.join(home, secret)):
+                return f"it is inside {posixpath.join(home, secret)}, a secret location"
+    return None
+
+
 def toolchain_roots(path_entries: Sequence[str], homes: Iterable[str]) -> tuple[str, ...]:
     """The directories under a home that the PATH needs, widened to their toolchain root.
 

@@ -6,7 +6,10 @@ user's files ($HOME, /root, the sudo user's home, each /home/*) is listed as
 a real home, and of those homes only the toolchain roots the PATH needs are
 readable, with the secret locations inside those roots listed as hidden.
 CA bundles that the CA variables point at outside /etc and /usr are exposed
-read-only, so TLS through an intercepting proxy keeps working inside.
+read-only, so TLS through an intercepting proxy keeps working inside. A
+workspace that would hand over a host tree or a home (``/``, ``/tmp``,
+``$HOME``) is refused before any policy exists, so no backend ever lends or
+binds one.
 """
 
 from __future__ import annotations
@@ -16,11 +19,13 @@ import posixpath
 import pwd
 from collections.abc import Mapping
 
+from firstrun.errors import UsageError
 from firstrun.policy.filesystem import (
     SYSTEM_READONLY,
     FilesystemPolicy,
     secrets_inside,
     toolchain_roots,
+    workspace_refusal,
 )
 from firstrun.policy.process import CA_VARIABLES
 
@@ -58,8 +63,22 @@ def real_homes(env: Mapping[str, str]) -> tuple[str, ...]:
     return tuple(found)
 
 
+def check_workspace(workspace: str, env: Mapping[str, str], *, label: str = "workspace") -> str:
+    """``workspace`` resolved, or a ``UsageError`` (led by ``label``) saying why it cannot be one."""
+    resolved = os.path.realpath(workspace)
+    why = workspace_refusal(resolved, real_homes(env))
+    if why is not None:
+        shown = workspace if resolved == workspace else f"{workspace} ({resolved})"
+        raise UsageError(f"{label}: {shown} cannot be a workspace: {why}; use a project directory")
+    return resolved
+
+
 def host_filesystem_policy(workspace: str, env: Mapping[str, str]) -> FilesystemPolicy:
-    """The filesystem policy for running commands over ``workspace`` on this host."""
+    """The filesystem policy for running commands over ``workspace`` on this host.
+
+    Raises ``UsageError`` for a workspace ``check_workspace`` refuses.
+    """
+    resolved = check_workspace(workspace, env)
     homes = real_homes(env)
     path_entries = [e for e in env.get("PATH", "").split(":") if e]
     roots = tuple(r for r in toolchain_roots(path_entries, homes) if os.path.isdir(r))
@@ -77,7 +96,7 @@ def host_filesystem_policy(workspace: str, env: Mapping[str, str]) -> Filesystem
             readonly.append(target)
     hidden = tuple(p for p in secrets_inside(roots, homes) if os.path.lexists(p))
     return FilesystemPolicy(
-        workspace=os.path.realpath(workspace),
+        workspace=resolved,
         readonly=tuple(readonly),
         hidden=hidden,
         real_homes=homes,

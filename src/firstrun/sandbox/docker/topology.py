@@ -33,6 +33,8 @@ label, so leftovers of a harness that died are found and removed by label.
 
 from __future__ import annotations
 
+import csv
+import io
 from dataclasses import dataclass
 
 from firstrun.policy.process import SANDBOX_CA_BUNDLE
@@ -91,9 +93,22 @@ class DockerHost:
     sidecar_ca_files: tuple[str, ...] = ()
 
 
+def mount_value(*fields: str) -> str:
+    """One ``--mount`` value from its fields.
+
+    Docker reads the value as one CSV record, so a field with a comma, a
+    quote or a newline (a workspace may be named anything) is CSV-quoted and
+    stays one field: a directory name can never add a mount option.
+    """
+    out = io.StringIO()
+    csv.writer(out, lineterminator="").writerow(fields)
+    return out.getvalue()
+
+
 def _ro_binds(paths: tuple[str, ...]) -> list[str]:
     return [arg for path in paths
-            for arg in ("--mount", f"type=bind,source={path},target={path},readonly")]
+            for arg in ("--mount", mount_value("type=bind", f"source={path}", f"target={path}",
+                                               "readonly"))]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -155,7 +170,8 @@ def build_topology(profile: SandboxProfile, *, session: str, host: DockerHost) -
           for arg in ("--add-host", f"{name}:{address}")),
     ]
     for source, name in host.lib_binds:
-        sidecar_argv += ["--mount", f"type=bind,source={source},target={SIDECAR_LIB}/{name},readonly"]
+        sidecar_argv += ["--mount", mount_value("type=bind", f"source={source}",
+                                                f"target={SIDECAR_LIB}/{name}", "readonly")]
     sidecar_argv += _ro_binds(host.sidecar_ca_files)
     # -s, not -I: the bound library is found through PYTHONPATH, which -I ignores.
     sidecar_argv += [host.sidecar_image, "python3", "-s", "-m", "firstrun.proxy", "0.0.0.0",
@@ -169,9 +185,11 @@ def build_topology(profile: SandboxProfile, *, session: str, host: DockerHost) -
         "--tmpfs", f"{fs.sandbox_home}:rw,nosuid,nodev,size={limits.memory_bytes},"
                    f"uid={host.uid},gid={host.gid},mode=700",
         "--ulimit", f"nofile={limits.open_files}:{limits.open_files}",
-        "--mount", f"type=bind,source={host.workspace},target={fs.sandbox_workspace}",
+        "--mount", mount_value("type=bind", f"source={host.workspace}",
+                               f"target={fs.sandbox_workspace}"),
         *(_ro_binds(host.ca_files) if host.trust_bundle is None else
-          ("--mount", f"type=bind,source={host.trust_bundle},target={SANDBOX_CA_BUNDLE},readonly")),
+          ("--mount", mount_value("type=bind", f"source={host.trust_bundle}",
+                                  f"target={SANDBOX_CA_BUNDLE}", "readonly"))),
         "--workdir", fs.sandbox_workspace,
         "--hostname", "sandbox",
         # An init as pid 1 reaps the orphans of every command.
