@@ -232,3 +232,12 @@ def test_a_workspace_that_would_hand_over_the_host_is_refused_before_anything_ru
     assert "cannot be a workspace" in lines[0] and "Traceback" not in proc.stderr
     assert {p: os.stat(p).st_uid for p in before} == before
     assert not os.path.exists(os.path.join(os.path.realpath(workspace), "firstrun-was-here"))
+
+
+@pytest.mark.parametrize("image", ["--privileged", "-v/:/host", "Bad Image"])
+def test_an_image_that_is_not_a_reference_is_refused_as_a_flag_error(firstrun: Run,
+                                                                      image: str) -> None:
+    proc = firstrun("sandbox", f"--image={image}", "--", "true")
+    assert proc.returncode == 3, proc.stderr
+    assert f"argument --image: {image!r} is not an image reference" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from firstrun.errors import SandboxUnavailable
+from firstrun.errors import SandboxUnavailable, UsageError
 from firstrun.images.build import (
     NODE,
     PYTHON,
@@ -122,3 +122,10 @@ def test_node_packages_go_through_apt_in_the_new_root() -> None:
         ["chroot", "/T/root", "apt-get", "install", "-y", "-qq", "--no-install-recommends",
          "nodejs", "npm"]]
     assert apt_argvs(PYTHON, "/T/root") == []
+
+
+def test_a_string_that_is_not_an_image_reference_never_becomes_a_tag() -> None:
+    # The one door to a docker argv: a task, a flag or the library API.
+    for bad in ("--privileged", "-v/:/host", "UPPER:1"):
+        with pytest.raises(UsageError, match="is not an image reference"):
+            local_tag(bad)

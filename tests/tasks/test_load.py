@@ -65,6 +65,11 @@ INVALID_EXPECTED = {
         "docs.path[1]: must be an http(s) URL, got 'ftp://docs.example.org/files/'",
     ),
     "empty.yaml": (1, "the file is empty; a task needs name, goal, docs and success"),
+    "image-as-option.yaml": (
+        5,
+        "image: '--privileged' is not an image reference (NAME[:TAG][@DIGEST], a lowercase "
+        "name such as python:3.11-slim or registry.example:5000/team/tool:1.2)",
+    ),
     "top-level-list.yaml": (
         1,
         "the top level must be a mapping of keys (name, goal, docs, success, ...)",

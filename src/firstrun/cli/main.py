@@ -30,6 +30,7 @@ from firstrun.errors import (
     SandboxUnavailable,
     UsageError,
 )
+from firstrun.policy.images import image_reference_error
 from firstrun.policy.profile import LayerName
 from firstrun.sandbox.select import BACKENDS
 
@@ -52,6 +53,12 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
     return value
+
+
+def _image_reference(text: str) -> str:
+    if (why := image_reference_error(text)) is not None:
+        raise argparse.ArgumentTypeError(why)
+    return text
 
 
 def _positive_seconds(text: str) -> float:
@@ -129,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _image_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--image", metavar="IMAGE",
+    parser.add_argument("--image", metavar="IMAGE", type=_image_reference,
                         help="container image for the docker backend when a task names none "
                         "(default: firstrun/python:3.11; build it with 'firstrun images build')")
 

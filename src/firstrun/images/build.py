@@ -26,7 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from firstrun.errors import SandboxError, SandboxUnavailable
+from firstrun.errors import SandboxError, SandboxUnavailable, UsageError
+from firstrun.policy.images import image_reference_error
 
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
@@ -199,7 +200,13 @@ _ALIASES = {"python:3.11": PYTHON.tag, "python:3.11-slim": PYTHON.tag,
 
 
 def local_tag(requested: str | None) -> str:
-    """The local image a task's ``image`` (or the default) means (pure): same-version aliases mapped."""
+    """The local image a task's ``image`` (or the default) means (pure): same-version aliases mapped.
+
+    Raises ``UsageError`` for a string that is not an image reference, so none
+    reaches a docker argv where it could be read as an option.
+    """
+    if requested and (why := image_reference_error(requested)) is not None:
+        raise UsageError(f"image {why}")
     return _ALIASES.get(requested or DEFAULT_IMAGE, requested or DEFAULT_IMAGE)
 
 

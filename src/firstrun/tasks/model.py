@@ -47,6 +47,7 @@ from pydantic_core import PydanticCustomError
 
 from firstrun.errors import PolicyError
 from firstrun.policy.hosts import HostPattern
+from firstrun.policy.images import image_reference_error
 from firstrun.policy.methods import InspectionPolicy
 from firstrun.policy.permissions import TOOLS, RuleSet, Verdict, parse_rule
 
@@ -171,6 +172,12 @@ def _name(value: str) -> str:
             "a task name may hold letters, digits, '.', '_' and '-' and starts with a letter "
             f"or digit (it names output directories), got {value!r}"
         )
+    return value
+
+
+def _image(value: str | None) -> str | None:
+    if value is not None and (why := image_reference_error(value)) is not None:
+        raise rule(why)
     return value
 
 
@@ -509,7 +516,7 @@ class TaskSpec(_Model):
     )
     network: Network = Network()
     budgets: Budgets = Budgets()
-    image: str | None = Field(
+    image: Annotated[str | None, AfterValidator(_image)] = Field(
         None, description="Container image for container backends, e.g. node:22-slim."
     )
     firstrun: Extensions = Field(
