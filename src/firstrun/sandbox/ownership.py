@@ -2,20 +2,35 @@
 
 Guarantee: when the harness is root, a session's commands run as a uid that
 no account and no live process holds, so nothing the sandbox does can act
-as anyone else on the host. The workspace is handed to that uid for the
-session and handed back afterwards without ever following a symlink or
-leaving the workspace's filesystem, and on the way back only entries the
-lent uid owns change owner, so a file the agent planted elsewhere (a
-hard link to a host file, a mount) is never touched.
+as anyone else on the host. ``lend`` hands the sandbox only what belongs to
+the workspace alone: an entry its owner owns (another user's file stays
+theirs), on the workspace's own mount (never across a mount point, a bind
+mount of the same filesystem included), never through a symlink, never a
+file with a hard link outside the workspace (a git object or package-store
+file shared with a tree elsewhere: writing it would write there), and never
+a setuid or setgid file (the change of owner would strip the bit). A lent
+entry keeps its group. ``give_back`` changes only entries the lent uid
+owns, wherever they are beneath the workspace: each goes to the owner, with
+the owner's group where it carries the lent one, and loses any setuid bit
+and any setgid bit the sandbox set, so nothing the sandbox made comes back
+privileged. Neither walk recurses on the Python stack nor holds more than
+one directory open, so no depth the sandbox can build stops one half way.
 """
 
 from __future__ import annotations
 
 import os
+import posixpath
 import pwd
 import random
+import re
+import stat
+from collections.abc import Callable, Iterator
 
 from firstrun.errors import SandboxError
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_OCTAL_ESCAPE = re.compile(rb"\\([0-7]{3})")
 
 
 def uid_in_use(uid: int) -> bool:
@@ -46,21 +61,127 @@ def pick_uid(uid_range: tuple[int, int], *, who: str) -> int:
     raise SandboxError("no free sandbox uid", who=who)
 
 
-def chown_tree(top: str, uid: int, gid: int, *, only_owner: int | None) -> None:
-    """lchown every entry under ``top`` without following symlinks or leaving its filesystem.
+def _mount_points_beneath(top: str) -> frozenset[str]:
+    """Every mount point strictly beneath ``top`` in this process's mount table."""
+    prefix = top.rstrip("/") + "/"
+    found = set()
+    with open("/proc/self/mountinfo", "rb") as f:
+        for line in f:
+            # Field 5 is the mount point, with space, tab, newline and
+            # backslash written as octal escapes.
+            raw = _OCTAL_ESCAPE.sub(lambda m: bytes([int(m[1], 8)]), line.split()[4])
+            point = os.fsdecode(raw)
+            if point.startswith(prefix):
+                found.add(point)
+    return frozenset(found)
 
-    ``only_owner`` restricts the change to entries owned by that uid (used
-    when giving the workspace back, so nothing foreign is touched).
+
+def _walk(top: str, descend: Callable[[str, os.stat_result], bool]
+          ) -> Iterator[tuple[int, str, str, os.stat_result]]:
+    """``(dir_fd, name, path, lstat)`` for every entry beneath ``top``, parents before children.
+
+    Never follows a symlink; enters a directory only where ``descend(path,
+    lstat)`` says so. The place in each directory is kept on a list and the
+    walk goes back up through ``..``, checking it lands where it came from,
+    so depth costs neither stack nor file descriptors.
     """
-    top_dev = os.lstat(top).st_dev
+    fd = os.open(top, _DIR_FLAGS)
+    try:
+        here = os.fstat(fd)
+        stack = [((here.st_dev, here.st_ino), iter(os.listdir(fd)), top)]
+        while stack:
+            _, names, path = stack[-1]
+            for name in names:
+                try:
+                    st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                child = posixpath.join(path, name)
+                yield fd, name, child, st
+                if stat.S_ISDIR(st.st_mode) and descend(child, st):
+                    sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                    entered = os.fstat(sub)
+                    if (entered.st_dev, entered.st_ino) != (st.st_dev, st.st_ino):
+                        os.close(sub)
+                        raise OSError(f"{child} changed while walking the workspace")
+                    os.close(fd)
+                    fd = sub
+                    stack.append(((st.st_dev, st.st_ino), iter(os.listdir(fd)), child))
+                    break
+            else:
+                stack.pop()
+                if stack:
+                    up = os.open("..", _DIR_FLAGS, dir_fd=fd)
+                    arrived = os.fstat(up)
+                    if (arrived.st_dev, arrived.st_ino) != stack[-1][0]:
+                        os.close(up)
+                        raise OSError(f"{stack[-1][2]} changed while walking the workspace")
+                    os.close(fd)
+                    fd = up
+    finally:
+        os.close(fd)
 
-    def change(name: str, dir_fd: int | None) -> None:
-        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        if st.st_dev != top_dev or (only_owner is not None and st.st_uid != only_owner):
+
+def _privileged(st: os.stat_result) -> bool:
+    """A file whose setuid or setgid bit a change of owner would strip."""
+    if stat.S_ISDIR(st.st_mode):
+        return False
+    return bool(st.st_mode & stat.S_ISUID) or \
+        st.st_mode & (stat.S_ISGID | stat.S_IXGRP) == stat.S_ISGID | stat.S_IXGRP
+
+
+def lend(top: str, uid: int) -> None:
+    """Give ``uid`` the entries of the workspace ``top`` that belong to it alone.
+
+    ``top`` is a resolved path; its owner's entries on its own mount change
+    owner (not group), except files with a hard link outside ``top`` and
+    setuid or setgid files, which stay as they are.
+    """
+    top = os.path.realpath(top)
+    top_st = os.lstat(top)
+    owner = top_st.st_uid
+    mounts = _mount_points_beneath(top)
+
+    def own_mount(path: str, st: os.stat_result) -> bool:
+        return st.st_dev == top_st.st_dev and path not in mounts
+
+    # A file's links are all inside when the walk meets every one of them.
+    seen: dict[tuple[int, int], int] = {}
+    for _, _, _, st in _walk(top, own_mount):
+        if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode):
+            key = (st.st_dev, st.st_ino)
+            seen[key] = seen.get(key, 0) + 1
+
+    def lendable(path: str, st: os.stat_result) -> bool:
+        if st.st_uid != owner or not own_mount(path, st) or _privileged(st):
+            return False
+        return stat.S_ISDIR(st.st_mode) or st.st_nlink <= seen.get((st.st_dev, st.st_ino), 1)
+
+    os.chown(top, uid, -1, follow_symlinks=False)
+    for dir_fd, name, path, st in _walk(top, own_mount):
+        if lendable(path, st):
+            os.chown(name, uid, -1, dir_fd=dir_fd, follow_symlinks=False)
+
+
+def give_back(top: str, lent: int, owner: tuple[int, int]) -> None:
+    """Return every entry beneath ``top`` (and ``top``) that ``lent`` owns to ``owner``.
+
+    ``lent`` is the uid and, by the same number, the group the session ran
+    as; an entry in that group goes to the owner's group, and loses a setgid
+    bit the sandbox set on it.
+    """
+    def back(name: str, st: os.stat_result, dir_fd: int | None) -> None:
+        if st.st_uid != lent:
             return
-        os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
+        os.chown(name, owner[0], owner[1] if st.st_gid == lent else -1,
+                 dir_fd=dir_fd, follow_symlinks=False)
+        if stat.S_ISLNK(st.st_mode):
+            return
+        strip = stat.S_ISUID | (stat.S_ISGID if st.st_gid == lent else 0)
+        if st.st_mode & strip:
+            # Not a symlink, and nothing of the sandbox is left to swap one in.
+            os.chmod(name, stat.S_IMODE(st.st_mode) & ~strip, dir_fd=dir_fd)
 
-    change(top, None)
-    for _, dirs, files, dir_fd in os.fwalk(top, follow_symlinks=False):
-        for name in dirs + files:
-            change(name, dir_fd)
+    back(top, os.lstat(top), None)
+    for dir_fd, name, _, st in _walk(top, lambda path, st: True):
+        back(name, st, dir_fd)

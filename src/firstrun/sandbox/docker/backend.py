@@ -102,7 +102,7 @@ from firstrun.sandbox.docker.topology import (
     build_topology,
 )
 from firstrun.sandbox.output import OutputCapture
-from firstrun.sandbox.ownership import chown_tree, pick_uid
+from firstrun.sandbox.ownership import give_back, lend, pick_uid
 
 SUPERVISOR_SOURCE = Path(supervisor.__file__).read_text(encoding="utf-8")
 SECCOMP_PROBE_SOURCE = Path(seccomp_probe.__file__).read_text(encoding="utf-8")
@@ -320,7 +320,7 @@ class DockerSession:
                 errors.append(str(exc))
         if self._lent_uid is not None:
             try:
-                chown_tree(self._profile.fs.workspace, *self._owner, only_owner=self._lent_uid)
+                give_back(self._profile.fs.workspace, self._lent_uid, self._owner)
             except OSError as exc:
                 errors.append(f"restoring workspace ownership: {exc}")
         if self._trust_dir is not None:
@@ -612,7 +612,7 @@ class DockerBackend:
         session: DockerSession | None = None
         try:
             if lent is not None:
-                chown_tree(fs.workspace, lent, lent, only_owner=None)
+                lend(fs.workspace, lent)
             try:
                 for argv in topology.create:
                     docker(*argv, docker_bin=docker_bin)
@@ -689,7 +689,7 @@ class DockerBackend:
                     with contextlib.suppress(SandboxError):
                         sidecar.finish()
                 if lent is not None:
-                    chown_tree(fs.workspace, *owner, only_owner=lent)
+                    give_back(fs.workspace, lent, owner)
                 if inspection is not None:
                     shutil.rmtree(inspection.directory, ignore_errors=True)
             raise

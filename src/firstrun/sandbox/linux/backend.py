@@ -63,7 +63,7 @@ from firstrun.sandbox.linux.spec import (
     build_launch_spec,
     helper_config,
 )
-from firstrun.sandbox.ownership import chown_tree, pick_uid
+from firstrun.sandbox.ownership import give_back, lend, pick_uid
 
 HELPER_SOURCE = Path(helper.__file__).read_text(encoding="utf-8")
 LAUNCHER_SOURCE = Path(launcher.__file__).read_text(encoding="utf-8")
@@ -255,8 +255,7 @@ class LinuxSession(SupervisedSession):
         errors = []
         if self._workspace_owner is not None and self._sandbox_uid is not None:
             try:
-                chown_tree(self._profile.fs.workspace, *self._workspace_owner,
-                            only_owner=self._sandbox_uid)
+                give_back(self._profile.fs.workspace, self._sandbox_uid, self._workspace_owner)
             except OSError as exc:
                 errors.append(f"restoring workspace ownership: {exc}")
         if self._stage_dir is not None:
@@ -353,7 +352,7 @@ class LinuxBackend:
                 "cgroup_procs": list(session_cgroup.procs_files) if session_cgroup else [],
             }
             if uid is not None:
-                chown_tree(fs.workspace, uid, uid, only_owner=None)
+                lend(fs.workspace, uid)
                 launch.update({
                     "stage_dir": stage_dir, "uid": uid, "gid": uid,
                     "stage": [(b.source, b.staged, b.directory) for b in spec.stage],
@@ -456,7 +455,7 @@ class LinuxBackend:
             session_cgroup.kill_and_remove()
         if uid is not None:
             _kill_uid(uid)
-            chown_tree(workspace, *owner, only_owner=uid)
+            give_back(workspace, uid, owner)
         if stage_dir is not None:
             os.rmdir(stage_dir)
 

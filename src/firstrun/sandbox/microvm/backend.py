@@ -66,7 +66,7 @@ from firstrun.sandbox.microvm.spec import (
     build_argv,
     guest_config,
 )
-from firstrun.sandbox.ownership import chown_tree, pick_uid
+from firstrun.sandbox.ownership import give_back, lend, pick_uid
 
 AGENT_SOURCE = Path(__file__).with_name("agent.py").read_bytes()
 ACCEL_VARIABLE = "FIRSTRUN_MICROVM_ACCEL"
@@ -223,7 +223,7 @@ class MicrovmSession(SupervisedSession):
     def _restore(self) -> None:
         if self._lent_uid is not None:
             try:
-                chown_tree(self._profile.fs.workspace, *self._owner, only_owner=self._lent_uid)
+                give_back(self._profile.fs.workspace, self._lent_uid, self._owner)
             except OSError as exc:
                 raise SandboxError(f"restoring workspace ownership: {exc}", who="microvm") from exc
 
@@ -345,7 +345,7 @@ class MicrovmBackend:
         process: subprocess.Popen[bytes] | None = None
         try:
             if lent is not None:
-                chown_tree(fs.workspace, lent, lent, only_owner=None)
+                lend(fs.workspace, lent)
             for path, flags in ((image.kernel, os.O_RDONLY), (image.initramfs, os.O_RDONLY),
                                 (image.rootfs, os.O_PATH | os.O_DIRECTORY),
                                 (fs.workspace, os.O_PATH | os.O_DIRECTORY)):
@@ -383,7 +383,7 @@ class MicrovmBackend:
             channel.close()
             console.close()
             if lent is not None:
-                chown_tree(fs.workspace, *owner, only_owner=lent)
+                give_back(fs.workspace, lent, owner)
             if isinstance(exc, OSError):
                 raise _error("cannot launch qemu", exc) from exc
             raise
