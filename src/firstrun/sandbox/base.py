@@ -11,7 +11,7 @@ non-zero exit) apart from "the sandbox failed" (a ``SandboxError``).
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
@@ -147,28 +147,60 @@ class ProxyEndpoint:
                                "could never swap them", who="proxy")
 
 
+# The longest limit a command may ask for. Past it the arithmetic stops being
+# defined: infinity and NaN never expire, and every supervisor's wait (epoll
+# counts milliseconds in an int) overflows beyond about 24 days.
+MAX_COMMAND_TIMEOUT_S = 7 * 24 * 3600.0
+
+
+def _os_string(value: object) -> bool:
+    """A str the kernel can take as it is: no NUL (it would truncate there), and
+    nothing but text and the undecodable bytes a str can carry (a lone surrogate
+    has no bytes, and a supervisor handed one dies encoding it)."""
+    if not isinstance(value, str) or "\0" in value:
+        return False
+    try:
+        value.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def command_argv(command: str | Sequence[str], *, who: str) -> list[str]:
     """The argv every backend runs: a ``str`` under ``bash -c``, a sequence as given.
 
-    Refused here, once for every backend: an empty argv, non-strings, and NUL
-    bytes, which the kernel would silently truncate at.
+    Refused here, once for every backend: an empty argv, non-strings, NUL
+    bytes, which the kernel would silently truncate at, and lone surrogates.
     """
     argv = ["/bin/bash", "-c", command] if isinstance(command, str) else list(command)
-    if not argv or not all(isinstance(a, str) and "\0" not in a for a in argv):
-        raise SandboxError("command must be a non-empty string or argv without NUL bytes", who=who)
+    if not argv or not all(_os_string(a) for a in argv):
+        raise SandboxError("command must be a non-empty string or argv of strings without NUL "
+                           "bytes or lone surrogates", who=who)
     return argv
 
 
 def command_environment(
-    built: dict[str, str], extra: dict[str, str] | None, *, who: str
+    built: dict[str, str], extra: Mapping[str, str] | None, *, who: str
 ) -> dict[str, str]:
     """``built`` plus ``extra``; extra names add, never replace (PATH, HOME, proxies stay)."""
     merged = dict(built)
+    if extra is not None and not isinstance(extra, Mapping):
+        raise SandboxError(f"env must be a mapping of names to values, not "
+                           f"{type(extra).__name__}", who=who)
     for name, value in (extra or {}).items():
-        if not name or "=" in name or "\0" in name or "\0" in value:
+        if not _os_string(name) or not name or "=" in name or not _os_string(value):
             raise SandboxError(f"invalid environment variable {name!r}", who=who)
         merged.setdefault(name, value)
     return merged
+
+
+def command_timeout(timeout: object, *, who: str) -> float:
+    """``timeout`` as seconds, refused unless it is a number in (0, ``MAX_COMMAND_TIMEOUT_S``]."""
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) \
+            or not 0 < timeout <= MAX_COMMAND_TIMEOUT_S:
+        raise SandboxError(f"timeout {timeout!r} is not a number of seconds above 0 and at most "
+                           f"{MAX_COMMAND_TIMEOUT_S:g}", who=who)
+    return float(timeout)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -192,12 +224,16 @@ def prepare_command(
     leaves it (``..``, an absolute path elsewhere) is refused rather than
     run somewhere the caller did not mean.
     """
+    if cwd is not None and not _os_string(cwd):
+        raise SandboxError(f"cwd {cwd!r} is not a path (a string without NUL bytes or lone "
+                           "surrogates)", who=who)
     resolved = posixpath.normpath(posixpath.join(workspace, cwd)) if cwd else workspace
     if resolved != workspace and not resolved.startswith(workspace.rstrip("/") + "/"):
         raise SandboxError(f"cwd {cwd!r} is outside the workspace {workspace}", who=who)
     return PreparedCommand(argv=command_argv(command, who=who), cwd=resolved,
                            env=command_environment(session_env, env, who=who),
-                           timeout=default_timeout if timeout is None else timeout)
+                           timeout=command_timeout(default_timeout if timeout is None else timeout,
+                                                   who=who))
 
 
 class Session(Protocol):
