@@ -39,9 +39,12 @@ def topology() -> Iterator[Topology]:
 def _start(topology: Topology, command: str, timeout: float) -> subprocess.Popen[str]:
     config = {"argv": ["/bin/bash", "-c", command], "cwd": "/workspace", "env": ENV,
               "timeout": timeout}
-    return subprocess.Popen(["docker", "exec", "-i", topology.run, "python3", "-I", "-S", "-c",
-                             SOURCE, json.dumps(config)],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(["docker", "exec", "-i", topology.run, "python3", "-I", "-S", "-c",
+                             SOURCE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdin is not None
+    proc.stdin.write(json.dumps(config) + "\n")
+    proc.stdin.flush()
+    return proc
 
 
 def _frames(proc: subprocess.Popen[str]) -> tuple[dict[str, bytes], dict[str, object]]:

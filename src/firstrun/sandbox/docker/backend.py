@@ -238,8 +238,7 @@ class DockerSession:
             try:
                 proc = subprocess.Popen(
                     [self._docker, "exec", "-i", "--user", self._user, self.topology.run,
-                     PYTHON, "-I", "-S", "-c", SUPERVISOR_SOURCE,
-                     json.dumps(config, separators=(",", ":"))],
+                     PYTHON, "-I", "-S", "-c", SUPERVISOR_SOURCE],
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                     text=True)
             except OSError as exc:
@@ -250,7 +249,14 @@ class DockerSession:
         killer = threading.Timer(limit + _EXEC_GRACE_S, proc.kill)
         killer.start()
         try:
-            assert proc.stdout is not None
+            assert proc.stdin is not None and proc.stdout is not None
+            # On stdin, not in argv: an argument holds at most 128 KiB. Stdin
+            # then stays open; its closing is what tells the supervisor to stop.
+            try:
+                proc.stdin.write(json.dumps(config, separators=(",", ":")) + "\n")
+                proc.stdin.flush()
+            except OSError:
+                pass  # the supervisor is gone; reading its output says why
             for line in proc.stdout:
                 try:
                     msg = json.loads(line)
@@ -278,7 +284,9 @@ class DockerSession:
             killer.cancel()
             for pipe in (proc.stdin, proc.stdout, proc.stderr):
                 if pipe is not None:
-                    pipe.close()
+                    # A stdin the supervisor never read flushes into a broken pipe.
+                    with contextlib.suppress(OSError):
+                        pipe.close()
             proc.wait()
             with self._lock:
                 self._running = None

@@ -1,7 +1,11 @@
 """One command inside the run container, supervised: framed output, a timeout that kills the tree.
 
 Guarantee: the harness runs every command as ``docker exec -i CONTAINER
-python3 -I -S -c <this source> <json>``. This supervisor becomes a child
+python3 -I -S -c <this source>`` and writes the command as one JSON line on
+its stdin (not as an argument: one argument may hold only 128 KiB, and the
+whole command, environment included, would have to fit in it); the command
+then gets every byte the kernel takes, as on the other backends. A command
+that cannot start exits 127, saying why on its stderr. This supervisor becomes a child
 subreaper, so every process the command starts, a ``setsid`` double fork
 included, stays its descendant. When the timeout passes, or when its stdin
 closes (the harness died, was interrupted, or killed the ``docker exec``
@@ -77,6 +81,18 @@ def _kill_tree() -> None:
         time.sleep(0.01)
 
 
+def read_config() -> dict:
+    """The command's JSON, the first line on stdin; the rest of stdin only ever closes."""
+    data = b""
+    # JSON has no raw newline, so the line ends where a chunk does.
+    while not data.endswith(b"\n"):
+        chunk = os.read(0, 1 << 20)
+        if not chunk:
+            raise ValueError("stdin closed before the command was sent")
+        data += chunk
+    return json.loads(data)
+
+
 def main(config: dict) -> int:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
@@ -88,8 +104,10 @@ def main(config: dict) -> int:
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True)
     except OSError as exc:
-        _emit({"op": "exit", "code": 127, "timed_out": False, "duration_s": 0.0,
-               "error": f"cannot start {config['argv'][0]!r}: {exc}"})
+        error = f"cannot start {config['argv'][0]!r}: {exc}"
+        _emit({"op": "out", "stream": "stderr",
+               "data": base64.b64encode(f"{error}\n".encode()).decode()})
+        _emit({"op": "exit", "code": 127, "timed_out": False, "duration_s": 0.0, "error": error})
         return 0
     deadline = started + float(config["timeout"])
     sel = selectors.DefaultSelector()
@@ -130,4 +148,4 @@ def main(config: dict) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(json.loads(sys.argv[1])))
+    sys.exit(main(read_config()))
