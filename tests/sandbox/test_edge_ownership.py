@@ -166,3 +166,28 @@ def test_a_bind_mount_inside_the_workspace_is_not_lent(workspace: str, outside: 
     with open(host_file) as f:
         assert f.read() == "original\n"
     assert (os.stat(outside).st_uid, os.stat(host_file).st_uid) == (0, 4000)
+
+
+def test_an_entry_swapped_for_a_symlink_is_not_chmodded_through_it(workspace: str,
+                                                                   outside: str) -> None:
+    # What a container that outlived its removal could do between the walk's
+    # lstat and the chmod that strips a setgid bit: the swap is made here.
+    from firstrun.sandbox.ownership import _chmod_entry
+
+    host_file = os.path.join(outside, "host")
+    with open(host_file, "w") as f:
+        f.write("x")
+    os.chmod(host_file, 0o2644)
+    entry = os.path.join(workspace, "entry")
+    with open(entry, "w") as f:
+        f.write("x")
+    seen = os.lstat(entry)
+    os.unlink(entry)
+    os.symlink(host_file, entry)
+    dir_fd = os.open(workspace, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        with pytest.raises(OSError, match="changed"):
+            _chmod_entry("entry", dir_fd, seen, 0o644)
+    finally:
+        os.close(dir_fd)
+    assert stat.S_IMODE(os.stat(host_file).st_mode) == 0o2644

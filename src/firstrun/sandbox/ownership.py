@@ -163,6 +163,24 @@ def lend(top: str, uid: int) -> None:
             os.chown(name, uid, -1, dir_fd=dir_fd, follow_symlinks=False)
 
 
+def _chmod_entry(name: str, dir_fd: int | None, st: os.stat_result, mode: int) -> None:
+    """chmod the very inode ``st`` describes, never what a symlink swapped in for it names.
+
+    A container that outlived its removal could still swap the entry for a
+    symlink to a host file between the walk's lstat and the chmod; the entry
+    is pinned by an O_PATH descriptor and changed through it instead.
+    """
+    fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        pinned = os.fstat(fd)
+        if stat.S_ISLNK(pinned.st_mode) or \
+                (pinned.st_dev, pinned.st_ino) != (st.st_dev, st.st_ino):
+            raise OSError(f"{name} changed while giving the workspace back")
+        os.chmod(f"/proc/self/fd/{fd}", mode)
+    finally:
+        os.close(fd)
+
+
 def give_back(top: str, lent: int, owner: tuple[int, int]) -> None:
     """Return every entry beneath ``top`` (and ``top``) that ``lent`` owns to ``owner``.
 
@@ -179,8 +197,7 @@ def give_back(top: str, lent: int, owner: tuple[int, int]) -> None:
             return
         strip = stat.S_ISUID | (stat.S_ISGID if st.st_gid == lent else 0)
         if st.st_mode & strip:
-            # Not a symlink, and nothing of the sandbox is left to swap one in.
-            os.chmod(name, stat.S_IMODE(st.st_mode) & ~strip, dir_fd=dir_fd)
+            _chmod_entry(name, dir_fd, st, stat.S_IMODE(st.st_mode) & ~strip)
 
     back(top, os.lstat(top), None)
     for dir_fd, name, _, st in _walk(top, lambda path, st: True):
