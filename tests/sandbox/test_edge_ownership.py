@@ -134,19 +134,26 @@ def test_nesting_deeper_than_any_recursion_is_given_back_whole(workspace: str) -
 
 _BIND_MOUNT_SCRIPT = r"""
 import json, os, subprocess, sys
-sys.path.insert(0, sys.argv[3])
-from sandbox_support import make_profile
-from firstrun.sandbox.linux.backend import LinuxBackend
+from firstrun.errors import UsageError
+from firstrun.sandbox.hostfs import check_workspace
+from firstrun.sandbox.ownership import give_back, lend
 workspace, outside = sys.argv[1], sys.argv[2]
 subprocess.run(["mount", "--bind", outside, os.path.join(workspace, "bound")], check=True)
-with LinuxBackend().start(make_profile(workspace), proxy=None) as s:
-    lent = (os.stat(outside).st_uid, os.stat(os.path.join(outside, "file")).st_uid)
-    wrote = s.exec("echo planted >> bound/file").exit_code
-print(json.dumps({"lent": lent, "wrote": wrote}))
+try:
+    check_workspace(workspace, os.environ)
+    refused = ""
+except UsageError as exc:
+    refused = str(exc)
+# Past the refusal, lending itself still stops at the mount point.
+lend(workspace, 1_999_999_999)
+lent = [os.stat(p).st_uid for p in (workspace, outside, os.path.join(outside, "file"))]
+give_back(workspace, 1_999_999_999, (4321, 4322))
+print(json.dumps({"refused": refused, "lent": lent}))
 """
 
 
-def test_a_bind_mount_inside_the_workspace_is_not_lent(workspace: str, outside: str) -> None:
+def test_a_mount_inside_the_workspace_is_refused_and_never_lent(workspace: str,
+                                                                outside: str) -> None:
     if shutil.which("unshare") is None:
         pytest.skip("needs unshare(1) for a private mount namespace")
     os.mkdir(os.path.join(_owned_workspace(workspace), "bound"))
@@ -157,15 +164,14 @@ def test_a_bind_mount_inside_the_workspace_is_not_lent(workspace: str, outside: 
     # The mount lives in a private namespace that dies with the child.
     done = subprocess.run(
         ["unshare", "-m", "--propagation", "private", sys.executable, "-c", _BIND_MOUNT_SCRIPT,
-         workspace, outside, os.path.dirname(__file__)],
-        capture_output=True, text=True, timeout=300)
+         workspace, outside], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout.splitlines()[-1])
-    assert seen["lent"] == [0, 4000]
-    assert seen["wrote"] != 0
-    with open(host_file) as f:
-        assert f.read() == "original\n"
+    assert f"{workspace}/bound is a mount point inside it" in seen["refused"]
+    assert "\n" not in seen["refused"]
+    assert seen["lent"] == [1_999_999_999, 0, 4000]
     assert (os.stat(outside).st_uid, os.stat(host_file).st_uid) == (0, 4000)
+    assert os.stat(workspace).st_uid == OWNER[0]
 
 
 def test_an_entry_swapped_for_a_symlink_is_not_chmodded_through_it(workspace: str,

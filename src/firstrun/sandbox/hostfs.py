@@ -8,8 +8,9 @@ readable, with the secret locations inside those roots listed as hidden.
 CA bundles that the CA variables point at outside /etc and /usr are exposed
 read-only, so TLS through an intercepting proxy keeps working inside. A
 workspace that would hand over a host tree or a home (``/``, ``/tmp``,
-``$HOME``) is refused before any policy exists, so no backend ever lends or
-binds one.
+``$HOME``), or that has a mount point inside it (every backend binds what is
+mounted beneath the workspace along with it), is refused before any policy
+exists, so no backend ever lends or binds one.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import os
 import posixpath
 import pwd
+import sys
 from collections.abc import Mapping
 
 from firstrun.errors import UsageError
@@ -28,6 +30,7 @@ from firstrun.policy.filesystem import (
     workspace_refusal,
 )
 from firstrun.policy.process import CA_VARIABLES
+from firstrun.sandbox.ownership import mount_points_beneath
 
 _SYSTEM_TREES = ("/etc", "/usr")
 
@@ -67,6 +70,12 @@ def check_workspace(workspace: str, env: Mapping[str, str], *, label: str = "wor
     """``workspace`` resolved, or a ``UsageError`` (led by ``label``) saying why it cannot be one."""
     resolved = os.path.realpath(workspace)
     why = workspace_refusal(resolved, real_homes(env))
+    if why is None and sys.platform == "linux":
+        # Every backend binds the workspace with what is mounted inside it:
+        # a bind of a home or of /proc there would be inside the sandbox too.
+        inner = mount_points_beneath(resolved)
+        if inner:
+            why = f"{min(inner)} is a mount point inside it, which the sandbox would see through"
     if why is not None:
         shown = workspace if resolved == workspace else f"{workspace} ({resolved})"
         raise UsageError(f"{label}: {shown} cannot be a workspace: {why}; use a project directory")

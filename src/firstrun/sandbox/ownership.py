@@ -61,7 +61,7 @@ def pick_uid(uid_range: tuple[int, int], *, who: str) -> int:
     raise SandboxError("no free sandbox uid", who=who)
 
 
-def _mount_points_beneath(top: str) -> frozenset[str]:
+def mount_points_beneath(top: str) -> frozenset[str]:
     """Every mount point strictly beneath ``top`` in this process's mount table."""
     prefix = top.rstrip("/") + "/"
     found = set()
@@ -140,7 +140,7 @@ def lend(top: str, uid: int) -> None:
     top = os.path.realpath(top)
     top_st = os.lstat(top)
     owner = top_st.st_uid
-    mounts = _mount_points_beneath(top)
+    mounts = mount_points_beneath(top)
 
     def own_mount(path: str, st: os.stat_result) -> bool:
         return st.st_dev == top_st.st_dev and path not in mounts
