@@ -197,3 +197,4 @@ def test_an_entry_swapped_for_a_symlink_is_not_chmodded_through_it(workspace: st
     finally:
         os.close(dir_fd)
     assert stat.S_IMODE(os.stat(host_file).st_mode) == 0o2644
+

@@ -66,6 +66,11 @@ def real_homes(env: Mapping[str, str]) -> tuple[str, ...]:
     return tuple(found)
 
 
+def _one_line(text: str) -> str:
+    """``text`` with each control character (a newline in a path) written as its escape."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def check_workspace(workspace: str, env: Mapping[str, str], *, label: str = "workspace") -> str:
     """``workspace`` resolved, or a ``UsageError`` (led by ``label``) saying why it cannot be one."""
     resolved = os.path.realpath(workspace)
@@ -78,7 +83,8 @@ def check_workspace(workspace: str, env: Mapping[str, str], *, label: str = "wor
             why = f"{min(inner)} is a mount point inside it, which the sandbox would see through"
     if why is not None:
         shown = workspace if resolved == workspace else f"{workspace} ({resolved})"
-        raise UsageError(f"{label}: {shown} cannot be a workspace: {why}; use a project directory")
+        raise UsageError(_one_line(f"{label}: {shown} cannot be a workspace: {why}; "
+                                   "use a project directory"))
     return resolved
 
 
