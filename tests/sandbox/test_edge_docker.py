@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 
 import pytest
 
+from firstrun.errors import SandboxError
 from firstrun.images.build import image_present
 from firstrun.policy.profile import SandboxProfile
 from firstrun.sandbox.docker.backend import DockerBackend, DockerSession
@@ -52,3 +54,24 @@ def test_an_argument_the_kernel_refuses_is_a_failed_command(session: DockerSessi
     assert huge.exit_code == 127 and "Argument list too long" in huge.stderr.text()
     after = session.exec("echo alive")
     assert (after.exit_code, after.stdout.text()) == (0, "alive\n")
+
+
+def test_an_entry_that_cannot_be_lent_refuses_the_start_in_one_line(
+        session: DockerSession) -> None:
+    # Not a traceback from the middle of start: the lend undoes itself and says what stopped it.
+    workspace = tempfile.mkdtemp(prefix="firstrun-test-edge-docker-frozen-")
+    frozen = os.path.join(workspace, "z")
+    with open(frozen, "w") as f:
+        f.write("x")
+    try:
+        if subprocess.run(["chattr", "+i", frozen], capture_output=True).returncode != 0:
+            pytest.skip("needs chattr(1) on a filesystem with the immutable flag")
+        profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ))
+        with pytest.raises(SandboxError) as caught:
+            DockerBackend(image=IMAGE).start(profile, proxy=None)
+        assert caught.value.who == "docker" and "\n" not in str(caught.value)
+        assert f"cannot lend the workspace to the sandbox uid: {frozen}" in str(caught.value)
+        assert os.stat(workspace).st_uid == 0
+    finally:
+        subprocess.run(["chattr", "-i", frozen], capture_output=True)
+        shutil.rmtree(workspace, ignore_errors=True)

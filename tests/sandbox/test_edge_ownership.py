@@ -21,6 +21,7 @@ from collections.abc import Iterator
 import pytest
 from sandbox_support import make_profile
 
+from firstrun.errors import SandboxError
 from firstrun.sandbox.linux.backend import LinuxBackend
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0,
@@ -145,7 +146,7 @@ try:
 except UsageError as exc:
     refused = str(exc)
 # Past the refusal, lending itself still stops at the mount point.
-lend(workspace, 1_999_999_999)
+lend(workspace, 1_999_999_999, who="test")
 lent = [os.stat(p).st_uid for p in (workspace, outside, os.path.join(outside, "file"))]
 give_back(workspace, 1_999_999_999, (4321, 4322))
 print(json.dumps({"refused": refused, "lent": lent}))
@@ -198,3 +199,24 @@ def test_an_entry_swapped_for_a_symlink_is_not_chmodded_through_it(workspace: st
         os.close(dir_fd)
     assert stat.S_IMODE(os.stat(host_file).st_mode) == 0o2644
 
+
+
+def test_an_entry_that_cannot_be_lent_refuses_the_start_in_one_line(workspace: str) -> None:
+    _owned_workspace(workspace)
+    for name in ("a", "z"):
+        with open(os.path.join(workspace, name), "w") as f:
+            f.write("x")
+        os.chown(os.path.join(workspace, name), *OWNER)
+    frozen = os.path.join(workspace, "z")
+    if shutil.which("chattr") is None or \
+            subprocess.run(["chattr", "+i", frozen], capture_output=True).returncode != 0:
+        pytest.skip("needs chattr(1) on a filesystem with the immutable flag")
+    try:
+        with pytest.raises(SandboxError) as caught:
+            LinuxBackend().start(make_profile(workspace), proxy=None)
+    finally:
+        subprocess.run(["chattr", "-i", frozen], check=True)
+    message = str(caught.value)
+    assert caught.value.who == "linux" and "\n" not in message
+    assert f"cannot lend the workspace to the sandbox uid: {frozen}" in message
+    assert {(st.st_uid, st.st_gid) for _, st in _entries(workspace)} == {OWNER}

@@ -130,15 +130,32 @@ def _privileged(st: os.stat_result) -> bool:
         st.st_mode & (stat.S_ISGID | stat.S_IXGRP) == stat.S_ISGID | stat.S_IXGRP
 
 
-def lend(top: str, uid: int) -> None:
+def lend(top: str, uid: int, *, who: str) -> None:
     """Give ``uid`` the entries of the workspace ``top`` that belong to it alone.
 
     ``top`` is a resolved path; its owner's entries on its own mount change
     owner (not group), except files with a hard link outside ``top`` and
-    setuid or setgid files, which stay as they are.
+    setuid or setgid files, which stay as they are. All or nothing: an entry
+    that cannot change owner (immutable, on a filesystem that refuses) gives
+    back what was lent so far and raises a ``SandboxError`` naming it.
     """
     top = os.path.realpath(top)
     top_st = os.lstat(top)
+    at = [top]
+    try:
+        _lend(top, top_st, uid, at)
+    except OSError as exc:
+        undone = ""
+        try:
+            give_back(top, uid, (top_st.st_uid, top_st.st_gid))
+        except OSError as back:
+            undone = f"; giving back what was lent failed too: {back}"
+        raise SandboxError(f"cannot lend the workspace to the sandbox uid: {at[0]}: "
+                           f"{exc.strerror or exc}{undone}", who=who) from exc
+
+
+def _lend(top: str, top_st: os.stat_result, uid: int, at: list[str]) -> None:
+    """``lend``'s walk; ``at[0]`` names the entry it is at, for the error."""
     owner = top_st.st_uid
     mounts = mount_points_beneath(top)
 
@@ -159,6 +176,7 @@ def lend(top: str, uid: int) -> None:
 
     os.chown(top, uid, -1, follow_symlinks=False)
     for dir_fd, name, path, st in _walk(top, own_mount):
+        at[0] = path
         if lendable(path, st):
             os.chown(name, uid, -1, dir_fd=dir_fd, follow_symlinks=False)
 

@@ -620,7 +620,7 @@ class DockerBackend:
         session: DockerSession | None = None
         try:
             if lent is not None:
-                lend(fs.workspace, lent)
+                lend(fs.workspace, lent, who="docker")
             try:
                 for argv in topology.create:
                     docker(*argv, docker_bin=docker_bin)

@@ -352,7 +352,7 @@ class LinuxBackend:
                 "cgroup_procs": list(session_cgroup.procs_files) if session_cgroup else [],
             }
             if uid is not None:
-                lend(fs.workspace, uid)
+                lend(fs.workspace, uid, who="linux")
                 launch.update({
                     "stage_dir": stage_dir, "uid": uid, "gid": uid,
                     "stage": [(b.source, b.staged, b.directory) for b in spec.stage],
@@ -364,8 +364,10 @@ class LinuxBackend:
             process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                        stderr=stderr_file, env={}, pass_fds=pass_fds,
                                        close_fds=True)
-        except OSError as exc:
+        except (OSError, SandboxError) as exc:
             self._abandon(process, fs.workspace, owner, uid, stage_dir, session_cgroup)
+            if isinstance(exc, SandboxError):
+                raise
             raise _sandbox_error("cannot launch bubblewrap", exc) from exc
         finally:
             control_child.close()

@@ -345,7 +345,7 @@ class MicrovmBackend:
         process: subprocess.Popen[bytes] | None = None
         try:
             if lent is not None:
-                lend(fs.workspace, lent)
+                lend(fs.workspace, lent, who="microvm")
             for path, flags in ((image.kernel, os.O_RDONLY), (image.initramfs, os.O_RDONLY),
                                 (image.rootfs, os.O_PATH | os.O_DIRECTORY),
                                 (fs.workspace, os.O_PATH | os.O_DIRECTORY)):
