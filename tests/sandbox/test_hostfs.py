@@ -46,7 +46,7 @@ def test_policy_exposes_toolchains_hides_secrets_and_lists_homes(fake_home: str)
 
 
 def test_every_home_directory_is_a_real_home(fake_home: str) -> None:
-    homes = host_filesystem_policy(fake_home, {"HOME": fake_home}).real_homes
+    homes = host_filesystem_policy(f"{fake_home}/src", {"HOME": fake_home}).real_homes
     for name in os.listdir("/home"):
         if os.path.isdir(os.path.join("/home", name)):
             assert os.path.realpath(os.path.join("/home", name)) in homes

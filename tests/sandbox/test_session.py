@@ -150,7 +150,7 @@ def test_proxy_variables_point_at_the_relay(workspace: str, proxy) -> None:
     assert out.split() == [f"http://127.0.0.1:{PROXY_PORT}"] * 3 + ["localhost,127.0.0.1,::1"]
 
 
-def test_session_info_records_everything(session: LinuxSession) -> None:
+def test_session_info_records_everything(session: LinuxSession, workspace: str) -> None:
     info = session.info
     assert info.backend == "linux" and info.enforcement is Enforcement.ENFORCED
     assert info.policy_hash.startswith("sha256:")
@@ -158,7 +158,7 @@ def test_session_info_records_everything(session: LinuxSession) -> None:
     assert all(layer.applied for layer in info.layers)
     assert info.attestation and all(c.passed for c in info.attestation)
     assert info.downgrades == ()
-    toolchains = set(make_profile("/").fs.readonly) - set(SYSTEM_READONLY)
+    toolchains = set(make_profile(workspace).fs.readonly) - set(SYSTEM_READONLY)
     assert toolchains <= set(info.exposed)
 
 
