@@ -51,7 +51,7 @@ from firstrun.docs import Mirror
 from firstrun.errors import TaskError, UsageError
 from firstrun.policy.permissions import RuleSet
 from firstrun.sandbox.select import BACKENDS
-from firstrun.tasks.load import parse_yaml, validation_error
+from firstrun.tasks.load import parse_yaml, read_text_file, validation_error
 from firstrun.tasks.model import Budgets, HostEntry, Permissions, Task
 
 CONFIG_FILE = "firstrun.yaml"
@@ -142,20 +142,17 @@ def find_project_config(explicit: str | None, cwd: str | os.PathLike[str] = ".")
             raise UsageError(f"--config: {explicit!r} is not a file")
         return load_project_config(explicit)
     candidate = Path(cwd) / CONFIG_FILE
+    if os.path.lexists(candidate) and not candidate.is_file():
+        # A directory, FIFO or dangling link by that name is a mistake, not "no config".
+        raise UsageError(f"{os.fspath(candidate)} is not a file; the project config must be "
+                         "one (or name another with --config)")
     return load_project_config(candidate) if candidate.is_file() else None
 
 
 def load_project_config(path: str | os.PathLike[str]) -> ProjectConfig:
     """Read and validate one project config. Raises ``TaskError`` (file:line) or ``UsageError``."""
     name = os.fspath(path)
-    try:
-        raw = Path(name).read_bytes()
-    except OSError as exc:
-        raise TaskError(f"cannot read: {exc.strerror}", path=name, line=None) from None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise TaskError("not UTF-8 text", path=name, line=raw.count(b"\n", 0, exc.start) + 1) from None
+    raw, text = read_text_file(name)
     data, locations = parse_yaml(
         text, name,
         empty="the file is empty; a project config sets at least one of: "
@@ -173,6 +170,11 @@ def load_project_config(path: str | os.PathLike[str]) -> ProjectConfig:
     except ValidationError as exc:
         raise validation_error(exc, locations, name, root=ProjectSpec) from None
     base = Path(name).resolve().parent
+    for key in ("out", "cache_dir"):
+        value = getattr(spec, key)
+        if value is not None and (base / value).exists() and not (base / value).is_dir():
+            raise TaskError(f"{key}: {value!r} exists and is not a directory", path=name,
+                            line=locations.line((key,)))
     mirrors: dict[str, Mirror] = {}
     for host, source in spec.docs_mirrors.items():
         # A directory is relative to this file; a URL is taken as written.

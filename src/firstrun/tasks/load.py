@@ -5,7 +5,13 @@ Guarantee: whatever is wrong with a task file comes out as exactly one
 with a did-you-mean for an unknown key; never a traceback, never a PyYAML or
 pydantic message shape. YAML and pydantic errors are converted here and
 nowhere else. A ``success.file`` is read here, relative to the task file,
-and kept in memory; the runner never needs the path again. Duplicate keys
+and kept in memory; the runner never needs the path again. It must resolve
+beside or below the task file, so a task file cannot read the host's other
+files into its check. Only regular files up to 1 MiB are read, so a FIFO
+or a device is refused instead of hanging or filling memory, and a
+document nested deeper than 64 levels, with an alias inside its own anchor,
+or whose aliases expand past 100,000 values is refused from the event
+stream before anything recursive walks it. Duplicate keys
 are refused (YAML says keys are unique; PyYAML silently keeps the last, so
 one of two ``script:`` blocks would vanish).
 
@@ -22,6 +28,7 @@ import difflib
 import glob
 import hashlib
 import os
+import stat
 import types
 import typing
 from collections.abc import Iterable, Sequence
@@ -58,18 +65,7 @@ _EXPECTED = {
 def read_task(path: str | os.PathLike[str]) -> Task:
     """Parse and validate one task file, without judging it. Raises ``TaskError``."""
     name = os.fspath(path)
-    try:
-        raw = Path(name).read_bytes()
-    except FileNotFoundError:
-        raise TaskError("no such file", path=name, line=None) from None
-    except OSError as exc:
-        raise TaskError(f"cannot read: {exc.strerror}", path=name, line=None) from None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise TaskError(
-            "not UTF-8 text", path=name, line=raw.count(b"\n", 0, exc.start) + 1
-        ) from None
+    raw, text = read_text_file(name)
     data, locations = parse_yaml(text, name)
     try:
         spec = TaskSpec.model_validate(data)
@@ -84,6 +80,52 @@ def read_task(path: str | os.PathLike[str]) -> Task:
         check_path=check_path,
         locations=locations,
     )
+
+
+# Far beyond any task file, check or project config; a file this big is a
+# mistake (a log, a device), and reading it whole would only exhaust memory.
+MAX_FILE_BYTES = 1 << 20
+
+
+def read_file_bytes(name: str) -> bytes:
+    """The bytes of the regular file ``name``; ``OSError`` (with ``strerror``) otherwise.
+
+    Opened non-blocking so a FIFO is refused instead of waiting for a writer,
+    and read no further than ``MAX_FILE_BYTES`` so ``/dev/zero`` is refused too.
+    """
+    fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(21, "is a directory")
+        if not stat.S_ISREG(mode):
+            raise OSError(0, "not a regular file")
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            raw = fh.read(MAX_FILE_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_FILE_BYTES:
+        raise OSError(0, f"larger than {MAX_FILE_BYTES >> 20} MiB")
+    return raw
+
+
+def read_text_file(name: str) -> tuple[bytes, str]:
+    """The bytes and UTF-8 text (a BOM dropped) of a file firstrun reads as YAML. Raises ``TaskError``."""
+    try:
+        raw = read_file_bytes(name)
+    except FileNotFoundError:
+        raise TaskError("no such file", path=name, line=None) from None
+    except ValueError:
+        raise TaskError("cannot read: the path holds a NUL character", path=name, line=None) from None
+    except OSError as exc:
+        raise TaskError(f"cannot read: {exc.strerror}", path=name, line=None) from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise TaskError(
+            "not UTF-8 text", path=name, line=raw.count(b"\n", 0, exc.start) + 1
+        ) from None
+    return raw, text
 
 
 def load_task(path: str | os.PathLike[str]) -> Task:
@@ -185,25 +227,89 @@ def parse_yaml(
     Any other YAML file firstrun reads (the project config) comes through
     here too, so it gets the same duplicate-key refusal and file:line errors.
     """
-    loader = yaml.SafeLoader(text)
     try:
-        node = loader.get_single_node()
-        if node is None:
-            raise TaskError(empty, path=name, line=1)
-        _refuse_duplicate_keys(node, name)
-        data = loader.construct_document(node)
+        _refuse_bombs(text, name)
+        loader = yaml.SafeLoader(text)
+        try:
+            node = loader.get_single_node()
+            if node is None:
+                raise TaskError(empty, path=name, line=1)
+            _refuse_duplicate_keys(node, name)
+            data = loader.construct_document(node)
+        finally:
+            loader.dispose()
+    except yaml.reader.ReaderError as exc:
+        raise TaskError(f"invalid YAML: {exc.reason} (U+{exc.character:04X})", path=name,
+                        line=text.count("\n", 0, exc.position) + 1) from None
     except yaml.MarkedYAMLError as exc:
         raise TaskError(_yaml_message(exc), path=name, line=_yaml_line(exc)) from None
     except yaml.YAMLError as exc:
         raise TaskError(f"invalid YAML: {exc}".splitlines()[0], path=name, line=1) from None
-    finally:
-        loader.dispose()
     if not isinstance(data, dict):
         raise TaskError(top, path=name, line=node.start_mark.line + 1)
     keys: dict[KeyPath, int] = {}
     blocks: dict[KeyPath, int] = {}
     _index(node, (), keys, blocks)
     return data, Locations(keys=types.MappingProxyType(keys), blocks=types.MappingProxyType(blocks))
+
+
+# Task files nest a handful of levels and hold hundreds of values; these
+# bounds are far beyond that and far below what exhausts the stack (PyYAML
+# composes recursively) or memory (an alias expands to its anchor's whole
+# value wherever it is used, so nested aliases grow exponentially).
+MAX_DEPTH = 64
+MAX_VALUES = 100_000
+
+
+def _refuse_bombs(text: str, name: str) -> None:
+    """Refuse, from the event stream alone, a document that is too deep, whose aliases
+    expand past ``MAX_VALUES``, with an alias inside its own anchor, or with a NUL
+    character in a string (which no path, command or URL can hold).
+
+    The event parser is iterative, so this is safe to run on any input, and it
+    runs before anything recursive (composing, walking nodes, validating) sees it.
+    """
+    loader = yaml.SafeLoader(text)
+    sizes: dict[str, int] = {}
+    # One [anchor, values so far] per collection still open.
+    open_: list[list[Any]] = []
+
+    def add(count: int, line: int) -> None:
+        if open_:
+            open_[-1][1] += count
+            if open_[-1][1] > MAX_VALUES:
+                raise TaskError(f"the document expands to more than {MAX_VALUES} values "
+                                "(aliases repeating aliases?)", path=name, line=line)
+
+    try:
+        while (event := loader.get_event()) is not None:
+            line = event.start_mark.line + 1
+            if isinstance(event, yaml.CollectionStartEvent):
+                if len(open_) >= MAX_DEPTH:
+                    raise TaskError(f"nested more than {MAX_DEPTH} levels deep", path=name, line=line)
+                open_.append([event.anchor, 1])
+            elif isinstance(event, yaml.CollectionEndEvent):
+                anchor, count = open_.pop()
+                if anchor is not None:
+                    sizes[anchor] = count
+                add(count, line)
+            elif isinstance(event, yaml.ScalarEvent):
+                if "\x00" in event.value:
+                    raise TaskError("a string holds a NUL character ('\\0'), which no path, "
+                                    "command or URL can contain", path=name, line=line)
+                if event.anchor is not None:
+                    sizes[event.anchor] = 1
+                add(1, line)
+            elif isinstance(event, yaml.AliasEvent):
+                if any(anchor == event.anchor for anchor, _ in open_):
+                    raise TaskError(f"alias *{event.anchor} is inside the value it names "
+                                    "(a cycle)", path=name, line=line)
+                # An undefined alias is the composer's to report, with its line.
+                add(sizes.get(event.anchor, 1), line)
+            if isinstance(event, yaml.StreamEndEvent):
+                break
+    finally:
+        loader.dispose()
 
 
 def _yaml_line(exc: yaml.MarkedYAMLError) -> int:
@@ -226,6 +332,11 @@ def _refuse_duplicate_keys(node: yaml.Node, name: str) -> None:
             # ``<<`` merges are legitimately overridden by the keys beside them.
             if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
                 line = key_node.start_mark.line + 1
+                if key_node.tag != "tag:yaml.org,2002:str":
+                    # ``1:``, ``~:`` or ``on:`` would reach validation as an int, None or
+                    # True, which has no line to name; every key here is a name.
+                    raise TaskError(f"key {key_node.value!r} is not a name; quote it if it "
+                                    "should be one", path=name, line=line)
                 if key_node.value in first:
                     raise TaskError(
                         f"duplicate key '{key_node.value}' (first at line {first[key_node.value]})",
@@ -370,15 +481,23 @@ def _read_check(
     line = locations.line(("success", "file"))
     check_path = task_path.parent / ref
     try:
-        text = check_path.read_text(encoding="utf-8")
+        # Beside or below the task file, symlinks resolved: a task file from
+        # elsewhere must not be able to read this machine's files into a check.
+        home = task_path.parent.resolve()
+        if not check_path.resolve().is_relative_to(home):
+            raise TaskError(f"success.file {ref!r} leads outside the task file's directory "
+                            f"{os.fspath(home)!r}", path=name, line=line)
+        text = read_file_bytes(os.fspath(check_path)).decode("utf-8")
     except FileNotFoundError:
         raise TaskError(
             f"success.file {ref!r} does not exist (looked for {check_path})", path=name, line=line
         ) from None
     except UnicodeDecodeError:
         raise TaskError(f"success.file {ref!r} is not UTF-8 text", path=name, line=line) from None
-    except OSError as exc:
-        raise TaskError(f"success.file {ref!r}: {exc.strerror}", path=name, line=line) from None
+    except (OSError, RuntimeError) as exc:
+        # RuntimeError: resolve() on a symlink loop, on Pythons before 3.13.
+        why = exc.strerror if isinstance(exc, OSError) else "a symlink loop"
+        raise TaskError(f"success.file {ref!r}: {why}", path=name, line=line) from None
     if not text.strip():
         raise TaskError(f"success.file {ref!r} is empty", path=name, line=line)
     return text, os.fspath(check_path)

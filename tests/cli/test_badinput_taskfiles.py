@@ -1,0 +1,131 @@
+"""Hostile task files and project configs end in one ``file:line`` error and exit 3.
+
+Each case once ended in a traceback, a hang, or a check read from outside
+the task's directory. The task is named to ``firstrun run``, which loads
+every task before any sandbox starts, so nothing here runs a command.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+Run = Callable[..., subprocess.CompletedProcess[str]]
+
+HEAD = (
+    "name: t\n"
+    "goal: Do the thing.\n"
+    "docs:\n"
+    "  entrypoint: https://greeter.docs.example/index.html\n"
+    "replay:\n"
+    "  - echo hi\n"
+)
+SCRIPT = "success:\n  script: |\n    test -f x || qs_fail no\n"
+
+
+def _laughs() -> str:
+    lines = ["l0: &l0 [x, x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, 9):
+        lines.append(f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]")
+    return "\n".join(lines) + "\n" + HEAD + SCRIPT
+
+
+def _deep() -> str:
+    text = "x:\n"
+    for i in range(1, 200):
+        text += "  " * i + "k:\n"
+    return text
+
+
+# (name, file text, line the error names, text the error holds)
+CASES = [
+    ("alias-cycle", "a: &a [*a]\n" + HEAD + SCRIPT, 1, "cycle"),
+    ("billion-laughs", _laughs(), 5, "expands to more than"),
+    ("deep-flow", "a: " + "[" * 5000 + "]" * 5000 + "\n", 1, "nested more than"),
+    ("deep-block", _deep(), 65, "nested more than"),
+    ("control-char", HEAD + 'success:\n  script: "\x01"\n', 8, "U+0001"),
+    ("nul-escape", HEAD + 'success:\n  file: "a\\0b"\n', 8, "NUL"),
+    ("int-key", HEAD + "1: x\n" + SCRIPT, 7, "key '1' is not a name"),
+    ("null-key", HEAD + "~: x\n" + SCRIPT, 7, "key '~' is not a name"),
+    ("file-escapes", HEAD + "success:\n  file: ../outside.sh\n", 8, "outside the task file's directory"),
+    ("file-symlink-out", HEAD + "success:\n  file: checks/link.sh\n", 8, "outside the task file's directory"),
+    ("file-fifo", HEAD + "success:\n  file: checks/fifo\n", 8, "not a regular file"),
+    ("file-dir", HEAD + "success:\n  file: checks\n", 8, "is a directory"),
+    ("file-huge", HEAD + "success:\n  file: checks/huge.sh\n", 8, "larger than 1 MiB"),
+]
+
+
+def _setup(tmp_path: Path) -> Path:
+    tasks = tmp_path / "tasks"
+    checks = tasks / "checks"
+    checks.mkdir(parents=True)
+    (tmp_path / "outside.sh").write_text("test -f x || qs_fail no\n")
+    (checks / "link.sh").symlink_to(tmp_path / "outside.sh")
+    os.mkfifo(checks / "fifo")
+    (checks / "huge.sh").write_text("test -f x || qs_fail no\n" + "#" * (2 << 20) + "\n")
+    return tasks
+
+
+def _one_error(proc: subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode == 3, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("firstrun: error: ")
+    return lines[0]
+
+
+@pytest.mark.parametrize(("case", "text", "line", "says"), CASES, ids=[c[0] for c in CASES])
+def test_hostile_task_file_is_one_located_error(firstrun: Run, tmp_path: Path, case: str,
+                                                text: str, line: int, says: str) -> None:
+    tasks = _setup(tmp_path)
+    task = tasks / f"{case}.yaml"
+    task.write_text(text)
+    # The FIFO has no writer: a loader that opened it would wait here forever.
+    err = _one_error(firstrun("run", str(task), cwd=str(tmp_path), timeout=60))
+    assert f"{task}:{line}: " in err
+    assert says in err
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("special", ["/dev/zero", "fifo"])
+def test_task_path_that_is_no_regular_file_is_refused(firstrun: Run, tmp_path: Path, special: str) -> None:
+    path = special if special.startswith("/") else os.fspath(tmp_path / special)
+    if not special.startswith("/"):
+        os.mkfifo(path)
+    err = _one_error(firstrun("run", path, cwd=str(tmp_path), timeout=60))
+    assert f"{path}: cannot read: not a regular file" in err
+
+
+CONFIG_CASES = [
+    ("alias-cycle", "a: &a [*a]\n", 1, "cycle"),
+    ("nul-out", 'out: "a\\0b"\n', 1, "NUL"),
+    ("control-char", 'out: "\x07"\n', 1, "U+0007"),
+    ("out-is-a-file", "backend: linux\nout: outside.sh\n", 2, "out: 'outside.sh' exists and is not a directory"),
+    ("cache-is-a-file", "cache_dir: outside.sh\n", 1, "cache_dir: 'outside.sh' exists and is not a directory"),
+]
+
+
+@pytest.mark.parametrize(("case", "text", "line", "says"), CONFIG_CASES, ids=[c[0] for c in CONFIG_CASES])
+def test_hostile_project_config_is_one_located_error(firstrun: Run, tmp_path: Path, case: str,
+                                                     text: str, line: int, says: str) -> None:
+    tasks = _setup(tmp_path)
+    (tasks / "t.yaml").write_text(HEAD + SCRIPT)
+    config = tmp_path / "firstrun.yaml"
+    config.write_text(text)
+    err = _one_error(firstrun("run", "tasks/t.yaml", cwd=str(tmp_path), timeout=60))
+    assert f"firstrun.yaml:{line}: " in err
+    assert says in err
+    assert (tmp_path / "outside.sh").read_text() == "test -f x || qs_fail no\n"
+
+
+def test_project_config_that_is_a_directory_is_refused(firstrun: Run, tmp_path: Path) -> None:
+    tasks = _setup(tmp_path)
+    (tasks / "t.yaml").write_text(HEAD + SCRIPT)
+    (tmp_path / "firstrun.yaml").mkdir()
+    err = _one_error(firstrun("run", "tasks/t.yaml", cwd=str(tmp_path), timeout=60))
+    assert "firstrun.yaml is not a file" in err
