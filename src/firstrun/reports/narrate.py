@@ -7,7 +7,9 @@ and duration, each docs read, each egress decision (blocked ones marked
 ``BLOCKED`` and styled as such), each permission decision on an agent call
 (refused ones marked ``REFUSED``), the check, and the classification. An event
 kind this version does not know is shown as such rather than dropped, so a
-newer trace is never silently shortened.
+newer trace is never silently shortened; so is a line that is not an event
+and an event whose fields have types this version never writes. A results
+directory's traces are read only from inside it, and only regular files.
 """
 
 from __future__ import annotations
@@ -59,7 +61,17 @@ def trace_paths(target: str | os.PathLike[str]) -> list[Path]:
         return [path / TRACE_FILE]
     if (path / RESULTS_FILE).is_file():
         runs = load_results(path / RESULTS_FILE)["runs"]
-        traces = [path / run["trace"] for run in runs if run.get("trace")]
+        root = path.resolve()
+        traces = []
+        for i, run in enumerate(runs, start=1):
+            trace = run.get("trace") if isinstance(run, dict) else None
+            if not trace:
+                continue
+            if not isinstance(trace, str) or not (root / trace).resolve().is_relative_to(root):
+                # A results file written elsewhere must not make show print this machine's files.
+                raise UsageError(f"{path / RESULTS_FILE}: run {i}'s trace {trace!r} leads "
+                                 "outside the results directory; not read")
+            traces.append(path / trace)
         if not traces:
             raise UsageError(f"{path / RESULTS_FILE}: no run in it has a trace")
         return traces
@@ -73,6 +85,9 @@ def trace_paths(target: str | os.PathLike[str]) -> list[Path]:
 
 def narrate_file(path: Path) -> list[Line]:
     """Narrate one saved trace; an unreadable file is a one-line ``UsageError``."""
+    if path.exists() and not path.is_file():
+        # Checked before opening: a FIFO would block the read forever.
+        raise UsageError(f"{path}: cannot read the trace (not a regular file)")
     try:
         events = read_trace(path)
     except FileNotFoundError:
@@ -86,21 +101,38 @@ def narrate_file(path: Path) -> list[Line]:
 
 def narrate(events: Sequence[Mapping[str, Any]]) -> list[Line]:
     """The narration of one run's events, one or more lines per event, in order."""
-    start = next((e["mono"] for e in events if isinstance(e.get("mono"), int | float)), None)
+    start = next((e["mono"] for e in events
+                  if isinstance(e, Mapping) and isinstance(e.get("mono"), int | float)), None)
     lines: list[Line] = []
     for event in events:
+        if not isinstance(event, Mapping):
+            lines.append(Line(text=" " * 11 + f"(a line that is not an event: {_clip(event)})",
+                              style=Style.DIM))
+            continue
         mono = event.get("mono")
-        at = f"{mono - start:8.2f}s" if start is not None and isinstance(mono, int | float) else " " * 9
-        told = _TELLERS.get(str(event.get("kind")), _unknown)(event)
+        at = " " * 9
+        if start is not None and isinstance(mono, int | float) and abs(mono - start) < 1e9:
+            at = f"{mono - start:8.2f}s"
+        try:
+            told = _TELLERS.get(str(event.get("kind")), _unknown)(event)
+        except (AttributeError, KeyError, TypeError, ValueError, IndexError, OverflowError):
+            # A field of a type this version never writes: say so, and go on.
+            told = [Line(text=f"malformed {str(event.get('kind'))!r} event: {_clip(event)}",
+                         style=Style.BAD)]
         first, *rest = told
         lines.append(Line(text=f"{at}  {first.text}", style=first.style))
         lines.extend(Line(text=" " * 11 + line.text, style=line.style) for line in rest)
-    if not any(e.get("kind") == "run_finished" for e in events):
+    if not any(isinstance(e, Mapping) and e.get("kind") == "run_finished" for e in events):
         lines.append(
             Line(text=" " * 11 + "(the trace ends here: the run never finished; it was killed or crashed)",
                  style=Style.BAD)
         )
     return lines
+
+
+def _clip(value: object) -> str:
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 120 else text[:117] + "..."
 
 
 def _tail(text: str, label: str) -> list[Line]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 import threading
 from collections.abc import Mapping
@@ -87,6 +88,13 @@ class ResultsStore:
         if not isinstance(meta, dict) or SWEEP_KEY not in meta:
             raise UsageError(f"{flag}: {path} records no sweep identity (it was written by a "
                              "firstrun without --resume); start a new sweep with --out")
+        for i, run in enumerate(document["runs"], start=1):
+            # Each run is kept as it is and counted done by its task and attempt;
+            # a run without them would crash the sweep or be run again.
+            if not (isinstance(run, dict) and isinstance(run.get("task"), str)
+                    and type(run.get("attempt")) is int):
+                raise UsageError(f"{flag}: {path}: run {i} is not a run record (it needs a "
+                                 "string 'task' and an integer 'attempt')")
         store = cls(out_dir, meta=meta)
         store._runs = [dict(run) for run in document["runs"]]
         return store
@@ -130,14 +138,30 @@ class ResultsStore:
         return {"schema_version": SCHEMA_VERSION, "meta": self._meta, "runs": self._runs}
 
 
+def _read_regular(path: Path) -> bytes:
+    # Non-blocking, so a FIFO by that name is refused rather than waited on.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(0, "not a regular file")
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            return fh.read()
+    finally:
+        os.close(fd)
+
+
 def load_results(path: Path) -> dict[str, Any]:
     """Read a results document, refusing unknown versions with a one-line error."""
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        document = json.loads(_read_regular(path).decode("utf-8"))
     except FileNotFoundError:
         raise UsageError(f"{path}: no results file here") from None
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        raise UsageError(f"{path}: not a readable results file ({exc.strerror or exc})") from None
+    except ValueError as exc:
         raise UsageError(f"{path}: not a readable results file ({exc})") from None
+    except RecursionError:
+        raise UsageError(f"{path}: not a readable results file (nested too deeply)") from None
     version = document.get("schema_version") if isinstance(document, dict) else None
     if version != SCHEMA_VERSION:
         raise UsageError(
