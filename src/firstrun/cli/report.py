@@ -1,7 +1,8 @@
 """``firstrun diff`` and ``firstrun report``, and where a GitHub step summary goes.
 
 Guarantee: both read saved results only, and every bad input (a missing
-results file, an unwritable output, an ``--alpha`` outside (0, 1), a bare
+results file, an unwritable output, an output that is the results file
+itself, an ``--alpha`` outside (0, 1), a bare
 ``--github-summary`` with ``$GITHUB_STEP_SUMMARY`` unset) is refused in one
 line naming the flag or argument before anything is written. ``diff`` exits
 0, or 1 with ``--fail-on-regression`` when some task's pass rate dropped
@@ -83,6 +84,10 @@ def report_command(results: str, *, out: str | None, markdown: str | None, githu
     md_path = _writable_file("--markdown", markdown) if markdown not in (None, "-") else None
     summary = summary_target(github_summary) if github_summary is not None else None
     saved = load_saved(results, label="RESULTS_DIR")
+    for flag, target in (("--out", html_path), ("--markdown", md_path), ("--github-summary", summary)):
+        # Writing the report over the results it is made from would lose them.
+        if target is not None and os.path.realpath(target) == os.path.realpath(saved.path):
+            raise UsageError(f"{flag}: {os.fspath(target)!r} is the results file being reported")
     text = render_markdown(saved.records, meta=saved.meta)
     # With the markdown on stdout, where things went is said on stderr.
     status = sys.stderr if markdown == "-" else sys.stdout

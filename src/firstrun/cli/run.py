@@ -1,7 +1,9 @@
 """``firstrun run`` and ``firstrun check``: tasks in, saved results and an honest exit status out.
 
 Guarantee: every bad input (a flag, a task file, a mirror) is refused before
-any run starts. Every finished run is in ``OUT/results.json`` the moment it
+any run starts. Nothing firstrun did not write is replaced: an ``--out``
+whose ``results.json`` is not a results document is refused, and so is a
+``--junit`` or ``--github-summary`` naming the sweep's own results file. Every finished run is in ``OUT/results.json`` the moment it
 finishes (the store writes it atomically), so whatever ends the command, a
 signal included, what finished is kept. The first SIGINT or SIGTERM stops
 the suite from starting new runs and lets the running ones end cleanly
@@ -46,7 +48,7 @@ from firstrun.results.model import (
     TaskIdentity,
     incomparability,
 )
-from firstrun.results.store import RESULTS_FILE, SWEEP_KEY, ResultsStore
+from firstrun.results.store import RESULTS_FILE, SWEEP_KEY, ResultsStore, load_results
 from firstrun.run.project import (
     ProjectConfig,
     apply_task_defaults,
@@ -103,14 +105,25 @@ class RunRequest:
 
 def _check_paths(request: RunRequest) -> None:
     out = Path(request.out)
+    flag = "--resume" if request.resume is not None else "--out"
     if out.exists() and not out.is_dir():
-        raise UsageError(f"--out: {request.out!r} exists and is not a directory")
+        raise UsageError(f"{flag}: {request.out!r} exists and is not a directory")
+    results = out / RESULTS_FILE
+    if request.resume is None and os.path.lexists(results):
+        # A new sweep replaces OUT/results.json; only ever one firstrun wrote.
+        try:
+            load_results(results)
+        except UsageError as exc:
+            raise UsageError(f"--out: {exc.args[0]}; a new sweep would replace it, so it is "
+                             "left alone: choose another --out") from None
     if request.junit is not None:
         parent = os.path.dirname(os.path.abspath(request.junit))
         if not os.path.isdir(parent):
             raise UsageError(f"--junit: directory {parent!r} does not exist")
         if os.path.isdir(request.junit):
             raise UsageError(f"--junit: {request.junit!r} is a directory")
+        if os.path.realpath(request.junit) == os.path.realpath(results):
+            raise UsageError(f"--junit: {request.junit!r} is the sweep's own {RESULTS_FILE}")
     if request.cache_dir is not None and os.path.exists(request.cache_dir) and not os.path.isdir(request.cache_dir):
         raise UsageError(f"--cache-dir: {request.cache_dir!r} exists and is not a directory")
 
@@ -161,7 +174,10 @@ def _open_store(request: RunRequest, out: Path, identity: SweepIdentity,
     if request.resume is None:
         store = ResultsStore(out, meta={**meta, SWEEP_KEY: identity.to_data()})
         # Written now, so results.json exists (with its meta) even if no run finishes.
-        store.flush()
+        try:
+            store.flush()
+        except OSError as exc:
+            raise UsageError(f"--out: cannot write {store.path}: {exc.strerror or exc}") from None
         return store
     store = ResultsStore.reopen(out)
     reason = incomparability(store.identity(), identity)
@@ -212,6 +228,8 @@ def run_command(request: RunRequest) -> int:
         from firstrun.cli.report import summary_target
 
         summary = summary_target(request.github_summary)
+        if os.path.realpath(summary) == os.path.realpath(Path(request.out) / RESULTS_FILE):
+            raise UsageError(f"--github-summary: {os.fspath(summary)!r} is the sweep's own {RESULTS_FILE}")
     tasks, mirrors = _select(request)
     if project is not None:
         tasks = apply_task_defaults(tasks, project.spec)
@@ -451,6 +469,10 @@ def check_command(
     inspect_tls = bool(with_defaults(inspect_tls, spec.inspect_tls if spec else None, False))
     if not os.path.isdir(sandbox):
         raise UsageError(f"--sandbox: {sandbox!r} is not a directory (a workspace kept by run --keep-sandbox)")
+    from firstrun.sandbox.hostfs import check_workspace
+
+    # Named by its flag here, before any backend could lend it to the sandbox uid.
+    check_workspace(sandbox, os.environ, label="--sandbox")
     tasks = load_tasks([task_path])
     if len(tasks) != 1:
         raise UsageError(f"check: TASK must name one task file; {task_path!r} holds {len(tasks)}")
