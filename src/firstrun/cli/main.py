@@ -32,6 +32,7 @@ from firstrun.errors import (
 )
 from firstrun.policy.images import image_reference_error
 from firstrun.policy.profile import LayerName
+from firstrun.sandbox.base import MAX_COMMAND_TIMEOUT_S
 from firstrun.sandbox.select import BACKENDS
 
 EXIT_USAGE = 3
@@ -55,6 +56,18 @@ def _positive_int(text: str) -> int:
     return value
 
 
+# Every attempt is queued before the first starts, so an absurd --repeat would
+# fill memory instead of running; this is days of runs for even one task.
+MAX_REPEAT = 10_000
+
+
+def _repeat(text: str) -> int:
+    value = _positive_int(text)
+    if value > MAX_REPEAT:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_REPEAT}: {text!r}")
+    return value
+
+
 def _image_reference(text: str) -> str:
     if (why := image_reference_error(text)) is not None:
         raise argparse.ArgumentTypeError(why)
@@ -68,6 +81,9 @@ def _positive_seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds: {text!r}")
+    if value > MAX_COMMAND_TIMEOUT_S:
+        # The sandbox refuses it too, but only once a session has started.
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_COMMAND_TIMEOUT_S:g} seconds (a week): {text!r}")
     return value
 
 
@@ -201,8 +217,8 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
                      "values are defaults, and flags given here win")
     run.add_argument("--keep-sandbox", action="store_true",
                      help="keep each run's workspace at OUT/runs/TASK/ATTEMPT/workspace (for 'firstrun check')")
-    run.add_argument("--repeat", type=_positive_int, default=1, metavar="N",
-                     help="run each task N times (default: 1)")
+    run.add_argument("--repeat", type=_repeat, default=1, metavar="N",
+                     help=f"run each task N times (default: 1, at most {MAX_REPEAT})")
     run.add_argument("--workers", type=_positive_int, metavar="N",
                      help="run up to N runs at once (default: firstrun.yaml's, else 1)")
     run.add_argument("--junit", metavar="FILE",

@@ -124,6 +124,10 @@ def _check_paths(request: RunRequest) -> None:
             raise UsageError(f"--junit: {request.junit!r} is a directory")
         if os.path.realpath(request.junit) == os.path.realpath(results):
             raise UsageError(f"--junit: {request.junit!r} is the sweep's own {RESULTS_FILE}")
+    if request.price_file is not None and os.path.exists(request.price_file) \
+            and not os.path.isfile(request.price_file):
+        # A FIFO or device would be read forever.
+        raise UsageError(f"--price-file: {request.price_file!r} is not a regular file")
     if request.cache_dir is not None and os.path.exists(request.cache_dir) and not os.path.isdir(request.cache_dir):
         raise UsageError(f"--cache-dir: {request.cache_dir!r} exists and is not a directory")
 

@@ -1,0 +1,51 @@
+"""Flag values that used to hang, fill memory, or fail only inside a session are refused at parse.
+
+``--price-file`` naming a FIFO or a device was read forever; ``--repeat``
+is queued in full before the first run, so an absurd count filled memory;
+``sandbox --timeout`` past the sandbox's own limit started a session only to
+fail in it (exit 125). Each is now one ``firstrun: error:`` line naming the
+flag, exit 3.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+Run = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def _one_error(proc: subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode == 3, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("firstrun: error: ")
+    return lines[0]
+
+
+@pytest.mark.parametrize("special", ["fifo", "/dev/zero"])
+def test_price_file_that_is_no_regular_file_is_refused(firstrun: Run, tmp_path: Path, special: str) -> None:
+    path = special
+    if not special.startswith("/"):
+        path = os.fspath(tmp_path / special)
+        os.mkfifo(path)
+    err = _one_error(firstrun("run", "--example", "all", "--price-file", path, cwd=str(tmp_path), timeout=60))
+    assert f"--price-file: '{path}' is not a regular file" in err
+
+
+@pytest.mark.parametrize("value", ["10001", "99999999999999999999"])
+def test_repeat_past_the_bound_is_refused(firstrun: Run, tmp_path: Path, value: str) -> None:
+    err = _one_error(firstrun("run", "--example", "all", "--repeat", value, cwd=str(tmp_path), timeout=60))
+    assert "--repeat" in err and "at most 10000" in err
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("value", ["604801", "1e300"])
+def test_sandbox_timeout_past_the_sandbox_limit_is_a_flag_error(firstrun: Run, value: str) -> None:
+    err = _one_error(firstrun("sandbox", "--timeout", value, "--", "true", timeout=60))
+    assert "--timeout" in err and "at most 604800" in err
