@@ -107,6 +107,8 @@ CONFIG_CASES = [
     ("control-char", 'out: "\x07"\n', 1, "U+0007"),
     ("out-is-a-file", "backend: linux\nout: outside.sh\n", 2, "out: 'outside.sh' exists and is not a directory"),
     ("cache-is-a-file", "cache_dir: outside.sh\n", 1, "cache_dir: 'outside.sh' exists and is not a directory"),
+    ("mirror-unsplittable", "docs_mirrors:\n  a.example: 'http://[::1'\n", 2, "docs_mirrors.a.example"),
+    ("name-too-long", "cache_dir: '" + "c" * 300 + "'\nworkers: 0\n", 2, "workers"),
 ]
 
 

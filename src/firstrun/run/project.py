@@ -172,7 +172,7 @@ def load_project_config(path: str | os.PathLike[str]) -> ProjectConfig:
     base = Path(name).resolve().parent
     for key in ("out", "cache_dir"):
         value = getattr(spec, key)
-        if value is not None and (base / value).exists() and not (base / value).is_dir():
+        if value is not None and os.path.exists(base / value) and not os.path.isdir(base / value):
             raise TaskError(f"{key}: {value!r} exists and is not a directory", path=name,
                             line=locations.line((key,)))
     mirrors: dict[str, Mirror] = {}
@@ -181,7 +181,8 @@ def load_project_config(path: str | os.PathLike[str]) -> ProjectConfig:
         local = source if "://" in source else os.fspath(base / source)
         try:
             mirror = Mirror.parse(f"{host}={local}")
-        except UsageError as exc:
+        except (UsageError, ValueError) as exc:
+            # ValueError: urllib's, for a URL it cannot split ('http://[::1').
             raise TaskError(f"docs_mirrors.{host}: {exc.args[0]}", path=name,
                             line=locations.line(("docs_mirrors", host))) from None
         mirrors[mirror.host] = mirror
