@@ -49,3 +49,27 @@ def test_repeat_past_the_bound_is_refused(firstrun: Run, tmp_path: Path, value: 
 def test_sandbox_timeout_past_the_sandbox_limit_is_a_flag_error(firstrun: Run, value: str) -> None:
     err = _one_error(firstrun("sandbox", "--timeout", value, "--", "true", timeout=60))
     assert "--timeout" in err and "at most 604800" in err
+
+
+LONG = "a" * 300
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "--example", "all", "--out", LONG],
+    ["run", "--example", "all", "--resume", LONG],
+    ["show", LONG],
+    ["report", LONG, "--markdown", "-"],
+    ["diff", LONG, LONG],
+    ["sandbox", "--record", LONG, "--", "true"],
+    ["init", "https://x.example/", "--out", LONG],
+], ids=["run-out", "run-resume", "show", "report", "diff", "sandbox-record", "init-out"])
+def test_a_path_too_long_for_the_filesystem_is_one_line(firstrun: Run, tmp_path: Path, argv: list[str]) -> None:
+    err = _one_error(firstrun(*argv, cwd=str(tmp_path), timeout=60))
+    assert "File name too long" in err
+
+
+def test_junit_name_too_long_is_refused_before_any_run(firstrun: Run, tmp_path: Path) -> None:
+    name = "j" * 250
+    err = _one_error(firstrun("run", "--example", "all", "--junit", name, cwd=str(tmp_path), timeout=60))
+    assert "--junit: the file name" in err and "too long" in err
+    assert not (tmp_path / "results").exists()

@@ -14,6 +14,8 @@ them (130 for Ctrl-C).
 from __future__ import annotations
 
 import argparse
+import errno
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -582,6 +584,17 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     except KeyboardInterrupt:
         print("firstrun: interrupted", file=sys.stderr)
         code = 130
+    except OSError as exc:
+        if exc.errno != errno.ENAMETOOLONG:
+            traceback.print_exc()
+            print("firstrun: internal error (a bug in firstrun); the traceback is above", file=sys.stderr)
+            code = EXIT_SANDBOX
+        else:
+            # Only a path given on the command line or in a file can be too long
+            # for the filesystem, and pathlib's checks raise it from anywhere.
+            print(f"firstrun: error: {_one_line(os.fsdecode(exc.filename or ''))}: {exc.strerror}",
+                  file=sys.stderr)
+            code = EXIT_USAGE
     except Exception:
         # A bug in firstrun, not a bad input: keep the traceback, and keep the
         # status apart from any the command could have produced on its own.

@@ -122,6 +122,10 @@ def _check_paths(request: RunRequest) -> None:
             raise UsageError(f"--junit: directory {parent!r} does not exist")
         if os.path.isdir(request.junit):
             raise UsageError(f"--junit: {request.junit!r} is a directory")
+        # Written at the end through a temporary name ".NAME.XXXXXXXX.tmp": a name
+        # too long for that would fail only after the whole sweep has run.
+        if len(os.fsencode(os.path.basename(request.junit))) + 14 > os.pathconf(parent, "PC_NAME_MAX"):
+            raise UsageError(f"--junit: the file name {os.path.basename(request.junit)!r} is too long")
         if os.path.realpath(request.junit) == os.path.realpath(results):
             raise UsageError(f"--junit: {request.junit!r} is the sweep's own {RESULTS_FILE}")
     if request.price_file is not None and os.path.exists(request.price_file) \
