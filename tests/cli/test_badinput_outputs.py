@@ -101,3 +101,13 @@ def test_check_sandbox_that_would_hand_over_the_host_names_the_flag(firstrun: Ru
                                                                     where: str) -> None:
     err = _one_error(firstrun("check", _task(tmp_path), "--sandbox", where, cwd=str(tmp_path)))
     assert err.startswith(f"firstrun: error: --sandbox: {where} cannot be a workspace")
+
+
+def test_out_whose_runs_is_a_file_is_refused_before_any_run(firstrun: Run, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "runs").write_text("keep\n")
+    err = _one_error(firstrun("run", _task(tmp_path), "--out", str(out), cwd=str(tmp_path)))
+    assert "--out: " in err and "runs' exists and is not a directory" in err
+    assert (out / "runs").read_text() == "keep\n"
+    assert not (out / "results.json").exists()

@@ -108,6 +108,10 @@ def _check_paths(request: RunRequest) -> None:
     flag = "--resume" if request.resume is not None else "--out"
     if out.exists() and not out.is_dir():
         raise UsageError(f"{flag}: {request.out!r} exists and is not a directory")
+    runs = out / "runs"
+    if os.path.lexists(runs) and not runs.is_dir():
+        # Every run's trace goes beneath it; each would crash on its first event.
+        raise UsageError(f"{flag}: {os.fspath(runs)!r} exists and is not a directory")
     results = out / RESULTS_FILE
     if request.resume is None and os.path.lexists(results):
         # A new sweep replaces OUT/results.json; only ever one firstrun wrote.
