@@ -111,3 +111,18 @@ def test_out_whose_runs_is_a_file_is_refused_before_any_run(firstrun: Run, tmp_p
     assert "--out: " in err and "runs' exists and is not a directory" in err
     assert (out / "runs").read_text() == "keep\n"
     assert not (out / "results.json").exists()
+
+
+@pytest.mark.parametrize("shape", ["out-is-a-file", "runs-is-a-file"])
+def test_check_out_that_is_not_a_directory_is_refused(firstrun: Run, tmp_path: Path, shape: str) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    out = tmp_path / "out"
+    if shape == "out-is-a-file":
+        out.write_text("keep\n")
+    else:
+        out.mkdir()
+        (out / "runs").write_text("keep\n")
+    err = _one_error(firstrun("check", _task(tmp_path), "--sandbox", str(workspace), "--out", str(out),
+                              cwd=str(tmp_path)))
+    assert "--out: " in err and "exists and is not a directory" in err

@@ -481,6 +481,10 @@ def check_command(
     inspect_tls = bool(with_defaults(inspect_tls, spec.inspect_tls if spec else None, False))
     if not os.path.isdir(sandbox):
         raise UsageError(f"--sandbox: {sandbox!r} is not a directory (a workspace kept by run --keep-sandbox)")
+    for where in (out, os.path.join(out, "runs")):
+        if os.path.lexists(where) and not os.path.isdir(where):
+            # The check's trace goes beneath it.
+            raise UsageError(f"--out: {where!r} exists and is not a directory")
     from firstrun.sandbox.hostfs import check_workspace
 
     # Named by its flag here, before any backend could lend it to the sandbox uid.
