@@ -51,11 +51,14 @@ CASES = [
     ("nul-escape", HEAD + 'success:\n  file: "a\\0b"\n', 8, "NUL"),
     ("int-key", HEAD + "1: x\n" + SCRIPT, 7, "key '1' is not a name"),
     ("null-key", HEAD + "~: x\n" + SCRIPT, 7, "key '~' is not a name"),
-    ("file-escapes", HEAD + "success:\n  file: ../outside.sh\n", 8, "outside the task file's directory"),
-    ("file-symlink-out", HEAD + "success:\n  file: checks/link.sh\n", 8, "outside the task file's directory"),
+    ("file-escapes", HEAD + "success:\n  file: ../outside.sh\n", 8, "the task's project"),
+    ("file-symlink-out", HEAD + "success:\n  file: checks/link.sh\n", 8, "the task's project"),
     ("file-fifo", HEAD + "success:\n  file: checks/fifo\n", 8, "not a regular file"),
     ("file-dir", HEAD + "success:\n  file: checks\n", 8, "is a directory"),
     ("file-huge", HEAD + "success:\n  file: checks/huge.sh\n", 8, "larger than 1 MiB"),
+    # Past a week a supervisor's wait overflows; the check would fail as a sandbox error.
+    ("command-seconds", HEAD + "budgets:\n  max_command_seconds: 99999999\n" + SCRIPT, 8,
+     "must be at most 604800"),
 ]
 
 
@@ -131,3 +134,28 @@ def test_project_config_that_is_a_directory_is_refused(firstrun: Run, tmp_path: 
     (tmp_path / "firstrun.yaml").mkdir()
     err = _one_error(firstrun("run", "tasks/t.yaml", cwd=str(tmp_path), timeout=60))
     assert "firstrun.yaml is not a file" in err
+
+
+@pytest.mark.parametrize("marker", [".git", "firstrun.yaml"])
+def test_a_check_shared_across_the_tasks_project_is_read(firstrun: Run, tmp_path: Path,
+                                                         marker: str) -> None:
+    # tasks/python/x.yaml naming ../shared/check.sh: inside the project the
+    # marker names, so read; a symlink from there to outside it still is not.
+    project = tmp_path / "project"
+    (project / "tasks" / "python").mkdir(parents=True)
+    (project / "tasks" / "shared").mkdir()
+    if marker == ".git":
+        (project / ".git").mkdir()
+    else:
+        (project / "firstrun.yaml").write_text("backend: linux\n")
+    (project / "tasks" / "shared" / "check.sh").write_text("test -f x || qs_fail no\n")
+    (tmp_path / "secret.sh").write_text("test -f y || qs_fail no\n")
+    (project / "tasks" / "shared" / "out.sh").symlink_to(tmp_path / "secret.sh")
+    ok = project / "tasks" / "python" / "ok.yaml"
+    ok.write_text(HEAD + "success:\n  file: ../shared/check.sh\n")
+    proc = firstrun("validate", str(ok), cwd=str(project), timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    out = project / "tasks" / "python" / "out.yaml"
+    out.write_text(HEAD + "success:\n  file: ../shared/out.sh\n")
+    err = _one_error(firstrun("run", str(out), cwd=str(project), timeout=60))
+    assert f"leads outside '{project}', the task's project" in err

@@ -153,6 +153,7 @@ def test_server_mirror_reads_as_the_real_host(serve):
         "docs.example.test=http://127.0.0.1:99999",
         "docs.example.test=http://127.0.0.1:8000/?q=1",
         "docs.example.test=http://127.0.0.1:8000/docs",
+        "docs.example.test=http://[::1",
     ],
 )
 def test_bad_mirror_flags_are_one_line_usage_errors(text):

@@ -12,7 +12,8 @@ from __future__ import annotations
 import pytest
 
 from firstrun.errors import SandboxError
-from firstrun.sandbox.base import MAX_COMMAND_TIMEOUT_S, prepare_command
+from firstrun.policy.process import MAX_COMMAND_TIMEOUT_S
+from firstrun.sandbox.base import prepare_command
 from firstrun.sandbox.linux.backend import LinuxSession
 
 

@@ -33,8 +33,8 @@ from firstrun.errors import (
     UsageError,
 )
 from firstrun.policy.images import image_reference_error
+from firstrun.policy.process import MAX_COMMAND_TIMEOUT_S
 from firstrun.policy.profile import LayerName
-from firstrun.sandbox.base import MAX_COMMAND_TIMEOUT_S
 from firstrun.sandbox.select import BACKENDS
 
 EXIT_USAGE = 3

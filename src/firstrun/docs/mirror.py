@@ -79,7 +79,10 @@ def parse_mirrors(texts: Iterable[str]) -> dict[str, Mirror]:
 
 
 def _parse_local_base(text: str, source: str) -> str:
-    parts = urllib.parse.urlsplit(source)
+    try:
+        parts = urllib.parse.urlsplit(source)
+    except ValueError:  # an unclosed IPv6 bracket, for one
+        raise UsageError(f"{FLAG} {text!r}: not a URL") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UsageError(f"{FLAG} {text!r}: a mirror URL is just http(s)://HOST[:PORT]")
     # Only an origin: the served pages' root-relative links and Locations name

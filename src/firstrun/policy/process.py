@@ -42,6 +42,12 @@ RESERVED_VARIABLES = frozenset({
 })
 
 
+# The longest limit a command may ask for. Past it the arithmetic stops being
+# defined: infinity and NaN never expire, and every supervisor's wait (epoll
+# counts milliseconds in an int) overflows beyond about 24 days.
+MAX_COMMAND_TIMEOUT_S = 7 * 24 * 3600.0
+
+
 @dataclass(frozen=True, kw_only=True)
 class Limits:
     command_timeout_s: float = 600.0

@@ -17,7 +17,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from firstrun.errors import SandboxError
-from firstrun.policy.process import RESERVED_VARIABLES
+from firstrun.policy.process import MAX_COMMAND_TIMEOUT_S, RESERVED_VARIABLES
 from firstrun.policy.profile import SandboxProfile
 
 
@@ -147,10 +147,6 @@ class ProxyEndpoint:
                                "could never swap them", who="proxy")
 
 
-# The longest limit a command may ask for. Past it the arithmetic stops being
-# defined: infinity and NaN never expire, and every supervisor's wait (epoll
-# counts milliseconds in an int) overflows beyond about 24 days.
-MAX_COMMAND_TIMEOUT_S = 7 * 24 * 3600.0
 
 
 def _os_string(value: object) -> bool:

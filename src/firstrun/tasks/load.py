@@ -472,6 +472,23 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
 # --- the check file -------------------------------------------------------------
 
 
+def _project_root(task_dir: Path) -> Path:
+    """The nearest directory at or above ``task_dir`` that marks a project, else ``task_dir``.
+
+    A project is marked by ``.git`` or ``firstrun.yaml``, so checks shared by
+    sibling task directories (``../checks/x.sh``) are found. A home directory
+    and ``/`` never count, even with a ``.git`` (a dotfiles repository would
+    otherwise open the home's secrets to a check).
+    """
+    never = {Path("/"), Path("/root"), Path.home().resolve()}
+    for candidate in (task_dir, *task_dir.parents):
+        if candidate in never or candidate.parent == Path("/home"):
+            break
+        if (candidate / ".git").exists() or (candidate / "firstrun.yaml").is_file():
+            return candidate
+    return task_dir
+
+
 def _read_check(
     spec: TaskSpec, task_path: Path, locations: Locations, name: str
 ) -> tuple[str, str | None]:
@@ -481,12 +498,13 @@ def _read_check(
     line = locations.line(("success", "file"))
     check_path = task_path.parent / ref
     try:
-        # Beside or below the task file, symlinks resolved: a task file from
+        # Inside the task's project, symlinks resolved: a task file from
         # elsewhere must not be able to read this machine's files into a check.
-        home = task_path.parent.resolve()
-        if not check_path.resolve().is_relative_to(home):
-            raise TaskError(f"success.file {ref!r} leads outside the task file's directory "
-                            f"{os.fspath(home)!r}", path=name, line=line)
+        root = _project_root(task_path.parent.resolve())
+        if not check_path.resolve().is_relative_to(root):
+            raise TaskError(f"success.file {ref!r} leads outside {os.fspath(root)!r}, the task's "
+                            "project (the nearest directory above the task file holding .git "
+                            "or firstrun.yaml, else the task file's own)", path=name, line=line)
         text = read_file_bytes(os.fspath(check_path)).decode("utf-8")
     except FileNotFoundError:
         raise TaskError(

@@ -50,6 +50,7 @@ from firstrun.policy.hosts import HostPattern
 from firstrun.policy.images import image_reference_error
 from firstrun.policy.methods import InspectionPolicy
 from firstrun.policy.permissions import TOOLS, RuleSet, Verdict, parse_rule
+from firstrun.policy.process import MAX_COMMAND_TIMEOUT_S
 
 RULE = "task_rule"
 
@@ -287,7 +288,9 @@ class Budgets(_Model):
 
     max_turns: PositiveInt = Field(20, description="Tool-use rounds.")
     max_seconds: PositiveInt = Field(480, description="Wall clock for the agent phase.")
-    max_command_seconds: PositiveInt = Field(300, description="Timeout for one command.")
+    max_command_seconds: PositiveInt = Field(
+        300, le=int(MAX_COMMAND_TIMEOUT_S), description="Timeout for one command (at most a week)."
+    )
     max_output_chars: PositiveInt = Field(
         20_000, description="Output kept per command; head and tail survive."
     )
