@@ -10,22 +10,10 @@ flag, exit 3.
 from __future__ import annotations
 
 import os
-import subprocess
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-Run = Callable[..., subprocess.CompletedProcess[str]]
-
-
-def _one_error(proc: subprocess.CompletedProcess[str]) -> str:
-    assert proc.returncode == 3, proc.stderr
-    assert "Traceback" not in proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("firstrun: error: ")
-    return lines[0]
+from badinput_support import Run, one_error
 
 
 @pytest.mark.parametrize("special", ["fifo", "/dev/zero"])
@@ -34,20 +22,20 @@ def test_price_file_that_is_no_regular_file_is_refused(firstrun: Run, tmp_path: 
     if not special.startswith("/"):
         path = os.fspath(tmp_path / special)
         os.mkfifo(path)
-    err = _one_error(firstrun("run", "--example", "all", "--price-file", path, cwd=str(tmp_path), timeout=60))
+    err = one_error(firstrun("run", "--example", "all", "--price-file", path, cwd=str(tmp_path), timeout=60))
     assert f"--price-file: '{path}' is not a regular file" in err
 
 
 @pytest.mark.parametrize("value", ["10001", "99999999999999999999"])
 def test_repeat_past_the_bound_is_refused(firstrun: Run, tmp_path: Path, value: str) -> None:
-    err = _one_error(firstrun("run", "--example", "all", "--repeat", value, cwd=str(tmp_path), timeout=60))
+    err = one_error(firstrun("run", "--example", "all", "--repeat", value, cwd=str(tmp_path), timeout=60))
     assert "--repeat" in err and "at most 10000" in err
     assert not (tmp_path / "results").exists()
 
 
 @pytest.mark.parametrize("value", ["604801", "1e300"])
 def test_sandbox_timeout_past_the_sandbox_limit_is_a_flag_error(firstrun: Run, value: str) -> None:
-    err = _one_error(firstrun("sandbox", "--timeout", value, "--", "true", timeout=60))
+    err = one_error(firstrun("sandbox", "--timeout", value, "--", "true", timeout=60))
     assert "--timeout" in err and "at most 604800" in err
 
 
@@ -64,12 +52,12 @@ LONG = "a" * 300
     ["init", "https://x.example/", "--out", LONG],
 ], ids=["run-out", "run-resume", "show", "report", "diff", "sandbox-record", "init-out"])
 def test_a_path_too_long_for_the_filesystem_is_one_line(firstrun: Run, tmp_path: Path, argv: list[str]) -> None:
-    err = _one_error(firstrun(*argv, cwd=str(tmp_path), timeout=60))
+    err = one_error(firstrun(*argv, cwd=str(tmp_path), timeout=60))
     assert "File name too long" in err
 
 
 def test_junit_name_too_long_is_refused_before_any_run(firstrun: Run, tmp_path: Path) -> None:
     name = "j" * 250
-    err = _one_error(firstrun("run", "--example", "all", "--junit", name, cwd=str(tmp_path), timeout=60))
+    err = one_error(firstrun("run", "--example", "all", "--junit", name, cwd=str(tmp_path), timeout=60))
     assert "--junit: the file name" in err and "too long" in err
     assert not (tmp_path / "results").exists()

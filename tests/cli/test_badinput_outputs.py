@@ -11,35 +11,12 @@ come before any sandbox starts.
 from __future__ import annotations
 
 import json
-import subprocess
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from badinput_support import TASK, Run, one_error
 
-Run = Callable[..., subprocess.CompletedProcess[str]]
-
-TASK = (
-    "name: t\n"
-    "goal: Do the thing.\n"
-    "docs:\n"
-    "  entrypoint: https://greeter.docs.example/index.html\n"
-    "replay:\n"
-    "  - echo hi\n"
-    "success:\n"
-    "  script: |\n"
-    "    test -f x || qs_fail no\n"
-)
 SAVED = {"schema_version": 1, "meta": {"agent": "replay"}, "runs": []}
-
-
-def _one_error(proc: subprocess.CompletedProcess[str]) -> str:
-    assert proc.returncode == 3, proc.stderr
-    assert "Traceback" not in proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("firstrun: error: ")
-    return lines[0]
 
 
 def _task(tmp_path: Path) -> str:
@@ -55,20 +32,20 @@ def test_out_never_replaces_a_results_json_firstrun_did_not_write(firstrun: Run,
     out.mkdir()
     (out / "results.json").write_text(foreign)
     (out / "notes.txt").write_text("keep\n")
-    err = _one_error(firstrun("run", _task(tmp_path), "--out", str(out), cwd=str(tmp_path)))
+    err = one_error(firstrun("run", _task(tmp_path), "--out", str(out), cwd=str(tmp_path)))
     assert "--out: " in err and "left alone" in err
     assert (out / "results.json").read_text() == foreign
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt", "results.json"]
 
 
 def test_out_that_cannot_be_created_is_one_line(firstrun: Run, tmp_path: Path) -> None:
-    err = _one_error(firstrun("run", _task(tmp_path), "--out", "/proc/firstrun-out", cwd=str(tmp_path)))
+    err = one_error(firstrun("run", _task(tmp_path), "--out", "/proc/firstrun-out", cwd=str(tmp_path)))
     assert "--out: cannot write /proc/firstrun-out/results.json" in err
 
 
 def test_resume_of_a_file_names_resume(firstrun: Run, tmp_path: Path) -> None:
     task = _task(tmp_path)
-    err = _one_error(firstrun("run", task, "--resume", task, cwd=str(tmp_path)))
+    err = one_error(firstrun("run", task, "--resume", task, cwd=str(tmp_path)))
     assert err.startswith("firstrun: error: --resume: ")
 
 
@@ -78,7 +55,7 @@ def test_run_outputs_cannot_be_the_sweeps_own_results(firstrun: Run, tmp_path: P
     out.mkdir()
     saved = json.dumps(SAVED)
     (out / "results.json").write_text(saved)
-    err = _one_error(firstrun("run", _task(tmp_path), "--out", str(out),
+    err = one_error(firstrun("run", _task(tmp_path), "--out", str(out),
                               f"{flag}={out / 'results.json'}", cwd=str(tmp_path)))
     assert f"{flag}: " in err and "own results.json" in err
     assert (out / "results.json").read_text() == saved
@@ -91,7 +68,7 @@ def test_report_outputs_cannot_be_the_results_being_reported(firstrun: Run, tmp_
     out.mkdir()
     saved = json.dumps(SAVED)
     (out / "results.json").write_text(saved)
-    err = _one_error(firstrun("report", str(out), f"{flag}={out / 'results.json'}"))
+    err = one_error(firstrun("report", str(out), f"{flag}={out / 'results.json'}"))
     assert f"{flag}: " in err and "is the results file being reported" in err
     assert (out / "results.json").read_text() == saved
 
@@ -99,7 +76,7 @@ def test_report_outputs_cannot_be_the_results_being_reported(firstrun: Run, tmp_
 @pytest.mark.parametrize("where", ["/", "/etc", "/tmp"])
 def test_check_sandbox_that_would_hand_over_the_host_names_the_flag(firstrun: Run, tmp_path: Path,
                                                                     where: str) -> None:
-    err = _one_error(firstrun("check", _task(tmp_path), "--sandbox", where, cwd=str(tmp_path)))
+    err = one_error(firstrun("check", _task(tmp_path), "--sandbox", where, cwd=str(tmp_path)))
     assert err.startswith(f"firstrun: error: --sandbox: {where} cannot be a workspace")
 
 
@@ -107,7 +84,7 @@ def test_out_whose_runs_is_a_file_is_refused_before_any_run(firstrun: Run, tmp_p
     out = tmp_path / "out"
     out.mkdir()
     (out / "runs").write_text("keep\n")
-    err = _one_error(firstrun("run", _task(tmp_path), "--out", str(out), cwd=str(tmp_path)))
+    err = one_error(firstrun("run", _task(tmp_path), "--out", str(out), cwd=str(tmp_path)))
     assert "--out: " in err and "runs' exists and is not a directory" in err
     assert (out / "runs").read_text() == "keep\n"
     assert not (out / "results.json").exists()
@@ -123,6 +100,6 @@ def test_check_out_that_is_not_a_directory_is_refused(firstrun: Run, tmp_path: P
     else:
         out.mkdir()
         (out / "runs").write_text("keep\n")
-    err = _one_error(firstrun("check", _task(tmp_path), "--sandbox", str(workspace), "--out", str(out),
+    err = one_error(firstrun("check", _task(tmp_path), "--sandbox", str(workspace), "--out", str(out),
                               cwd=str(tmp_path)))
     assert "--out: " in err and "exists and is not a directory" in err

@@ -11,28 +11,15 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from badinput_support import TASK, Run, one_error
 from cli_records import record
 
 from firstrun.results.model import Classification
 
-Run = Callable[..., subprocess.CompletedProcess[str]]
-
-TASK = (
-    "name: t\n"
-    "goal: Do the thing.\n"
-    "docs:\n"
-    "  entrypoint: https://greeter.docs.example/index.html\n"
-    "replay:\n"
-    "  - echo hi\n"
-    "success:\n"
-    "  script: |\n"
-    "    test -f x || qs_fail no\n"
-)
 EVENTS = [
     {"kind": "run_started", "mono": 1.0, "task": "t", "attempt": 1, "agent": "replay"},
     {"kind": "run_finished", "mono": 2.0, "classification": "passed", "reason": "check_passed"},
@@ -59,21 +46,12 @@ def _trace(root: Path, lines: list[str]) -> None:
     path.write_text("".join(line + "\n" for line in lines))
 
 
-def _one_error(proc: subprocess.CompletedProcess[str]) -> str:
-    assert proc.returncode == 3, proc.stderr
-    assert "Traceback" not in proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("firstrun: error: ")
-    return lines[0]
-
-
 def test_show_refuses_a_trace_path_that_leads_outside(firstrun: Run, tmp_path: Path) -> None:
     secret = tmp_path / "secret.jsonl"
     secret.write_text(json.dumps({"kind": "failure", "mono": 1, "detail": "SECRET-CONTENT"}) + "\n")
     root = _results(tmp_path / "out", [_run_data(trace="../secret.jsonl")])
     proc = firstrun("show", str(root))
-    err = _one_error(proc)
+    err = one_error(proc)
     assert "leads outside the results directory" in err
     assert "SECRET-CONTENT" not in proc.stdout + proc.stderr
 
@@ -110,7 +88,7 @@ def test_a_trace_that_is_a_fifo_is_refused_not_waited_on(firstrun: Run, tmp_path
     fifo = root / "runs" / "t" / "1" / "trace.jsonl"
     fifo.parent.mkdir(parents=True)
     os.mkfifo(fifo)
-    err = _one_error(firstrun("show", str(root), timeout=60))
+    err = one_error(firstrun("show", str(root), timeout=60))
     assert "not a regular file" in err
     proc = firstrun("report", str(root), "--out", str(tmp_path / "r.html"), timeout=60)
     assert proc.returncode == 0, proc.stderr
@@ -125,7 +103,7 @@ def test_results_nested_past_the_recursion_limit_are_one_line(firstrun: Run, tmp
     (root / "results.json").write_text("[" * 100_000 + "]" * 100_000)
     argv = {"show": ["show", str(root)], "report": ["report", str(root), "--markdown", "-"],
             "diff": ["diff", str(root), str(root)]}[command]
-    assert "nested too deeply" in _one_error(firstrun(*argv))
+    assert "nested too deeply" in one_error(firstrun(*argv))
 
 
 def _resume(firstrun: Run, tmp_path: Path, root: Path) -> subprocess.CompletedProcess[str]:
@@ -140,7 +118,7 @@ def _resume(firstrun: Run, tmp_path: Path, root: Path) -> subprocess.CompletedPr
 def test_resume_refuses_a_run_it_could_not_count(firstrun: Run, tmp_path: Path, bad: Any) -> None:
     root = _results(tmp_path / "out", [_run_data(), bad], sweep=True)
     before = (root / "results.json").read_bytes()
-    err = _one_error(_resume(firstrun, tmp_path, root))
+    err = one_error(_resume(firstrun, tmp_path, root))
     assert "--resume: " in err and "run 2 is not a run record" in err
     assert (root / "results.json").read_bytes() == before
 
@@ -149,5 +127,5 @@ def test_resume_refuses_a_results_file_that_is_a_fifo(firstrun: Run, tmp_path: P
     root = tmp_path / "out"
     root.mkdir()
     os.mkfifo(root / "results.json")
-    err = _one_error(_resume(firstrun, tmp_path, root))
+    err = one_error(_resume(firstrun, tmp_path, root))
     assert "--resume: " in err and "not a regular file" in err

@@ -8,13 +8,10 @@ every task before any sandbox starts, so nothing here runs a command.
 from __future__ import annotations
 
 import os
-import subprocess
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-Run = Callable[..., subprocess.CompletedProcess[str]]
+from badinput_support import Run, one_error
 
 HEAD = (
     "name: t\n"
@@ -73,15 +70,6 @@ def _setup(tmp_path: Path) -> Path:
     return tasks
 
 
-def _one_error(proc: subprocess.CompletedProcess[str]) -> str:
-    assert proc.returncode == 3, proc.stderr
-    assert "Traceback" not in proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("firstrun: error: ")
-    return lines[0]
-
-
 @pytest.mark.parametrize(("case", "text", "line", "says"), CASES, ids=[c[0] for c in CASES])
 def test_hostile_task_file_is_one_located_error(firstrun: Run, tmp_path: Path, case: str,
                                                 text: str, line: int, says: str) -> None:
@@ -89,7 +77,7 @@ def test_hostile_task_file_is_one_located_error(firstrun: Run, tmp_path: Path, c
     task = tasks / f"{case}.yaml"
     task.write_text(text)
     # The FIFO has no writer: a loader that opened it would wait here forever.
-    err = _one_error(firstrun("run", str(task), cwd=str(tmp_path), timeout=60))
+    err = one_error(firstrun("run", str(task), cwd=str(tmp_path), timeout=60))
     assert f"{task}:{line}: " in err
     assert says in err
     assert not (tmp_path / "results").exists()
@@ -100,7 +88,7 @@ def test_task_path_that_is_no_regular_file_is_refused(firstrun: Run, tmp_path: P
     path = special if special.startswith("/") else os.fspath(tmp_path / special)
     if not special.startswith("/"):
         os.mkfifo(path)
-    err = _one_error(firstrun("run", path, cwd=str(tmp_path), timeout=60))
+    err = one_error(firstrun("run", path, cwd=str(tmp_path), timeout=60))
     assert f"{path}: cannot read: not a regular file" in err
 
 
@@ -122,7 +110,7 @@ def test_hostile_project_config_is_one_located_error(firstrun: Run, tmp_path: Pa
     (tasks / "t.yaml").write_text(HEAD + SCRIPT)
     config = tmp_path / "firstrun.yaml"
     config.write_text(text)
-    err = _one_error(firstrun("run", "tasks/t.yaml", cwd=str(tmp_path), timeout=60))
+    err = one_error(firstrun("run", "tasks/t.yaml", cwd=str(tmp_path), timeout=60))
     assert f"firstrun.yaml:{line}: " in err
     assert says in err
     assert (tmp_path / "outside.sh").read_text() == "test -f x || qs_fail no\n"
@@ -132,7 +120,7 @@ def test_project_config_that_is_a_directory_is_refused(firstrun: Run, tmp_path: 
     tasks = _setup(tmp_path)
     (tasks / "t.yaml").write_text(HEAD + SCRIPT)
     (tmp_path / "firstrun.yaml").mkdir()
-    err = _one_error(firstrun("run", "tasks/t.yaml", cwd=str(tmp_path), timeout=60))
+    err = one_error(firstrun("run", "tasks/t.yaml", cwd=str(tmp_path), timeout=60))
     assert "firstrun.yaml is not a file" in err
 
 
@@ -157,5 +145,5 @@ def test_a_check_shared_across_the_tasks_project_is_read(firstrun: Run, tmp_path
     assert proc.returncode == 0, proc.stderr
     out = project / "tasks" / "python" / "out.yaml"
     out.write_text(HEAD + "success:\n  file: ../shared/out.sh\n")
-    err = _one_error(firstrun("run", str(out), cwd=str(project), timeout=60))
+    err = one_error(firstrun("run", str(out), cwd=str(project), timeout=60))
     assert f"leads outside '{project}', the task's project" in err

@@ -157,20 +157,10 @@ def configurations(backend: str) -> tuple[Configuration, ...]:
 
 AUDITED_BACKENDS: tuple[str, ...] = ("linux", "docker", "local")
 
-# A child of the harness tries to lower its OOM score by one, the way a
+# A child of the harness runs the battery's own OOM-score probe, the way a
 # local command would, and says whether the kernel let it.
-_LOWER_OOM = """
-path = "/proc/self/oom_score_adj"
-with open(path) as f:
-    before = int(f.read())
-try:
-    with open(path, "w") as f:
-        f.write(str(before - 1))
-except PermissionError:
-    print("refused")
-else:
-    print("lowered")
-"""
+_LOWER_OOM = ("from firstrun.audit.probe import lower_oom_score\n"
+              "print('lowered' if lower_oom_score({})[0] else 'refused')\n")
 
 
 def harness_refusals() -> frozenset[Reach]:
@@ -182,13 +172,14 @@ def harness_refusals() -> frozenset[Reach]:
     harness in a container usually lacks; neither the floor nor the answer
     can be read, so it is tried.
     """
-    out = subprocess.run([sys.executable, "-I", "-c", _LOWER_OOM], capture_output=True,
+    out = subprocess.run([sys.executable, "-c", _LOWER_OOM], capture_output=True,
                          text=True, stdin=subprocess.DEVNULL, timeout=60, check=False)
     answer = out.stdout.strip()
     if out.returncode != 0 or answer not in ("refused", "lowered"):
         raise SandboxError(f"could not measure the harness's own OOM floor (exit "
                            f"{out.returncode}): {out.stderr.strip()[-300:]}", who="audit")
     return frozenset({Reach.OOM_SCORE_DOWN}) if answer == "refused" else frozenset()
+
 
 # How a run turns on each layer a residual path may need.
 CONTROLS: dict[Layer, str] = {
