@@ -11,17 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
-from badinput_support import Run, one_error
-
-HEAD = (
-    "name: t\n"
-    "goal: Do the thing.\n"
-    "docs:\n"
-    "  entrypoint: https://greeter.docs.example/index.html\n"
-    "replay:\n"
-    "  - echo hi\n"
-)
-SCRIPT = "success:\n  script: |\n    test -f x || qs_fail no\n"
+from badinput_support import HEAD, SCRIPT, Run, one_error
 
 
 def _laughs() -> str:

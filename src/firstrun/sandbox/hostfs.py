@@ -73,8 +73,12 @@ def _one_line(text: str) -> str:
 
 def check_workspace(workspace: str, env: Mapping[str, str], *, label: str = "workspace") -> str:
     """``workspace`` resolved, or a ``UsageError`` (led by ``label``) saying why it cannot be one."""
+    return _checked_workspace(workspace, real_homes(env), label)
+
+
+def _checked_workspace(workspace: str, homes: tuple[str, ...], label: str) -> str:
     resolved = os.path.realpath(workspace)
-    why = workspace_refusal(resolved, real_homes(env))
+    why = workspace_refusal(resolved, homes)
     if why is None and sys.platform == "linux":
         # Every backend binds the workspace with what is mounted inside it:
         # a bind of a home or of /proc there would be inside the sandbox too.
@@ -93,8 +97,8 @@ def host_filesystem_policy(workspace: str, env: Mapping[str, str]) -> Filesystem
 
     Raises ``UsageError`` for a workspace ``check_workspace`` refuses.
     """
-    resolved = check_workspace(workspace, env)
     homes = real_homes(env)
+    resolved = _checked_workspace(workspace, homes, "workspace")
     path_entries = [e for e in env.get("PATH", "").split(":") if e]
     roots = tuple(r for r in toolchain_roots(path_entries, homes) if os.path.isdir(r))
     readonly = [p for p in SYSTEM_READONLY if os.path.lexists(p)]

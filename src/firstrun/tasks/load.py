@@ -6,8 +6,8 @@ with a did-you-mean for an unknown key; never a traceback, never a PyYAML or
 pydantic message shape. YAML and pydantic errors are converted here and
 nowhere else. A ``success.file`` is read here, relative to the task file,
 and kept in memory; the runner never needs the path again. It must resolve
-beside or below the task file, so a task file cannot read the host's other
-files into its check. Only regular files up to 1 MiB are read, so a FIFO
+inside the task's project (``_project_root``), so a task file cannot read
+the host's other files into its check. Only regular files up to 1 MiB are read, so a FIFO
 or a device is refused instead of hanging or filling memory, and a
 document nested deeper than 64 levels, with an alias inside its own anchor,
 or whose aliases expand past 100,000 values is refused from the event
