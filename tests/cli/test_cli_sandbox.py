@@ -19,6 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from firstrun.images.build import image_present
+from firstrun.sandbox.ownership import LEASE_DIR
+
 FIRSTRUN = Path(sys.executable).parent / "firstrun"
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
@@ -155,6 +158,61 @@ def test_interrupt_closes_the_session_and_leaves_nothing_running(
             proc.kill()
             proc.wait()
     assert proc.returncode == 128 + signum, err
+    assert _processes_with_argument(marker) == []
+
+
+def _backends() -> list[object]:
+    docker = pytest.param("docker", marks=pytest.mark.skipif(
+        os.geteuid() != 0 or not image_present("firstrun/python:3.11"),
+        reason="the docker backend needs root, a dockerd and firstrun/python:3.11 "
+               "(scripts/test provides them)"))
+    return ["linux", docker]
+
+
+def _owners(top: Path) -> set[int]:
+    return {os.lstat(p).st_uid for p in (top, *top.rglob("*"))}
+
+
+def _start_and_wait(backend: str, workspace: Path, marker: str) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        [str(FIRSTRUN), "sandbox", "--backend", backend, "--workspace", str(workspace), "--",
+         "sh", "-c", f"touch started; (setsid sleep {marker} &); sleep {marker}"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 120
+    while not (workspace / "started").exists() or len(_processes_with_argument(marker)) < 2:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"the command never started: {proc.communicate()}")
+        time.sleep(0.05)
+    return proc
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root harness lends the workspace")
+@pytest.mark.parametrize("backend", _backends())
+def test_after_a_sigkilled_harness_the_next_start_gives_the_workspace_back(
+    tmp_path: Path, backend: str
+) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "mine").write_text("the owner's file\n")
+    marker = f"4{os.getpid() % 1000:03d}.9"
+    proc = _start_and_wait(backend, workspace, marker)
+    lent = os.stat(workspace).st_uid
+    assert lent != 0
+    proc.kill()
+    proc.wait()
+    # Killed at once: nobody gave anything back, and the lease says what was lent.
+    assert _owners(workspace) == {lent}
+    [lease] = [json.loads(p.read_text()) for p in Path(LEASE_DIR).glob("*.json")
+               if json.loads(p.read_text())["workspace"] == str(workspace)]
+    assert (lease["uid"], lease["owner"]) == (lent, [0, 0])
+    later = subprocess.run([str(FIRSTRUN), "sandbox", "--backend", backend, "--", "true"],
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+    assert later.returncode == 0, later.stderr
+    assert _owners(workspace) == {0}
+    assert (workspace / "mine").read_text() == "the owner's file\n"
+    assert not Path(LEASE_DIR, f"{lent}.json").exists()
     assert _processes_with_argument(marker) == []
 
 

@@ -15,22 +15,146 @@ the owner's group where it carries the lent one, and loses any setuid bit
 and any setgid bit the sandbox set, so nothing the sandbox made comes back
 privileged. Neither walk recurses on the Python stack nor holds more than
 one directory open, so no depth the sandbox can build stops one half way.
+
+A lend is written down before any owner changes: a lease in ``LEASE_DIR``
+(root's alone) names the workspace, the lent uid, the owner and the harness
+(``PID:STARTTIME``); ``give_back`` removes it once everything is back. A
+harness killed by SIGKILL never gives back, so ``recover`` (which every
+lending backend calls before it starts a session) takes each lease whose
+harness is gone, kills every process still running as its uid, gives the
+workspace back, removes the stage directory it names, and drops the lease.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import posixpath
 import pwd
 import random
 import re
+import signal
 import stat
+import time
 from collections.abc import Callable, Iterator
 
 from firstrun.errors import SandboxError
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _OCTAL_ESCAPE = re.compile(rb"\\([0-7]{3})")
+LEASE_DIR = "/run/firstrun/leases"
+
+
+def process_identity(pid: int) -> str | None:
+    """``PID:STARTTIME`` (clock ticks since boot), so a reused pid is not mistaken for ours."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat_line = f.read()
+    except OSError:
+        return None
+    fields = stat_line[stat_line.rindex(b")") + 2:].split()
+    return f"{pid}:{int(fields[19])}"
+
+
+def alive(identity: str) -> bool:
+    """Whether the process ``process_identity`` named is still the one running."""
+    pid, _, _ = identity.partition(":")
+    return pid.isdigit() and process_identity(int(pid)) == identity
+
+
+def _live_pids_of(uid: int) -> list[int]:
+    """Host pids running as ``uid``, zombies excluded (they run nothing, and
+    bubblewrap's namespace init may wait as one until the host's init reaps it)."""
+    pids = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{name}").st_uid != uid:
+                continue
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat_line = f.read()
+        except OSError:
+            continue
+        if stat_line[stat_line.rindex(b")") + 2:].split()[0] not in (b"Z", b"X"):
+            pids.append(int(name))
+    return pids
+
+
+def kill_uid(uid: int) -> None:
+    """SIGKILL every host process running as ``uid`` (unique to one session) until none."""
+    while pids := _live_pids_of(uid):
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.01)
+
+
+def _lease_path(uid: int) -> str:
+    return os.path.join(LEASE_DIR, f"{uid}.json")
+
+
+def _write_lease(top: str, uid: int, owner: tuple[int, int], stage_dir: str | None) -> None:
+    os.makedirs(LEASE_DIR, mode=0o700, exist_ok=True)
+    lease = {"workspace": top, "uid": uid, "owner": list(owner), "stage_dir": stage_dir,
+             "harness": process_identity(os.getpid())}
+    path = _lease_path(uid)
+    partial = f"{path}.{os.getpid()}.partial"
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(lease, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(partial, path)
+
+
+def _drop_lease(uid: int) -> None:
+    try:
+        os.unlink(_lease_path(uid))
+    except FileNotFoundError:
+        pass
+
+
+def recover(*, who: str) -> tuple[str, ...]:
+    """Give back every workspace a dead harness left lent; the workspaces recovered.
+
+    A lease that cannot be read is left for a person to look at, never
+    guessed at: recovery changes owners only where a lease says so.
+    """
+    try:
+        names = sorted(os.listdir(LEASE_DIR))
+    except FileNotFoundError:
+        return ()
+    recovered = []
+    for name in names:
+        if not name.endswith(".json"):
+            continue
+        try:
+            with open(os.path.join(LEASE_DIR, name), encoding="utf-8") as f:
+                lease = json.load(f)
+            top, uid, owner = lease["workspace"], int(lease["uid"]), tuple(lease["owner"])
+            harness, stage_dir = lease["harness"], lease.get("stage_dir")
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if isinstance(harness, str) and alive(harness):
+            continue
+        kill_uid(uid)
+        try:
+            if stage_dir and os.path.isdir(stage_dir):
+                os.rmdir(stage_dir)
+            if os.path.isdir(top):
+                give_back(top, uid, (int(owner[0]), int(owner[1])))
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise SandboxError(f"cannot give back {top}, which a harness that died left lent to "
+                               f"uid {uid}: {exc}", who=who) from exc
+        _drop_lease(uid)
+        recovered.append(top)
+    return tuple(recovered)
 
 
 def uid_in_use(uid: int) -> bool:
@@ -130,18 +254,25 @@ def _privileged(st: os.stat_result) -> bool:
         st.st_mode & (stat.S_ISGID | stat.S_IXGRP) == stat.S_ISGID | stat.S_IXGRP
 
 
-def lend(top: str, uid: int, *, who: str) -> None:
+def lend(top: str, uid: int, *, who: str, stage_dir: str | None = None) -> None:
     """Give ``uid`` the entries of the workspace ``top`` that belong to it alone.
 
     ``top`` is a resolved path; its owner's entries on its own mount change
     owner (not group), except files with a hard link outside ``top`` and
     setuid or setgid files, which stay as they are. All or nothing: an entry
     that cannot change owner (immutable, on a filesystem that refuses) gives
-    back what was lent so far and raises a ``SandboxError`` naming it.
+    back what was lent so far and raises a ``SandboxError`` naming it. The
+    lease (with ``stage_dir``, the session's directory to remove should the
+    harness die) is on disk before the first owner changes.
     """
     top = os.path.realpath(top)
     top_st = os.lstat(top)
     at = [top]
+    try:
+        _write_lease(top, uid, (top_st.st_uid, top_st.st_gid), stage_dir)
+    except OSError as exc:
+        raise SandboxError(f"cannot record the lease of the workspace in {LEASE_DIR}: "
+                           f"{exc.strerror or exc}", who=who) from exc
     try:
         _lend(top, top_st, uid, at)
     except OSError as exc:
@@ -220,3 +351,4 @@ def give_back(top: str, lent: int, owner: tuple[int, int]) -> None:
     back(top, os.lstat(top), None)
     for dir_fd, name, _, st in _walk(top, lambda path, st: True):
         back(name, st, dir_fd)
+    _drop_lease(lent)

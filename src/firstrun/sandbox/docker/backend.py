@@ -102,7 +102,7 @@ from firstrun.sandbox.docker.topology import (
     build_topology,
 )
 from firstrun.sandbox.output import OutputCapture
-from firstrun.sandbox.ownership import give_back, lend, pick_uid
+from firstrun.sandbox.ownership import give_back, lend, pick_uid, recover
 
 SUPERVISOR_SOURCE = Path(supervisor.__file__).read_text(encoding="utf-8")
 SECCOMP_PROBE_SOURCE = Path(seccomp_probe.__file__).read_text(encoding="utf-8")
@@ -589,6 +589,10 @@ class DockerBackend:
         docker_bin = docker_binary()
         image = resolve_image(self._image, docker_bin)
         reap(docker_bin=docker_bin)
+        # After the reap: a dead harness's containers are gone before its
+        # workspace changes owner again.
+        if os.geteuid() == 0:
+            recover(who="docker")
         st = os.lstat(fs.workspace)
         owner = (st.st_uid, st.st_gid)
         lent = pick_uid(_UID_RANGE, who="docker") if owner[0] == 0 else None

@@ -35,6 +35,7 @@ from firstrun.sandbox.docker.topology import (
     PROXY_PORT,
     Topology,
 )
+from firstrun.sandbox.ownership import alive, process_identity
 
 EMBEDDED_DNS = "127.0.0.11"
 _DOCKER_TIMEOUT_S = 120.0
@@ -64,27 +65,11 @@ def docker(*args: str, docker_bin: str | None = None, stdin: str | None = None,
     return done
 
 
-def process_identity(pid: int) -> str | None:
-    """``PID:STARTTIME`` (clock ticks since boot), so a reused pid is not mistaken for ours."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(b")") + 2:].split()
-    return f"{pid}:{int(fields[19])}"
-
-
 def harness_identity() -> str:
     identity = process_identity(os.getpid())
     if identity is None:
         raise SandboxError("cannot read this process's own /proc entry", who="docker")
     return identity
-
-
-def _alive(identity: str) -> bool:
-    pid, _, _ = identity.partition(":")
-    return pid.isdigit() and process_identity(int(pid)) == identity
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,7 +107,7 @@ def reap(*, docker_bin: str | None = None) -> Reaped:
                 "volume": ("volume", "rm", "--force")}
     removed: dict[str, list[str]] = {"container": [], "network": [], "volume": []}
     for kind in ("container", "network", "volume"):
-        dead = [name for name, owner in _labelled(kind, docker_bin) if not _alive(owner)]
+        dead = [name for name, owner in _labelled(kind, docker_bin) if not alive(owner)]
         if not dead:
             continue
         done = docker(*removers[kind], *dead, docker_bin=docker_bin, check=False)

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -63,7 +62,7 @@ from firstrun.sandbox.linux.spec import (
     build_launch_spec,
     helper_config,
 )
-from firstrun.sandbox.ownership import give_back, lend, pick_uid
+from firstrun.sandbox.ownership import give_back, kill_uid, lend, pick_uid, recover
 
 HELPER_SOURCE = Path(helper.__file__).read_text(encoding="utf-8")
 LAUNCHER_SOURCE = Path(launcher.__file__).read_text(encoding="utf-8")
@@ -143,36 +142,6 @@ def _walkable_by_anyone(path: str) -> bool:
         here = os.path.dirname(here)
 
 
-def _live_pids_of(uid: int) -> list[int]:
-    """Host pids running as ``uid``, zombies excluded (they run nothing, and
-    bubblewrap's namespace init may wait as one until the host's init reaps it)."""
-    pids = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            if os.stat(f"/proc/{name}").st_uid != uid:
-                continue
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        if stat[stat.rindex(b")") + 2 :].split()[0] not in (b"Z", b"X"):
-            pids.append(int(name))
-    return pids
-
-
-def _kill_uid(uid: int) -> None:
-    """SIGKILL every host process running as ``uid`` (unique to one session) until none."""
-    while pids := _live_pids_of(uid):
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.01)
-
-
 class LinuxSession(SupervisedSession):
     """A running bubblewrap sandbox and the helper inside it."""
 
@@ -229,7 +198,7 @@ class LinuxSession(SupervisedSession):
         if self.cgroup is not None:
             self.cgroup.kill_and_remove()
         if self._sandbox_uid is not None:
-            _kill_uid(self._sandbox_uid)
+            kill_uid(self._sandbox_uid)
 
     def interrupt(self) -> None:
         # Killing bubblewrap takes its pid namespace, and every command in it,
@@ -326,6 +295,8 @@ class LinuxBackend:
         )
         st = os.lstat(fs.workspace)
         owner = (st.st_uid, st.st_gid)
+        if root:
+            recover(who="linux")
         uid = pick_uid(_UID_RANGE, who="linux") if root else None
         stage_dir = tempfile.mkdtemp(prefix="firstrun-stage-", dir=_stage_parent()) if root else None
         control_parent, control_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -352,7 +323,7 @@ class LinuxBackend:
                 "cgroup_procs": list(session_cgroup.procs_files) if session_cgroup else [],
             }
             if uid is not None:
-                lend(fs.workspace, uid, who="linux")
+                lend(fs.workspace, uid, who="linux", stage_dir=stage_dir)
                 launch.update({
                     "stage_dir": stage_dir, "uid": uid, "gid": uid,
                     "stage": [(b.source, b.staged, b.directory) for b in spec.stage],
@@ -456,7 +427,7 @@ class LinuxBackend:
         if session_cgroup is not None:
             session_cgroup.kill_and_remove()
         if uid is not None:
-            _kill_uid(uid)
+            kill_uid(uid)
             give_back(workspace, uid, owner)
         if stage_dir is not None:
             os.rmdir(stage_dir)

@@ -66,7 +66,7 @@ from firstrun.sandbox.microvm.spec import (
     build_argv,
     guest_config,
 )
-from firstrun.sandbox.ownership import give_back, lend, pick_uid
+from firstrun.sandbox.ownership import give_back, lend, pick_uid, recover
 
 AGENT_SOURCE = Path(__file__).with_name("agent.py").read_bytes()
 ACCEL_VARIABLE = "FIRSTRUN_MICROVM_ACCEL"
@@ -331,6 +331,8 @@ class MicrovmBackend:
         st = os.lstat(fs.workspace)
         owner = (st.st_uid, st.st_gid)
         root = os.geteuid() == 0
+        if root:
+            recover(who="microvm")
         lent = pick_uid(_UID_RANGE, who="microvm") if root else None
         uid, gid = (lent, lent) if lent is not None else (os.getuid(), os.getgid())
         groups: list[int] = []
