@@ -327,6 +327,7 @@ def test_seccomp_refuses_namespace_and_kernel_surface(hostile: Hostile) -> None:
         "call('io_uring_setup', 425, 1, 0)\n"
         "call('perf_event_open', 298, 0, 0, 0, 0, 0)\n"
         "call('personality_no_aslr', 135, 0x0040000)\n"
+        "call('memfd_secret', 447, 0)\n"
         "for fam in (socket.AF_NETLINK, socket.AF_PACKET, 0, 40):\n"
         "    try:\n"
         "        socket.socket(fam, socket.SOCK_RAW if fam != 40 else socket.SOCK_STREAM).close()\n"
@@ -337,7 +338,8 @@ def test_seccomp_refuses_namespace_and_kernel_surface(hostile: Hostile) -> None:
     )])
     lines = dict(line.rsplit(" ", 1) for line in out.splitlines())
     for name in ("unshare_user", "unshare_mount", "clone_newuser", "mount", "bpf", "keyctl",
-                 "userfaultfd", "io_uring_setup", "perf_event_open", "personality_no_aslr"):
+                 "userfaultfd", "io_uring_setup", "perf_event_open", "personality_no_aslr",
+                 "memfd_secret"):
         assert lines[name] == "EPERM", (name, out)
     assert lines["clone3"] == "ENOSYS"
     for fam in (16, 17, 0, 40):

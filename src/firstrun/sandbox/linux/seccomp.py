@@ -5,7 +5,7 @@ syscalls a confined process could use to inspect or steer its neighbours
 (ptrace, process_vm_*, pidfd_getfd, kcmp), to rearrange or leave its
 namespaces (mount family, pivot_root, chroot, unshare, setns, clone with any
 CLONE_NEW* flag), to reach kernel attack surface it never needs (bpf,
-keyrings, userfaultfd, perf, io_uring, modules, kexec), to push keystrokes
+keyrings, userfaultfd, perf, io_uring, modules, kexec, memfd_secret), to push keystrokes
 into a terminal (TIOCSTI, TIOCLINUX), or to open sockets outside AF_UNIX,
 AF_INET and AF_INET6. ``clone3`` answers ENOSYS so libc falls back to
 ``clone``, whose flags a filter can inspect (clone3 passes them in memory).
@@ -71,6 +71,8 @@ _DENY_ALWAYS = (
     "userfaultfd", "perf_event_open", "io_uring_setup", "io_uring_enter", "io_uring_register",
     "init_module", "finit_module", "delete_module", "open_by_handle_at", "name_to_handle_at",
     "swapon", "swapoff", "reboot", "acct", "syslog", "quotactl",
+    # Memory the kernel hides even from itself: nothing can inspect what is kept there.
+    "memfd_secret",
 )
 
 # CLONE_NEWTIME (0x80) is left out: for clone() that bit is part of the exit
