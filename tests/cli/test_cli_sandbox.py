@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from firstrun.images.build import image_present
-from firstrun.sandbox.ownership import LEASE_DIR
+from firstrun.sandbox.ownership import LEASE_DIR, process_identity
 
 FIRSTRUN = Path(sys.executable).parent / "firstrun"
 
@@ -134,33 +134,6 @@ def _processes_with_argument(marker: str) -> list[int]:
     return found
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_interrupt_closes_the_session_and_leaves_nothing_running(
-    tmp_path: Path, signum: int
-) -> None:
-    # A duration no other process on the machine would use, to find ours in /proc.
-    marker = f"3{os.getpid() % 1000:03d}.{signum}17"
-    proc = subprocess.Popen(
-        [str(FIRSTRUN), "sandbox", "--workspace", str(tmp_path), "--",
-         "sh", "-c", f"touch started; (setsid sleep {marker} &); sleep {marker}"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while not (tmp_path / "started").exists() or len(_processes_with_argument(marker)) < 2:
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the command never started"
-            time.sleep(0.05)
-        proc.send_signal(signum)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 128 + signum, err
-    assert _processes_with_argument(marker) == []
-
-
 def _backends() -> list[object]:
     docker = pytest.param("docker", marks=pytest.mark.skipif(
         os.geteuid() != 0 or not image_present("firstrun/python:3.11"),
@@ -186,6 +159,36 @@ def _start_and_wait(backend: str, workspace: Path, marker: str) -> subprocess.Po
             raise AssertionError(f"the command never started: {proc.communicate()}")
         time.sleep(0.05)
     return proc
+
+
+@pytest.mark.parametrize("backend", _backends())
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_closes_the_session_and_leaves_nothing_running(
+    tmp_path: Path, signum: int, backend: str
+) -> None:
+    # A duration no other process on the machine would use, to find ours in /proc.
+    marker = f"3{os.getpid() % 1000:03d}.{signum}17"
+    proc = _start_and_wait(backend, tmp_path, marker)
+    harness = process_identity(proc.pid)
+    try:
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signum, err
+    assert _processes_with_argument(marker) == []
+    # Given back, and nothing of the session's left on the host or in the daemon.
+    assert _owners(tmp_path) == {os.geteuid()}
+    assert not any(Path(LEASE_DIR).glob("*.json")) or all(
+        json.loads(p.read_text())["workspace"] != str(tmp_path)
+        for p in Path(LEASE_DIR).glob("*.json"))
+    if backend == "docker":
+        left = subprocess.run(["docker", "ps", "--all", "--quiet", "--filter",
+                               f"label=org.firstrun.harness={harness}"],
+                              capture_output=True, text=True, check=True).stdout
+        assert left == ""
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only a root harness lends the workspace")

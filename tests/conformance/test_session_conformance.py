@@ -184,3 +184,25 @@ def test_workspace_files_belong_to_the_workspace_owner(backend: str, workspace: 
         for name in [*dirs, *files]:
             owners.add(os.lstat(os.path.join(root, name)).st_uid)
     assert owners == {4321}
+
+
+def test_kill_all_leaves_nothing_a_command_started_and_counts_it(
+        backend: str, workspace: str) -> None:
+    # What the success check relies on, on every backend: after kill_all
+    # nothing a command left is running (judged by a marked process gone from
+    # the sandbox's own table, and from the host's where it runs there), and
+    # the session still runs commands.
+    marker = f"firstrun-leftover-{uuid.uuid4().hex}"
+    with session_on(backend, workspace) as session:
+        started = session.exec(
+            f"setsid nohup bash -c 'exec -a {marker} sleep 3600' >/dev/null 2>&1 & "
+            f"nohup bash -c 'exec -a {marker} sleep 3601' >/dev/null 2>&1 & "
+            f"for _ in $(seq 300); do [ \"$(pgrep -fxc '{marker} 360[01]')\" = 2 ] && break; "
+            "sleep 0.1; done; echo started", timeout=60)
+        assert started.stdout.text() == "started\n"
+        assert session.kill_all() == 2
+        seen = session.exec(f"pgrep -fxc '{marker} 360[01]'", timeout=60)
+        assert seen.stdout.text().strip() == "0"
+        if backend not in VM_BACKENDS:
+            assert _host_pids_with(marker) == []
+        assert session.exec("echo on", timeout=60).stdout.text() == "on\n"

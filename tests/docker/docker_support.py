@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from firstrun.policy.filesystem import FilesystemPolicy
 from firstrun.policy.network import NetworkPolicy
 from firstrun.policy.profile import SandboxProfile
-from firstrun.sandbox.docker.backend import sidecar_lib_binds
+from firstrun.sandbox.docker.backend import HELPER_SOURCE, sidecar_lib_binds
 from firstrun.sandbox.docker.resources import docker, harness_identity
 from firstrun.sandbox.docker.topology import DockerHost, Topology, build_topology
 
@@ -25,7 +25,8 @@ def make_topology(workspace: str, *, harness: str | None = None) -> tuple[Sandbo
     profile = SandboxProfile(fs=FilesystemPolicy(workspace=workspace),
                              net=NetworkPolicy.build(allow=["pypi.org"]))
     host = DockerHost(workspace=workspace, uid=1000, gid=1000, image=IMAGE, sidecar_image=IMAGE,
-                      lib_binds=lib_binds(), harness=harness or harness_identity())
+                      lib_binds=lib_binds(), harness=harness or harness_identity(),
+                      helper_source=HELPER_SOURCE)
     return profile, build_topology(profile, session=uuid.uuid4().hex[:12], host=host)
 
 
@@ -59,8 +60,21 @@ def start_sidecar(profile: SandboxProfile, topology: Topology) -> Sidecar:
     return Sidecar(process=proc, nonce=str(ready["nonce"]), ip=ip)
 
 
+def start_run(topology: Topology) -> subprocess.Popen[bytes]:
+    """Start the run container attached, as the backend does: its helper (pid 1) runs
+    until this process's stdin closes. Returns once the helper said ready."""
+    proc = subprocess.Popen(["docker", "start", "--attach", "--interactive", topology.run],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    ready = json.loads(proc.stdout.readline())
+    assert ready.get("ok"), ready
+    return proc
+
+
 def run_python(topology: Topology, source: str) -> subprocess.CompletedProcess[str]:
-    return docker("exec", topology.run, "python3", "-I", "-c", source, check=False)
+    # As the session's uid, like every command; the container's own user is the helper's.
+    return docker("exec", "--user", "1000:1000", topology.run, "python3", "-I", "-c", source,
+                  check=False)
 
 
 def labelled(kind: str, session: str) -> list[str]:

@@ -20,6 +20,7 @@ from firstrun.policy.profile import LayerName, SandboxProfile
 from firstrun.sandbox.base import Enforcement, ProxyEndpoint
 from firstrun.sandbox.docker.backend import DockerBackend
 from firstrun.sandbox.docker.resources import docker, harness_identity
+from firstrun.sandbox.helper import landlock_abi
 from firstrun.sandbox.hostfs import host_filesystem_policy
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
@@ -58,14 +59,21 @@ def test_a_session_runs_commands_attested_and_gives_the_workspace_back(workspace
         names = {c.name for c in session.info.attestation}
         assert {"direct_egress_refused", "proxy_answers", "host_canary_saw_nothing",
                 "seccomp_loaded", "no_privileges", "writes_confined"} <= names
-        # Every layer required, every layer provided: enforced, with the
-        # read-only root recorded as what stands in for Landlock.
+        # Every layer required, every layer provided: enforced, with Landlock
+        # (where this kernel has it) applied by the helper over the read-only root.
         assert session.info.enforcement is Enforcement.ENFORCED
         assert session.info.downgrades == ()
         layers = {l.name: l for l in session.info.layers}
         assert set(layers) == {layer.value for layer in LayerName}
         assert all(l.applied for l in layers.values())
-        assert layers["landlock"].mechanism == "read-only root + tmpfs"
+        abi = landlock_abi()
+        assert layers["landlock"].mechanism == (f"landlock ABI {abi} + read-only root" if abi
+                                                else "read-only root + tmpfs")
+        checks = {c.name: c for c in session.info.attestation}
+        if abi:
+            # The witness tmpfs is writable by its mode: only Landlock refuses.
+            assert "/run/firstrun-witness: EACCES" in checks["writes_confined"].detail
+        assert "signal 1: EPERM" in checks["supervisor_out_of_reach"].detail
         result = session.exec("id -u; mkdir -p sub && echo hi > sub/f && cat sub/f; touch /etc/x",
                               timeout=60)
         assert result.stdout.text() == "4321\nhi\n"

@@ -6,7 +6,7 @@ from firstrun.policy.filesystem import FilesystemPolicy
 from firstrun.policy.process import Limits
 from firstrun.policy.profile import SandboxProfile
 from firstrun.sandbox.docker.resources import firewall_rules
-from firstrun.sandbox.docker.topology import DockerHost, build_topology
+from firstrun.sandbox.docker.topology import DockerHost, build_topology, helper_config
 
 PROFILE = SandboxProfile(
     fs=FilesystemPolicy(workspace="/HOST/ws", real_homes=("/root",)),
@@ -16,7 +16,7 @@ HOST = DockerHost(
     workspace="/HOST/ws", uid=1000, gid=1000, image="firstrun/python:3.11",
     sidecar_image="firstrun/python:3.11",
     lib_binds=(("/SRC/firstrun", "firstrun"), ("/SITE/h11", "h11")),
-    harness="4242:777", seccomp_profile="/PRIVATE/seccomp.json",
+    harness="4242:777", seccomp_profile="/PRIVATE/seccomp.json", helper_source="HELPER SOURCE",
 )
 LABELS = ("--label", "org.firstrun.managed=1", "--label", "org.firstrun.session=s1",
           "--label", "org.firstrun.harness=4242:777")
@@ -45,18 +45,28 @@ def test_topology_is_golden() -> None:
          "firstrun/python:3.11", "python3", "-s", "-m", "firstrun.proxy", "0.0.0.0", "3128"),
         ("network", "connect", "firstrun-s1-internal", "firstrun-s1-proxy"),
         ("create", "--name", "firstrun-s1-run", *LABELS,
-         "--network", "firstrun-s1-internal",
+         "--network", "firstrun-s1-internal", "--interactive",
          "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
          "--security-opt", "seccomp=/PRIVATE/seccomp.json", "--read-only",
          "--tmpfs", "/tmp:rw,nosuid,nodev,size=1073741824",
-         "--user", "1000:1000", "--pids-limit", "256",
+         "--user", "0:0", "--pids-limit", "256",
          "--memory", "1073741824", "--memory-swap", "1073741824", "--cpus", "1",
          "--ulimit", "core=0", "--ipc", "private", "--log-driver", "none",
+         "--cap-add", "SETUID", "--cap-add", "SETGID", "--cap-add", "SETPCAP",
+         "--cap-add", "KILL",
          "--tmpfs", "/home/sandbox:rw,nosuid,nodev,size=1073741824,uid=1000,gid=1000,mode=700",
+         "--tmpfs", "/run/firstrun-witness:rw,nosuid,nodev,noexec,size=4096,mode=1777",
          "--ulimit", "nofile=2048:2048",
          "--mount", "type=bind,source=/HOST/ws,target=/workspace",
-         "--workdir", "/workspace", "--hostname", "sandbox", "--init",
-         "--entrypoint", "/bin/sleep", "firstrun/python:3.11", "infinity"),
+         "--workdir", "/workspace", "--hostname", "sandbox",
+         "--entrypoint", "/usr/bin/python3", "firstrun/python:3.11", "-I", "-S", "-c",
+         "HELPER SOURCE",
+         '{"channel_fds":[0,1],"dial_fd":null,"proxy_port":null,'
+         '"limits":{"pids":null,"memory_bytes":1073741824,"open_files":2048},'
+         '"landlock":{"apply":true,"required":false,"min_abi":1,'
+         '"dirs":["/workspace","/tmp","/home/sandbox","/dev/shm","/dev/pts"],'
+         '"files":["/dev/null","/dev/zero","/dev/full","/dev/tty","/dev/random","/dev/urandom",'
+         '"/dev/ptmx"]},"user":{"uid":1000,"gid":1000}}'),
     )
     assert topo.resources() == (
         ("container", "firstrun-s1-run"), ("container", "firstrun-s1-proxy"),
@@ -77,8 +87,11 @@ def test_run_container_is_on_the_internal_network_only() -> None:
     topo = build_topology(PROFILE, session="s1", host=HOST)
     run = topo.create[4]
     assert [run[i + 1] for i, a in enumerate(run) if a == "--network"] == [topo.internal_network]
-    assert not any(a.startswith("--network=") or a in ("--net", "--privileged", "--cap-add")
-                   for a in run)
+    assert not any(a.startswith("--network=") or a in ("--net", "--privileged") for a in run)
+    # The helper's four, which every command drops (bounding set included) before it execs.
+    assert [run[i + 1] for i, a in enumerate(run) if a == "--cap-add"] == [
+        "SETUID", "SETGID", "SETPCAP", "KILL"]
+    assert helper_config(PROFILE, uid=1000, gid=1000)["user"] == {"uid": 1000, "gid": 1000}
     assert not any("seccomp=unconfined" in a or "apparmor=unconfined" in a for a in run)
     # Only the workspace is bound writable; the sidecar binds only read-only.
     assert [a for a in run if a.startswith("type=bind")] == [

@@ -17,7 +17,7 @@ import tempfile
 import threading
 
 import pytest
-from docker_support import create, labelled, make_topology, run_python, start_sidecar
+from docker_support import create, labelled, make_topology, run_python, start_run, start_sidecar
 
 from firstrun.sandbox.docker.resources import apply_firewall, docker, reap, remove
 
@@ -39,7 +39,8 @@ print(json.dumps(out))
 
 
 def _dial(topology, targets: list[tuple[str, int]]) -> dict[str, str]:
-    done = docker("exec", topology.run, "python3", "-I", "-c", DIAL, json.dumps(targets))
+    done = docker("exec", "--user", "1000:1000", topology.run, "python3", "-I", "-c", DIAL,
+                  json.dumps(targets))
     return json.loads(done.stdout)
 
 
@@ -71,7 +72,7 @@ def test_firewall_closes_the_host_and_leaves_only_the_sidecar() -> None:
     try:
         create(topology)
         sidecar = start_sidecar(profile, topology)
-        docker("start", topology.run)
+        start_run(topology)
         gateway = _gateway(topology)
 
         # Control: without the firewall the host's bridge address answers.

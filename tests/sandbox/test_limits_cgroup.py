@@ -159,7 +159,8 @@ def test_close_kills_everything_and_removes_the_cgroup(workspace: str) -> None:
     assert session.cgroup is not None
     directories = session.cgroup.directories
     members = [(pid, cgroup.start_time(pid)) for pid in session.cgroup.members()]
-    assert len(members) >= 5
+    # bubblewrap, the helper (its namespace's init), the two sleeps.
+    assert len(members) >= 4
     session.close()
     assert not any(os.path.exists(d) for d in directories)
     assert not any(start is not None and alive(pid, start) for pid, start in members)
@@ -171,8 +172,8 @@ def test_the_limits_layer_names_the_cgroup(capped: LinuxSession) -> None:
     assert layer.applied
     assert layer.mechanism == f"{capped.cgroup.version.value} memory+pids"
     assert f"memory {MEMORY} bytes" in layer.detail and f"pids {PIDS}" in layer.detail
-    # bubblewrap, its namespace's init and the helper are members from the start.
-    assert len(capped.cgroup.members()) >= 3
+    # bubblewrap and the helper (its namespace's init) are members from the start.
+    assert len(capped.cgroup.members()) >= 2
 
 
 @live

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import time
 
 import pytest
 from sandbox_support import alive, host_processes_with, make_profile
 
-from firstrun.errors import SandboxUnavailable
+from firstrun.errors import SandboxError, SandboxUnavailable
 from firstrun.policy.filesystem import SYSTEM_READONLY
 from firstrun.policy.process import Limits
 from firstrun.policy.profile import LayerName
@@ -224,3 +226,69 @@ def test_a_private_tmpdir_does_not_stop_the_sandbox_uid(tmp_path, monkeypatch) -
     assert result.stdout.text() == "reached\n"
     assert (workspace / "here").stat().st_uid == os.geteuid()
     assert list(private.iterdir()) == [workspace]
+
+
+def _helper_host_pid(session: LinuxSession) -> int:
+    """The helper's pid on the host: the process of bubblewrap's tree that is pid 1 inside."""
+    todo = [session._process.pid]
+    while todo:
+        pid = todo.pop()
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                nspid = next(line for line in f if line.startswith("NSpid:")).split()
+        except (OSError, StopIteration):
+            continue
+        if len(nspid) > 2 and nspid[-1] == "1":
+            return pid
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                todo += [int(c) for c in f.read().split()]
+    raise AssertionError("no helper in the sandbox's process tree")
+
+
+def test_a_command_cannot_stop_or_kill_the_helper(session: LinuxSession) -> None:
+    # The helper shares the commands' uid, but it is its namespace's init: the
+    # kernel drops every signal from inside that it has no handler for.
+    result = session.exec("kill -STOP 1; kill -KILL 1; kill -INT 1; kill -STOP -1; sleep 1; "
+                          "grep State /proc/1/status", timeout=30)
+    assert result.exit_code == 0 and "(sleeping)" in result.stdout.text(), result
+    with open(f"/proc/{_helper_host_pid(session)}/stat") as f:
+        assert f.read().rsplit(")", 1)[1].split()[0] in ("S", "R")
+    assert session.exec("echo alive").stdout.text() == "alive\n"
+
+
+def test_a_stopped_helper_is_detected_within_its_liveness_not_the_timeout(
+        workspace: str) -> None:
+    # Stopped from outside (the only place a stop can come from): without
+    # beats the harness would wait out the command's hour-long timeout.
+    with LinuxBackend().start(make_profile(workspace), proxy=None) as session:
+        session.liveness_s = 3.0
+        caught: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                session.exec("touch started; sleep 3600", timeout=3600)
+            except SandboxError as exc:
+                caught.append(exc)
+
+        worker = threading.Thread(target=run, daemon=True)
+        worker.start()
+        deadline = time.monotonic() + 60
+        while not os.path.exists(os.path.join(workspace, "started")):
+            assert time.monotonic() < deadline, "the command never started"
+            time.sleep(0.05)
+        os.kill(_helper_host_pid(session), signal.SIGSTOP)
+        worker.join(timeout=120)
+        assert not worker.is_alive(), "the stopped helper went unnoticed"
+        assert len(caught) == 1 and "sent nothing for 3s" in str(caught[0]), caught
+        # Ended at once, not at close: nothing runs on unsupervised meanwhile.
+        assert session._process.poll() is not None
+
+
+def test_kill_all_ends_every_leftover_and_the_session_goes_on(session: LinuxSession) -> None:
+    assert session.exec("setsid sleep 3301 >/dev/null 2>&1 < /dev/null & "
+                        "(sleep 3302 &) >/dev/null 2>&1; sleep 3303 &").exit_code == 0
+    assert session.kill_all() == 3
+    assert "sleep 330" not in session.exec(["ps", "-eo", "args"]).stdout.text()
+    assert session.kill_all() == 0
+    assert session.exec("echo on").stdout.text() == "on\n"

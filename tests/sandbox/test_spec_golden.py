@@ -46,7 +46,7 @@ def _spec(stage_dir: str | None):
 EXPECTED_HEAD = [
     "/usr/bin/bwrap",
     "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net",
-    "--unshare-cgroup-try", "--disable-userns", "--die-with-parent", "--new-session",
+    "--unshare-cgroup-try", "--disable-userns", "--die-with-parent", "--as-pid-1", "--new-session",
     "--hostname", "sandbox",
     "--proc", "/proc",
     "--dev", "/dev",
@@ -77,7 +77,7 @@ def test_argv_unprivileged_harness() -> None:
         "--", "/PY/bin/python3.11", "-I", "-S", "-c", "<HELPER>",
     ]
     assert config == {
-        "control_fd": 3,
+        "channel_fds": [3, 3],
         "dial_fd": 4,
         "proxy_port": 3128,
         "limits": {"pids": 1024, "memory_bytes": 1 << 30, "open_files": 4096},

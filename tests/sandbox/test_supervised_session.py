@@ -133,3 +133,76 @@ def test_close_restores_even_when_the_supervisor_is_silent(supervised) -> None: 
     assert session.calls == ["teardown", "restore"]
     with pytest.raises(SandboxError, match="session is closed"):
         session.exec("true")
+
+
+def _exit(sock: socket.socket, msg: dict) -> None:
+    _send(sock, {"id": msg["id"], "op": "exit", "code": 0, "duration_s": 0.1, "timed_out": False})
+
+
+def test_beats_keep_a_long_command_alive_past_the_liveness_limit(supervised) -> None:  # type: ignore[no-untyped-def]
+    def reply(sock: socket.socket, msg: dict) -> None:
+        if msg["op"] == "exec":
+            for _ in range(4):
+                threading.Event().wait(0.1)
+                _send(sock, {"id": msg["id"], "op": "alive"})
+            _exit(sock, msg)
+
+    session = supervised(reply)
+    session.liveness_s = 0.3
+    assert session.exec("sleep 1").exit_code == 0
+    assert session.calls == []
+
+
+def test_a_silent_supervisor_is_lost_at_the_liveness_limit_not_the_command_timeout(
+        supervised) -> None:  # type: ignore[no-untyped-def]
+    # A supervisor a command stopped with SIGSTOP sends nothing at all; the
+    # command's own timeout (an hour here) is not what ends the wait.
+    session = supervised(lambda sock, msg: None)
+    session.liveness_s = 0.3
+    with pytest.raises(SandboxError, match="sent nothing for 0.3s"):
+        session.exec("sleep 3600", timeout=3600)
+    assert session.calls == ["end"]
+
+
+def test_an_error_from_the_supervisor_ends_the_sandbox(supervised) -> None:  # type: ignore[no-untyped-def]
+    session = supervised(lambda sock, msg: _send(
+        sock, {"id": msg["id"], "op": "error", "error": "cannot drop to the session's uid"}))
+    with pytest.raises(SandboxError, match="cannot drop to the session's uid"):
+        session.exec("true")
+    assert session.calls == ["end"]
+
+
+def test_an_exec_cut_short_ends_the_sandbox_and_close_waits_for_no_answer(
+        supervised) -> None:  # type: ignore[no-untyped-def]
+    # Ctrl-C or SIGTERM in the middle of a command: the supervisor is busy with
+    # it and would answer a shutdown only once it ends, so close must not ask.
+    seen: list[str] = []
+
+    def interrupted(stream: object, data: bytes) -> None:
+        raise KeyboardInterrupt
+
+    def feed(sock: socket.socket, msg: dict) -> None:
+        seen.append(msg["op"])
+        if msg["op"] == "exec":
+            _send(sock, {"id": msg["id"], "op": "out", "stream": "stdout", "data": "aGk="})
+
+    session = supervised(feed)
+    with pytest.raises(KeyboardInterrupt):
+        session.exec("sleep 600", on_output=interrupted)
+    session.close()
+    assert session.calls == ["end", "teardown", "restore"]
+    assert seen == ["exec"]
+
+
+def test_kill_all_reports_the_supervisors_count_and_the_session_goes_on(
+        supervised) -> None:  # type: ignore[no-untyped-def]
+    def reply(sock: socket.socket, msg: dict) -> None:
+        if msg["op"] == "kill_all":
+            _send(sock, {"id": msg["id"] - 1, "op": "killed", "count": 99})  # not this request
+            _send(sock, {"id": msg["id"], "op": "killed", "count": 3})
+        elif msg["op"] == "exec":
+            _exit(sock, msg)
+
+    session = supervised(reply)
+    assert session.kill_all() == 3
+    assert session.exec("true").exit_code == 0

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from firstrun.errors import AttestationFailed
-from firstrun.sandbox.base import Check, Session
+from firstrun.sandbox.base import Check, Session, Stream
 
 PROBE_SOURCE = (Path(__file__).parent / "attest_probe.py").read_text(encoding="utf-8")
 _PROBE_TIMEOUT_S = 60.0
@@ -52,6 +52,16 @@ class AttestPlan:
     whether the syscall filter must be proven; False only for a session
     whose profile leaves that layer out (the audit's, again).
 
+    ``supervisor`` is how the process that runs every command is walled
+    off from them: ``same_uid`` (the linux helper, which shares the
+    commands' uid: it is not dumpable, so its descriptors, memory and
+    environment are out of reach), ``foreign_uid`` (docker's helper and the
+    micro-VM's agent run under a uid no command has: the same, and no
+    command can signal it either) or ``none`` (one sandbox per command, as
+    under Seatbelt: nothing to reach). ``self_mem_sealed``: a command cannot
+    open its own ``/proc/self/mem`` for writing (Landlock refuses it), the
+    write that patches a process's read-only pages.
+
     ``user_restricted`` is a VM's user-mode network with ``restrict=on``: one
     interface, one on-link subnet and no route beyond it, no DNS answer;
     ``host_alias`` is where the host's ``host_address`` appears inside
@@ -73,6 +83,8 @@ class AttestPlan:
     write_witness: str | None = None
     seccomp: bool = True
     host_alias: str | None = None
+    supervisor: str = "same_uid"
+    self_mem_sealed: bool = False
 
 
 def attest(session: Session, plan: AttestPlan) -> tuple[Check, ...]:
@@ -95,10 +107,17 @@ def attest(session: Session, plan: AttestPlan) -> tuple[Check, ...]:
             "kernel": plan.kernel,
             "write_witness": plan.write_witness,
             "seccomp": plan.seccomp,
+            "supervisor": plan.supervisor,
+            "self_mem_sealed": plan.self_mem_sealed,
         }
+        # Read whole through on_output: the session's output cap is the
+        # task's, and a small one must not truncate the probe's report.
+        stdout = bytearray()
         result = session.exec(
             [plan.python, "-I", "-S", "-c", PROBE_SOURCE, json.dumps(data)],
             timeout=_PROBE_TIMEOUT_S,
+            on_output=lambda stream, chunk: stdout.extend(chunk) if stream is Stream.STDOUT
+            else None,
         )
         accepted = 0
         while True:
@@ -109,7 +128,7 @@ def attest(session: Session, plan: AttestPlan) -> tuple[Check, ...]:
             conn.close()
             accepted += 1
     try:
-        reported = json.loads(result.stdout.text())
+        reported = json.loads(stdout.decode("utf-8", "replace"))
         checks = [Check(name=c["name"], passed=bool(c["passed"]), detail=str(c["detail"]))
                   for c in reported]
     except (ValueError, KeyError, TypeError):

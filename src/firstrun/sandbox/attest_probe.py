@@ -246,6 +246,40 @@ def check_privileges() -> tuple[bool, str]:
     return ok, f"CapEff {st['CapEff']}, NoNewPrivs {st['NoNewPrivs'].strip()}"
 
 
+def _refused(attempt: str, action) -> tuple[bool, str]:
+    try:
+        result = action()
+    except OSError as exc:
+        return exc.errno in (errno.EACCES, errno.EPERM), \
+            f"{attempt}: {errno.errorcode.get(exc.errno, exc.errno)}"
+    if isinstance(result, int) and not isinstance(result, bool):
+        os.close(result)
+    return False, f"{attempt}: allowed"
+
+
+def check_supervisor(mode: str, self_mem: bool) -> tuple[bool, str]:
+    """The process that runs this one (the helper or agent) is out of this one's reach.
+
+    Its descriptors (the channel to the harness), memory and environment
+    must not open, nor pid 1's memory; under ``foreign_uid`` it must not
+    take a signal either; with ``self_mem`` this process's own memory file
+    must not open for writing.
+    """
+    parent = os.getppid()
+    attempts = [
+        (f"list /proc/{parent}/fd", lambda: os.listdir(f"/proc/{parent}/fd") and None),
+        (f"read /proc/{parent}/environ", lambda: os.open(f"/proc/{parent}/environ", os.O_RDONLY)),
+        (f"write /proc/{parent}/mem", lambda: os.open(f"/proc/{parent}/mem", os.O_RDWR)),
+        ("write /proc/1/mem", lambda: os.open("/proc/1/mem", os.O_RDWR)),
+    ]
+    if mode == "foreign_uid":
+        attempts.append((f"signal {parent}", lambda: os.kill(parent, 0)))
+    if self_mem:
+        attempts.append(("write /proc/self/mem", lambda: os.open("/proc/self/mem", os.O_RDWR)))
+    results = [_refused(what, action) for what, action in attempts]
+    return all(ok for ok, _ in results), "; ".join(detail for _, detail in results)
+
+
 def check_seccomp() -> tuple[bool, str]:
     mode = _status()["Seccomp"].strip()
     libc = ctypes.CDLL(None, use_errno=True)
@@ -297,6 +331,10 @@ def main(argv: list[str]) -> int:
     results.append(("real_homes_unreadable", *check_homes(plan["real_homes"], plan["exposed"])))
     results.append(("writes_confined", *check_writes(plan["workspace"], plan["landlock"],
                                                      plan.get("write_witness"))))
+    if plan.get("supervisor", "same_uid") != "none":
+        results.append(("supervisor_out_of_reach",
+                        *check_supervisor(plan.get("supervisor", "same_uid"),
+                                          plan.get("self_mem_sealed", False))))
     if plan.get("kernel", "linux") == "darwin":
         results.append(("no_privileges", *check_not_root()))
         results.append(("seatbelt_applied", *check_seatbelt()))

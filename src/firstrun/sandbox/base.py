@@ -251,6 +251,16 @@ class Session(Protocol):
         """
         ...
 
+    def kill_all(self) -> int:
+        """Kill every process the session's commands started, wait until none is left,
+        and return how many were killed.
+
+        For the success check: what runs after this shares the sandbox with
+        nothing a command left behind (a background process racing the check,
+        a daemon reading its ``/proc``). The session stays usable.
+        """
+        ...
+
     def interrupt(self) -> None:
         """End whatever runs now; callable from any thread while ``exec`` blocks.
 

@@ -4,11 +4,14 @@ Guarantee: every message is one JSON object per line, read with a deadline,
 and anything else (a non-object, bad JSON) is a ``ValueError``; a closed
 channel reads as ``None``. ``run_command`` sends one ``exec`` request and
 returns only on that command's ``exit``, having capped its output, or raises:
-the backends that speak this protocol (the linux helper inside bubblewrap,
-the micro-VM's guest agent) share one reading of it. ``SupervisedSession``
-is their one session shape: a command that finds the supervisor gone, or
-hears nonsense from it, ends the sandbox at once and raises a
-``SandboxError`` naming the backend, never a bare ``KeyError``.
+the backends that speak this protocol (the helper inside bubblewrap and as
+the docker run container's pid 1, the micro-VM's guest agent) share one
+reading of it. ``SupervisedSession`` is their one session shape: a command
+that finds the supervisor gone, hears nonsense from it, or hears nothing
+for ``liveness_s`` (a supervisor stopped with SIGSTOP beats no more) ends
+the sandbox at once and raises a ``SandboxError`` naming the backend, never
+a bare ``KeyError``. An ``exec`` cut short by anything else (Ctrl-C,
+SIGTERM) ends the sandbox too, so ``close`` then waits for nothing.
 """
 
 from __future__ import annotations
@@ -58,26 +61,48 @@ class JsonLines:
         return msg
 
 
+class Silent(TimeoutError):
+    """The supervisor said nothing for longer than its heartbeat allows."""
+
+
+def _recv_live(channel: JsonLines, deadline: float, liveness_s: float | None) -> dict | None:
+    if liveness_s is None:
+        return channel.recv(deadline)
+    beat_deadline = time.monotonic() + liveness_s
+    try:
+        return channel.recv(min(deadline, beat_deadline))
+    except TimeoutError:
+        if beat_deadline < deadline:
+            raise Silent(f"{channel.peer} sent nothing for {liveness_s:g}s (stopped or hung)") \
+                from None
+        raise
+
+
 def run_command(channel: JsonLines, request: dict[str, object], *, deadline: float,
                 output_bytes: int, on_output: OutputCallback | None,
-                ended: Callable[[], SandboxError]) -> ExecResult:
+                ended: Callable[[], SandboxError], liveness_s: float | None = None) -> ExecResult:
     """Send ``request`` (an ``exec`` with its ``id``) and collect that command's output and exit.
 
     ``ended`` makes the error for a channel that closed mid-command (the
-    sandbox died). Messages for other ids are skipped. Malformed messages
-    raise ``ValueError``/``KeyError``/``TypeError`` for the caller, who owns
-    the sandbox and decides how to end it.
+    sandbox died). Messages for other ids are skipped, and so are ``alive``
+    beats, each of which renews the ``liveness_s`` the supervisor has to
+    say something. Malformed messages, silence and an ``error`` (the
+    supervisor could not start the command as it must) raise
+    ``ValueError``/``KeyError``/``TypeError``/``TimeoutError`` for the
+    caller, who owns the sandbox and decides how to end it.
     """
     cmd_id = request["id"]
     outputs = {Stream.STDOUT: OutputCapture(output_bytes),
                Stream.STDERR: OutputCapture(output_bytes)}
     channel.send(request)
     while True:
-        msg = channel.recv(deadline)
+        msg = _recv_live(channel, deadline, liveness_s)
         if msg is None:
             raise ended()
         if msg.get("id") != cmd_id:
             continue
+        if msg["op"] == "error":
+            raise ValueError(f"{channel.peer} failed: {msg.get('error')}")
         if msg["op"] == "out":
             stream = Stream(msg["stream"])
             data = base64.b64decode(msg["data"])
@@ -111,6 +136,11 @@ class SupervisedSession(ABC):
     who: str
     exec_grace_s: float
     close_grace_s: float
+    # How long the supervisor may stay silent while a command runs (it beats
+    # every second); None for a supervisor that sends no beats.
+    liveness_s: float | None = 10.0
+    # How long ``kill_all`` may take: a fork bomb is killed round by round.
+    kill_all_s: float = 60.0
 
     def __init__(self, *, channel: JsonLines, env: dict[str, str], profile: SandboxProfile,
                  info: SessionInfo) -> None:
@@ -121,6 +151,7 @@ class SupervisedSession(ABC):
         self._lock = threading.Lock()
         self._next_id = 0
         self._closed = False
+        self._ended = False
 
     def __enter__(self) -> Self:
         return self
@@ -162,13 +193,43 @@ class SupervisedSession(ABC):
                      "env": cmd.env, "timeout": cmd.timeout},
                     deadline=time.monotonic() + cmd.timeout + self.exec_grace_s,
                     output_bytes=self._profile.limits.output_bytes, on_output=on_output,
-                    ended=lambda: SandboxError(self._ended_detail(), who=self.who))
+                    ended=lambda: SandboxError(self._ended_detail(), who=self.who),
+                    liveness_s=self.liveness_s)
             except _BROKEN as exc:
                 # A supervisor that stopped answering (a command may SIGSTOP
                 # it) or answers nonsense supervises nothing: end the sandbox
                 # now, not at close, so nothing runs on unsupervised meanwhile.
-                self._end()
+                self._end_now()
                 raise SandboxError(f"lost {self._channel.peer}: {exc}", who=self.who) from exc
+            except BaseException:
+                # Cut short (Ctrl-C, SIGTERM): the supervisor is still running
+                # the command and would answer nothing else until it ends.
+                self._end_now()
+                raise
+
+    def kill_all(self) -> int:
+        with self._lock:
+            if self._closed or self._ended:
+                raise SandboxError("session is closed", who=self.who)
+            self._next_id += 1
+            cmd_id = self._next_id
+            try:
+                self._channel.send({"op": "kill_all", "id": cmd_id})
+                deadline = time.monotonic() + self.kill_all_s
+                while (msg := self._channel.recv(deadline)) is not None:
+                    if msg.get("op") == "killed" and msg.get("id") == cmd_id:
+                        return int(msg["count"])
+                raise SandboxError(self._ended_detail(), who=self.who)
+            except _BROKEN as exc:
+                self._end_now()
+                raise SandboxError(f"lost {self._channel.peer}: {exc}", who=self.who) from exc
+            except BaseException:
+                self._end_now()
+                raise
+
+    def _end_now(self) -> None:
+        self._ended = True
+        self._end()
 
     def close(self) -> None:
         with self._lock:
@@ -176,14 +237,15 @@ class SupervisedSession(ABC):
                 return
             self._closed = True
         try:
-            try:
-                self._channel.send({"op": "shutdown"})
-                deadline = time.monotonic() + self.close_grace_s
-                while (msg := self._channel.recv(deadline)) is not None \
-                        and msg.get("op") != "closed":
+            if not self._ended:
+                try:
+                    self._channel.send({"op": "shutdown"})
+                    deadline = time.monotonic() + self.close_grace_s
+                    while (msg := self._channel.recv(deadline)) is not None \
+                            and msg.get("op") != "closed":
+                        pass
+                except _BROKEN:
                     pass
-            except _BROKEN:
-                pass
             self._teardown()
         finally:
             self._restore()

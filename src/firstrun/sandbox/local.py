@@ -6,9 +6,10 @@ unless it was constructed with ``allow_unenforced=True`` (the CLI's
 UNENFORCED, every layer recorded as not applied, and no attestation. What it
 does keep is the contract's hygiene: the environment is built from scratch
 (no harness secrets pass through), HOME is a fresh directory, output is
-capped, and a timeout or ``close`` kills each command's process group. A
-command that leaves its process group (setsid) can outlive the session here;
-only an enforcing backend can promise otherwise.
+capped, and a timeout, ``kill_all`` or ``close`` kills each command's
+process group. A command that leaves its process group (setsid) can outlive
+the session here, and race the success check; only an enforcing backend can
+promise otherwise.
 """
 
 from __future__ import annotations
@@ -96,6 +97,20 @@ class LocalSession:
                           stderr=outputs[Stream.STDERR].result(),
                           duration_s=time.monotonic() - started, timed_out=timed_out)
 
+    def kill_all(self) -> int:
+        killed: set[int] = set()
+        while members := _group_members(self._groups):
+            for pid in members:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.add(pid)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.01)
+        for pgid in list(self._groups):
+            _killpg(pgid)
+        return len(killed)
+
     def interrupt(self) -> None:
         with self._lock:
             self._closed = True
@@ -110,6 +125,26 @@ class LocalSession:
         for pgid in list(self._groups):
             _killpg(pgid)
         shutil.rmtree(self._home, ignore_errors=True)
+
+
+def _group_members(groups: set[int]) -> list[int]:
+    """Live pids (zombies aside) in any of ``groups``, from /proc; none where there is no /proc."""
+    found = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return found
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] not in (b"Z", b"X") and int(fields[2]) in groups:
+            found.append(int(name))
+    return found
 
 
 def _killpg(pgid: int) -> None:

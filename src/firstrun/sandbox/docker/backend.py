@@ -45,17 +45,18 @@ streams would need a framing parser of our own.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import importlib.util
 import json
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 import threading
+import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO
 
@@ -70,19 +71,17 @@ from firstrun.policy.methods import InspectionPolicy
 from firstrun.policy.process import CA_VARIABLES, SANDBOX_CA_BUNDLE, build_environment
 from firstrun.policy.profile import LayerName, Provides, SandboxProfile, unprovided
 from firstrun.sandbox import attest as attestation
+from firstrun.sandbox import helper
 from firstrun.sandbox.base import (
     Capability,
     Check,
     Enforcement,
-    ExecResult,
     LayerStatus,
-    OutputCallback,
     ProxyEndpoint,
     SessionInfo,
-    Stream,
-    prepare_command,
 )
-from firstrun.sandbox.docker import seccomp_probe, supervisor
+from firstrun.sandbox.channel import JsonLines, SupervisedSession
+from firstrun.sandbox.docker import seccomp_probe
 from firstrun.sandbox.docker.probe import probe_daemon
 from firstrun.sandbox.docker.resources import (
     apply_firewall,
@@ -96,17 +95,17 @@ from firstrun.sandbox.docker.seccomp import mechanism as seccomp_mechanism
 from firstrun.sandbox.docker.seccomp import write_profile
 from firstrun.sandbox.docker.topology import (
     PROXY_PORT,
+    PYTHON,
     SANDBOX_TMP,
+    WRITE_WITNESS,
     DockerHost,
     Topology,
     build_topology,
 )
-from firstrun.sandbox.output import OutputCapture
 from firstrun.sandbox.ownership import give_back, lend, pick_uid, recover
 
-SUPERVISOR_SOURCE = Path(supervisor.__file__).read_text(encoding="utf-8")
+HELPER_SOURCE = Path(helper.__file__).read_text(encoding="utf-8")
 SECCOMP_PROBE_SOURCE = Path(seccomp_probe.__file__).read_text(encoding="utf-8")
-PYTHON = "/usr/bin/python3"
 SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 # Per-session uids lent the workspace when its owner is root: far above any
 # distribution's ranges, as on the linux backend.
@@ -114,9 +113,11 @@ _UID_RANGE = (1_600_000_000, 1_700_000_000)
 _READY_TIMEOUT_S = 60.0
 # How long a signalled sidecar gets to end its tunnels and deliver their records.
 _SIDECAR_STOP_S = 10.0
-# How long past its own timeout a command may take before the supervisor is
+# How long past its own timeout a command may take before the helper is
 # considered lost (it reports the kill itself well within this).
 _EXEC_GRACE_S = 30.0
+# How long the helper gets to end every process and exit after ``shutdown``.
+_CLOSE_GRACE_S = 5.0
 
 RecordCallback = Callable[[dict[str, object]], None]
 
@@ -187,126 +188,66 @@ class _Sidecar:
                                who="docker") from self.failure
 
 
-class DockerSession:
-    """A running run container; each command is one supervised ``docker exec``."""
+class DockerSession(SupervisedSession):
+    """A running run container; its pid 1 is the helper, attached over one socket."""
+
+    who = "docker"
+    exec_grace_s = _EXEC_GRACE_S
+    close_grace_s = _CLOSE_GRACE_S
 
     def __init__(self, *, topology: Topology, profile: SandboxProfile, env: dict[str, str],
-                 user: str, info: SessionInfo, sidecar: _Sidecar | None,
+                 info: SessionInfo, attach: subprocess.Popen[bytes], control: socket.socket,
+                 attach_stderr: IO[bytes], sidecar: _Sidecar | None,
                  lent_uid: int | None, owner: tuple[int, int], docker_bin: str,
                  trust_dir: str | None = None) -> None:
-        self.info = info
+        super().__init__(channel=JsonLines(control, peer="the run container's helper"),
+                         env=env, profile=profile, info=info)
         self.topology = topology
-        self._profile = profile
-        self._env = env
-        self._user = user
+        self._attach = attach
+        self._control = control
+        self._attach_stderr = attach_stderr
         self._sidecar = sidecar
         self._lent_uid = lent_uid
         self._owner = owner
         self._docker = docker_bin
         self._trust_dir = trust_dir
-        self._lock = threading.Lock()
-        self._running: subprocess.Popen[str] | None = None
-        self._closed = False
-        self._interrupted = False
+        self._killed = False
 
-    def __enter__(self) -> DockerSession:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def exec(
-        self,
-        command: str | Sequence[str],
-        *,
-        cwd: str | None = None,
-        timeout: float | None = None,
-        env: dict[str, str] | None = None,
-        on_output: OutputCallback | None = None,
-    ) -> ExecResult:
-        cmd = prepare_command(command, cwd=cwd, timeout=timeout, env=env, session_env=self._env,
-                              workspace=self._profile.fs.sandbox_workspace,
-                              default_timeout=self._profile.limits.command_timeout_s,
-                              who="docker")
-        limit = cmd.timeout
-        config = {"argv": cmd.argv, "cwd": cmd.cwd, "env": cmd.env, "timeout": limit}
-        outputs = {Stream.STDOUT: OutputCapture(self._profile.limits.output_bytes),
-                   Stream.STDERR: OutputCapture(self._profile.limits.output_bytes)}
-        with self._lock:
-            if self._closed or self._interrupted:
-                raise SandboxError("session is closed", who="docker")
-            try:
-                proc = subprocess.Popen(
-                    [self._docker, "exec", "-i", "--user", self._user, self.topology.run,
-                     PYTHON, "-I", "-S", "-c", SUPERVISOR_SOURCE],
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                    text=True)
-            except OSError as exc:
-                raise SandboxError(f"cannot run docker exec: {exc}", who="docker") from exc
-            self._running = proc
-        # Past the grace the supervisor is lost: killing the client closes its
-        # stdin inside, and the supervisor kills the tree on that.
-        killer = threading.Timer(limit + _EXEC_GRACE_S, proc.kill)
-        killer.start()
+    def _stderr_tail(self) -> str:
         try:
-            assert proc.stdin is not None and proc.stdout is not None
-            # On stdin, not in argv: an argument holds at most 128 KiB. Stdin
-            # then stays open; its closing is what tells the supervisor to stop.
-            try:
-                proc.stdin.write(json.dumps(config, separators=(",", ":")) + "\n")
-                proc.stdin.flush()
-            except OSError:
-                pass  # the supervisor is gone; reading its output says why
-            for line in proc.stdout:
-                try:
-                    msg = json.loads(line)
-                except ValueError:
-                    continue
-                if msg.get("op") == "out":
-                    stream = Stream(msg["stream"])
-                    data = base64.b64decode(msg["data"])
-                    outputs[stream].add(data)
-                    if on_output is not None:
-                        on_output(stream, data)
-                elif msg.get("op") == "error":
-                    raise SandboxError(f"the command's supervisor failed: {msg.get('error')}",
-                                       who="docker")
-                elif msg.get("op") == "exit":
-                    return ExecResult(exit_code=int(msg["code"]),
-                                      stdout=outputs[Stream.STDOUT].result(),
-                                      stderr=outputs[Stream.STDERR].result(),
-                                      duration_s=float(msg["duration_s"]),
-                                      timed_out=bool(msg["timed_out"]))
-            stderr = proc.stderr.read() if proc.stderr is not None else ""
-            raise SandboxError(f"lost the command's supervisor: {stderr.strip()[-500:]}",
-                               who="docker")
-        finally:
-            killer.cancel()
-            for pipe in (proc.stdin, proc.stdout, proc.stderr):
-                if pipe is not None:
-                    # A stdin the supervisor never read flushes into a broken pipe.
-                    with contextlib.suppress(OSError):
-                        pipe.close()
-            proc.wait()
-            with self._lock:
-                self._running = None
+            self._attach_stderr.seek(0)
+            return self._attach_stderr.read()[-2000:].decode("utf-8", "replace").strip()
+        except (OSError, ValueError):
+            return ""
+
+    def _ended_detail(self) -> str:
+        return f"the run container ended during a command: {self._stderr_tail()}"
+
+    def _end(self) -> None:
+        """Kill the run container (its pid 1, and with it every process) and the attach client."""
+        if not self._killed:
+            self._killed = True
+            docker("kill", self.topology.run, docker_bin=self._docker, check=False)
+        if self._attach.poll() is None:
+            self._attach.kill()
+        self._attach.wait()
 
     def interrupt(self) -> None:
-        with self._lock:
-            self._interrupted = True
-            running = self._running
-        # The exec client's death closes the supervisor's stdin: it kills the tree.
-        if running is not None and running.poll() is None:
-            running.kill()
+        # The client's death closes the helper's stdin; killing the container
+        # does not wait for the helper to notice.
+        if self._attach.poll() is None:
+            self._attach.kill()
+        with contextlib.suppress(SandboxError):
+            self._end()
 
-    def close(self) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            running = self._running
-        if running is not None and running.poll() is None:
-            running.kill()
+    def _teardown(self) -> None:
+        try:
+            self._attach.wait(timeout=_CLOSE_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+        self._end()
+        self._control.close()
+        self._attach_stderr.close()
         errors = []
         if self._sidecar is not None:
             # Stopped, not removed outright: a tunnel's record is written when
@@ -326,6 +267,11 @@ class DockerSession:
                 self._sidecar.finish()
             except SandboxError as exc:
                 errors.append(str(exc))
+        if errors:
+            raise SandboxError("; ".join(errors), who="docker")
+
+    def _restore(self) -> None:
+        errors = []
         if self._lent_uid is not None:
             try:
                 give_back(self._profile.fs.workspace, self._lent_uid, self._owner)
@@ -349,16 +295,24 @@ PROVIDES: Provides = {
 
 
 def _layers(profile: SandboxProfile, *, image: str, user: str, proxy: bool,
-            inspection: str | None = None) -> tuple[LayerStatus, ...]:
+            landlock_abi: int, inspection: str | None = None) -> tuple[LayerStatus, ...]:
     limits = profile.limits
     fs = profile.fs
+    writable = f"{fs.sandbox_workspace}, {SANDBOX_TMP}, {fs.sandbox_home}"
+    mechanisms = dict(PROVIDES)
+    if landlock_abi:
+        mechanisms[LayerName.LANDLOCK] = f"landlock ABI {landlock_abi} + read-only root"
     details = {
         LayerName.NAMESPACES: f"image {image}; pid, mount, ipc, uts and net namespaces; "
                               "oom_score_adj floored at its start (runc set it as root, and "
                               "lowering it needs CAP_SYS_RESOURCE)",
-        LayerName.LANDLOCK: f"in place of Landlock: the root filesystem is read-only; writable "
-                            f"only {fs.sandbox_workspace} (the bound workspace) and tmpfs "
-                            f"{SANDBOX_TMP} and {fs.sandbox_home}; no capability to remount",
+        LayerName.LANDLOCK: (f"writes only beneath {writable} and a few devices (Landlock, "
+                             "applied by the helper before any command); the root filesystem is "
+                             "read-only besides; no capability to remount") if landlock_abi else
+                            (f"in place of Landlock (not in this kernel): the root filesystem is "
+                             f"read-only; writable only {fs.sandbox_workspace} (the bound "
+                             f"workspace) and tmpfs {SANDBOX_TMP} and {fs.sandbox_home}; no "
+                             "capability to remount"),
         LayerName.SECCOMP: "an allow-list with the linux backend's refusals (io_uring, bpf, "
                            "namespaces, mounts, ptrace, keyrings, TIOCSTI, ...), "
                            "no-new-privileges"
@@ -368,16 +322,36 @@ def _layers(profile: SandboxProfile, *, image: str, user: str, proxy: bool,
                            if proxy else "loopback only (no proxy)",
         LayerName.LIMITS: f"session-wide: pids {limits.pids}, memory {limits.memory_bytes} bytes "
                           f"(no extra swap); per process: open files {limits.open_files}, core 0",
-        LayerName.UNPRIVILEGED: f"uid {user}; every capability dropped",
+        LayerName.UNPRIVILEGED: f"uid {user}; every capability dropped, bounding set included; "
+                                "the helper (pid 1) runs as the container's root, so no command "
+                                "shares its uid",
     }
     return tuple(LayerStatus(name=layer, applied=layer in profile.required,
-                             mechanism=PROVIDES[layer], detail=details[layer])
+                             mechanism=mechanisms[layer], detail=details[layer])
                  for layer in LayerName)
 
 
 # Only the audit builds a profile without seccomp; Docker's default stays on.
 _OMITTED_SECCOMP = ("omitted: not in the profile's required layers (an audit configuration); "
                     "Docker's default profile applies")
+
+
+def _await_ready(control: socket.socket, stderr: IO[bytes]) -> dict:
+    """The helper's ready line, or the container's own words on why it did not start."""
+    def why() -> str:
+        stderr.seek(0)
+        return stderr.read()[-1000:].decode("utf-8", "replace").strip()
+
+    try:
+        ready = JsonLines(control, peer="the run container's helper").recv(
+            time.monotonic() + _READY_TIMEOUT_S)
+    except (OSError, ValueError) as exc:
+        raise SandboxError(f"the run container did not start: {exc}: {why()}",
+                           who="docker") from exc
+    if ready is None or not ready.get("ok"):
+        detail = ready.get("error") if ready else why()
+        raise SandboxError(f"the run container's helper did not start: {detail}", who="docker")
+    return ready
 
 
 def _seccomp_file(directory: str) -> str:
@@ -614,7 +588,8 @@ class DockerBackend:
                 seccomp_profile=_seccomp_file(private) if strict else None,
                 sidecar_hosts=self._sidecar_hosts,
                 trust_bundle=inspection.bundle if inspection is not None else None,
-                sidecar_ca_files=inspection.cafiles if inspection is not None else ()))
+                sidecar_ca_files=inspection.cafiles if inspection is not None else (),
+                helper_source=HELPER_SOURCE))
         except BaseException:
             shutil.rmtree(private, ignore_errors=True)
             if inspection is not None:
@@ -622,6 +597,8 @@ class DockerBackend:
             raise
         sidecar: _Sidecar | None = None
         session: DockerSession | None = None
+        attach: subprocess.Popen[bytes] | None = None
+        control = attach_stderr = None
         try:
             if lent is not None:
                 lend(fs.workspace, lent, who="docker")
@@ -649,7 +626,17 @@ class DockerBackend:
                 if inspection is not None:
                     # Before the run container starts: nothing in it ever sees an empty bundle.
                     inspection.take(ready)
-            docker("start", topology.run, docker_bin=docker_bin)
+            # The helper's stdin and stdout, through the attach client, are
+            # one socket here: the channel's own reader and deadlines apply.
+            control, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            attach_stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed by the session)
+            try:
+                attach = subprocess.Popen(
+                    [docker_bin, "start", "--attach", "--interactive", topology.run],
+                    stdin=child, stdout=child, stderr=attach_stderr)
+            finally:
+                child.close()
+            ready = _await_ready(control, attach_stderr)
             sidecar_ip = docker(
                 "inspect", "--format",
                 '{{(index .NetworkSettings.Networks "%s").IPAddress}}' % topology.internal_network,
@@ -671,16 +658,20 @@ class DockerBackend:
             user = f"{uid}:{gid}"
             enforcement = Enforcement.ENFORCED if strict else Enforcement.DOWNGRADED
             session = DockerSession(
-                topology=topology, profile=profile, env=env, user=user,
+                topology=topology, profile=profile, env=env,
                 info=SessionInfo(backend=self.name, enforcement=enforcement,
                                  policy_hash=profile.policy_hash()),
+                attach=attach, control=control, attach_stderr=attach_stderr,
                 sidecar=sidecar, lent_uid=lent, owner=owner, docker_bin=docker_bin,
                 trust_dir=inspection.directory if inspection is not None else None)
+            landlock_abi = int(ready.get("landlock_abi", 0))
             checks = attestation.attest(session, attestation.AttestPlan(
                 python=PYTHON, workspace=fs.sandbox_workspace, real_homes=fs.real_homes,
                 exposed=(), proxy_port=PROXY_PORT if proxy is not None else None, nonce=nonce,
                 landlock=False, network="firewalled", host_address=gateway,
-                proxy_host=sidecar_ip))
+                proxy_host=sidecar_ip,
+                write_witness=WRITE_WITNESS if landlock_abi else None,
+                supervisor="foreign_uid", self_mem_sealed=bool(landlock_abi)))
             if strict:
                 checks += _seccomp_checks(session)
             if inspection is not None:
@@ -689,6 +680,7 @@ class DockerBackend:
                 backend=self.name, enforcement=enforcement,
                 policy_hash=profile.policy_hash(),
                 layers=_layers(profile, image=image, user=user, proxy=proxy is not None,
+                               landlock_abi=landlock_abi,
                                inspection=inspection.detail() if inspection is not None else None),
                 attestation=checks)
             attestation.require_passed(checks)
@@ -696,6 +688,12 @@ class DockerBackend:
             if session is not None:
                 session.close()
             else:
+                if attach is not None and attach.poll() is None:
+                    attach.kill()
+                    attach.wait()
+                for handle in (control, attach_stderr):
+                    if handle is not None:
+                        handle.close()
                 remove(topology, docker_bin=docker_bin)
                 if sidecar is not None:
                     with contextlib.suppress(SandboxError):

@@ -12,7 +12,11 @@ shape it gives:
   own egress proxy, bound read-only from the harness) with the policy as
   JSON on its stdin;
 - the **run container**, attached to the internal network only, so its one
-  way out is the sidecar's port.
+  way out is the sidecar's port. Its pid 1 is the helper
+  (``firstrun.sandbox.helper``), attached by the harness on its stdin and
+  stdout, running as the container's root with only CAP_SETUID, CAP_SETGID,
+  CAP_SETPCAP and CAP_KILL, which each command drops (bounding set included) with
+  every id before it execs; no command shares the helper's uid.
 
 With TLS inspection (``DockerHost.trust_bundle``) the run container's trust
 is one host file bound read-only at ``SANDBOX_CA_BUNDLE`` (the system CAs
@@ -20,13 +24,17 @@ plus the run CA the sidecar made; certificates only), and the host's own
 bundles are not bound there; the sidecar instead gets the host's CA files,
 read-only at their own paths, to verify the real servers against.
 
-Both containers drop every capability, set ``no-new-privileges``, run under
+Both containers drop every capability (the run container's helper keeps the
+four above, for itself only), set ``no-new-privileges``, run under
 firstrun's own seccomp profile (``seccomp.py``: Docker's allow-list
 semantics with the linux backend's refusals; Docker's default profile only
 when the host names none, which only the audit does, never ``unconfined``),
 have a read-only
-root with a size-capped tmpfs ``/tmp``, run as a non-root uid, and carry
-pids, memory (no extra swap) and CPU limits. The workspace is the only host
+root with a size-capped tmpfs ``/tmp``, run their untrusted code as a non-root
+uid, and carry pids, memory (no extra swap) and CPU limits. The run
+container also has ``WRITE_WITNESS``, a tmpfs anyone may write by its mode
+that the helper's Landlock rules leave out: a write refused there is
+Landlock's refusal, which attestation proves. The workspace is the only host
 directory bound writable. Every resource carries the ``org.firstrun.session``
 label, so leftovers of a harness that died are found and removed by label.
 """
@@ -35,10 +43,12 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from dataclasses import dataclass
 
 from firstrun.policy.process import SANDBOX_CA_BUNDLE
 from firstrun.policy.profile import SandboxProfile
+from firstrun.sandbox.linux.spec import WRITABLE_DEVICE_DIRS, WRITABLE_DEVICE_FILES
 
 LABEL_MANAGED = "org.firstrun.managed"
 LABEL_SESSION = "org.firstrun.session"
@@ -50,6 +60,12 @@ SIDECAR_LIB = "/opt/firstrun/lib"
 # The sidecar handles a few connections at a time; it needs little.
 SIDECAR_LIMITS = {"pids": 64, "memory": 256 << 20, "cpus": "0.5"}
 SIDECAR_UID = 65534
+# The run container's interpreter (the images' Debian Python), which runs the helper.
+PYTHON = "/usr/bin/python3"
+# The capabilities the helper keeps: to start each command as the session's uid,
+# and to kill what the commands leave (they run under another uid than its own).
+HELPER_CAPS = ("SETUID", "SETGID", "SETPCAP", "KILL")
+WRITE_WITNESS = "/run/firstrun-witness"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,6 +92,7 @@ class DockerHost:
     created and is filled before the run container starts.
     ``sidecar_ca_files`` (TLS inspection): CA files bound read-only into the
     sidecar at their own paths, its upstream trust besides the image's store.
+    ``helper_source`` is the helper's source text, run as pid 1.
     """
 
     workspace: str
@@ -91,6 +108,31 @@ class DockerHost:
     sidecar_hosts: tuple[tuple[str, str], ...] = ()
     trust_bundle: str | None = None
     sidecar_ca_files: tuple[str, ...] = ()
+    helper_source: str = ""
+
+
+def helper_config(profile: SandboxProfile, *, uid: int, gid: int) -> dict[str, object]:
+    """The run container's helper configuration: nothing secret (its cmdline is readable).
+
+    Landlock is applied where the kernel has it and never required: the
+    read-only root is what confines writes on this backend, and the
+    session records which of the two were in force. No RLIMIT_NPROC: the
+    container's pids limit caps the session, and the uid may be a real
+    user's, whose processes elsewhere that limit would count.
+    """
+    fs = profile.fs
+    return {
+        "channel_fds": [0, 1],
+        "dial_fd": None,
+        "proxy_port": None,
+        "limits": {"pids": None, "memory_bytes": profile.limits.memory_bytes,
+                   "open_files": profile.limits.open_files},
+        "landlock": {"apply": True, "required": False, "min_abi": 1,
+                     "dirs": [fs.sandbox_workspace, SANDBOX_TMP, fs.sandbox_home,
+                              *WRITABLE_DEVICE_DIRS],
+                     "files": list(WRITABLE_DEVICE_FILES)},
+        "user": {"uid": uid, "gid": gid},
+    }
 
 
 def mount_value(*fields: str) -> str:
@@ -179,11 +221,14 @@ def build_topology(profile: SandboxProfile, *, session: str, host: DockerHost) -
     run_argv = [
         "create", "--name", run, *labels,
         "--network", internal,
-        *_hardening(user=f"{host.uid}:{host.gid}", pids=limits.pids,
+        "--interactive",
+        *_hardening(user="0:0", pids=limits.pids,
                     memory=limits.memory_bytes, cpus=host.cpus, tmp_bytes=limits.memory_bytes,
                     seccomp=host.seccomp_profile),
+        *(arg for cap in HELPER_CAPS for arg in ("--cap-add", cap)),
         "--tmpfs", f"{fs.sandbox_home}:rw,nosuid,nodev,size={limits.memory_bytes},"
                    f"uid={host.uid},gid={host.gid},mode=700",
+        "--tmpfs", f"{WRITE_WITNESS}:rw,nosuid,nodev,noexec,size=4096,mode=1777",
         "--ulimit", f"nofile={limits.open_files}:{limits.open_files}",
         "--mount", mount_value("type=bind", f"source={host.workspace}",
                                f"target={fs.sandbox_workspace}"),
@@ -192,10 +237,10 @@ def build_topology(profile: SandboxProfile, *, session: str, host: DockerHost) -
                                   f"target={SANDBOX_CA_BUNDLE}", "readonly"))),
         "--workdir", fs.sandbox_workspace,
         "--hostname", "sandbox",
-        # An init as pid 1 reaps the orphans of every command.
-        "--init",
-        "--entrypoint", "/bin/sleep",
-        host.image, "infinity",
+        # The helper is pid 1: every orphan comes back to it.
+        "--entrypoint", PYTHON,
+        host.image, "-I", "-S", "-c", host.helper_source,
+        json.dumps(helper_config(profile, uid=host.uid, gid=host.gid), separators=(",", ":")),
     ]
     create = (
         ("network", "create", "--driver", "bridge", "--internal", *labels, internal),

@@ -45,6 +45,7 @@ from firstrun.policy.filesystem import SYSTEM_READONLY
 from firstrun.policy.process import Limits, build_environment
 from firstrun.policy.profile import LayerName, SandboxProfile
 from firstrun.sandbox import attest as attestation
+from firstrun.sandbox import helper
 from firstrun.sandbox.base import (
     Capability,
     Enforcement,
@@ -53,7 +54,7 @@ from firstrun.sandbox.base import (
     SessionInfo,
 )
 from firstrun.sandbox.channel import JsonLines, SupervisedSession
-from firstrun.sandbox.linux import cgroup, helper, launcher, probe, seccomp
+from firstrun.sandbox.linux import cgroup, launcher, probe, seccomp
 from firstrun.sandbox.linux.spec import (
     PROXY_PORT,
     SANDBOX_TMP,
@@ -383,6 +384,7 @@ class LinuxBackend:
                 nonce=proxy.nonce if proxy is not None else None, landlock=abi > 0,
                 seccomp=seccomp_fd is not None,
                 network="loopback_only" if LayerName.NETWORK in profile.required else "shared",
+                supervisor="same_uid", self_mem_sealed=abi > 0,
             ))
             session.info = SessionInfo(
                 backend=self.name,

@@ -14,8 +14,8 @@ import shutil
 import subprocess
 
 from firstrun.sandbox.base import Capability
+from firstrun.sandbox.helper import landlock_abi
 from firstrun.sandbox.linux import cgroup
-from firstrun.sandbox.linux.helper import landlock_abi
 
 MIN_BWRAP = (0, 8, 0)
 

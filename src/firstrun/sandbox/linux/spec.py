@@ -91,7 +91,7 @@ def helper_config(
     """The helper's configuration: nothing secret, since commands can read its cmdline."""
     fs = profile.fs
     return {
-        "control_fd": control_fd,
+        "channel_fds": [control_fd, control_fd],
         "dial_fd": dial_fd,
         "proxy_port": PROXY_PORT if dial_fd is not None else None,
         "limits": {
@@ -146,7 +146,8 @@ def build_launch_spec(
     argv = [
         bwrap,
         "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", *unshare_net,
-        "--unshare-cgroup-try", "--disable-userns", "--die-with-parent", "--new-session",
+        "--unshare-cgroup-try", "--disable-userns", "--die-with-parent", "--as-pid-1",
+        "--new-session",
         "--hostname", "sandbox",
         "--proc", "/proc",
         "--dev", "/dev",

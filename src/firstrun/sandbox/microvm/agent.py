@@ -8,8 +8,14 @@ address and no route beyond it, and no resolver. Every command runs as the
 session's unprivileged uid, in its own session, with no_new_privs, the
 linux backend's seccomp filter and rlimits; on timeout, the command's
 process group and everything started since it began is killed (as pid 1,
-every orphan comes back here, so nothing escapes the sweep). ``shutdown``
-kills everything but the agent, flushes the workspace and powers off.
+every orphan comes back here, so nothing escapes the sweep). ``kill_all``
+kills everything but the agent and says how many it killed. ``shutdown``
+kills everything but the agent, flushes the workspace and powers off. The
+agent is root and not dumpable, and commands run under another uid, so no
+command can signal it, trace it or open anything under ``/proc/1``; its
+channel's device node is root's alone. While a command runs the agent beats
+(``alive``) every second and watches its channel: a ``shutdown`` or EOF then
+abandons the command at once.
 
 The host sends this source over the channel at boot (``init.c``), followed
 by one JSON line of configuration; stdlib only, because the guest has only
@@ -39,6 +45,8 @@ _SIOCSIFADDR, _SIOCSIFNETMASK, _SIOCGIFFLAGS, _SIOCSIFFLAGS = 0x8916, 0x891C, 0x
 _IFF_UP = 0x1
 _IDLE_S = 0.05
 _DRAIN_S = 1.0
+_HEARTBEAT_S = 1.0
+_PR_SET_DUMPABLE = 4
 
 
 class _SockFprog(ctypes.Structure):
@@ -52,24 +60,43 @@ def _mount(source, target, fstype, flags, data=""):
         raise OSError(err, f"mount {fstype or 'bind'} on {target}: {os.strerror(err)}")
 
 
+class Stop(Exception):
+    """A ``shutdown`` arrived, or the channel closed, while a command ran."""
+
+
 class Channel:
     def __init__(self, fd):
         self.fd = fd
         self.buf = b""
+        self.queue = []
 
     def send(self, msg):
         data = json.dumps(msg, separators=(",", ":")).encode() + b"\n"
         while data:
             data = data[os.write(self.fd, data):]
 
+    def _split(self):
+        while b"\n" in self.buf:
+            line, self.buf = self.buf.split(b"\n", 1)
+            self.queue.append(json.loads(line))
+
+    def pending(self):
+        chunk = os.read(self.fd, 1 << 16)
+        if not chunk:
+            raise Stop()
+        self.buf += chunk
+        self._split()
+        if any(msg.get("op") == "shutdown" for msg in self.queue):
+            raise Stop()
+
     def recv(self):
-        while b"\n" not in self.buf:
+        while not self.queue:
             chunk = os.read(self.fd, 1 << 16)
             if not chunk:
                 return None
             self.buf += chunk
-        line, self.buf = self.buf.split(b"\n", 1)
-        return json.loads(line)
+            self._split()
+        return self.queue.pop(0)
 
 
 def _ifreq(name, payload=b""):
@@ -154,15 +181,18 @@ def _reap(keep):
 
 
 def _kill_since(existing, keep):
-    """SIGKILL every live process not in ``existing`` until none remain (orphans come here)."""
+    """SIGKILL every live process not in ``existing`` until none remain (orphans come here);
+    how many were killed."""
+    killed = set()
     while True:
-        victims = [pid for pid, start, state in _processes()
+        victims = [(pid, start) for pid, start, state in _processes()
                    if pid != 1 and (pid, start) not in existing and state not in ("Z", "X")]
         if not victims:
-            return
-        for pid in victims:
+            return len(killed)
+        for pid, start in victims:
             try:
                 os.kill(pid, signal.SIGKILL)
+                killed.add((pid, start))
             except ProcessLookupError:
                 pass
         _reap(keep)
@@ -194,19 +224,29 @@ class Agent:
                 os._exit(125)
 
     def serve(self):
-        while True:
-            msg = self.channel.recv()
-            if msg is None or msg["op"] == "shutdown":
-                self.shutdown()
-                return
-            if msg["op"] == "exec":
-                self.run(msg)
+        try:
+            while True:
+                msg = self.channel.recv()
+                if msg is None or msg["op"] == "shutdown":
+                    break
+                if msg["op"] == "exec":
+                    self.run(msg)
+                elif msg["op"] == "kill_all":
+                    killed = _kill_since(set(), None)
+                    _reap(None)
+                    self.channel.send({"op": "killed", "id": msg["id"], "count": killed})
+        except Stop:
+            pass
+        self.shutdown()
 
     def shutdown(self):
         _kill_since(set(), None)
         _reap(None)
         os.sync()
-        self.channel.send({"op": "closed"})
+        try:
+            self.channel.send({"op": "closed"})
+        except OSError:
+            pass
 
     def run(self, msg):
         cmd_id = msg["id"]
@@ -226,7 +266,12 @@ class Agent:
                                "timed_out": False, "duration_s": time.monotonic() - started})
             return
         timeout = msg["timeout"]
-        timed_out = self._pump(cmd_id, proc, None if timeout is None else started + timeout)
+        try:
+            timed_out = self._pump(cmd_id, proc, None if timeout is None else started + timeout)
+        except Stop:
+            _kill_since(existing, proc.pid)
+            proc.wait()
+            raise
         if timed_out:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -251,8 +296,10 @@ class Agent:
             sel.register(pipe, selectors.EVENT_READ)
         pidfd = os.pidfd_open(proc.pid)
         sel.register(pidfd, selectors.EVENT_READ)
+        sel.register(self.channel.fd, selectors.EVENT_READ)
         exited = False
-        drain_end = None
+        drain_end = quiet_end = None
+        beat = time.monotonic() + _HEARTBEAT_S
         try:
             while streams:
                 now = time.monotonic()
@@ -260,16 +307,22 @@ class Agent:
                     return not exited
                 if drain_end is not None and now >= drain_end:
                     return False
-                wait = None if deadline is None else deadline - now
-                if exited:
-                    wait = _IDLE_S if wait is None else min(wait, _IDLE_S)
-                events = sel.select(wait)
-                if not events:
-                    return not exited
-                for key, _ in events:
+                if quiet_end is not None and now >= quiet_end:
+                    return False
+                if now >= beat:
+                    self.channel.send({"op": "alive", "id": cmd_id})
+                    beat = now + _HEARTBEAT_S
+                ends = [beat] + [t for t in (deadline, quiet_end) if t is not None]
+                for key, _ in sel.select(max(0.0, min(ends) - now)):
+                    if key.fileobj == self.channel.fd:
+                        self.channel.pending()
+                        continue
+                    if exited:
+                        quiet_end = time.monotonic() + _IDLE_S
                     if key.fileobj == pidfd:
                         exited = True
                         drain_end = time.monotonic() + _DRAIN_S
+                        quiet_end = time.monotonic() + _IDLE_S
                         sel.unregister(pidfd)
                         continue
                     data = os.read(key.fileobj.fileno(), 65536)
@@ -291,6 +344,8 @@ def main(fd):
     channel = Channel(fd)
     config = channel.recv()
     try:
+        if _LIBC.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "PR_SET_DUMPABLE")
         setup(config)
     except OSError as exc:
         channel.send({"ok": False, "error": str(exc)})

@@ -167,6 +167,8 @@ class MicrovmSession(SupervisedSession):
     who = "microvm"
     exec_grace_s = _EXEC_GRACE_S
     close_grace_s = _CLOSE_GRACE_S
+    # Under TCG emulation the guest runs many times slower than the host.
+    liveness_s = 30.0
 
     def __init__(self, *, process: subprocess.Popen[bytes], channel: socket.socket,
                  env: dict[str, str], profile: SandboxProfile, info: SessionInfo,
@@ -412,7 +414,7 @@ class MicrovmBackend:
                 nonce=proxy.nonce if proxy is not None else None, landlock=False,
                 network="user_restricted" if proxy is not None else "loopback_only",
                 host_alias=HOST_ALIAS if proxy is not None else None,
-                proxy_host=PROXY_ADDRESS))
+                proxy_host=PROXY_ADDRESS, supervisor="foreign_uid"))
             session.info = SessionInfo(
                 backend=self.name, enforcement=Enforcement.ENFORCED,
                 policy_hash=profile.policy_hash(),

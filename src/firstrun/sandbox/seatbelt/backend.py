@@ -251,7 +251,7 @@ def attest_plan(spec: SeatbeltSpec, *, python: str, proxy_port: int | None,
         python=python, workspace=spec.named("WRITABLE")[0],
         real_homes=(*spec.named("HOME"), *spec.named("PRIVATE")), exposed=exposed(spec),
         proxy_port=proxy_port, nonce=nonce, landlock=False, network="profile_filtered",
-        kernel="darwin", write_witness=os.path.dirname(spec.profile_file))
+        kernel="darwin", write_witness=os.path.dirname(spec.profile_file), supervisor="none")
 
 
 class SeatbeltSession:
@@ -322,16 +322,18 @@ class SeatbeltSession:
                           stderr=outputs[Stream.STDERR].result(),
                           duration_s=time.monotonic() - started, timed_out=timed_out)
 
-    def _kill_all(self) -> None:
+    def kill_all(self) -> int:
+        """Every process carrying the session's marker, counted, then every command's group."""
         with self._lock:
             groups = list(self._groups)
+        killed = kill_marked(self._marker)
         _kill_groups(groups)
-        kill_marked(self._marker)
+        return killed
 
     def interrupt(self) -> None:
         with self._lock:
             self._closed = True
-        self._kill_all()
+        self.kill_all()
 
     def close(self) -> None:
         with self._lock:
@@ -339,7 +341,7 @@ class SeatbeltSession:
                 return
             self._closed = self._cleaned = True
         try:
-            self._kill_all()
+            self.kill_all()
         finally:
             if self._relay is not None:
                 self._relay.close()
@@ -420,19 +422,21 @@ def marked_pids(marker: str) -> list[int]:
     return found
 
 
-def kill_marked(marker: str) -> None:
-    """SIGKILL every process carrying the session marker, until none is left.
+def kill_marked(marker: str) -> int:
+    """SIGKILL every process carrying the session marker, until none is left; how many.
 
     Bounded: a fork bomb outrunning the sweep is stopped after the last round,
     and what it left is reported rather than waited on forever.
     """
+    killed: set[int] = set()
     for _ in range(100):
         pids = marked_pids(marker)
         if not pids:
-            return
+            return len(killed)
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
             except (ProcessLookupError, PermissionError):
                 pass
         time.sleep(0.01)

@@ -1,29 +1,56 @@
-"""The in-sandbox helper: bubblewrap's only child, and the parent of every command.
+"""The in-sandbox helper: the supervisor of every command, on the linux and docker backends.
 
 Guarantee: before it answers "ready", the helper has confined itself, and so
 everything it will ever start: Landlock limits writes to the workspace, /tmp,
 the sandbox HOME and a few devices (or the helper refuses to start when
 Landlock was required and cannot be applied); rlimits cap processes, memory,
-core dumps and open files; it is not dumpable, so a command running under
-the same uid cannot open ``/proc/<helper>/fd`` or its memory; and it is a
-child subreaper, so anything a command leaves behind (setsid, double fork)
-is re-parented to it and can be found and killed. Commands start with the
-highest OOM score (1000) while the helper keeps its own (it wears 1000 only
-for the instant it forks one), so when a session cgroup's memory cap is hit
-the kernel kills a command, not the supervisor (tmpfs pages belong to no
-process, so otherwise the helper, the largest process, would be the
-victim). A command starts with stdin on /dev/null, its own session and process group, only fds 0-2 open and
-exactly the environment the harness built. On timeout, the command's whole
-tree is killed: every process created since it started, not only its group.
+core dumps and open files; it is not dumpable, so no command can open
+``/proc/<helper>/fd``, its memory or its environment; and it is a child
+subreaper (or pid 1), so anything a command leaves behind (setsid, double
+fork) is re-parented to it and can be found and killed. Commands start with
+the highest OOM score (1000) while the helper keeps its own (it wears 1000
+only for the instant it forks one), so when a memory cap is hit the kernel
+kills a command, not the supervisor (tmpfs pages belong to no process, so
+otherwise the helper, the largest process, would be the victim). A command
+starts with stdin on /dev/null, its own session and process group, only fds
+0-2 open and exactly the environment the harness built. On timeout, the
+command's whole tree is killed: every process created since it started, not
+only its group. ``kill_all`` kills every process but the helper and waits
+until none is left, and says how many it killed: what runs after it (the
+success check) shares the sandbox with nothing a command left running.
 
-The only way out of the network namespace is the relay: a listener on
-127.0.0.1:PORT whose connections are spliced to sockets the harness connects
-to its egress proxy and hands over one by one (SCM_RIGHTS). The proxy's
-socket path never exists inside the sandbox.
+Where it runs:
 
-Protocol on the control socket (fd passed by number): JSON lines.
-Helper -> harness: ``ready`` once, then per command ``out`` chunks (base64)
-and one ``exit``. Harness -> helper: ``exec`` and ``shutdown``.
+- linux: pid 1 of the sandbox's pid namespace (bubblewrap ``--as-pid-1``:
+  no init of bubblewrap's own runs inside, whose memory a command of the
+  same uid could otherwise write), under the session's uid; the channel is
+  a socket passed by number.
+- docker: pid 1 of the run container, as the container's root holding only
+  CAP_SETUID, CAP_SETGID, CAP_SETPCAP and CAP_KILL (to kill what commands
+  leave, under their uid); each command drops the capability
+  bounding set and every id to the session's uid before it execs. A command
+  therefore shares no uid with the helper: it cannot signal it, trace it or
+  open anything under ``/proc/1``. The channel is the container's stdin and
+  stdout, attached by the harness.
+
+As pid 1 of its namespace on both backends, the helper takes no signal a
+command sends (the kernel delivers to a namespace's init only the signals
+it handles, and it handles none), so a command cannot stop or kill it.
+While a command runs the helper sends ``alive`` at least every
+``heartbeat_s`` seconds, so a harness that hears nothing for longer knows
+the helper is stopped or hung; and it keeps reading its channel, so a
+harness that went away (EOF) gets every process killed at once.
+
+The only way out of the network namespace on linux is the relay: a listener
+on 127.0.0.1:PORT whose connections are spliced to sockets the harness
+connects to its egress proxy and hands over one by one (SCM_RIGHTS). The
+proxy's socket path never exists inside the sandbox.
+
+Protocol: JSON lines. Helper -> harness: ``ready`` once, then per command
+``out`` chunks (base64), ``alive`` beats and one ``exit``; ``killed`` for a
+``kill_all``; ``error`` when a command could not be started as the session's
+uid (the harness ends the session). Harness -> helper: ``exec``,
+``kill_all`` and ``shutdown``.
 
 Runs as ``python -I -S -c <this source> <config json>``: stdlib only, no
 imports from firstrun, because inside the sandbox there is only the
@@ -81,6 +108,8 @@ _SCOPE_SIGNAL = 1 << 1
 # stops listening, and how long a background writer may keep them busy.
 _IDLE_S = 0.05
 _DRAIN_S = 1.0
+# The longest the helper stays silent while a command runs.
+_HEARTBEAT_S = 1.0
 
 # The OOM killer's first choice, host-wide and within the session cgroup.
 _COMMAND_OOM_SCORE = b"1000"
@@ -88,6 +117,7 @@ _COMMAND_OOM_SCORE = b"1000"
 _PR_SET_DUMPABLE = 4
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_CAPBSET_DROP = 24
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
@@ -167,12 +197,14 @@ def apply_landlock(writable_dirs: list[str], writable_files: list[str], *, min_a
 def _set_limits(limits: dict) -> None:
     # RLIMIT_DATA rather than RLIMIT_AS: V8 and Go reserve huge PROT_NONE
     # ranges up front, which RLIMIT_AS counts and RLIMIT_DATA does not.
-    for res, value in (
-        (resource.RLIMIT_NPROC, limits["pids"]),
-        (resource.RLIMIT_DATA, limits["memory_bytes"]),
-        (resource.RLIMIT_NOFILE, limits["open_files"]),
-        (resource.RLIMIT_CORE, 0),
-    ):
+    # RLIMIT_NPROC counts every process of the uid host-wide, so it is left
+    # out (pids None) where a session cgroup caps the session's processes
+    # and the uid may be a real user's (docker).
+    caps = [(resource.RLIMIT_DATA, limits["memory_bytes"]),
+            (resource.RLIMIT_NOFILE, limits["open_files"]), (resource.RLIMIT_CORE, 0)]
+    if limits.get("pids") is not None:
+        caps.append((resource.RLIMIT_NPROC, limits["pids"]))
+    for res, value in caps:
         resource.setrlimit(res, (value, value))
 
 
@@ -181,24 +213,81 @@ def _prctl(option: int, value: int) -> None:
         raise OSError(ctypes.get_errno(), f"prctl({option})")
 
 
-class _Channel:
-    """JSON lines over the control socket; writes may come from the main thread only."""
+def _become(uid: int, gid: int, cwd: str):
+    """In a command's child, before exec: no capability can ever come back, then every id,
+    then the working directory.
 
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
+    The bounding set goes first, while CAP_SETPCAP is still held; the id
+    change then clears the permitted and effective sets. A failure raises,
+    which Popen reports in the parent: a command never runs as root. The
+    directory is entered as the session's uid, since root without
+    CAP_DAC_OVERRIDE may not enter the lent workspace; a directory that is
+    not there is the command's failure (exit 127, as exec would give),
+    said on its stderr, which is already the pipe.
+    """
+    def preexec() -> None:
+        cap = 0
+        while _libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) == 0:
+            cap += 1
+        if ctypes.get_errno() != errno.EINVAL or cap == 0:
+            raise OSError(ctypes.get_errno(), f"PR_CAPBSET_DROP {cap}")
+        os.setgroups([])
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)
+        try:
+            os.chdir(cwd)
+        except OSError as exc:
+            os.write(2, f"{exc}\n".encode())
+            os._exit(126 if exc.errno == errno.EACCES else 127)
+    return preexec
+
+
+class Stop(Exception):
+    """The harness asked for shutdown, or the channel closed, while a command ran."""
+
+
+class _Channel:
+    """JSON lines over two descriptors (one socket on linux, stdin and stdout on docker).
+
+    Written from the main thread only. ``pending`` reads what arrived while
+    a command ran and raises ``Stop`` at EOF or on a ``shutdown``, so a
+    harness that goes away or closes the session is obeyed at once; any
+    other message waits its turn.
+    """
+
+    def __init__(self, fd_in: int, fd_out: int) -> None:
+        self.fd_in = fd_in
+        self.fd_out = fd_out
         self.buf = b""
+        self.queue: list[dict] = []
 
     def send(self, msg: dict) -> None:
-        self.sock.sendall(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
+        data = json.dumps(msg, separators=(",", ":")).encode() + b"\n"
+        while data:
+            data = data[os.write(self.fd_out, data):]
+
+    def _split(self) -> None:
+        while b"\n" in self.buf:
+            line, self.buf = self.buf.split(b"\n", 1)
+            self.queue.append(json.loads(line))
+
+    def pending(self) -> None:
+        chunk = os.read(self.fd_in, 65536)
+        if not chunk:
+            raise Stop()
+        self.buf += chunk
+        self._split()
+        if any(msg.get("op") == "shutdown" for msg in self.queue):
+            raise Stop()
 
     def recv(self) -> dict | None:
-        while b"\n" not in self.buf:
-            chunk = self.sock.recv(65536)
+        while not self.queue:
+            chunk = os.read(self.fd_in, 65536)
             if not chunk:
                 return None
             self.buf += chunk
-        line, self.buf = self.buf.split(b"\n", 1)
-        return json.loads(line)
+            self._split()
+        return self.queue.pop(0)
 
 
 class _Relay:
@@ -303,23 +392,25 @@ def _reap_orphans(keep: int | None) -> None:
         os.waitpid(info.si_pid, 0)
 
 
-def _kill_since(existing: set[tuple[int, int]], keep: int | None) -> None:
-    """SIGKILL every live process not in ``existing`` until none remain.
+def _kill_since(existing: set[tuple[int, int]], keep: int | None) -> int:
+    """SIGKILL every live process not in ``existing`` until none remain; how many were killed.
 
     Orphans come back to the helper (subreaper), so each round also reaps;
     a process forked between listing and killing is caught the next round.
     """
     me = os.getpid()
+    killed: set[tuple[int, int]] = set()
     while True:
         victims = [
-            pid for pid, start, state in _processes()
+            (pid, start) for pid, start, state in _processes()
             if pid not in (1, me) and (pid, start) not in existing and state not in ("Z", "X")
         ]
         if not victims:
-            return
-        for pid in victims:
+            return len(killed)
+        for pid, start in victims:
             try:
                 os.kill(pid, signal.SIGKILL)
+                killed.add((pid, start))
             except ProcessLookupError:
                 pass
         _reap_orphans(keep)
@@ -331,26 +422,39 @@ def _exit_code(returncode: int) -> int:
 
 
 class Helper:
-    def __init__(self, channel: _Channel, oom: tuple[int, bytes]) -> None:
+    def __init__(self, channel: _Channel, oom: tuple[int, bytes], *,
+                 user: tuple[int, int] | None = None, heartbeat_s: float = _HEARTBEAT_S) -> None:
         self.channel = channel
         # This process's own oom_score_adj, opened before it became
         # non-dumpable (its /proc files then belong to root) and before
         # Landlock (which refuses the open), and the value to return to.
         self.oom_fd, self.oom_own = oom
+        self.user = user
+        self.heartbeat_s = heartbeat_s
 
     def serve(self) -> None:
-        while True:
-            msg = self.channel.recv()
-            if msg is None or msg["op"] == "shutdown":
-                self.shutdown()
-                return
-            if msg["op"] == "exec":
-                self.run(msg)
+        try:
+            while True:
+                msg = self.channel.recv()
+                if msg is None or msg["op"] == "shutdown":
+                    break
+                if msg["op"] == "exec":
+                    self.run(msg)
+                elif msg["op"] == "kill_all":
+                    killed = _kill_since(set(), None)
+                    _reap_orphans(None)
+                    self.channel.send({"op": "killed", "id": msg["id"], "count": killed})
+        except Stop:
+            pass
+        self.shutdown()
 
     def shutdown(self) -> None:
         _kill_since(set(), None)
         _reap_orphans(None)
-        self.channel.send({"op": "closed"})
+        try:
+            self.channel.send({"op": "closed"})
+        except OSError:
+            pass  # the harness is gone; everything is killed all the same
 
     def run(self, msg: dict) -> None:
         cmd_id = msg["id"]
@@ -363,10 +467,16 @@ class Helper:
         os.pwrite(self.oom_fd, _COMMAND_OOM_SCORE, 0)
         try:
             proc = subprocess.Popen(
-                msg["argv"], cwd=msg["cwd"], env=env, stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, close_fds=True,
-                start_new_session=True,
+                msg["argv"], cwd=msg["cwd"] if self.user is None else None, env=env,
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                close_fds=True, start_new_session=True,
+                preexec_fn=None if self.user is None else _become(*self.user, msg["cwd"]),
             )
+        except subprocess.SubprocessError as exc:
+            # The uid drop failed: running it anyway would run it privileged.
+            self.channel.send({"op": "error", "id": cmd_id,
+                               "error": f"cannot drop to the session's uid: {exc}"})
+            return
         except OSError as exc:
             # Not a sandbox failure: the command could not be started (bad cwd, no such file).
             self.channel.send({"op": "out", "id": cmd_id, "stream": "stderr",
@@ -379,7 +489,12 @@ class Helper:
             os.pwrite(self.oom_fd, self.oom_own, 0)
         timeout = msg["timeout"]
         deadline = started + timeout if timeout is not None else None
-        timed_out = self._pump(cmd_id, proc, deadline)
+        try:
+            timed_out = self._pump(cmd_id, proc, deadline)
+        except Stop:
+            _kill_since(existing, proc.pid)
+            proc.wait()
+            raise
         if timed_out:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -401,7 +516,9 @@ class Helper:
         when the pipes go quiet: a command that keeps a pipe full (one
         enlarged with F_SETPIPE_SZ never empties between two reads) would
         otherwise never time out, and a chatty server left running would
-        hold the exec forever.
+        hold the exec forever. The channel is watched too: at its EOF or a
+        ``shutdown`` the command is abandoned (``Stop``), and the session ends
+        without waiting for it.
         """
         sel = selectors.DefaultSelector()
         streams = {proc.stdout: "stdout", proc.stderr: "stderr"}
@@ -410,8 +527,10 @@ class Helper:
             sel.register(pipe, selectors.EVENT_READ)
         pidfd = os.pidfd_open(proc.pid)
         sel.register(pidfd, selectors.EVENT_READ)
+        sel.register(self.channel.fd_in, selectors.EVENT_READ)
         exited = False
-        drain_end = None
+        drain_end = quiet_end = None
+        beat = time.monotonic() + self.heartbeat_s
         try:
             while streams:
                 now = time.monotonic()
@@ -419,16 +538,22 @@ class Helper:
                     return not exited
                 if drain_end is not None and now >= drain_end:
                     return False
-                wait = None if deadline is None else deadline - now
-                if exited:
-                    wait = _IDLE_S if wait is None else min(wait, _IDLE_S)
-                events = sel.select(wait)
-                if not events:
-                    return not exited
-                for key, _ in events:
+                if quiet_end is not None and now >= quiet_end:
+                    return False
+                if now >= beat:
+                    self.channel.send({"op": "alive", "id": cmd_id})
+                    beat = now + self.heartbeat_s
+                ends = [beat] + [t for t in (deadline, quiet_end) if t is not None]
+                for key, _ in sel.select(max(0.0, min(ends) - now)):
+                    if key.fileobj == self.channel.fd_in:
+                        self.channel.pending()
+                        continue
+                    if exited:
+                        quiet_end = time.monotonic() + _IDLE_S
                     if key.fileobj == pidfd:
                         exited = True
                         drain_end = time.monotonic() + _DRAIN_S
+                        quiet_end = time.monotonic() + _IDLE_S
                         sel.unregister(pidfd)
                         continue
                     data = os.read(key.fileobj.fileno(), 65536)
@@ -448,11 +573,15 @@ class Helper:
 
 def main(argv: list[str]) -> int:
     config = json.loads(argv[1])
-    control = socket.socket(fileno=config["control_fd"])
-    channel = _Channel(control)
+    fd_in, fd_out = config["channel_fds"]
+    channel = _Channel(fd_in, fd_out)
     report: dict = {"op": "ready", "ok": True, "pid": os.getpid()}
+    # Python handles SIGINT; as a namespace's init the helper must handle no
+    # signal at all, or a command could interrupt it.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     try:
-        os.set_inheritable(config["control_fd"], False)
+        for fd in {fd_in, fd_out}:
+            os.set_inheritable(fd, False)
         oom_fd = os.open("/proc/self/oom_score_adj", os.O_RDWR | os.O_CLOEXEC)
         oom = (oom_fd, os.read(oom_fd, 16).strip())
         _prctl(_PR_SET_DUMPABLE, 0)
@@ -483,7 +612,9 @@ def main(argv: list[str]) -> int:
     if relay is not None:
         relay.start()
     channel.send(report)
-    Helper(channel, oom).serve()
+    user = config.get("user")
+    Helper(channel, oom, user=(user["uid"], user["gid"]) if user else None,
+           heartbeat_s=config.get("heartbeat_s", _HEARTBEAT_S)).serve()
     return 0
 
 
