@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from firstrun.run.check import build_check_script, check_port, prelude
+from firstrun.run.check import TRUSTED_PATH, build_check_script, check_port, prelude
 from firstrun.tasks.load import load_task
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tasks"
@@ -24,11 +24,11 @@ VALID = Path(__file__).parents[1] / "fixtures" / "tasks" / "valid"
 
 @pytest.mark.parametrize("name", ["serve-declared", "check-file", "expect-output"])
 def test_check_script_golden(name: str) -> None:
-    # The prelude is the same for every task and is checked verbatim below;
-    # the golden files pin what differs per task, so a prelude change does
-    # not rewrite every one of them.
+    # The check's PATH and the prelude are the same for every task and are
+    # checked verbatim below; the golden files pin what differs per task, so
+    # a prelude change does not rewrite every one of them.
     script = build_check_script(load_task(FIXTURES / f"{name}.yaml"), port=21234)
-    head = "QS_PORT=21234\n" + prelude().rstrip("\n") + "\n"
+    head = TRUSTED_PATH + "\nQS_PORT=21234\n" + prelude().rstrip("\n") + "\n"
     assert script.startswith(head)
     criteria = script[len(head):]
     golden = GOLDEN / f"{name}.sh"

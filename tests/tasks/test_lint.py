@@ -6,6 +6,7 @@ import pytest
 
 from firstrun.tasks.lint import Code, Severity, lint_task
 from firstrun.tasks.load import load_task, read_task
+from firstrun.tasks.model import CheckIsolation
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tasks"
 
@@ -35,6 +36,35 @@ def test_serve_without_criterion(write_task) -> None:
 def test_serve_with_wait_http_is_fine(write_task) -> None:
     _, found = _lint(write_task, "success:\n  serve: ./server\n  wait_http: {path: /}\n")
     assert found == []
+
+
+def test_wait_http_on_loopback_with_no_serve_warns_that_the_check_shares(write_task) -> None:
+    task, found = _lint(write_task, "success:\n  wait_http: {path: /health}\n")
+    assert found == [(Severity.WARNING, Code.CHECK_SHARED, 5)]
+    assert task.spec.success.isolation() is CheckIsolation.SHARED
+
+
+@pytest.mark.parametrize("success", [
+    "  wait_http: {url: 'http://localhost:8000/'}\n",
+    "  wait_http: {url: 'http://127.0.0.2:8000/'}\n",
+    "  wait_http: {url: 'http://[::1]:8000/'}\n",
+])
+def test_every_loopback_url_is_a_shared_check(write_task, success: str) -> None:
+    task, found = _lint(write_task, "success:\n" + success)
+    assert [code for _, code, _ in found] == [Code.CHECK_SHARED]
+    assert task.spec.success.isolation() is CheckIsolation.SHARED
+
+
+@pytest.mark.parametrize("success", [
+    "  serve: ./server\n  wait_http: {path: /}\n",
+    "  wait_http: {url: 'https://app.example.org/health'}\n",
+    "  script: test -f a.py\n",
+    "  expect_output: {contains: ok}\n",
+])
+def test_every_other_check_runs_clean(write_task, success: str) -> None:
+    task, found = _lint(write_task, "success:\n" + success)
+    assert Code.CHECK_SHARED not in [code for _, code, _ in found]
+    assert task.spec.success.isolation() is CheckIsolation.CLEAN
 
 
 def test_check_that_always_passes(write_task) -> None:

@@ -366,6 +366,11 @@ def _print_summary(records: list[RunRecord], out: Path, *, interrupted: bool) ->
             run_dir = (out / record.trace).parent
             print(f"  {record.task} #{record.attempt} {record.classification.value} ({record.reason})"
                   f"{_detail(record)}; firstrun show {run_dir}")
+    shared = [r for r in records if r.check_isolation == "shared"]
+    if shared:
+        print(f"  {len(shared)} run{'s' if len(shared) != 1 else ''} checked beside the agent's "
+              "own processes (wait_http with no serve; check_isolation: shared): such a pass "
+              "could be forged")
     for record in records:
         # Recorded, never classified: the check alone decides, but a reader hit this page.
         for finding in record.route_findings:

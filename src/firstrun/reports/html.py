@@ -220,13 +220,18 @@ def _runs_table(records: Sequence[tuple[int, RunRecord]], route: Sequence[str]) 
         agent = r.agent + (f" ({r.model})" if r.model else "")
         enforcement = _el("span", {"class": "warn" if r.enforcement != "enforced" else None},
                           r.enforcement or "none")
+        check = _el("span", {"class": "warn", "title": "the agent's processes ran beside the "
+                             "check (wait_http with no serve), so it could be forged"}, "shared") \
+            if r.check_isolation == "shared" else (r.check_isolation or "")
         rows.append([
             _el("a", {"href": f"#run-{index}"}, f"#{r.attempt}"), _badge(r.classification), r.reason,
-            r.backend or "none", enforcement, agent, f"{r.duration_s:.1f}s", _pages_cell(r, route),
+            r.backend or "none", enforcement, check, agent, f"{r.duration_s:.1f}s",
+            _pages_cell(r, route),
             _link(r.last_page_before_failure) if r.last_page_before_failure else "",
             r.detail,
         ])
-    return _table(["run", "classification", "reason", "backend", "enforcement", "agent", "time",
+    return _table(["run", "classification", "reason", "backend", "enforcement", "check", "agent",
+                   "time",
                    "pages read (in order; off the route marked)", "last page before the failure", "detail"],
                   rows, cls="runs")
 

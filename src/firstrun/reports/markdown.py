@@ -74,6 +74,12 @@ def render_markdown(records: Sequence[RunRecord], *, meta: Mapping[str, Any] | N
         name = md(rate.task) if rate.task != "all tasks" else "**all tasks**"
         lines.append(_row([name, str(rate.runs), str(rate.passed), str(rate.docs_gap),
                            _not_evidential(rate), _rate(rate)]))
+    shared = [r for r in records if r.check_isolation == "shared"]
+    if shared:
+        runs = ", ".join(f"{md(r.task)} \\#{r.attempt}" for r in shared)
+        lines += ["", f"**Shared checks:** {len(shared)} run{'s' if len(shared) != 1 else ''} "
+                      f"({runs}) checked a server the agent left running (`wait_http` with no "
+                      "`serve`), beside the agent's processes, which could forge the result."]
     trouble = [r for r in records if r.classification is not Classification.PASSED]
     if trouble:
         lines += ["", "### Runs that did not pass", ""]

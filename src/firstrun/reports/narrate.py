@@ -230,6 +230,16 @@ def _agent_finished(e: Mapping[str, Any]) -> list[Line]:
     return lines
 
 
+def _check_isolated(e: Mapping[str, Any]) -> list[Line]:
+    if e.get("isolation") == "shared":
+        return [Line(text="check shares the sandbox with the agent's processes (wait_http with no "
+                          "serve): they could forge what it sees", style=Style.BAD)]
+    killed = e.get("killed")
+    left = f"{killed} process{'es' if killed != 1 else ''}" if isinstance(killed, int) else "what"
+    return [Line(text=f"check runs clean: {left} left by setup and the agent killed first",
+                 style=Style.DIM)]
+
+
 def _check_finished(e: Mapping[str, Any]) -> list[Line]:
     code = e.get("exit_code")
     verdict = "no exit code (did not run)" if code is None else f"exit {code}"
@@ -304,6 +314,7 @@ _TELLERS: dict[str, Callable[[Mapping[str, Any]], list[Line]]] = {
     "docs_read": _docs_read,
     "egress": _egress,
     "agent_finished": _agent_finished,
+    "check_isolated": _check_isolated,
     "check_finished": _check_finished,
     "failure": _failure,
     "run_finished": _run_finished,

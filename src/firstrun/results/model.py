@@ -66,6 +66,11 @@ class RunRecord:
     blocked_egress: tuple[dict[str, Any], ...] = ()
     check_exit: int | None = None
     check_output: str = ""
+    # ``clean``: nothing from setup or the agent ran beside the check (and
+    # ``killed_before_check`` processes were killed first); ``shared``: the check
+    # polled a server the agent left running, beside it, so it could be forged.
+    check_isolation: str | None = None
+    killed_before_check: int | None = None
     commands: int = 0
     started_at: str = ""
     duration_s: float = 0.0

@@ -1,19 +1,34 @@
 """The success check: one bash script, generated, run in the session after the agent.
 
-Guarantee: the check a task declares becomes one bash script from the pure
-function ``build_check_script``: the helpers (``qs_fail``, ``qs_serve``,
-``qs_wait_http``, ``qs_expect_output``, ``$QS_PORT``), then the declarative
-criteria in the order ``serve``, ``wait_http``, ``expect_output``, then the
-task's own ``script`` or ``file`` text, run in a subshell so its ``exit``,
-``set -e`` and traps stay its own while the helpers still clean up. The
-script travels to the session as an argument of ``bash -c`` and is never
-written into the workspace, so no agent can read the answer key. The agent
-output ``expect_output`` matches is the stdout and stderr of the agent's
-commands that exited 0 (not setup's, not the commands' text), written
-host-side into the workspace under an unguessable name just before the check
-and removed right after it. Exit status 0 is a pass and nothing else is: a
-timeout (the check gets the task's per-command limit), a signal or a lost
-session is a failure.
+Guarantee: before a ``clean`` check starts (every check but a local
+``wait_http`` with no ``serve``, see ``CheckIsolation``), every process
+setup and the agent left is killed and gone (``Session.kill_all``), and how
+many is recorded; so nothing from the agent phase can watch for the check,
+read its script or environment from ``/proc``, signal it, or change the
+workspace while it runs. Only what the check itself starts (``serve``) runs
+beside it. A ``shared`` check runs beside the agent's processes, and the
+run says so.
+
+The check a task declares becomes one bash script from the pure function
+``build_check_script``: first the check's own ``PATH``, the session's with
+every entry that is relative or lies in a place the sandbox lets commands
+write (the workspace, HOME, TMPDIR, /tmp, /var/tmp, /dev/shm) taken out, so
+no program the agent planted answers for a system one; then the helpers
+(``qs_fail``, ``qs_serve``, ``qs_wait_http``, ``qs_expect_output``,
+``$QS_PORT``), which run their own tools so that no rc file the agent left
+in HOME steers them; then the declarative criteria in the order ``serve``,
+``wait_http``, ``expect_output``, then the task's own ``script`` or
+``file`` text, run in a subshell so its ``exit``, ``set -e`` and traps stay
+its own while the helpers still clean up. A tool the workspace holds runs
+only where the check names it (``.venv/bin/python``). The script travels to
+the session as an argument of ``bash -c`` and is never written into the
+workspace, so no agent can read the answer key. The agent output
+``expect_output`` matches is the stdout and stderr of the agent's commands
+that exited 0 (not setup's, not the commands' text), written host-side into
+the workspace under an unguessable name just before the check (after the
+kill) and removed right after it. Exit status 0 is a pass and nothing else
+is: a timeout (the check gets the task's per-command limit), a signal or a
+lost session is a failure.
 """
 
 from __future__ import annotations
@@ -36,6 +51,7 @@ from firstrun.run.classify import classify
 from firstrun.run.config import RunConfig
 from firstrun.run.events import (
     CheckFinished,
+    CheckIsolated,
     CommandRan,
     Event,
     RunFinished,
@@ -49,7 +65,7 @@ from firstrun.run.record import Recorder, build_record, failure_event, now_iso
 from firstrun.run.sandbox import open_sandbox
 from firstrun.run.workspace import Workspace
 from firstrun.sandbox.base import ExecResult, Session
-from firstrun.tasks.model import JsonScalar, Task
+from firstrun.tasks.model import CheckIsolation, JsonScalar, Task
 
 RECHECK_AGENT = "check"
 
@@ -67,6 +83,25 @@ def check_port(task_name: str) -> int:
 
 def prelude() -> str:
     return resources.files("firstrun.run").joinpath("prelude.sh").read_text(encoding="utf-8")
+
+
+# First in every check: only PATH entries no command could have written.
+TRUSTED_PATH = """\
+# ---- the check's PATH: the session's, less every place commands may write
+_qs_path=""
+IFS=: read -r -a _qs_entries <<< "$PATH"
+for _qs_entry in "${_qs_entries[@]}"; do
+  case "$_qs_entry" in /*) ;; *) continue ;; esac
+  for _qs_root in "$PWD" "$HOME" "${TMPDIR:-/tmp}" /tmp /var/tmp /dev/shm; do
+    [ -n "$_qs_root" ] && [ "$_qs_root" != / ] || continue
+    case "${_qs_entry%/}/" in "${_qs_root%/}/"*) continue 2 ;; esac
+  done
+  _qs_path="${_qs_path:+$_qs_path:}$_qs_entry"
+done
+PATH=$_qs_path
+export PATH
+unset _qs_path _qs_entries _qs_entry _qs_root
+hash -r"""
 
 
 def _json_text(value: JsonScalar) -> str:
@@ -113,7 +148,7 @@ def _declared(task: Task) -> list[str]:
 
 def build_check_script(task: Task, *, port: int) -> str:
     """The complete check for ``task``, as bash text. Pure."""
-    parts = [f"QS_PORT={port}", prelude().rstrip("\n"), "# ---- the task's criteria"]
+    parts = [TRUSTED_PATH, f"QS_PORT={port}", prelude().rstrip("\n"), "# ---- the task's criteria"]
     parts += _declared(task)
     if task.check.strip():
         parts += ["(", task.check.rstrip("\n"), ")"]
@@ -159,7 +194,13 @@ def run_check(
     timeout_s: float,
     emit: Callable[[Event], None],
 ) -> CheckFinished:
-    """Run the check in ``session`` over ``workspace``; emit and return its result."""
+    """Run the check in ``session`` over ``workspace``; emit and return its result.
+
+    A ``clean`` check first has the session kill everything left running.
+    """
+    isolation = task.spec.success.isolation()
+    killed = session.kill_all() if isolation is CheckIsolation.CLEAN else None
+    emit(CheckIsolated(isolation=isolation.value, killed=killed))
     log_name = f".firstrun-output-{secrets.token_hex(8)}.log"
     workspace.write_new(log_name, output)
     script = build_check_script(task, port=check_port(task.name))

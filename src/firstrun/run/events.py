@@ -154,6 +154,20 @@ class AgentFinished(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class CheckIsolated(Event):
+    """How the check was kept apart from the agent, just before it started.
+
+    ``isolation`` is a ``CheckIsolation`` value; ``killed`` is how many
+    processes left by setup and the agent were killed (and gone) first, None
+    for a ``shared`` check, which runs beside them.
+    """
+
+    kind: ClassVar[str] = "check_isolated"
+    isolation: str
+    killed: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
 class CheckFinished(Event):
     kind: ClassVar[str] = "check_finished"
     exit_code: int | None

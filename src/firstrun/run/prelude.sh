@@ -60,16 +60,19 @@ _qs_serve_log_tail() {
 }
 
 # One GET: the body into $_qs_body, the status into _qs_code; non-zero when
-# no answer came, with the reason in _qs_why. Uses what the sandbox has.
+# no answer came, with the reason in _qs_why. Uses what the sandbox has, each
+# told to read no configuration of the user's (curl -q: no .curlrc; python3
+# -I: no user site-packages or PYTHON* variables), so nothing the agent left
+# in HOME can change what the check sees.
 _qs_get() {
   _qs_code=""
   _qs_why=""
   : > "$_qs_body"
   if command -v curl >/dev/null 2>&1; then
-    _qs_code=$(curl -sS -o "$_qs_body" -w '%{http_code}' --max-time 10 -- "$1" 2>"$_qs_dir/err") \
+    _qs_code=$(curl -q -sS -o "$_qs_body" -w '%{http_code}' --max-time 10 -- "$1" 2>"$_qs_dir/err") \
       || { _qs_why="$(tail -n 1 "$_qs_dir/err")"; return 1; }
   elif command -v python3 >/dev/null 2>&1; then
-    _qs_code=$(python3 - "$1" "$_qs_body" 2>"$_qs_dir/err" <<'PY'
+    _qs_code=$(python3 -I - "$1" "$_qs_body" 2>"$_qs_dir/err" <<'PY'
 import sys
 import urllib.error
 import urllib.request

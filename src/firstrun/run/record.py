@@ -33,6 +33,7 @@ from firstrun.run.events import (
     AffordancesProbed,
     AgentFinished,
     CheckFinished,
+    CheckIsolated,
     CommandRan,
     DocsRead,
     Egress,
@@ -136,6 +137,7 @@ def build_record(task: Task, *, attempt: int, agent_name: str, model: str | None
     reads = [e for e in events if isinstance(e, DocsRead)]
     finished = next((e for e in events if isinstance(e, AgentFinished)), None)
     check = next((e for e in events if isinstance(e, CheckFinished)), None)
+    isolated = next((e for e in events if isinstance(e, CheckIsolated)), None)
     failure = next((e for e in events if isinstance(e, Failure)), None)
     findings = tuple(
         {"url": e.page["url_requested"], "error": e.page["error"], "status": e.page["status"],
@@ -191,6 +193,8 @@ def build_record(task: Task, *, attempt: int, agent_name: str, model: str | None
         blocked_egress=blocked,
         check_exit=check.exit_code if check is not None else None,
         check_output=check.output if check is not None else "",
+        check_isolation=isolated.isolation if isolated is not None else None,
+        killed_before_check=isolated.killed if isolated is not None else None,
         commands=sum(1 for e in events if isinstance(e, CommandRan) and e.source is Source.AGENT),
         started_at=started_at,
         duration_s=round(duration_s, 3),

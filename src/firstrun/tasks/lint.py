@@ -6,7 +6,8 @@ run), and ``load_task`` refuses such a task. A warning names a way the
 result can be wrong (an assertion whose failure is forgotten, a masked
 failure, an environment directory nothing creates, a documentation host
 that shadows the shell's allow-list, a replay step the task's own
-permission rules refuse). Every finding names a file and line:
+permission rules refuse, a check that must run beside the agent's own
+processes). Every finding names a file and line:
 the task file, or the ``success.file`` the check lives in. Checks are
 precise rather than exhaustive; see ``firstrun.tasks.shell`` for how a
 script is read.
@@ -32,7 +33,7 @@ from firstrun.policy.network import DEFAULT_ALLOW
 from firstrun.policy.permissions import BASH, READ_DOCS, Mode, Verdict, decide
 from firstrun.tasks import shell
 from firstrun.tasks.compile import covering_patterns
-from firstrun.tasks.model import KeyPath, Task, host_entry_text
+from firstrun.tasks.model import CheckIsolation, KeyPath, Task, host_entry_text
 
 MAX_REDIRECTS = 10
 
@@ -61,6 +62,7 @@ class Code(StrEnum):
     DOCS_REDIRECT_OUTSIDE_ALLOW = "docs_redirect_outside_allow"
     SCAFFOLD_UNEDITED = "scaffold_unedited"
     REPLAY_REFUSED = "replay_refused_by_permissions"
+    CHECK_SHARED = "check_shares_agent_processes"
 
 
 # What ``firstrun init`` writes where the author must put their own words; a
@@ -85,6 +87,7 @@ def lint_task(task: Task) -> list[Finding]:
     """Every finding about ``task``, in file order within each kind."""
     return [
         *_criteria(task),
+        *_isolation(task),
         *_check_script(task),
         *_environments(task),
         *_hosts(task),
@@ -189,6 +192,24 @@ def _criteria(task: Task) -> list[Finding]:
             ),
         ]
     return []
+
+
+def _isolation(task: Task) -> list[Finding]:
+    if task.spec.success.isolation() is not CheckIsolation.SHARED:
+        return []
+    return [
+        _at(
+            task,
+            Severity.WARNING,
+            Code.CHECK_SHARED,
+            "success.wait_http polls a local server but nothing in success starts one, so it "
+            "can only reach a server the agent left running: the check then runs beside the "
+            "agent's processes, which could forge what it sees (the run records "
+            "check_isolation: shared); start the server with success.serve so the check runs "
+            "clean",
+            ("success", "wait_http"),
+        ),
+    ]
 
 
 def _check_line(task: Task, offset: int) -> tuple[str, int]:

@@ -29,6 +29,7 @@ import ipaddress
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
@@ -337,6 +338,28 @@ class ExpectOutput(_Model):
         return self
 
 
+class CheckIsolation(StrEnum):
+    """Whether the success check runs alone or beside what the agent left running."""
+
+    # Every setup and agent process was killed first: nothing can race or read the check.
+    CLEAN = "clean"
+    # The check polls a local server the agent started (wait_http, no serve), so the
+    # agent's processes live on beside it, and could forge what it sees.
+    SHARED = "shared"
+
+
+def _loopback_host(host: str | None) -> bool:
+    if host is None:
+        return False
+    name = host.strip("[]").rstrip(".").lower()
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback or name in ("0.0.0.0", "::")
+    except ValueError:
+        return False
+
+
 class Success(_Model):
     """What decides the verdict: the harness owns the mechanism, the task every criterion."""
 
@@ -362,6 +385,16 @@ class Success(_Model):
     _blank_is_absent: ClassVar[frozenset[str]] = frozenset({"script", "file", "serve"})
 
     model_config = ConfigDict(json_schema_extra={"not": {"required": ["script", "file"]}})
+
+    def isolation(self) -> CheckIsolation:
+        """``SHARED`` only for a local ``wait_http`` with no ``serve``: that server can only be
+        one the agent left running (quickstarted allows such checks); every other check
+        runs ``CLEAN``."""
+        wait = self.wait_http
+        if wait is None or self.serve is not None:
+            return CheckIsolation.CLEAN
+        local = wait.url is None or _loopback_host(urlsplit(str(wait.url)).hostname)
+        return CheckIsolation.SHARED if local else CheckIsolation.CLEAN
 
     @model_validator(mode="after")
     def _script_or_file(self) -> Success:
