@@ -12,6 +12,7 @@ from firstrun.policy.network import Channel, NetworkPolicy
 from firstrun.policy.profile import SandboxProfile
 from firstrun.proxy.records import EgressRecord
 from firstrun.proxy.server import EgressProxy
+from firstrun.run.sandbox import capture_listeners
 from firstrun.sandbox.base import ProxyEndpoint, Session
 from firstrun.sandbox.hostfs import host_filesystem_policy
 from firstrun.sandbox.select import OWN_PROXY, BackendOptions, entry, select_backend
@@ -38,5 +39,6 @@ def session_on(backend: str, workspace: str,
             sockdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="firstrun-proxy-"))
             endpoint = ProxyEndpoint(
                 socket_path=proxy.listen_unix(os.path.join(sockdir, "proxy.sock"), Channel.SHELL),
-                nonce=proxy.nonce)
+                nonce=proxy.nonce,
+                **capture_listeners(proxy, sockdir) if entry(backend).captures else {})
         yield stack.enter_context(chosen.start(profile, proxy=endpoint))

@@ -36,7 +36,7 @@ pytestmark = pytest.mark.timeout(60)
 RECORD_FIELDS = {
     "ts", "id", "channel", "method", "scheme", "host", "port", "path", "decision", "reason",
     "layer", "would_deny", "override", "resolved", "status", "bytes_up", "bytes_down",
-    "duration_ms", "credentials",
+    "duration_ms", "credentials", "capture",
 }
 
 

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 from proxy_fixtures import client_hello
 
 from firstrun.policy.network import Reason
+from firstrun.proxy.flight import judge_first_flight
 from firstrun.proxy.tls import HelloStatus, parse_client_hello
-from firstrun.proxy.tunnel import judge_first_flight
 
 
 def test_reads_sni() -> None:

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from firstrun.errors import ProxyError
 from firstrun.policy.network import Channel, Layer, Reason, Verdict
-from firstrun.proxy.records import EgressRecord, Scheme
+from firstrun.proxy.records import Capture, EgressRecord, Scheme
 
 _text = st.text(max_size=20)
 
@@ -29,6 +29,7 @@ def records(draw: st.DrawFn) -> EgressRecord:
         bytes_up=draw(st.integers(0, 1 << 40)), bytes_down=draw(st.integers(0, 1 << 40)),
         duration_ms=draw(st.floats(0, 1e9, allow_nan=False)),
         credentials=tuple(draw(st.lists(_text, max_size=3))),
+        capture=draw(st.sampled_from(Capture)),
     )
 
 
@@ -40,14 +41,14 @@ def test_a_record_round_trips_through_its_data_and_its_json_line(record: EgressR
 
 
 @given(records(), st.sampled_from(["channel", "scheme", "decision", "reason", "layer",
-                                   "would_deny"]))
+                                   "would_deny", "capture"]))
 def test_an_unknown_enum_value_is_refused(record: EgressRecord, name: str) -> None:
     with pytest.raises(ProxyError):
         EgressRecord.from_data(dict(record.to_data(), **{name: "maybe"}))
 
 
 @given(records(), st.sampled_from([n for n in EgressRecord.__dataclass_fields__
-                                   if n not in ("credentials", "unrecorded")]))
+                                   if n not in ("credentials", "unrecorded", "capture")]))
 def test_a_missing_field_is_refused(record: EgressRecord, name: str) -> None:
     data = {k: v for k, v in record.to_data().items() if k != name}
     with pytest.raises(ProxyError):

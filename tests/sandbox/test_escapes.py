@@ -123,42 +123,64 @@ def test_writes_outside_the_workspace_do_not_land(hostile: Hostile) -> None:
         os.unlink(host_tmp.name)
 
 
-def test_raw_ip_dial_has_no_route(hostile: Hostile) -> None:
+def test_a_raw_ip_dial_reaches_only_the_proxy_which_refuses_it(hostile: Hostile) -> None:
+    # Under transparent capture the dial is accepted inside, by the relay; what
+    # must hold is that nothing answers it and the proxy refused it by the
+    # address alone, never dialling (the registry's real address is one the
+    # host can reach, so only the boundary keeps it from answering).
     out = hostile.run(["python3", "-c", (
         "import socket, errno\n"
         "for fam, addr in ((socket.AF_INET, ('203.0.113.80', 443)), "
         "(socket.AF_INET6, ('::ffff:203.0.113.80', 443)), (socket.AF_INET6, ('2001:db8::1', 443))):\n"
         "    s = socket.socket(fam); s.settimeout(5)\n"
         "    try:\n"
-        "        s.connect(addr); print('CONNECTED', addr)\n"
+        "        s.connect(addr); s.sendall(b'\\x16\\x03\\x01'); print('ANSWERED' if s.recv(64) else 'closed')\n"
         "    except OSError as e:\n"
         "        print(errno.errorcode[e.errno])\n"
     )])
-    assert "CONNECTED" not in out
-    assert out.split() == ["ENETUNREACH"] * 3
-    assert not [r for r in hostile.proxy.records() if r.host != "attest.firstrun.invalid"]
+    assert "ANSWERED" not in out, out
+    refused = [r for r in hostile.proxy.records() if r.capture == "transparent"
+               and r.host != "attest.firstrun.invalid"]
+    assert refused and all(r.denied and r.reason == "ip_literal" and r.resolved is None
+                           for r in refused), refused
+    assert "203.0.113.80" in {r.host for r in refused}
 
 
-def test_dns_lookup_fails_inside(hostile: Hostile) -> None:
+def test_names_resolve_only_to_what_stands_for_them(hostile: Hostile) -> None:
     out = hostile.run(["python3", "-c", (
         "import socket\n"
-        "try:\n"
-        "    print('RESOLVED', socket.getaddrinfo('pypi.org', 443))\n"
-        "except socket.gaierror as e:\n"
-        "    print('gaierror', e.errno)\n"
+        "for name in ('pypi.org', 'example.com'):\n"
+        "    try:\n"
+        "        print(name, socket.getaddrinfo(name, 443, socket.AF_INET)[0][4][0])\n"
+        "    except socket.gaierror as e:\n"
+        "        print(name, 'gaierror')\n"
     )])
-    assert "RESOLVED" not in out and "gaierror" in out
-    # Only the proxy resolves names, and it was never asked.
-    assert not [r for r in hostile.proxy.records() if r.host == "pypi.org"]
+    answers = dict(line.split() for line in out.splitlines())
+    # An allowed name gets a synthetic address (the stub never resolves it);
+    # a refused one, nothing.
+    assert answers["pypi.org"].startswith("198.18."), out
+    assert answers["example.com"] == "gaierror"
+    records = hostile.proxy.records()
+    assert not [r for r in records if r.host == "pypi.org"]
+    assert [(r.scheme, r.reason) for r in records if r.host == "example.com"] == [
+        ("dns", "dns_not_allowed")]
 
 
-def test_direct_connection_ignoring_proxy_variables_fails(hostile: Hostile) -> None:
+def test_a_client_ignoring_the_proxy_variables_still_goes_through_the_proxy(
+        hostile: Hostile) -> None:
+    # Pinned to the registry's real address, curl reaches only the proxy, which
+    # refuses an address that stands for no name; resolving by itself, it gets
+    # the synthetic address, and the proxy carries it like a CONNECT, recorded.
     out = hostile.run("curl -sS --noproxy '*' --max-time 10 --resolve pypi.org:443:203.0.113.80 "
                       "https://pypi.org/simple/six/ -o /dev/null; echo rc=$?; "
-                      "env -u https_proxy -u HTTPS_PROXY -u ALL_PROXY -u all_proxy curl -sS --max-time 10 "
-                      "https://pypi.org/ -o /dev/null; echo rc=$?")
-    assert "rc=0" not in out
-    assert not [r for r in hostile.proxy.records() if r.host == "pypi.org"]
+                      "env -u https_proxy -u HTTPS_PROXY -u ALL_PROXY -u all_proxy curl -sS "
+                      "--max-time 30 https://pypi.org/simple/six/ -o /dev/null; echo rc=$?")
+    first, second = (line for line in out.splitlines() if line.startswith("rc="))
+    assert first != "rc=0" and second == "rc=0", out
+    transparent = [(r.host, r.decision.value, r.reason.value) for r in hostile.proxy.records()
+                   if r.capture == "transparent" and r.host != "attest.firstrun.invalid"]
+    assert ("203.0.113.80", "deny", "ip_literal") in transparent
+    assert ("pypi.org", "allow", "allowed_by_list") in transparent
 
 
 def test_host_loopback_canary_sees_no_connection(hostile: Hostile) -> None:

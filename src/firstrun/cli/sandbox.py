@@ -30,7 +30,7 @@ from firstrun.policy.profile import LayerName, SandboxProfile
 from firstrun.proxy.intercept import prepare_interception
 from firstrun.proxy.records import EgressRecord, RecordLog
 from firstrun.proxy.server import EgressProxy
-from firstrun.run.sandbox import inspecting_backend
+from firstrun.run.sandbox import capture_listeners, inspecting_backend
 from firstrun.sandbox.base import ExecResult, ProxyEndpoint, Stream
 from firstrun.sandbox.hostfs import check_workspace, host_filesystem_policy
 from firstrun.sandbox.select import (
@@ -168,7 +168,9 @@ def run_sandbox(request: SandboxRequest) -> int:
                                                     interception=interception))
             socket_path = proxy.listen_unix(os.path.join(sockdir, "proxy.sock"), Channel.SHELL)
             endpoint = ProxyEndpoint(socket_path=socket_path, nonce=proxy.nonce,
-                                     trust_bundle=trust_bundle)
+                                     trust_bundle=trust_bundle,
+                                     **capture_listeners(proxy, sockdir)
+                                     if entry(name).captures else {})
         session = stack.enter_context(backend.start(profile, proxy=endpoint))
         live = _LiveOutput(all_to_stderr=request.json)
         result = session.exec(list(request.command), timeout=request.timeout_s, on_output=live)

@@ -15,8 +15,17 @@ order and the first with an opinion decides:
    request is recorded as ``allowed_docs_host_on_shell``, so the gap in the
    page record is counted, not hidden;
 3. explicit overrides from the task, recorded as such;
-4. the allow-list;
+4. the allow-list, and the task's ``tcp`` rules (exact name and port);
 5. deny.
+
+Every flow reaches these rules whether or not the program honours the proxy
+variables: on backends with transparent capture a DNS stub answers only the
+names ``decide_dns`` allows (with synthetic addresses the proxy maps back to
+the name), and a redirected connection is decided by name like a CONNECT.
+What a stream may carry is decided once its first bytes are seen
+(``decide_stream``): TLS and HTTP go wherever the name rules allowed, while
+anything else (ssh, a database protocol, ``git://``) needs a ``tcp`` rule
+for that exact name and port.
 
 In report mode a denial by the name rules (attribution, the lists, the
 default) is turned into an allow whose ``would_deny`` carries the reason, so
@@ -89,6 +98,12 @@ class Reason(StrEnum):
     DENIED_BY_LIST = "denied_by_list"
     PORT_NOT_ALLOWED = "port_not_allowed"
     IP_LITERAL = "ip_literal"
+    # Transparent capture: a name the stub would not answer, a raw stream no
+    # ``tcp`` rule covers, a datagram that is not DNS.
+    DNS_NOT_ALLOWED = "dns_not_allowed"
+    TCP_NOT_ALLOWED = "tcp_not_allowed"
+    UDP_NOT_ALLOWED = "udp_not_allowed"
+    ALLOWED_BY_TCP_RULE = "allowed_by_tcp_rule"
     INVALID_HOST = "invalid_host"
     RESOLVED_LOOPBACK = "resolved_loopback"
     RESOLVED_PRIVATE = "resolved_private"
@@ -195,6 +210,8 @@ class NetworkPolicy:
     # Set when the proxy terminates TLS (--inspect-tls): the method, path and
     # body rules and the credentials for decrypted requests.
     inspection: InspectionPolicy | None = None
+    # Exact name:port pairs a raw TCP stream (not TLS, not HTTP) may reach.
+    tcp: tuple[HostPattern, ...] = ()
 
     @classmethod
     def build(
@@ -207,6 +224,7 @@ class NetworkPolicy:
         overrides: Sequence[tuple[str, Sequence[str]]] = (),
         mode: Mode = Mode.ENFORCE,
         source: str = "policy",
+        tcp: Sequence[str] = (),
     ) -> NetworkPolicy:
         """Parse text entries; ``source`` names where they came from in any error."""
         ovs = []
@@ -224,6 +242,7 @@ class NetworkPolicy:
             shell_docs=parse_patterns(list(shell_docs), source=f"{source} docs opened to the shell"),
             overrides=tuple(ovs),
             mode=mode,
+            tcp=parse_tcp_rules(tcp, source=f"{source} tcp"),
         )
 
     def with_proxy_addresses(self, addresses: Sequence[tuple[str, int]]) -> NetworkPolicy:
@@ -241,6 +260,9 @@ class NetworkPolicy:
         data = self._name_data()
         if self.inspection is not None:
             data["inspection"] = self.inspection.to_data()
+        if self.tcp:
+            # Only when set, like inspection: a policy without tcp rules hashes as before.
+            data["tcp"] = [str(p) for p in self.tcp]
         return data
 
     def _name_data(self) -> dict[str, object]:
@@ -255,6 +277,18 @@ class NetworkPolicy:
             ],
             "mode": self.mode.value,
         }
+
+
+def parse_tcp_rules(entries: Sequence[str], *, source: str) -> tuple[HostPattern, ...]:
+    """``name:port`` entries, each an exact name (no wildcard) with an explicit port."""
+    patterns = parse_patterns(list(entries), source=source)
+    for text, pattern in zip(entries, patterns, strict=True):
+        if pattern.port is None:
+            raise PolicyError(f"{source}: {text!r} needs its port (a tcp rule is one name and "
+                              "one port, such as github.com:22)")
+        if pattern.wildcard:
+            raise PolicyError(f"{source}: {text!r}: a tcp rule names one host, not a wildcard")
+    return patterns
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -332,11 +366,66 @@ def decide_name(policy: NetworkPolicy, request: Request) -> Decision:
         return Decision(
             verdict=Verdict.ALLOW, reason=Reason.ALLOWED_BY_LIST, layer=Layer.ALLOWLIST, host=host
         )
+    if any(p.matches(host, port) for p in policy.tcp):
+        return Decision(
+            verdict=Verdict.ALLOW, reason=Reason.ALLOWED_BY_TCP_RULE, layer=Layer.ALLOWLIST,
+            host=host,
+        )
     if parse_ip_literal(host) is not None:
         return _deny(policy, Reason.IP_LITERAL, Layer.ALLOWLIST, host)
     if any(p.matches_host(host) for p in policy.allow):
         return _deny(policy, Reason.PORT_NOT_ALLOWED, Layer.ALLOWLIST, host)
     return _deny(policy, Reason.NOT_ALLOWED, Layer.DEFAULT, host)
+
+
+def decide_dns(policy: NetworkPolicy, name: str) -> Decision:
+    """Whether the shell's DNS stub answers ``name``: when some port of it could be allowed.
+
+    The stub never forwards a query, so answering leaks nothing; refusing is
+    what keeps a name nothing may reach from even looking reachable. The
+    reasons are the name rules' own (a docs host keeps its attribution), and
+    every other refusal is ``dns_not_allowed``. Report mode answers all.
+    """
+    try:
+        host = canonical_host(name)
+    except PolicyError:
+        return _deny(policy, Reason.DNS_NOT_ALLOWED, Layer.PROTOCOL, name)
+    if parse_ip_literal(host) is not None:
+        return _deny(policy, Reason.DNS_NOT_ALLOWED, Layer.DEFAULT, host)
+    shell = (*policy.allow, *policy.tcp, *(o.pattern for o in policy.overrides))
+    if any(p.matches_host(host) for p in policy.docs):
+        if any(p.matches_host(host) for p in policy.shell_docs) and \
+                any(p.matches_host(host) for p in policy.allow):
+            return Decision(verdict=Verdict.ALLOW, reason=Reason.ALLOWED_DOCS_HOST_ON_SHELL,
+                            layer=Layer.ATTRIBUTION, host=host)
+        return _deny(policy, Reason.DOCS_HOST_ON_SHELL, Layer.ATTRIBUTION, host)
+    # The deny list is the connection's to apply (decide_name): a name denied
+    # on one port may be allowed on another.
+    if any(p.matches_host(host) for p in shell):
+        return Decision(verdict=Verdict.ALLOW, reason=Reason.ALLOWED_BY_LIST,
+                        layer=Layer.ALLOWLIST, host=host)
+    return _deny(policy, Reason.DNS_NOT_ALLOWED, Layer.DEFAULT, host)
+
+
+def decide_stream(policy: NetworkPolicy, host: str, port: int, *, connect: bool) -> Decision:
+    """Whether a stream that is neither TLS nor HTTP may go to ``host:port`` (canonical).
+
+    A ``tcp`` rule for that exact name and port lets one through. So does,
+    for a CONNECT (``connect``: the client itself asked the proxy for a
+    tunnel to that port, as proxy-aware clients always could), an allow or
+    override entry that names that port. An entry without a port names a
+    web host (ports 80 and 443), and a web host's port is no licence to
+    speak ssh or a database protocol to it; nor is any entry for a stream
+    that was redirected rather than asked for.
+    """
+    if any(p.matches(host, port) for p in policy.tcp):
+        return Decision(verdict=Verdict.ALLOW, reason=Reason.ALLOWED_BY_TCP_RULE,
+                        layer=Layer.ALLOWLIST, host=host)
+    named = (*policy.allow, *(o.pattern for o in policy.overrides))
+    if connect and any(p.port == port and p.matches(host, port) for p in named):
+        return Decision(verdict=Verdict.ALLOW, reason=Reason.ALLOWED_BY_LIST,
+                        layer=Layer.ALLOWLIST, host=host)
+    return _deny(policy, Reason.TCP_NOT_ALLOWED, Layer.ALLOWLIST, host)
 
 
 def decide_addresses(

@@ -44,6 +44,7 @@ from firstrun.proxy.errors import (
     UpstreamGone,
     refusal_for_protocol_error,
 )
+from firstrun.proxy.flight import judge_first_flight
 from firstrun.proxy.records import EgressRecord, Scheme, now_iso
 from firstrun.proxy.request import (
     authority_text,
@@ -53,7 +54,6 @@ from firstrun.proxy.request import (
     parse_authority,
 )
 from firstrun.proxy.tls import MAX_CLIENT_HELLO, Hello, HelloStatus, parse_client_hello
-from firstrun.proxy.tunnel import judge_first_flight
 
 _READ = 1 << 16
 

@@ -50,6 +50,19 @@ class Scheme(StrEnum):
     HTTPS_TUNNEL = "https-tunnel"
     # A request the proxy decrypted inside a tunnel (--inspect-tls).
     HTTPS = "https"
+    # Transparent capture: plain HTTP and raw streams redirected to the
+    # proxy, a name the DNS stub refused, a datagram that was not DNS.
+    HTTP_TUNNEL = "http-tunnel"
+    TCP = "tcp"
+    DNS = "dns"
+    UDP = "udp"
+
+
+class Capture(StrEnum):
+    """How a flow reached the proxy: asked for it (the proxy variables), or redirected."""
+
+    PROXY = "proxy"
+    TRANSPARENT = "transparent"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,6 +96,7 @@ class EgressRecord:
     # refused after the budget was spent and so left no record of their own.
     # Absent from every other record's data.
     unrecorded: int | None = None
+    capture: Capture = Capture.PROXY
 
     @property
     def denied(self) -> bool:
@@ -109,6 +123,7 @@ class EgressRecord:
             "bytes_down": self.bytes_down,
             "duration_ms": self.duration_ms,
             "credentials": list(self.credentials),
+            "capture": self.capture.value,
         } | ({"unrecorded": self.unrecorded} if self.unrecorded is not None else {})
 
     def to_json(self) -> str:
@@ -150,7 +165,7 @@ class EgressRecord:
 # Record fields whose data form is an enum's value.
 _ENUM_FIELDS: Mapping[str, type[StrEnum]] = {
     "channel": Channel, "scheme": Scheme, "decision": Verdict, "reason": Reason,
-    "layer": Layer, "would_deny": Reason,
+    "layer": Layer, "would_deny": Reason, "capture": Capture,
 }
 
 

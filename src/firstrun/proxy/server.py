@@ -26,6 +26,17 @@ went out); once the budget has no room, the proxy closes such a tunnel's
 client connection after its current request, so only what the tunnel had
 already read from that client can follow.
 
+Besides proxy requests, a listener may take transparent capture's two
+kinds of traffic (``ListenerKind``): flows a sandbox's relay redirected,
+each named by the address the program dialled, which the proxy maps back
+to the name its DNS answered it for and then decides and carries exactly
+like a CONNECT to that name (records say ``capture: transparent``); and DNS
+queries, which it answers itself from the policy (``proxy.dns``), never
+resolving or forwarding one, recording each refused name once. A tunnel's
+first flight is judged before a byte goes up (``proxy.flight``): TLS must
+name the host, HTTP must carry its Host, and any other stream needs a
+``tcp`` rule (or, asked for by CONNECT, an entry naming its port).
+
 The proxy runs its own asyncio loop in a daemon thread, so synchronous
 callers (the runner, the CLI, tests) drive it with plain method calls. Every
 TCP listener's address is added to the policy's ``proxy_addresses``, so the
@@ -48,6 +59,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -58,6 +70,7 @@ from firstrun.policy.addresses import IPAddress
 from firstrun.policy.hosts import parse_ip_literal
 from firstrun.policy.methods import InnerRequest, InspectionPolicy, decide_inner
 from firstrun.policy.network import (
+    ATTESTATION_HOST,
     Channel,
     Decision,
     Layer,
@@ -68,6 +81,8 @@ from firstrun.policy.network import (
     decide_addresses,
     decide_name,
 )
+from firstrun.proxy.dns import DnsAnswer, SyntheticNames
+from firstrun.proxy.dns import answer as dns_answer
 from firstrun.proxy.errors import (
     PeerGone,
     Refused,
@@ -76,10 +91,12 @@ from firstrun.proxy.errors import (
     refusal_for_protocol_error,
     upstream_failure,
 )
+from firstrun.proxy.flight import FlightKind, judge_flight
 from firstrun.proxy.intercept import InterceptedTunnel, Interception, Timeouts
 from firstrun.proxy.records import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_RECORDS,
+    Capture,
     EgressRecord,
     RecordLog,
     Scheme,
@@ -140,8 +157,13 @@ async def system_resolver(host: str, port: int) -> list[IPAddress]:
 class _Exchange:
     """What one request or tunnel has shown so far; becomes its record."""
 
-    def __init__(self, channel: Channel) -> None:
+    def __init__(self, channel: Channel, capture: Capture = Capture.PROXY) -> None:
         self.channel = channel
+        self.capture = capture
+        # What a tunnel's first flight was, once judged.
+        self.flight: FlightKind | None = None
+        # Set for what is no HTTP request nor tunnel (a refused datagram).
+        self.scheme: Scheme | None = None
         self.ts = now_iso()
         self.started = time.monotonic()
         self.target: Target | None = None
@@ -172,14 +194,17 @@ class _Exchange:
             host = target.host if target else None
         else:
             return None
-        scheme = None
-        if target is not None:
-            scheme = Scheme.HTTPS_TUNNEL if target.action is Action.TUNNEL else Scheme.HTTP
+        scheme = self.scheme
+        if target is not None and scheme is None:
+            scheme = Scheme.HTTP
+            if target.action is Action.TUNNEL:
+                scheme = Scheme.HTTPS_TUNNEL if self.capture is Capture.PROXY \
+                    else _TRANSPARENT_SCHEMES.get(self.flight, Scheme.TCP)
         return EgressRecord(
             ts=self.ts,
             id=uuid.uuid4().hex,
             channel=self.channel,
-            method=target.method if target else self.method,
+            method=(target.method or None) if target else self.method,
             scheme=scheme,
             host=host,
             port=target.port if target else None,
@@ -194,7 +219,13 @@ class _Exchange:
             bytes_up=self.bytes_up,
             bytes_down=self.bytes_down,
             duration_ms=round((time.monotonic() - self.started) * 1000, 3),
+            capture=self.capture,
         )
+
+
+# A redirected flow's record names what it carried, once its first flight
+# showed it (a CONNECT tunnel's stays https-tunnel, as it always was).
+_TRANSPARENT_SCHEMES = {FlightKind.TLS: Scheme.HTTPS_TUNNEL, FlightKind.HTTP: Scheme.HTTP_TUNNEL}
 
 
 def _policy_refusal(decision: Decision) -> Refused:
@@ -251,17 +282,21 @@ class _Client:
         except PeerGone:
             return False
         finally:
-            log = self._proxy._log
-            record = ex.record()
-            if ex.reserved:
-                if record is None:
-                    log.release()
-                else:
-                    log.append(record, reserved=True)
-            elif record is not None:
-                # Unreserved means refused before anything was judged or
-                # forwarded: recorded if the budget has room, else counted.
-                log.offer(record)
+            self._settle(ex)
+
+    def _settle(self, ex: _Exchange) -> None:
+        """Write ``ex``'s record: into its reservation, or offered when it holds none."""
+        log = self._proxy._log
+        record = ex.record()
+        if ex.reserved:
+            if record is None:
+                log.release()
+            else:
+                log.append(record, reserved=True)
+        elif record is not None:
+            # Unreserved means refused before anything was judged or
+            # forwarded: recorded if the budget has room, else counted.
+            log.offer(record)
 
     async def _serve(self, ex: _Exchange) -> bool:
         head = await self._read_head(ex)
@@ -478,30 +513,51 @@ class _Client:
         established = h11.Response(status_code=200, reason=b"Connection established", headers=[])
         await self._to_client(ex, established)
         ex.status = 200
-        # Only the shell channel carries untrusted traffic; the docs channel
-        # is the harness's own reader, which verifies the real server itself.
-        if self._inspection() is not None:
-            await self._intercept(ex, target, upstream)
+        await self._through(ex, target, upstream, self._h11.trailing_data[0])
+
+    async def _through(self, ex: _Exchange, target: Target, upstream: socket.socket,
+                       initial: bytes) -> None:
+        """An admitted tunnel: decrypted under inspection, else carried as it is.
+
+        Only the shell channel carries untrusted traffic; the docs channel is
+        the harness's own reader, which verifies the real server itself. A
+        stream a ``tcp`` rule names (ssh, a database) is carried as it is
+        even under inspection: there is no TLS in it to open.
+        """
+        by_rule = any(p.matches(target.host, target.port) for p in self._proxy.policy.tcp)
+        if self._inspection() is not None and not by_rule:
+            await self._intercept(ex, target, upstream, initial)
             return
+        await self._carry(ex, target, upstream, initial)
+
+    async def _carry(self, ex: _Exchange, target: Target, upstream: socket.socket,
+                     initial: bytes) -> None:
+        """Carry an admitted tunnel's bytes once its first flight passed ``judge_flight``."""
+        policy = self._proxy.policy
         tunnel = Tunnel(
-            client=self._sock, upstream=upstream, host=target.host,
-            initial=self._h11.trailing_data[0],
+            client=self._sock, upstream=upstream, initial=initial,
+            judge=lambda flight: judge_flight(flight, host=target.host, port=target.port,
+                                              policy=policy, connect=ex.capture is Capture.PROXY),
         )
         self.tunnel = tunnel
         result = await tunnel.run()
         ex.bytes_up, ex.bytes_down = result.bytes_up, result.bytes_down
+        ex.flight = result.flight
+        if result.decision is not None:
+            ex.allowed = result.decision
         if result.refusal is not None:
             ex.refusal = result.refusal
             ex.status = None
 
-    async def _intercept(self, ex: _Exchange, target: Target, upstream: socket.socket) -> None:
+    async def _intercept(self, ex: _Exchange, target: Target, upstream: socket.socket,
+                         initial: bytes) -> None:
         policy = self._proxy.policy.inspection
         interception = self._proxy.interception
         assert policy is not None and interception is not None
         limits = self._limits
         result = await InterceptedTunnel(
             client=self._sock, upstream=upstream, host=target.host, port=target.port,
-            initial=self._h11.trailing_data[0], resolved=ex.resolved, channel=self._channel,
+            initial=initial, resolved=ex.resolved, channel=self._channel,
             policy=policy, interception=interception, emit=self._emit_inner,
             timeouts=Timeouts(
                 head_s=limits.head_timeout_s, idle_s=limits.idle_timeout_s,
@@ -621,11 +677,172 @@ class _Client:
             return event
 
 
+# A transparent flow's header, written by the sandbox's relay: "tcp|udp ADDRESS PORT\n".
+_MAX_FLOW_HEADER = 128
+
+
+class _TransparentClient(_Client):
+    """One flow the sandbox's relay redirected here: a header naming where it was going, then
+    its bytes (a TCP connection), or nothing more (a datagram that was refused).
+
+    The address is mapped back to the name the DNS stub answered it for and
+    decided by name, exactly as a CONNECT to that name would be (an address
+    that stands for no name is decided as the IP literal it is); the flow
+    is then carried like a CONNECT tunnel, first flight judged, without the
+    CONNECT handshake. Its record says ``capture: transparent``.
+    """
+
+    async def run(self) -> None:
+        try:
+            header = await self._flow_header()
+            if header is None:
+                return
+            (kind, address, port), rest = header
+            ex = _Exchange(self._channel, Capture.TRANSPARENT)
+            ex.begin()
+            try:
+                await self._flow(ex, kind, address, port, rest)
+            except Refused as refusal:
+                ex.refusal, ex.status = refusal, None
+            except PeerGone:
+                pass
+            finally:
+                self._settle(ex)
+        finally:
+            self._sock.close()
+
+    async def _flow_header(self) -> tuple[tuple[str, IPAddress, int], bytes] | None:
+        buf = b""
+        deadline = self._loop.time() + self._limits.head_timeout_s
+        while b"\n" not in buf:
+            if len(buf) > _MAX_FLOW_HEADER:
+                return None
+            data = await self._recv(self._sock, deadline - self._loop.time(), PeerGone)
+            if not data:
+                return None
+            buf += data
+        line, rest = buf.split(b"\n", 1)
+        try:
+            kind, address, port_text = line.decode("ascii").split(" ")
+            port = int(port_text)
+            parsed = ipaddress.ip_address(address)
+        except ValueError:
+            return None
+        if kind not in ("tcp", "udp") or not 0 < port < 65536:
+            return None
+        return (kind, parsed, port), rest
+
+    async def _flow(self, ex: _Exchange, kind: str, address: IPAddress, port: int,
+                    rest: bytes) -> None:
+        name = self._proxy.synthetic.name_for(address)
+        host = name if name is not None else str(address)
+        target = Target(action=Action.TUNNEL, method="", host=host, port=port, path=None)
+        ex.target = target
+        if kind == "udp":
+            ex.scheme = Scheme.UDP
+            raise Refused(Reason.UDP_NOT_ALLOWED, f"a datagram to {host}:{port}: only DNS "
+                          "leaves the sandbox over UDP", layer=Layer.PROTOCOL, host=host)
+        if not self._proxy._log.reserve(self._channel):
+            raise Refused(Reason.RECORD_BUDGET_EXHAUSTED,
+                          "the proxy's egress record budget is spent; it forwards nothing it "
+                          "cannot record")
+        ex.reserved = True
+        if host == ATTESTATION_HOST:
+            await self._attest_flow(ex, rest)
+            return
+        upstream = await self._admit(ex, target)
+        try:
+            ex.status = 200
+            await self._through(ex, target, upstream, rest)
+        finally:
+            upstream.close()
+
+    async def _attest_flow(self, ex: _Exchange, rest: bytes) -> None:
+        """Answer a plain GET to the attestation host with the nonce, as the proxy-aware path does."""
+        buf = rest
+        deadline = self._loop.time() + self._limits.head_timeout_s
+        while b"\r\n\r\n" not in buf and len(buf) < self._limits.max_head_bytes:
+            data = await self._recv(self._sock, deadline - self._loop.time(), PeerGone)
+            if not data:
+                break
+            buf += data
+        ex.bytes_up = len(buf)
+        ex.allowed = Decision(verdict=Verdict.ALLOW, reason=Reason.ATTESTATION,
+                              layer=Layer.PROTOCOL, host=ATTESTATION_HOST)
+        ex.scheme = Scheme.HTTP_TUNNEL
+        body = self._proxy.nonce.encode("ascii")
+        reply = (b"HTTP/1.1 200 OK\r\ncontent-type: text/plain; charset=utf-8\r\n"
+                 b"cache-control: no-store\r\nconnection: close\r\n"
+                 b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        ex.status = 200
+        ex.bytes_down = await self._send(self._sock, reply, PeerGone)
+
+
+class _DnsClient(_Client):
+    """DNS over one stream, framed as DNS over TCP is (RFC 1035 4.2.2): each query is
+    answered by ``dns.answer`` from the policy alone, and each refused name recorded."""
+
+    async def run(self) -> None:
+        try:
+            while (query := await self._frame()) is not None:
+                result = dns_answer(query, policy=self._proxy.policy, names=self._proxy.synthetic)
+                if result.refusal is not None and self._proxy._first_dns_refusal(result.name):
+                    self._proxy._log.offer(self._dns_record(result))
+                if result.wire is not None:
+                    frame = len(result.wire).to_bytes(2, "big") + result.wire
+                    await self._send(self._sock, frame, PeerGone)
+        except PeerGone:
+            pass
+        finally:
+            self._sock.close()
+
+    async def _frame(self) -> bytes | None:
+        buf = b""
+        need = 2
+        while True:
+            while len(buf) < need:
+                data = await self._recv(self._sock, self._limits.idle_timeout_s, PeerGone)
+                if not data:
+                    return None
+                buf += data
+            if need == 2:
+                need = 2 + int.from_bytes(buf[:2], "big")
+                continue
+            # One query per frame, and no pipelining past it.
+            return buf[2:need]
+
+    def _dns_record(self, result: DnsAnswer) -> EgressRecord:
+        decision = result.refusal
+        assert decision is not None
+        return EgressRecord(
+            ts=now_iso(), id=uuid.uuid4().hex, channel=self._channel, method=result.qtype,
+            scheme=Scheme.DNS, host=result.name, port=53, path=None,
+            decision=decision.verdict, reason=decision.reason, layer=decision.layer,
+            would_deny=decision.would_deny, override=None, resolved=None, status=None,
+            bytes_up=0, bytes_down=0, duration_ms=0.0, capture=Capture.TRANSPARENT,
+        )
+
+
+class ListenerKind(StrEnum):
+    """What a listener speaks: proxy requests (HTTP and CONNECT), redirected flows, or DNS."""
+
+    PROXY = "proxy"
+    TRANSPARENT = "transparent"
+    DNS = "dns"
+
+
+_CLIENTS: dict[ListenerKind, type[_Client]] = {
+    ListenerKind.PROXY: _Client, ListenerKind.TRANSPARENT: _TransparentClient,
+    ListenerKind.DNS: _DnsClient,
+}
+
+
 @dataclass(frozen=True, kw_only=True)
 class _Listener:
     sock: socket.socket
     channel: Channel
     unix_path: str | None
+    kind: ListenerKind = ListenerKind.PROXY
 
 
 class EgressProxy:
@@ -656,6 +873,11 @@ class EgressProxy:
                               max_records=self.limits.max_records,
                               max_bytes=self.limits.max_record_bytes)
         self.nonce = secrets.token_urlsafe(24)
+        # What the transparent DNS answered: the names behind synthetic addresses.
+        self.synthetic = SyntheticNames()
+        # A name refused once is recorded once (its A, AAAA and retries are one refusal).
+        self._dns_refused: set[str | None] = set()
+        self._dns_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._listeners: list[tuple[_Listener, asyncio.Task[None]]] = []
@@ -726,15 +948,17 @@ class EgressProxy:
 
     # -- listeners ------------------------------------------------------------
 
-    def listen_unix(self, path: str, channel: Channel) -> str:
+    def listen_unix(self, path: str, channel: Channel,
+                    kind: ListenerKind = ListenerKind.PROXY) -> str:
         """Listen on a new Unix socket at ``path`` (mode 0o666: a sandbox uid connects)."""
-        return self._call(self._listen_unix(path, channel))
+        return self._call(self._listen_unix(path, channel, kind))
 
-    def listen_tcp(self, channel: Channel, host: str = "127.0.0.1", port: int = 0) -> tuple[str, int]:
+    def listen_tcp(self, channel: Channel, host: str = "127.0.0.1", port: int = 0,
+                   kind: ListenerKind = ListenerKind.PROXY) -> tuple[str, int]:
         """Listen on TCP; port 0 picks a free one. Returns the bound address."""
-        return self._call(self._listen_tcp(channel, host, port))
+        return self._call(self._listen_tcp(channel, host, port, kind))
 
-    async def _listen_unix(self, path: str, channel: Channel) -> str:
+    async def _listen_unix(self, path: str, channel: Channel, kind: ListenerKind) -> str:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.bind(path)
@@ -743,10 +967,11 @@ class EgressProxy:
         except OSError as exc:
             sock.close()
             raise listen_failed(exc, path) from None
-        self._add_listener(_Listener(sock=sock, channel=channel, unix_path=path))
+        self._add_listener(_Listener(sock=sock, channel=channel, unix_path=path, kind=kind))
         return path
 
-    async def _listen_tcp(self, channel: Channel, host: str, port: int) -> tuple[str, int]:
+    async def _listen_tcp(self, channel: Channel, host: str, port: int,
+                          kind: ListenerKind) -> tuple[str, int]:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
@@ -760,7 +985,7 @@ class EgressProxy:
         self._policy = self._policy.with_proxy_addresses(
             [*self._policy.proxy_addresses, (bound_host, bound_port)]
         )
-        self._add_listener(_Listener(sock=sock, channel=channel, unix_path=None))
+        self._add_listener(_Listener(sock=sock, channel=channel, unix_path=None, kind=kind))
         return bound_host, bound_port
 
     def _add_listener(self, listener: _Listener) -> None:
@@ -782,7 +1007,7 @@ class EgressProxy:
                 continue
             if sock.family != socket.AF_UNIX:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            client = _Client(self, sock, listener.channel)
+            client = _CLIENTS[listener.kind](self, sock, listener.channel)
             task = loop.create_task(client.run())
             self._clients[client] = task
 
@@ -791,6 +1016,13 @@ class EgressProxy:
                 slots.release()
 
             task.add_done_callback(done)
+
+    def _first_dns_refusal(self, name: str | None) -> bool:
+        with self._dns_lock:
+            if name in self._dns_refused:
+                return False
+            self._dns_refused.add(name)
+            return True
 
     async def _resolve(self, target: Target) -> list[IPAddress]:
         try:

@@ -35,7 +35,7 @@ from firstrun.policy.network import Channel, Mode, NetworkPolicy
 from firstrun.proxy.credentials import sandbox_variables
 from firstrun.proxy.intercept import Interception, new_interception
 from firstrun.proxy.records import EgressRecord
-from firstrun.proxy.server import EgressProxy
+from firstrun.proxy.server import EgressProxy, ListenerKind
 
 
 def policy_from_data(data: Mapping[str, object]) -> NetworkPolicy:
@@ -58,6 +58,7 @@ def policy_from_data(data: Mapping[str, object]) -> NetworkPolicy:
             overrides=overrides,
             mode=Mode(data["mode"]),
             source="sidecar policy",
+            tcp=strings(data.get("tcp", [])),
         )
         if "inspection" not in data:
             return policy
@@ -84,7 +85,12 @@ def _emit(out: IO[str], lock: threading.Lock, message: dict[str, object]) -> Non
 
 def serve(policy: NetworkPolicy, *, host: str, port: int, out: IO[str],
           stop: threading.Event, interception: Interception | None = None) -> None:
-    """Listen on ``host:port`` (shell channel) until ``stop`` is set, streaming to ``out``."""
+    """Listen on ``host:port`` (shell channel) until ``stop`` is set, streaming to ``out``.
+
+    The next two ports take the run container's redirected flows (``port``
+    + 1) and its DNS (``port`` + 2), from its helper alone (the container's
+    firewall lets no other uid reach them).
+    """
     lock = threading.Lock()
 
     def on_record(record: EgressRecord) -> None:
@@ -92,6 +98,8 @@ def serve(policy: NetworkPolicy, *, host: str, port: int, out: IO[str],
 
     with EgressProxy(policy, on_record=on_record, interception=interception) as proxy:
         address = proxy.listen_tcp(Channel.SHELL, host=host, port=port)
+        proxy.listen_tcp(Channel.SHELL, host=host, port=port + 1, kind=ListenerKind.TRANSPARENT)
+        proxy.listen_tcp(Channel.SHELL, host=host, port=port + 2, kind=ListenerKind.DNS)
         ready: dict[str, object] = {"event": "ready", "address": list(address),
                                     "nonce": proxy.nonce}
         if interception is not None:

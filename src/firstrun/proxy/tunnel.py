@@ -1,12 +1,13 @@
-"""Carry a CONNECT tunnel's bytes, after judging the client's first flight.
+"""Carry a tunnel's bytes (CONNECT, or a redirected connection), after judging its first flight.
 
 Guarantee: no client byte reaches the upstream before the client's first
-flight has been judged. A TLS ClientHello whose SNI does not canonicalise to
-the host the policy allowed, one that hides its server name with Encrypted
-Client Hello, or one that is malformed or cut short, closes the tunnel with
-nothing forwarded; bytes that are not TLS pass, since
-the policy already allowed that host and port. Upstream bytes flow to the
-client from the start, so protocols where the server speaks first work.
+flight has been judged (``flight.judge_flight``). A TLS ClientHello whose SNI
+does not canonicalise to the host the policy allowed, one that hides its
+server name with Encrypted Client Hello, or one that is malformed or cut
+short, an HTTP head whose Host names another host, and a raw stream no
+``tcp`` rule covers each close the tunnel with nothing forwarded. Upstream
+bytes flow to the client from the start, so protocols where the server
+speaks first work.
 
 After the check, bytes move with ``os.splice`` through a pipe, one blocking
 thread per direction, so payload never passes through Python buffers (this
@@ -28,11 +29,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from firstrun.errors import PolicyError
-from firstrun.policy.hosts import canonical_host
-from firstrun.policy.network import Reason
+from firstrun.policy.network import Decision
 from firstrun.proxy.errors import Refused
-from firstrun.proxy.tls import MAX_CLIENT_HELLO, Hello, HelloStatus, parse_client_hello
+from firstrun.proxy.flight import Flight, FlightKind, read_flight
 
 _CHUNK = 1 << 20
 _T = TypeVar("_T")
@@ -44,28 +43,13 @@ class TunnelResult:
     bytes_down: int
     # Set when the first-flight check closed the tunnel.
     refusal: Refused | None
+    # What the first flight was (None: the client left before it could tell).
+    flight: FlightKind | None = None
+    # The decision a raw stream went under (its tcp rule, or report mode's).
+    decision: Decision | None = None
 
 
-def judge_first_flight(hello: Hello, host: str) -> Refused | None:
-    """Whether a client's first flight may go to ``host`` (canonical)."""
-    if hello.status is HelloStatus.MALFORMED or hello.status is HelloStatus.INCOMPLETE:
-        return Refused(Reason.MALFORMED_REQUEST, "malformed TLS ClientHello", host=host)
-    if hello.status is HelloStatus.NOT_TLS:
-        return None
-    if hello.ech:
-        # The checked name would be the decoy: a CDN in front of an allowed
-        # host would route on the encrypted one, to any of its tenants.
-        return Refused(Reason.ENCRYPTED_CLIENT_HELLO,
-                       "encrypted ClientHello hides the server name", host=host)
-    if hello.sni is None:
-        return None
-    try:
-        sni = canonical_host(hello.sni)
-    except PolicyError:
-        sni = None
-    if sni != host:
-        return Refused(Reason.SNI_MISMATCH, f"SNI {hello.sni!r} is not {host}", host=host)
-    return None
+Judge = Callable[[Flight], Decision | Refused | None]
 
 
 def _in_thread(fn: Callable[[], _T], name: str) -> asyncio.Future[_T]:
@@ -118,15 +102,15 @@ def splice_pump(src: socket.socket, dst: socket.socket, on_error: Callable[[], N
 
 
 class Tunnel:
-    """Both directions of one established CONNECT tunnel."""
+    """Both directions of one established tunnel; ``judge`` decides its first flight."""
 
     def __init__(
-        self, *, client: socket.socket, upstream: socket.socket, host: str, initial: bytes
+        self, *, client: socket.socket, upstream: socket.socket, initial: bytes, judge: Judge
     ) -> None:
         self._client = client
         self._upstream = upstream
-        self._host = host
         self._initial = initial
+        self._judge = judge
 
     def abort(self) -> None:
         _shutdown(self._client, socket.SHUT_RDWR)
@@ -140,42 +124,46 @@ class Tunnel:
             lambda: splice_pump(self._upstream, self._client, self.abort), "firstrun-tunnel-down"
         )
         try:
-            (bytes_up, refusal), bytes_down = await asyncio.gather(up, down)
+            (bytes_up, refusal, flight, decision), bytes_down = await asyncio.gather(up, down)
         finally:
             self.abort()
-        return TunnelResult(bytes_up=bytes_up, bytes_down=bytes_down, refusal=refusal)
+        return TunnelResult(bytes_up=bytes_up, bytes_down=bytes_down, refusal=refusal,
+                            flight=flight, decision=decision)
 
-    def _first_flight(self) -> tuple[bytes, Hello] | None:
+    def _first_flight(self) -> tuple[bytes, Flight] | None:
         buf = bytearray(self._initial)
         while True:
-            hello = parse_client_hello(bytes(buf))
-            if hello.status is not HelloStatus.INCOMPLETE:
-                return bytes(buf), hello
-            if len(buf) >= MAX_CLIENT_HELLO:
-                return bytes(buf), Hello(status=HelloStatus.MALFORMED)
+            flight = read_flight(bytes(buf), eof=False)
+            if flight is not None:
+                return bytes(buf), flight
             try:
                 chunk = self._client.recv(1 << 16)
             except OSError:
                 self.abort()
                 return None
             if not chunk:
-                # EOF: an empty tunnel is fine, half a ClientHello is not.
-                return (bytes(buf), hello) if buf else None
+                flight = read_flight(bytes(buf), eof=True)
+                assert flight is not None
+                return bytes(buf), flight
             buf += chunk
 
-    def _up(self) -> tuple[int, Refused | None]:
-        flight = self._first_flight()
-        if flight is None:
+    def _up(self) -> tuple[int, Refused | None, FlightKind | None, Decision | None]:
+        first = self._first_flight()
+        if first is None:
             _shutdown(self._upstream, socket.SHUT_WR)
-            return 0, None
-        data, hello = flight
-        refusal = judge_first_flight(hello, self._host)
-        if refusal is not None:
+            return 0, None, None, None
+        data, flight = first
+        verdict = self._judge(flight)
+        if isinstance(verdict, Refused):
             self.abort()
-            return 0, refusal
+            return 0, verdict, flight.kind, None
+        if not data:
+            _shutdown(self._upstream, socket.SHUT_WR)
+            return 0, None, flight.kind, verdict
         try:
             self._upstream.sendall(data)
         except OSError:
             self.abort()
-            return 0, None
-        return len(data) + splice_pump(self._client, self._upstream, self.abort), None
+            return 0, None, flight.kind, verdict
+        return (len(data) + splice_pump(self._client, self._upstream, self.abort), None,
+                flight.kind, verdict)

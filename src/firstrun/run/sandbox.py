@@ -40,7 +40,7 @@ from firstrun.policy.profile import SandboxProfile
 from firstrun.proxy.credentials import mint, sandbox_variables
 from firstrun.proxy.intercept import prepare_interception
 from firstrun.proxy.records import EgressRecord
-from firstrun.proxy.server import EgressProxy
+from firstrun.proxy.server import EgressProxy, ListenerKind
 from firstrun.run.config import RunConfig
 from firstrun.sandbox.base import ProxyEndpoint, Session
 from firstrun.sandbox.hostfs import host_filesystem_policy
@@ -97,6 +97,16 @@ class Enclosure:
     proxy: EgressProxy
     reader: DocsReader
     policy: NetworkPolicy
+
+
+def capture_listeners(proxy: EgressProxy, sockdir: str) -> dict[str, str]:
+    """The proxy's listeners for redirected flows and DNS, as ``ProxyEndpoint`` fields."""
+    return {
+        "transparent_path": proxy.listen_unix(os.path.join(sockdir, "transparent.sock"),
+                                              Channel.SHELL, ListenerKind.TRANSPARENT),
+        "dns_path": proxy.listen_unix(os.path.join(sockdir, "dns.sock"), Channel.SHELL,
+                                      ListenerKind.DNS),
+    }
 
 
 def task_policy(task: Task, config: RunConfig) -> NetworkPolicy:
@@ -180,6 +190,7 @@ def open_sandbox(
                 socket_path=socket_path, nonce=proxy.nonce, trust_bundle=trust_bundle,
                 placeholders=tuple(sandbox_variables(interception.credentials).items())
                 if interception is not None else (),
+                **capture_listeners(proxy, sockdir) if entry(name).captures else {},
             )
         docs_address = proxy.listen_tcp(Channel.DOCS)
         reader = stack.enter_context(

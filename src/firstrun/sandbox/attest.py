@@ -31,7 +31,13 @@ class AttestPlan:
     write DAC would allow, refused); it is False only for a recorded downgrade.
 
     ``network`` is what the sandbox's network must look like: ``loopback_only``
-    (an empty namespace: only ``lo``, no route) or ``firewalled`` (a
+    (an empty namespace: only ``lo``, no route), ``captured`` (only ``lo``,
+    and transparent capture in force: the DNS stub answers the attestation
+    host with a synthetic address and refuses other names, and a plain
+    connection to that address, made without the proxy variables, reaches
+    this run's proxy, which answers with the nonce), ``firewalled_captured``
+    (a container's namespace under capture: the same proof, the host's own
+    address refused outright) or ``firewalled`` (a
     container's interface whose namespace firewall refuses every destination
     but the proxy: a direct dial and the embedded DNS server must both be
     refused). ``host_address`` is where the host is reachable from inside,

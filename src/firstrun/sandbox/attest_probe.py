@@ -39,11 +39,13 @@ def check_fds() -> tuple[bool, str]:
     return not extra, f"open fds beyond 0-2: {extra}" if extra else "only 0, 1, 2 open"
 
 
-def check_interfaces() -> tuple[bool, str]:
+def check_interfaces(captured: bool = False) -> tuple[bool, str]:
+    """Only ``lo``, and no route; under capture, only the default route through ``lo``
+    that the nat rules rewrite to the relay."""
     with open("/proc/net/dev") as f:
         names = sorted(line.split(":", 1)[0].strip() for line in f.readlines()[2:])
     with open("/proc/net/route") as f:
-        routes4 = f.readlines()[1:]
+        routes4 = [line for line in f.readlines()[1:] if not (captured and line.split()[0] == "lo")]
     with open("/proc/net/ipv6_route") as f:
         routes6 = [line for line in f if line.split()[-1] != "lo"]
     ok = names == ["lo"] and not routes4 and not routes6
@@ -195,6 +197,43 @@ def check_proxy(port: int, nonce: str, host: str = "127.0.0.1") -> tuple[bool, s
     return nonce in body, f"status {resp.status}, nonce {'present' if nonce in body else 'absent'}"
 
 
+SYNTHETIC_NETWORK = "198.18.0.0/15"
+
+
+def check_captured(nonce: str) -> tuple[bool, str]:
+    """Transparent capture from inside: the stub's answers, and a plain dial reaching the proxy."""
+    import ipaddress
+
+    details = []
+    try:
+        infos = socket.getaddrinfo("attest.firstrun.invalid", 80, socket.AF_INET,
+                                   socket.SOCK_STREAM)
+        address = infos[0][4][0]
+    except OSError as exc:
+        return False, f"attest.firstrun.invalid did not resolve: {exc}"
+    synthetic = ipaddress.ip_address(address) in ipaddress.ip_network(SYNTHETIC_NETWORK)
+    details.append(f"attest.firstrun.invalid -> {address}")
+    try:
+        socket.getaddrinfo("refused.firstrun.invalid", 80)
+        refused = False
+        details.append("refused.firstrun.invalid resolved")
+    except socket.gaierror as exc:
+        refused = exc.errno in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", -5))
+        details.append(f"refused.firstrun.invalid: {exc.strerror}")
+    try:
+        with socket.create_connection((address, 80), timeout=10) as conn:
+            conn.sendall(b"GET / HTTP/1.1\r\nHost: attest.firstrun.invalid\r\n\r\n")
+            body = b""
+            while chunk := conn.recv(65536):
+                body += chunk
+        answered = nonce.encode() in body
+        details.append(f"plain dial: nonce {'present' if answered else 'absent'}")
+    except OSError as exc:
+        answered = False
+        details.append(f"plain dial failed: {exc}")
+    return synthetic and refused and answered, "; ".join(details)
+
+
 def check_homes(homes: list[str], exposed: list[str]) -> tuple[bool, str]:
     visible = []
     for home in homes:
@@ -314,6 +353,19 @@ def main(argv: list[str]) -> int:
         results.append(("direct_egress_refused", *check_firewalled()))
     elif network == "profile_filtered":
         results.append(("direct_egress_refused", *check_profile_filtered()))
+    elif network == "firewalled_captured":
+        # Every other flow is redirected to the relay, so a dial "succeeds"
+        # locally and is refused by the proxy; what the firewall itself must
+        # refuse is the host and the sidecar's ports kept for the helper.
+        results.append(("direct_egress_refused", *_all_refused([
+            _dial_refused((plan["host_address"], 80), errno.ECONNREFUSED),
+            _dial_refused((plan["proxy_host"], plan["proxy_port"] + 1), errno.ECONNREFUSED),
+            _dial_refused((plan["proxy_host"], plan["proxy_port"] + 2), errno.ECONNREFUSED),
+        ])))
+        results.append(("capture_in_force", *check_captured(plan["nonce"])))
+    elif network == "captured":
+        results.append(("only_loopback_interface", *check_interfaces(captured=True)))
+        results.append(("capture_in_force", *check_captured(plan["nonce"])))
     elif network == "user_restricted":
         results.append(("only_on_link_route", *check_on_link_only()))
         results.append(("no_route", *check_no_route()))

@@ -128,12 +128,23 @@ class ProxyEndpoint:
     shows at ``policy.process.SANDBOX_CA_BUNDLE`` and names in every trust
     variable, and ``placeholders`` are the credential placeholders the
     sandbox's environment carries. A backend that cannot do both refuses.
+
+    ``transparent_path`` and ``dns_path`` (both or neither) ask for
+    transparent capture: the proxy's listeners for redirected flows and for
+    DNS, which the backend connects every flow and every query to, whether
+    or not the program in the sandbox honours the proxy variables.
     """
 
     socket_path: str
     nonce: str
     trust_bundle: str | None = None
     placeholders: tuple[tuple[str, str], ...] = ()
+    transparent_path: str | None = None
+    dns_path: str | None = None
+
+    @property
+    def captures(self) -> bool:
+        return self.transparent_path is not None
 
     def __post_init__(self) -> None:
         # Refused before any backend launches: a placeholder named PATH or
@@ -145,6 +156,9 @@ class ProxyEndpoint:
         if self.placeholders and self.trust_bundle is None:
             raise SandboxError("credential placeholders without TLS inspection: the proxy "
                                "could never swap them", who="proxy")
+        if (self.transparent_path is None) != (self.dns_path is None):
+            raise SandboxError("transparent capture needs both the flow and the DNS listener",
+                               who="proxy")
 
 
 

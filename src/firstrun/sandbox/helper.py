@@ -290,34 +290,64 @@ class _Channel:
         return self.queue.pop(0)
 
 
-class _Relay:
-    """127.0.0.1:PORT inside, spliced to proxy connections the harness hands over."""
+class _Dialer:
+    """A fresh connection to one of the proxy's listeners, by kind: ``c`` the proxy for
+    clients that ask for it, ``t`` redirected flows, ``d`` DNS.
 
-    def __init__(self, port: int, dialer: socket.socket) -> None:
-        self.dialer = dialer
-        self.lock = threading.Lock()
-        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.listener.bind(("127.0.0.1", port))
-        self.listener.listen(128)
+    On linux the harness connects and hands each connection in over the dial
+    socket (SCM_RIGHTS), so no socket path exists inside; on docker the
+    helper dials the sidecar's ports, which the namespace firewall opens to
+    the helper's uid alone.
+    """
 
-    def start(self) -> None:
-        threading.Thread(target=self._accept, daemon=True).start()
+    def __init__(self, dial: socket.socket | None, addresses: dict[str, list] | None) -> None:
+        self._dial = dial
+        self._addresses = addresses or {}
+        self._lock = threading.Lock()
 
-    def _dial(self) -> socket.socket | None:
-        with self.lock:
-            self.dialer.send(b"c")
-            _, fds, _, _ = socket.recv_fds(self.dialer, 1, 1)
+    def open(self, kind: str) -> socket.socket | None:
+        if self._dial is None:
+            host, port = self._addresses[kind]
+            return socket.create_connection((host, port), timeout=10)
+        with self._lock:
+            self._dial.send(kind.encode())
+            _, fds, _, _ = socket.recv_fds(self._dial, 1, 1)
         return socket.socket(fileno=fds[0]) if fds else None
 
-    def _accept(self) -> None:
+
+def _listen(family: int, kind: int, address: tuple) -> socket.socket:
+    sock = socket.socket(family, kind)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(address)
+    if kind == socket.SOCK_STREAM:
+        sock.listen(128)
+    return sock
+
+
+def _accepting(listener: socket.socket, serve) -> None:
+    def loop() -> None:
         while True:
-            conn, _ = self.listener.accept()
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+    threading.Thread(target=loop, daemon=True).start()
+
+
+class _Relay:
+    """127.0.0.1:PORT inside, spliced to proxy connections: the way out for proxy-aware clients."""
+
+    def __init__(self, port: int, dialer: _Dialer) -> None:
+        self.dialer = dialer
+        self.listener = _listen(socket.AF_INET, socket.SOCK_STREAM, ("127.0.0.1", port))
+
+    def start(self) -> None:
+        _accepting(self.listener, self._serve)
 
     def _serve(self, conn: socket.socket) -> None:
         try:
-            upstream = self._dial()
+            upstream = self.dialer.open("c")
         except OSError:
             upstream = None
         if upstream is None:
@@ -325,6 +355,171 @@ class _Relay:
             return
         with conn, upstream:
             _splice(conn, upstream)
+
+
+_SO_ORIGINAL_DST = 80  # and IP6T_SO_ORIGINAL_DST, at the IPv6 level
+
+
+def _original_destination(conn: socket.socket) -> tuple[str, int]:
+    """Where a redirected connection was going (the nat table's REDIRECT kept it)."""
+    if conn.family == socket.AF_INET6:
+        raw = conn.getsockopt(socket.IPPROTO_IPV6, _SO_ORIGINAL_DST, 28)
+        return socket.inet_ntop(socket.AF_INET6, raw[8:24]), int.from_bytes(raw[2:4], "big")
+    raw = conn.getsockopt(socket.SOL_IP, _SO_ORIGINAL_DST, 16)
+    return socket.inet_ntoa(raw[4:8]), int.from_bytes(raw[2:4], "big")
+
+
+def _udp_peer(local_port: int) -> tuple[str, int] | None:
+    """The destination a connected UDP socket of this namespace on ``local_port`` has."""
+    for path, family in (("/proc/net/udp", socket.AF_INET), ("/proc/net/udp6", socket.AF_INET6)):
+        try:
+            with open(path) as f:
+                lines = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            local, remote = line.split()[1:3]
+            if int(local.rsplit(":", 1)[1], 16) != local_port:
+                continue
+            address, port = remote.rsplit(":", 1)
+            if int(port, 16) == 0:
+                return None
+            raw = bytes.fromhex(address)
+            # /proc prints each 32-bit word in host order.
+            raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+            return socket.inet_ntop(family, raw), int(port, 16)
+    return None
+
+
+def _read_exact(sock: socket.socket, n: int) -> bytes | None:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return buf
+
+
+class _Capture:
+    """Transparent capture's inside half: what the namespace's nat rules redirect lands here.
+
+    - ``dns_port`` (UDP and TCP): every query to port 53, wherever it was
+      sent, is passed whole to the proxy's DNS listener, which alone answers;
+    - ``tcp_port``: every other outbound TCP connection; its original
+      destination is read back (SO_ORIGINAL_DST) and sent ahead of its bytes
+      to the proxy's transparent listener, which decides it by name;
+    - ``udp_port``: every other datagram; it goes nowhere, and the proxy is
+      told where it was going so the refusal is recorded (once per socket).
+
+    Loopback traffic inside the sandbox is never redirected.
+    """
+
+    def __init__(self, config: dict, dialer: _Dialer) -> None:
+        self.dialer = dialer
+        self.sockets: list[tuple[socket.socket, object]] = []
+        self._told: set[tuple[int, tuple[str, int] | None]] = set()
+        families = [(socket.AF_INET, "127.0.0.1")]
+        # IPv6 where this namespace has ::1 at all; the harness loads its
+        # rules only then (without it, nothing leaves over IPv6 anyway).
+        self.ipv6 = False
+        if config.get("ipv6"):
+            try:
+                _listen(socket.AF_INET6, socket.SOCK_DGRAM, ("::1", 0)).close()
+                families.append((socket.AF_INET6, "::1"))
+                self.ipv6 = True
+            except OSError:
+                pass
+        for family, loopback in families:
+            self.sockets += [
+                (_listen(family, socket.SOCK_DGRAM, (loopback, config["dns_port"])), self._dns_udp),
+                (_listen(family, socket.SOCK_STREAM, (loopback, config["dns_port"])),
+                 self._dns_tcp),
+                (_listen(family, socket.SOCK_STREAM, (loopback, config["tcp_port"])), self._flow),
+                (_listen(family, socket.SOCK_DGRAM, (loopback, config["udp_port"])),
+                 self._datagram),
+            ]
+
+    def start(self) -> None:
+        for sock, serve in self.sockets:
+            if sock.type == socket.SOCK_STREAM:
+                _accepting(sock, serve)
+            else:
+                threading.Thread(target=self._datagrams, args=(sock, serve), daemon=True).start()
+
+    @staticmethod
+    def _datagrams(sock: socket.socket, serve) -> None:
+        while True:
+            try:
+                data, peer = sock.recvfrom(65536)
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(sock, data, peer), daemon=True).start()
+
+    def _ask(self, upstream: socket.socket, query: bytes) -> bytes | None:
+        upstream.sendall(len(query).to_bytes(2, "big") + query)
+        head = _read_exact(upstream, 2)
+        return _read_exact(upstream, int.from_bytes(head, "big")) if head else None
+
+    def _dns_udp(self, sock: socket.socket, query: bytes, peer: tuple) -> None:
+        try:
+            upstream = self.dialer.open("d")
+            if upstream is None:
+                return
+            with upstream:
+                reply = self._ask(upstream, query)
+            if reply is not None:
+                sock.sendto(reply, peer)
+        except OSError:
+            pass
+
+    def _dns_tcp(self, conn: socket.socket) -> None:
+        try:
+            upstream = self.dialer.open("d")
+            if upstream is None:
+                return
+            with conn, upstream:
+                while (head := _read_exact(conn, 2)) is not None:
+                    query = _read_exact(conn, int.from_bytes(head, "big"))
+                    reply = self._ask(upstream, query) if query is not None else None
+                    if reply is None:
+                        return
+                    conn.sendall(len(reply).to_bytes(2, "big") + reply)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def _flow(self, conn: socket.socket) -> None:
+        try:
+            address, port = _original_destination(conn)
+            upstream = self.dialer.open("t")
+        except OSError:
+            conn.close()
+            return
+        if upstream is None:
+            conn.close()
+            return
+        with conn, upstream:
+            try:
+                upstream.sendall(f"tcp {address} {port}\n".encode())
+            except OSError:
+                return
+            _splice(conn, upstream)
+
+    def _datagram(self, sock: socket.socket, data: bytes, peer: tuple) -> None:
+        destination = _udp_peer(peer[1])
+        key = (peer[1], destination)
+        if destination is None or key in self._told:
+            return
+        self._told.add(key)
+        try:
+            upstream = self.dialer.open("t")
+            if upstream is not None:
+                with upstream:
+                    upstream.sendall(f"udp {destination[0]} {destination[1]}\n".encode())
+        except OSError:
+            pass
 
 
 def _splice(a: socket.socket, b: socket.socket) -> None:
@@ -600,17 +795,33 @@ def main(argv: list[str]) -> int:
                     raise
                 report["landlock_abi"] = 0
                 report["landlock_error"] = str(exc)
-        relay = None
-        if config["proxy_port"] is not None:
-            dialer = socket.socket(fileno=config["dial_fd"])
+        relay = capture = None
+        dial = None
+        if config.get("dial_fd") is not None:
+            dial = socket.socket(fileno=config["dial_fd"])
             os.set_inheritable(config["dial_fd"], False)
+        endpoints = None
+        if config.get("await_endpoints"):
+            # Docker: where the sidecar listens is known only once it runs;
+            # the harness says so first, on the channel, before anything else.
+            message = channel.recv()
+            if message is None or message.get("op") != "endpoints":
+                raise OSError(f"expected the proxy's endpoints, got {message!r}")
+            endpoints = message["endpoints"]
+        dialer = _Dialer(dial, endpoints)
+        if config["proxy_port"] is not None:
             relay = _Relay(config["proxy_port"], dialer)
+        if config.get("capture") is not None:
+            capture = _Capture(config["capture"], dialer)
+            report["capture_ipv6"] = capture.ipv6
     except (OSError, LandlockError) as exc:
         channel.send({"op": "ready", "ok": False, "error": f"{type(exc).__name__}: {exc}",
                       "landlock": isinstance(exc, LandlockError)})
         return 1
     if relay is not None:
         relay.start()
+    if capture is not None:
+        capture.start()
     channel.send(report)
     user = config.get("user")
     Helper(channel, oom, user=(user["uid"], user["gid"]) if user else None,

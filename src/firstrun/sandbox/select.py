@@ -66,7 +66,10 @@ class Entry:
 
     ``own_proxy``: the backend runs the shell channel's egress proxy itself
     (docker's sidecar) and reports records to ``BackendOptions.on_record``;
-    the harness proxy then serves only the docs channel.
+    the harness proxy then serves only the docs channel. ``captures``: the
+    backend captures transparently (every flow and DNS query reaches the
+    proxy whatever the program honours), so the harness proxy listens for
+    redirected flows and DNS too and names them in the endpoint.
     """
 
     name: str
@@ -74,6 +77,7 @@ class Entry:
     auto_rank: int | None
     build: Callable[[type, BackendOptions], Backend] = field(default=_plain)
     own_proxy: bool = False
+    captures: bool = False
 
     def load(self) -> type:
         module, _, attr = self.cls.partition(":")
@@ -84,7 +88,8 @@ class Entry:
 REGISTRY: tuple[Entry, ...] = (
     Entry(name="docker", cls="firstrun.sandbox.docker.backend:DockerBackend", auto_rank=1,
           build=lambda cls, o: cls(image=o.image, on_record=o.on_record), own_proxy=True),
-    Entry(name="linux", cls="firstrun.sandbox.linux.backend:LinuxBackend", auto_rank=2),
+    Entry(name="linux", cls="firstrun.sandbox.linux.backend:LinuxBackend", auto_rank=2,
+          captures=True),
     Entry(name="seatbelt", cls="firstrun.sandbox.seatbelt.backend:SeatbeltBackend", auto_rank=3),
     Entry(name="microvm", cls="firstrun.sandbox.microvm.backend:MicrovmBackend", auto_rank=None),
     Entry(name="local", cls="firstrun.sandbox.local:LocalBackend", auto_rank=None,

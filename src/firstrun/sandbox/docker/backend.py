@@ -94,9 +94,12 @@ from firstrun.sandbox.docker.resources import (
 from firstrun.sandbox.docker.seccomp import mechanism as seccomp_mechanism
 from firstrun.sandbox.docker.seccomp import write_profile
 from firstrun.sandbox.docker.topology import (
+    CAPTURE_PORTS,
+    DNS_PORT,
     PROXY_PORT,
     PYTHON,
     SANDBOX_TMP,
+    TRANSPARENT_PORT,
     WRITE_WITNESS,
     DockerHost,
     Topology,
@@ -473,11 +476,11 @@ def _trust_check(session: DockerSession, inspection: _Inspection) -> Check:
                  else f"{SANDBOX_CA_BUNDLE} does not hold the run CA (exit {result.exit_code})")
 
 
-# What the proxy module imports beyond the standard library: h11 always, and
-# cryptography (with its cffi backend) for TLS interception. Bound from the
+# What the proxy module imports beyond the standard library: h11 and dnspython
+# always, and cryptography (with its cffi backend) for TLS interception. Bound from the
 # harness's own environment, so the sidecar runs exactly the harness's proxy;
 # the abi3 extension modules load in the image's Python 3 on the same libc.
-_SIDECAR_MODULES = ("h11", "cryptography", "cffi", "_cffi_backend")
+_SIDECAR_MODULES = ("h11", "dns", "cryptography", "cffi", "_cffi_backend")
 
 
 def sidecar_lib_binds() -> tuple[tuple[str, str], ...]:
@@ -589,7 +592,7 @@ class DockerBackend:
                 sidecar_hosts=self._sidecar_hosts,
                 trust_bundle=inspection.bundle if inspection is not None else None,
                 sidecar_ca_files=inspection.cafiles if inspection is not None else (),
-                helper_source=HELPER_SOURCE))
+                helper_source=HELPER_SOURCE, capture=proxy is not None))
         except BaseException:
             shutil.rmtree(private, ignore_errors=True)
             if inspection is not None:
@@ -626,6 +629,11 @@ class DockerBackend:
                 if inspection is not None:
                     # Before the run container starts: nothing in it ever sees an empty bundle.
                     inspection.take(ready)
+            capturing = proxy is not None
+            sidecar_ip = docker(
+                "inspect", "--format",
+                '{{(index .NetworkSettings.Networks "%s").IPAddress}}' % topology.internal_network,
+                topology.sidecar, docker_bin=docker_bin).stdout.strip()
             # The helper's stdin and stdout, through the attach client, are
             # one socket here: the channel's own reader and deadlines apply.
             control, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -636,18 +644,20 @@ class DockerBackend:
                     stdin=child, stdout=child, stderr=attach_stderr)
             finally:
                 child.close()
+            if capturing:
+                JsonLines(control, peer="the run container's helper").send({
+                    "op": "endpoints",
+                    "endpoints": {"t": [sidecar_ip, TRANSPARENT_PORT], "d": [sidecar_ip, DNS_PORT]}})
             ready = _await_ready(control, attach_stderr)
-            sidecar_ip = docker(
-                "inspect", "--format",
-                '{{(index .NetworkSettings.Networks "%s").IPAddress}}' % topology.internal_network,
-                topology.sidecar, docker_bin=docker_bin).stdout.strip()
             gateway = docker("network", "inspect", "--format", "{{(index .IPAM.Config 0).Gateway}}",
                              topology.internal_network, docker_bin=docker_bin).stdout.strip()
             pid = int(docker("inspect", "--format", "{{.State.Pid}}", topology.run,
                              docker_bin=docker_bin).stdout)
             # Without a proxy the firewall lets nothing but loopback out:
             # no address inside the sandbox is the sidecar's.
-            apply_firewall(pid, sidecar_ip if proxy is not None else "127.0.0.1")
+            apply_firewall(pid, sidecar_ip if proxy is not None else "127.0.0.1",
+                           capture=CAPTURE_PORTS if capturing else None, host_address=gateway,
+                           ipv6=bool(ready.get("capture_ipv6")))
             env = build_environment(
                 os.environ, path=["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin",
                                   "/sbin", "/bin"],
@@ -668,7 +678,8 @@ class DockerBackend:
             checks = attestation.attest(session, attestation.AttestPlan(
                 python=PYTHON, workspace=fs.sandbox_workspace, real_homes=fs.real_homes,
                 exposed=(), proxy_port=PROXY_PORT if proxy is not None else None, nonce=nonce,
-                landlock=False, network="firewalled", host_address=gateway,
+                landlock=False, network="firewalled_captured" if capturing else "firewalled",
+                host_address=gateway,
                 proxy_host=sidecar_ip,
                 write_witness=WRITE_WITNESS if landlock_abi else None,
                 supervisor="foreign_uid", self_mem_sealed=bool(landlock_abi)))

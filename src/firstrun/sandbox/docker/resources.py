@@ -28,11 +28,14 @@ import time
 from dataclasses import dataclass
 
 from firstrun.errors import SandboxError, SandboxUnavailable
+from firstrun.sandbox.capture import CapturePorts, load, nat_rules
 from firstrun.sandbox.docker.topology import (
+    DNS_PORT,
     LABEL_HARNESS,
     LABEL_MANAGED,
     LABEL_SESSION,
     PROXY_PORT,
+    TRANSPARENT_PORT,
     Topology,
 )
 from firstrun.sandbox.ownership import alive, process_identity
@@ -139,9 +142,33 @@ def remove(topology: Topology, *, docker_bin: str | None = None) -> None:
         docker("network", "rm", *networks, docker_bin=docker_bin)
 
 
-def firewall_rules(sidecar_ip: str) -> tuple[str, str]:
-    """(iptables-restore, ip6tables-restore) input for the run container's namespace (pure)."""
+def firewall_rules(sidecar_ip: str, *, capture: CapturePorts | None = None,
+                   host_address: str | None = None, ipv6: bool = False) -> tuple[str, str]:
+    """(iptables-restore, ip6tables-restore) input for the run container's namespace (pure).
+
+    With ``capture``, the nat table sends every flow to the helper's relay
+    and stub, as on linux, except what goes to the sidecar (the proxy-aware
+    path, and the helper's own way to the sidecar's flow and DNS ports,
+    which only uid 0, the helper, may take) and to the host's bridge
+    address, which stays refused outright (no record: nothing could ever be
+    allowed there). ``ipv6``: the container has ``::1``, so IPv6 is redirected too.
+    """
+    nat4: list[str] = []
+    nat6: list[str] = []
+    helper_only: list[str] = []
+    if capture is not None:
+        nat4 = ["*nat", ":PREROUTING ACCEPT [0:0]", ":INPUT ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]",
+                ":POSTROUTING ACCEPT [0:0]", f"-A OUTPUT -d {sidecar_ip}/32 -j RETURN",
+                *([f"-A OUTPUT -d {host_address}/32 -j RETURN"] if host_address else []),
+                *nat_rules(capture, loopback="127.0.0.0/8"), "COMMIT"]
+        if ipv6:
+            nat6 = ["*nat", ":PREROUTING ACCEPT [0:0]", ":INPUT ACCEPT [0:0]",
+                    ":OUTPUT ACCEPT [0:0]", ":POSTROUTING ACCEPT [0:0]",
+                    *nat_rules(capture, loopback="::1/128"), "COMMIT"]
+        helper_only = [f"-A OUTPUT -d {sidecar_ip}/32 -p tcp -m tcp -m multiport --dports "
+                       f"{TRANSPARENT_PORT},{DNS_PORT} -m owner --uid-owner 0 -j ACCEPT"]
     v4 = "\n".join([
+        *nat4,
         "*filter",
         ":INPUT ACCEPT [0:0]",
         ":FORWARD DROP [0:0]",
@@ -149,6 +176,7 @@ def firewall_rules(sidecar_ip: str) -> tuple[str, str]:
         f"-A OUTPUT -d {EMBEDDED_DNS}/32 -j DROP",
         "-A OUTPUT -o lo -j ACCEPT",
         f"-A OUTPUT -d {sidecar_ip}/32 -p tcp -m tcp --dport {PROXY_PORT} -j ACCEPT",
+        *helper_only,
         # A reset from the firewall itself: a refused dial fails at once with
         # ECONNREFUSED instead of hanging; anything else gets EPERM (DROP).
         "-A OUTPUT -p tcp -j REJECT --reject-with tcp-reset",
@@ -156,6 +184,7 @@ def firewall_rules(sidecar_ip: str) -> tuple[str, str]:
         "",
     ])
     v6 = "\n".join([
+        *nat6,
         "*filter",
         ":INPUT ACCEPT [0:0]",
         ":FORWARD DROP [0:0]",
@@ -168,22 +197,13 @@ def firewall_rules(sidecar_ip: str) -> tuple[str, str]:
     return v4, v6
 
 
-def apply_firewall(container_pid: int, sidecar_ip: str) -> None:
-    """Load ``firewall_rules`` into the network namespace of ``container_pid``."""
-    for tool in ("nsenter", "iptables-restore", "ip6tables-restore"):
-        if shutil.which(tool) is None:
-            raise SandboxUnavailable(f"{tool} is not installed; the run container's egress "
-                                     "firewall cannot be set", who="docker",
-                                     fix="apt-get install iptables util-linux")
-    v4, v6 = firewall_rules(sidecar_ip)
-    for tool, rules in (("iptables-restore", v4), ("ip6tables-restore", v6)):
-        try:
-            done = subprocess.run(["nsenter", f"--target={container_pid}", "--net", tool],
-                                  input=rules, capture_output=True, text=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise SandboxError(f"{tool} in the run container's namespace: {exc}",
-                               who="docker") from exc
-        if done.returncode != 0:
-            raise SandboxUnavailable(
-                f"{tool} in the run container's namespace failed: {done.stderr.strip()}",
-                who="docker", fix="run the harness as root with iptables installed")
+def apply_firewall(container_pid: int, sidecar_ip: str, *, capture: CapturePorts | None = None,
+                   host_address: str | None = None, ipv6: bool = False) -> None:
+    """Load ``firewall_rules`` into the network namespace of ``container_pid``.
+
+    Under capture the default route goes through ``lo`` first (the sidecar
+    and the host stay on the bridge's own subnet route), as on linux.
+    """
+    v4, v6 = firewall_rules(sidecar_ip, capture=capture, host_address=host_address, ipv6=ipv6)
+    load(container_pid, v4=v4, v6=v6, default_via_lo=capture is not None,
+         v6_via_lo=capture is not None and ipv6, own_user_namespace=False, who="docker")

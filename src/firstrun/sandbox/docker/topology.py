@@ -48,6 +48,7 @@ from dataclasses import dataclass
 
 from firstrun.policy.process import SANDBOX_CA_BUNDLE
 from firstrun.policy.profile import SandboxProfile
+from firstrun.sandbox.capture import CapturePorts
 from firstrun.sandbox.linux.spec import WRITABLE_DEVICE_DIRS, WRITABLE_DEVICE_FILES
 
 LABEL_MANAGED = "org.firstrun.managed"
@@ -66,6 +67,10 @@ PYTHON = "/usr/bin/python3"
 # and to kill what the commands leave (they run under another uid than its own).
 HELPER_CAPS = ("SETUID", "SETGID", "SETPCAP", "KILL")
 WRITE_WITNESS = "/run/firstrun-witness"
+CAPTURE_PORTS = CapturePorts()
+# The sidecar's listeners for the helper alone: redirected flows, and DNS.
+TRANSPARENT_PORT = PROXY_PORT + 1
+DNS_PORT = PROXY_PORT + 2
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,6 +98,9 @@ class DockerHost:
     ``sidecar_ca_files`` (TLS inspection): CA files bound read-only into the
     sidecar at their own paths, its upstream trust besides the image's store.
     ``helper_source`` is the helper's source text, run as pid 1.
+    ``capture``: the session captures transparently; the helper then runs
+    the DNS stub and the relay, and takes the sidecar's endpoints on its
+    channel before it says ready.
     """
 
     workspace: str
@@ -109,9 +117,11 @@ class DockerHost:
     trust_bundle: str | None = None
     sidecar_ca_files: tuple[str, ...] = ()
     helper_source: str = ""
+    capture: bool = False
 
 
-def helper_config(profile: SandboxProfile, *, uid: int, gid: int) -> dict[str, object]:
+def helper_config(profile: SandboxProfile, *, uid: int, gid: int,
+                  capture: bool = False) -> dict[str, object]:
     """The run container's helper configuration: nothing secret (its cmdline is readable).
 
     Landlock is applied where the kernel has it and never required: the
@@ -132,6 +142,8 @@ def helper_config(profile: SandboxProfile, *, uid: int, gid: int) -> dict[str, o
                               *WRITABLE_DEVICE_DIRS],
                      "files": list(WRITABLE_DEVICE_FILES)},
         "user": {"uid": uid, "gid": gid},
+        **({"capture": CAPTURE_PORTS.to_config(ipv6=True), "await_endpoints": True}
+           if capture else {}),
     }
 
 
@@ -240,7 +252,8 @@ def build_topology(profile: SandboxProfile, *, session: str, host: DockerHost) -
         # The helper is pid 1: every orphan comes back to it.
         "--entrypoint", PYTHON,
         host.image, "-I", "-S", "-c", host.helper_source,
-        json.dumps(helper_config(profile, uid=host.uid, gid=host.gid), separators=(",", ":")),
+        json.dumps(helper_config(profile, uid=host.uid, gid=host.gid, capture=host.capture),
+                   separators=(",", ":")),
     ]
     create = (
         ("network", "create", "--driver", "bridge", "--internal", *labels, internal),

@@ -45,7 +45,7 @@ from firstrun.policy.filesystem import SYSTEM_READONLY
 from firstrun.policy.process import Limits, build_environment
 from firstrun.policy.profile import LayerName, SandboxProfile
 from firstrun.sandbox import attest as attestation
-from firstrun.sandbox import helper
+from firstrun.sandbox import capture, helper
 from firstrun.sandbox.base import (
     Capability,
     Enforcement,
@@ -77,6 +77,7 @@ _READY_TIMEOUT_S = 30.0
 _OMITTABLE = frozenset({LayerName.SECCOMP, LayerName.LANDLOCK, LayerName.NETWORK})
 _OMITTED = "omitted: not in the profile's required layers (an audit configuration)"
 _CLOSE_GRACE_S = 5.0
+CAPTURE_PORTS = capture.CapturePorts()
 # How long past its own timeout a command may take before the helper is
 # considered unresponsive (it reports the kill itself within this).
 _EXEC_GRACE_S = 30.0
@@ -86,16 +87,24 @@ def _sandbox_error(what: str, exc: OSError) -> SandboxError:
     return SandboxError(f"{what}: {exc}", who="linux")
 
 
-def _serve_dial(sock: socket.socket, path: str) -> None:
-    """Hand the helper one fresh proxy connection per request; the only way out."""
+def _serve_dial(sock: socket.socket, paths: dict[bytes, str]) -> None:
+    """Hand the helper one fresh proxy connection per request; the only way out.
+
+    The request's one byte says which of the proxy's listeners: ``c`` for a
+    proxy-aware client, ``t`` for a redirected flow, ``d`` for DNS.
+    """
     while True:
         try:
-            if not sock.recv(1):
-                return
+            kind = sock.recv(1)
         except OSError:
             return
+        if not kind:
+            return
+        path = paths.get(kind)
         upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
+            if path is None:
+                raise OSError(f"no listener of kind {kind!r}")
             upstream.connect(path)
         except OSError:
             upstream.close()
@@ -141,6 +150,19 @@ def _walkable_by_anyone(path: str) -> bool:
         if here == "/":
             return True
         here = os.path.dirname(here)
+
+
+def _sandbox_pid(bwrap_pid: int) -> int:
+    """The helper's host pid: bubblewrap's one child, pid 1 of the sandbox's namespaces."""
+    try:
+        with open(f"/proc/{bwrap_pid}/task/{bwrap_pid}/children") as f:
+            children = [int(c) for c in f.read().split()]
+    except OSError as exc:
+        raise SandboxError(f"cannot find the sandbox's process: {exc}", who="linux") from exc
+    if len(children) != 1:
+        raise SandboxError(f"bubblewrap has {len(children)} children, not the helper alone",
+                           who="linux")
+    return children[0]
 
 
 class LinuxSession(SupervisedSession):
@@ -304,9 +326,11 @@ class LinuxBackend:
         dial_parent = dial_child = None
         if proxy is not None:
             dial_parent, dial_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        capturing = proxy is not None and proxy.captures
         config = helper_config(profile, control_fd=control_child.fileno(),
                                dial_fd=dial_child.fileno() if dial_child else None,
-                               landlock_min_abi=self._landlock_min_abi)
+                               landlock_min_abi=self._landlock_min_abi,
+                               capture=CAPTURE_PORTS.to_config(ipv6=True) if capturing else None)
         spec = build_launch_spec(profile, host=host, helper_source=HELPER_SOURCE, config=config,
                                  seccomp_fd=seccomp_fd, stage_dir=stage_dir, bwrap=bwrap,
                                  trust_bundle=proxy.trust_bundle if proxy is not None else None)
@@ -369,8 +393,16 @@ class LinuxBackend:
                 raise SandboxError(f"the sandbox is not in its cgroup {session_cgroup.name}",
                                    who="linux")
             if dial_parent is not None and proxy is not None:
-                threading.Thread(target=_serve_dial, args=(dial_parent, proxy.socket_path),
+                paths = {b"c": proxy.socket_path}
+                if proxy.transparent_path is not None and proxy.dns_path is not None:
+                    paths.update({b"t": proxy.transparent_path, b"d": proxy.dns_path})
+                threading.Thread(target=_serve_dial, args=(dial_parent, paths),
                                  daemon=True, name="firstrun-dial").start()
+            if capturing:
+                # From outside, before any command: the namespace's nat rules.
+                capture.apply_linux(_sandbox_pid(process.pid), CAPTURE_PORTS,
+                                    own_user_namespace=not root,
+                                    ipv6=bool(ready.get("capture_ipv6")))
             abi = int(ready.get("landlock_abi", 0))
             if abi == 0 and LayerName.LANDLOCK.value not in downgrades:
                 downgrades.append(LayerName.LANDLOCK.value)
@@ -383,7 +415,8 @@ class LinuxBackend:
                 exposed=spec.exposed, proxy_port=PROXY_PORT if proxy is not None else None,
                 nonce=proxy.nonce if proxy is not None else None, landlock=abi > 0,
                 seccomp=seccomp_fd is not None,
-                network="loopback_only" if LayerName.NETWORK in profile.required else "shared",
+                network=("captured" if capturing else "loopback_only")
+                if LayerName.NETWORK in profile.required else "shared",
                 supervisor="same_uid", self_mem_sealed=abi > 0,
             ))
             session.info = SessionInfo(

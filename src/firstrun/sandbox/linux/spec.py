@@ -87,9 +87,15 @@ def helper_config(
     control_fd: int,
     dial_fd: int | None,
     landlock_min_abi: int = 1,
+    capture: dict[str, object] | None = None,
 ) -> dict[str, object]:
-    """The helper's configuration: nothing secret, since commands can read its cmdline."""
+    """The helper's configuration: nothing secret, since commands can read its cmdline.
+
+    ``capture`` is ``CapturePorts.to_config``'s, when the session captures
+    transparently; the helper's dialer then serves flows and DNS too.
+    """
     fs = profile.fs
+    extra = {"capture": capture} if capture is not None else {}
     return {
         "channel_fds": [control_fd, control_fd],
         "dial_fd": dial_fd,
@@ -108,6 +114,7 @@ def helper_config(
             "dirs": [fs.sandbox_workspace, SANDBOX_TMP, fs.sandbox_home, *WRITABLE_DEVICE_DIRS],
             "files": list(WRITABLE_DEVICE_FILES),
         },
+        **extra,
     }
 
 

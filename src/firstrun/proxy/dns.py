@@ -1,0 +1,114 @@
+"""The shell's DNS under transparent capture: answers for allowed names, and nothing is ever forwarded.
+
+Guarantee: ``answer`` never resolves and never forwards a query; it is a
+function of the query, the policy and the session's ``SyntheticNames``. A
+name ``decide_dns`` allows gets an A record from the reserved benchmarking
+range 198.18.0.0/15 (RFC 2544), the same address for the same name for the
+whole session, so a connection to that address can be mapped back to the
+name and decided by name like any other (``name_for``); every other record
+type for it is an empty answer, so a client falls back to IPv4. A name it
+refuses gets NXDOMAIN and a ``Refusal`` for the proxy to record. Names under
+``firstrun.invalid`` are the sandbox's own: the attestation host answers,
+every other is NXDOMAIN unrecorded. A query that cannot be parsed gets
+FORMERR when it has a header to answer, else nothing. Message parsing and
+building are dnspython's.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import threading
+from dataclasses import dataclass
+
+import dns.exception
+import dns.flags
+import dns.message
+import dns.opcode
+import dns.rcode
+import dns.rdataclass
+import dns.rdatatype
+import dns.rrset
+
+from firstrun.policy.network import ATTESTATION_HOST, Decision, NetworkPolicy, decide_dns
+
+SYNTHETIC_NETWORK = ipaddress.IPv4Network("198.18.0.0/15")
+# Short: a name's address never changes within a session, but a resolver
+# inside must not keep it past the session.
+TTL_S = 60
+_OWN_SUFFIX = "firstrun.invalid"
+
+
+class SyntheticNames:
+    """The session's name <-> synthetic address map; thread-safe, allocation in order."""
+
+    def __init__(self, network: ipaddress.IPv4Network = SYNTHETIC_NETWORK) -> None:
+        self._hosts = network.hosts()
+        self._by_name: dict[str, ipaddress.IPv4Address] = {}
+        self._by_address: dict[ipaddress.IPv4Address, str] = {}
+        self._lock = threading.Lock()
+
+    def address_for(self, name: str) -> ipaddress.IPv4Address | None:
+        """The address standing for ``name`` (canonical); None once the range is used up."""
+        with self._lock:
+            found = self._by_name.get(name)
+            if found is None:
+                found = next(self._hosts, None)
+                if found is None:
+                    return None
+                self._by_name[name] = found
+                self._by_address[found] = name
+            return found
+
+    def name_for(self, address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
+        with self._lock:
+            return self._by_address.get(address)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, kw_only=True)
+class DnsAnswer:
+    # None: nothing to send back (not even a header to answer).
+    wire: bytes | None
+    name: str | None = None
+    qtype: str | None = None
+    # Set when the name was refused: what the proxy records.
+    refusal: Decision | None = None
+
+
+def _reply(query: dns.message.Message, rcode: dns.rcode.Rcode) -> bytes:
+    response = dns.message.make_response(query)
+    response.set_rcode(rcode)
+    response.flags |= dns.flags.RA
+    return response.to_wire()
+
+
+def answer(wire: bytes, *, policy: NetworkPolicy, names: SyntheticNames) -> DnsAnswer:
+    try:
+        query = dns.message.from_wire(wire)
+    except dns.exception.DNSException:
+        if len(wire) < 12:
+            return DnsAnswer(wire=None)
+        # The header is there: answer FORMERR under the same id, no question echoed.
+        return DnsAnswer(wire=wire[:2] + b"\x81\x01" + b"\x00" * 8)
+    if query.opcode() != dns.opcode.QUERY or len(query.question) != 1:
+        return DnsAnswer(wire=_reply(query, dns.rcode.NOTIMP if query.opcode() != dns.opcode.QUERY
+                                     else dns.rcode.FORMERR))
+    question = query.question[0]
+    name = question.name.to_text(omit_final_dot=True).lower()
+    qtype = dns.rdatatype.to_text(question.rdtype)
+    if question.rdclass != dns.rdataclass.IN:
+        return DnsAnswer(wire=_reply(query, dns.rcode.REFUSED), name=name, qtype=qtype)
+    own = name == _OWN_SUFFIX or name.endswith("." + _OWN_SUFFIX)
+    if own and name != ATTESTATION_HOST:
+        return DnsAnswer(wire=_reply(query, dns.rcode.NXDOMAIN), name=name, qtype=qtype)
+    decision = None if own else decide_dns(policy, name)
+    if decision is not None and not decision.allowed:
+        return DnsAnswer(wire=_reply(query, dns.rcode.NXDOMAIN), name=name, qtype=qtype,
+                         refusal=decision)
+    response = dns.message.make_response(query)
+    response.flags |= dns.flags.RA
+    if question.rdtype == dns.rdatatype.A:
+        address = names.address_for(name)
+        if address is None:
+            return DnsAnswer(wire=_reply(query, dns.rcode.SERVFAIL), name=name, qtype=qtype)
+        response.answer.append(dns.rrset.from_text(question.name, TTL_S, "IN", "A", str(address)))
+    return DnsAnswer(wire=response.to_wire(), name=name, qtype=qtype)
