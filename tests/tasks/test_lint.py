@@ -157,3 +157,22 @@ def test_network_allow_unused_beside_only(write_task) -> None:
         "network: {only: [a.example.net], allow: [b.example.net]}\nsuccess: {script: test -f a}\n",
     )
     assert found == [(Severity.WARNING, Code.NETWORK_ALLOW_UNUSED, 4)]
+
+
+def test_a_tcp_rule_is_explained_and_compiled(write_task) -> None:
+    from firstrun.tasks.compile import compile_profile_inputs
+
+    task, found = _lint(write_task, "success:\n  script: test -f a.py\n"
+                        "firstrun:\n  network:\n    tcp: [github.com:22]\n")
+    assert found == [(Severity.NOTE, Code.TCP_RULE, 8)]
+    assert [str(p) for p in compile_profile_inputs(task).tcp] == ["github.com:22"]
+
+
+@pytest.mark.parametrize("entry", ["github.com", "*.example.com:22", "github.com:0"])
+def test_a_tcp_rule_without_one_name_and_one_port_names_its_line(write_task, entry: str) -> None:
+    from firstrun.errors import TaskError
+
+    with pytest.raises(TaskError) as caught:
+        read_task(write_task(HEAD + "success:\n  script: test -f a.py\n"
+                             f"firstrun:\n  network:\n    tcp: ['{entry}']\n"))
+    assert caught.value.line == 8 and "tcp" in str(caught.value)

@@ -12,8 +12,9 @@ gap in the page record is counted (``lint`` warns about it too).
 
 The shell's allow-list is the default registries plus ``network.allow``, or
 ``network.only`` instead of both, as quickstarted defined them; a bare name
-there covers itself and its subdomains. ``firstrun.network.deny`` and
-``firstrun.network.overrides`` pass through in firstrun's exact syntax.
+there covers itself and its subdomains. ``firstrun.network.deny``,
+``firstrun.network.overrides`` and ``firstrun.network.tcp`` pass through in
+firstrun's exact syntax.
 
 With TLS inspection (``inspect=True``) the policy also carries the task's
 ``firstrun.methods`` and ``firstrun.credentials``. A task that declares a
@@ -89,6 +90,7 @@ def compile_profile_inputs(
         overrides=[(o.host, list(o.networks)) for o in ext.overrides],
         mode=mode,
         source=f"{task.path}: network.allow",
+        tcp=list(ext.tcp),
     )
     if not inspect:
         return policy

@@ -41,6 +41,8 @@ MAX_REDIRECTS = 10
 class Severity(StrEnum):
     ERROR = "error"
     WARNING = "warning"
+    # Says what an entry does, for the author reading validate's output; never a fault.
+    NOTE = "note"
 
 
 class Code(StrEnum):
@@ -63,6 +65,7 @@ class Code(StrEnum):
     SCAFFOLD_UNEDITED = "scaffold_unedited"
     REPLAY_REFUSED = "replay_refused_by_permissions"
     CHECK_SHARED = "check_shares_agent_processes"
+    TCP_RULE = "tcp_rule"
 
 
 # What ``firstrun init`` writes where the author must put their own words; a
@@ -93,6 +96,7 @@ def lint_task(task: Task) -> list[Finding]:
         *_hosts(task),
         *_scaffold(task),
         *_permissions(task),
+        *_tcp_rules(task),
     ]
 
 
@@ -192,6 +196,18 @@ def _criteria(task: Task) -> list[Finding]:
             ),
         ]
     return []
+
+
+def _tcp_rules(task: Task) -> list[Finding]:
+    return [
+        _at(task, Severity.NOTE, Code.TCP_RULE,
+            f"{entry}: a stream that is neither TLS nor HTTP (ssh, git://, a database "
+            "protocol) may reach exactly this name and port, from any client, after the address "
+            "floor; every other such stream is refused (tcp_not_allowed), and this one is "
+            "recorded with its bytes and duration",
+            ("firstrun", "network", "tcp", index))
+        for index, entry in enumerate(task.spec.firstrun.network.tcp)
+    ]
 
 
 def _isolation(task: Task) -> list[Finding]:

@@ -50,6 +50,7 @@ from firstrun.errors import PolicyError
 from firstrun.policy.hosts import HostPattern
 from firstrun.policy.images import image_reference_error
 from firstrun.policy.methods import InspectionPolicy
+from firstrun.policy.network import parse_tcp_rules
 from firstrun.policy.permissions import TOOLS, RuleSet, Verdict, parse_rule
 from firstrun.policy.process import MAX_COMMAND_TIMEOUT_S
 
@@ -120,6 +121,18 @@ def _host_entry(value: str) -> str:
         return host_entry_text(value)
     except ValueError as exc:
         raise rule(str(exc)) from None
+
+
+def _tcp_rule(value: str) -> str:
+    try:
+        parse_tcp_rules([value], source="tcp")
+    except PolicyError as exc:
+        raise rule(exc.args[0].removeprefix("tcp: ")) from None
+    return value.strip()
+
+
+TcpRule = Annotated[str, AfterValidator(_tcp_rule),
+                    WithJsonSchema({"type": "string", "pattern": r"^[^*\s]+:[0-9]{1,5}$"})]
 
 
 def _http_url(value: str) -> str:
@@ -422,6 +435,14 @@ class FirstrunNetwork(_Model):
     )
     overrides: tuple[Override, ...] = Field(
         (), description="Recorded exceptions to the address floor."
+    )
+    tcp: tuple[TcpRule, ...] = Field(
+        (),
+        description=(
+            "name:port pairs a raw TCP stream (neither TLS nor HTTP: ssh, git://, a database "
+            "protocol) may reach, after the address floor; without one such a stream is "
+            "refused (tcp_not_allowed). One exact name and one port each, e.g. github.com:22."
+        ),
     )
 
 
