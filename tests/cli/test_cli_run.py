@@ -41,7 +41,8 @@ def _runs(out: Path) -> list[dict[str, object]]:
 
 @pytest.mark.parametrize(
     ("task", "code", "classification"),
-    [("greet-pass", 0, "passed"), ("greet-gap", 1, "docs_gap"), ("greet-skip", 2, "skipped")],
+    [("greet-pass", 0, "passed"), ("greet-gap", 1, "docs_gap"), ("greet-skip", 2, "skipped"),
+     ("greet-blocked", 2, "blocked")],
 )
 def test_exit_status_follows_the_evidence(firstrun: Run, tmp_path: Path, task: str, code: int,
                                           classification: str) -> None:
@@ -63,18 +64,28 @@ def test_exit_status_follows_the_evidence(firstrun: Run, tmp_path: Path, task: s
 def test_a_mixed_suite_writes_junit_and_an_honest_summary(firstrun: Run, tmp_path: Path) -> None:
     out, junit = tmp_path / "out", tmp_path / "junit.xml"
     proc = firstrun("run", str(TASKS / "greet-pass.yaml"), str(TASKS / "greet-gap.yaml"),
-                    str(TASKS / "greet-skip.yaml"), *MIRROR, "--out", str(out), "--junit", str(junit))
+                    str(TASKS / "greet-skip.yaml"), str(TASKS / "greet-blocked.yaml"), *MIRROR,
+                    "--out", str(out), "--junit", str(junit))
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert sorted(str(r["classification"]) for r in _runs(out)) == ["docs_gap", "passed", "skipped"]
+    assert sorted(str(r["classification"]) for r in _runs(out)) == [
+        "blocked", "docs_gap", "passed", "skipped"]
     root = ET.parse(junit).getroot()
-    assert (root.get("tests"), root.get("failures"), root.get("errors"), root.get("skipped")) == ("3", "1", "0", "1")
+    assert (root.get("tests"), root.get("failures"), root.get("errors"), root.get("skipped")) == (
+        "4", "1", "1", "1")
     gap = root.find("testsuite[@name='greet-gap']/testcase/failure")
     assert gap is not None and "greeting.txt does not say hello" in (gap.text or "")
+    # Blocked is JUnit's error, not a failure of the docs, and it says what would allow it.
+    blocked = root.find("testsuite[@name='greet-blocked']/testcase/error")
+    assert blocked is not None and blocked.get("type") == "blocked"
+    assert "network:\n  allow: [not-allowed.example]" in (blocked.text or "")
+    assert "the task lines that would allow it" in proc.stdout
+    assert "allow: [not-allowed.example]" in proc.stdout
     assert root.find("testsuite[@name='greet-skip']/testcase/skipped") is not None
     assert root.find("testsuite[@name='greet-pass']/testcase") is not None
     rows = {line.split()[0]: line for line in proc.stdout.splitlines() if line.startswith(("greet-", "all tasks"))}
     assert rows["greet-skip"].endswith("no evidence")
     assert rows["greet-gap"].endswith("0/1 (0%, 95% CI 0-79%)")
+    assert rows["greet-blocked"].endswith("no evidence")
     assert rows["all"].endswith("1/2 (50%, 95% CI 9-91%)")
     assert f"firstrun show {out / 'runs' / 'greet-gap' / '1'}" in proc.stdout
     assert "greet-gap #1 route page not read: https://greeter.docs.example/missing.html (http_error, HTTP 404)" \
@@ -91,9 +102,9 @@ def test_repeat_records_every_attempt(firstrun: Run, tmp_path: Path) -> None:
 
 def test_show_narrates_a_real_trace(firstrun: Run, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    assert firstrun("run", str(TASKS / "greet-gap.yaml"), *MIRROR, "--out", str(out),
-                    "--backend", "linux").returncode == 1
-    proc = firstrun("show", str(out / "runs" / "greet-gap" / "1"))
+    assert firstrun("run", str(TASKS / "greet-blocked.yaml"), *MIRROR, "--out", str(out),
+                    "--backend", "linux").returncode == 2
+    proc = firstrun("show", str(out / "runs" / "greet-blocked" / "1"))
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
 
@@ -101,20 +112,23 @@ def test_show_narrates_a_real_trace(firstrun: Run, tmp_path: Path) -> None:
         return next(i for i, line in enumerate(lines) if text in line)
 
     order = [
-        at("run started: task greet-gap attempt 1"),
+        at("run started: task greet-blocked attempt 1"),
         at("sandbox started: backend linux"),
         at("docs read (documented route): https://greeter.docs.example/index.html"),
         at("docs read (documented route): https://greeter.docs.example/first-greeting.html"),
         at("docs read (documented route): https://greeter.docs.example/missing.html: NOT READ, http_error"),
         at("egress BLOCKED (shell): GET not-allowed.example:80/greeting: not_allowed"),
+        # The agent was told under the command that asked for it.
+        at("[sandbox] refused not-allowed.example:80 (not_allowed)"),
         at("[agent] $ printf 'goodbye\\n' > greeting.txt  -> exit 0"),
         at("check: exit 1"),
-        at("classification: docs_gap (check_failed)"),
+        at("classification: blocked (egress_refused)"),
     ]
     assert order == sorted(order), proc.stdout
     # The same through the results directory and through the trace file itself.
     assert firstrun("show", str(out)).stdout == proc.stdout
-    assert firstrun("show", str(out / "runs" / "greet-gap" / "1" / "trace.jsonl")).stdout == proc.stdout
+    assert firstrun("show", str(out / "runs" / "greet-blocked" / "1" / "trace.jsonl")).stdout == \
+        proc.stdout
 
 
 def test_check_reruns_only_the_check_against_a_kept_workspace(firstrun: Run, tmp_path: Path) -> None:

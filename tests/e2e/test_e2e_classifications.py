@@ -36,7 +36,19 @@ FIXTURES = [
     "turns-budget",
     "setup-fails",
     "no-replay",
+    *(f"blocked-{reason}" for reason in ("not-allowed", "port-not-allowed", "dns-not-allowed",
+                                         "ip-literal", "tcp-not-allowed", "udp-not-allowed")),
 ]
+# What each blocked fixture is refused, and the task lines that would allow it.
+BLOCKED = {
+    "not-allowed": ("not_allowed", "example.com:443", {"allow": ["example.com"]}),
+    "port-not-allowed": ("port_not_allowed", "pypi.org:8443", {"allow": ["pypi.org:8443"]}),
+    "dns-not-allowed": ("dns_not_allowed", "example.com", {"allow": ["example.com"]}),
+    "ip-literal": ("ip_literal", "203.0.113.80:443", {"allow": ["203.0.113.80:443"]}),
+    "tcp-not-allowed": ("tcp_not_allowed", "pypi.org:443", {"tcp": ["pypi.org:443"]}),
+    # Nothing a task can write lets a datagram out: no lines to suggest.
+    "udp-not-allowed": ("udp_not_allowed", "pypi.org:443", {}),
+}
 ROUTE = [f"https://{DOCS_HOST}/index.html", f"https://{DOCS_HOST}/guide.html"]
 
 
@@ -139,3 +151,18 @@ def test_a_sweep_whose_backend_is_unusable_starts_no_run_and_says_why(
     assert outcome.records == [] and suite_exit_code(outcome.records) == 2
     assert outcome.backend_lost is not None and "bubblewrap" in outcome.backend_lost
     assert not (out / "runs").exists()
+
+
+@pytest.mark.parametrize("name", sorted(BLOCKED))
+def test_blocked_when_the_check_fails_after_the_boundary_refused(
+        suite: tuple[int, Path], name: str) -> None:
+    reason, where, fix = BLOCKED[name]
+    run, trace = _run(suite, f"blocked-{name}")
+    assert (run["classification"], run["reason"]) == ("blocked", "egress_refused") == \
+        _verdict(trace)
+    assert reason in {r["reason"] for r in run["blocked_egress"]}, run["blocked_egress"]
+    assert run["allow_fix"] == fix
+    assert where in run["detail"]
+    # The agent was told, in the command's own result, what was refused and why.
+    step = events(trace, "command", source="agent")[0]
+    assert f"[sandbox] refused {where} ({reason})" in step["refusals"], step["refusals"]

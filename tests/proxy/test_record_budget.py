@@ -217,10 +217,11 @@ def test_a_run_whose_proxy_spent_its_budget_is_infra_error_never_a_docs_gap(
                             CheckFinished(exit_code=check)])
         assert (verdict.classification, verdict.reason) == (
             Classification.INFRA_ERROR, RunReason.RECORD_BUDGET_EXHAUSTED)
-    # Without the closing record, the same denial and a failed check is a docs gap.
+    # Without the closing record, the same denial and a failed check is blocked: the
+    # allow-list, not the docs, may be what was missing.
     verdict = classify([egress[0], AgentFinished(stop=AgentStop.FINISHED),
                         CheckFinished(exit_code=1)])
-    assert verdict.classification is Classification.DOCS_GAP
+    assert verdict.classification is Classification.BLOCKED
 
 
 def test_the_closing_record_round_trips_and_a_budget_below_one_is_refused(tmp_path: Path) -> None:

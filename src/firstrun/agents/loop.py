@@ -354,14 +354,17 @@ def clip(text: str, limit: int) -> str:
 
 
 def bash_text(result: ExecResult, limit: int) -> str:
-    """A command's result as the model reads it: exit code, then stdout and stderr."""
+    """A command's result as the model reads it: exit code, then stdout and stderr, then one
+    line per refusal the boundary made while it ran (never clipped: it is how a model tells
+    "blocked by policy" from "the network is down")."""
     head = f"exit code: {result.exit_code}"
     if result.timed_out:
         head += f" (timed out after {result.duration_s:.0f}s; the command was killed)"
     body = f"stdout:\n{result.stdout.text()}\nstderr:\n{result.stderr.text()}"
     if result.stdout.truncated or result.stderr.truncated:
         body += "\n[the sandbox kept only the head and tail of the output]"
-    return f"{head}\n{clip(body, limit)}"
+    tail = "".join(f"\n{line}" for line in result.refusals)
+    return f"{head}\n{clip(body, limit)}{tail}"
 
 
 def page_text(page: Page) -> str:

@@ -63,6 +63,7 @@ from firstrun.sandbox.select import (
     select_backend,
     unavailable,
 )
+from firstrun.tasks.allowlist import AllowEntries, allow_snippet
 from firstrun.tasks.load import DEFAULT_TASK_DIR, expand_task_paths, load_tasks
 from firstrun.tasks.model import Task
 
@@ -340,13 +341,14 @@ def run_command(request: RunRequest) -> int:
         from firstrun.reports.output import append_text
 
         append_text(summary, render_markdown(records, meta={"agent": request.agent, "model": request.model}))
-    _print_summary(records, out, interrupted=signum is not None)
+    _print_summary(records, out, interrupted=signum is not None, report_only=config.report_only)
     if signum is not None:
         return 128 + signum
     return suite_exit_code(records)
 
 
-def _print_summary(records: list[RunRecord], out: Path, *, interrupted: bool) -> None:
+def _print_summary(records: list[RunRecord], out: Path, *, interrupted: bool,
+                   report_only: bool = False) -> None:
     if interrupted:
         print(
             f"firstrun: interrupted: {len(records)} finished run{'s' if len(records) != 1 else ''} "
@@ -366,6 +368,19 @@ def _print_summary(records: list[RunRecord], out: Path, *, interrupted: bool) ->
             run_dir = (out / record.trace).parent
             print(f"  {record.task} #{record.attempt} {record.classification.value} ({record.reason})"
                   f"{_detail(record)}; firstrun show {run_dir}")
+            if record.classification is Classification.BLOCKED and record.allow_fix:
+                print(f"    the task lines that would allow it ({record.task_file}):")
+                print(_indented(allow_snippet(AllowEntries.from_data(record.allow_fix)), 6))
+    if report_only:
+        learnt = AllowEntries()
+        for record in records:
+            learnt |= AllowEntries.from_data(record.allow_fix)
+        if learnt:
+            print("firstrun: report mode: the runs reached what their tasks do not allow yet; "
+                  "to allow it, add to the task:")
+            print(_indented(allow_snippet(learnt), 2))
+        else:
+            print("firstrun: report mode: the runs reached nothing their tasks do not allow")
     shared = [r for r in records if r.check_isolation == "shared"]
     if shared:
         print(f"  {len(shared)} run{'s' if len(shared) != 1 else ''} checked beside the agent's "
@@ -375,6 +390,10 @@ def _print_summary(records: list[RunRecord], out: Path, *, interrupted: bool) ->
         # Recorded, never classified: the check alone decides, but a reader hit this page.
         for finding in record.route_findings:
             print(f"  {record.task} #{record.attempt} route page not read: {route_finding_text(finding)}")
+
+
+def _indented(text: str, width: int) -> str:
+    return "\n".join(" " * width + line for line in text.rstrip("\n").splitlines())
 
 
 _DETAIL_CHARS = 160

@@ -40,6 +40,7 @@ from firstrun.sandbox.select import (
     resolve_backend,
     select_backend,
 )
+from firstrun.tasks.allowlist import allow_entries, allow_snippet
 
 EXIT_TIMEOUT = 124
 
@@ -193,5 +194,11 @@ def run_sandbox(request: SandboxRequest) -> int:
         live.end_line()
         for line in summary_lines(info, records, report_only=request.report_only):
             print(line, file=sys.stderr)
+        if request.report_only:
+            learnt = allow_entries(r.to_data() for r in records)
+            if learnt:
+                print("firstrun: report mode: to allow what this command reached, add to a task:",
+                      file=sys.stderr)
+                sys.stderr.write(allow_snippet(learnt))
     return code
 

@@ -164,6 +164,7 @@ class _Exchange:
         self.flight: FlightKind | None = None
         # Set for what is no HTTP request nor tunnel (a refused datagram).
         self.scheme: Scheme | None = None
+        self.name_would_deny: Reason | None = None
         self.ts = now_iso()
         self.started = time.monotonic()
         self.target: Target | None = None
@@ -186,7 +187,12 @@ class _Exchange:
         target = self.target
         if self.refusal is not None:
             verdict, reason, layer = Verdict.DENY, self.refusal.reason, self.refusal.layer
-            would_deny, override = None, None
+            # A name report mode let through that then did not resolve keeps
+            # what the name rules would have said: learning an allow-list needs
+            # it. A refusal by the floor itself is no name rule's to report.
+            would_deny = self.name_would_deny if self.refusal.reason is Reason.RESOLVE_FAILED \
+                else None
+            override = None
             host = self.refusal.host or (target.host if target else None)
         elif self.allowed is not None:
             verdict, reason, layer = Verdict.ALLOW, self.allowed.reason, self.allowed.layer
@@ -467,6 +473,7 @@ class _Client:
         by_name = decide_name(policy, request)
         if not by_name.allowed:
             raise _policy_refusal(by_name)
+        ex.name_would_deny = by_name.would_deny
         literal = parse_ip_literal(target.host)
         addresses = [literal] if literal is not None else await self._proxy._resolve(target)
         by_address = decide_addresses(policy, request, addresses)

@@ -38,6 +38,7 @@ from firstrun.reports.output import write_text_atomic
 from firstrun.reports.summary import ORDER
 from firstrun.results.model import EVIDENTIAL, Classification, RunRecord
 from firstrun.results.stats import PassRate, pass_rate
+from firstrun.tasks.allowlist import AllowEntries, allow_snippet
 
 # The plot's own colour: used by nothing else on the page, so a screenshot can find the plot.
 PLOT_COLOUR = "#1f6feb"
@@ -214,6 +215,15 @@ def _pages_cell(record: RunRecord, route: Sequence[str]) -> Markup:
     return _el("ol", {"class": "pages"}, items) if items else _el("span", {"class": "dim"}, "none")
 
 
+def _detail_cell(record: RunRecord) -> Markup | str:
+    if record.classification is not Classification.BLOCKED or not record.allow_fix:
+        return record.detail
+    snippet = allow_snippet(AllowEntries.from_data(record.allow_fix))
+    return _el("div", None, [record.detail, _el("div", {"class": "dim"},
+                                                "the task lines that would allow it:"),
+                             _el("pre", None, snippet)])
+
+
 def _runs_table(records: Sequence[tuple[int, RunRecord]], route: Sequence[str]) -> Markup:
     rows = []
     for index, r in records:
@@ -228,7 +238,7 @@ def _runs_table(records: Sequence[tuple[int, RunRecord]], route: Sequence[str]) 
             r.backend or "none", enforcement, check, agent, f"{r.duration_s:.1f}s",
             _pages_cell(r, route),
             _link(r.last_page_before_failure) if r.last_page_before_failure else "",
-            r.detail,
+            _detail_cell(r),
         ])
     return _table(["run", "classification", "reason", "backend", "enforcement", "check", "agent",
                    "time",

@@ -27,6 +27,7 @@ from pathlib import Path
 from firstrun.reports.summary import route_finding_text
 from firstrun.results.model import Classification, RunRecord
 from firstrun.results.store import write_atomic
+from firstrun.tasks.allowlist import AllowEntries, allow_snippet
 
 # XML 1.0 Char production: what is left out here cannot appear in a document at all.
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -56,6 +57,9 @@ def _details(record: RunRecord) -> str:
     for blocked in record.blocked_egress:
         host, port, reason = blocked.get("host"), blocked.get("port"), blocked.get("reason")
         lines.append(f"blocked egress: {host}:{port} ({reason})")
+    if record.classification is Classification.BLOCKED and record.allow_fix:
+        lines.append("the task lines that would allow it:")
+        lines.append(allow_snippet(AllowEntries.from_data(record.allow_fix)).rstrip("\n"))
     if record.trace:
         lines.append(f"trace: {record.trace} (firstrun show it)")
     if record.check_output:

@@ -20,6 +20,7 @@ from firstrun.reports.analysis import destination
 from firstrun.reports.summary import route_finding_text
 from firstrun.results.model import Classification, RunRecord
 from firstrun.results.stats import PassRate, pass_rate, pass_rates
+from firstrun.tasks.allowlist import AllowEntries, allow_snippet
 
 # Inline syntax only: md() output never starts a line, so block markers
 # (#, -, +, 1.) cannot take effect and are left readable.
@@ -93,6 +94,10 @@ def render_markdown(records: Sequence[RunRecord], *, meta: Mapping[str, Any] | N
             if r.blocked_egress:
                 hosts = sorted({destination(b) for b in r.blocked_egress})
                 lines.append(f"  - blocked egress ({len(r.blocked_egress)}): {md(', '.join(hosts))}")
+            if r.classification is Classification.BLOCKED and r.allow_fix:
+                snippet = allow_snippet(AllowEntries.from_data(r.allow_fix)).rstrip("\n")
+                lines += ["  - the task lines that would allow it:", "", "    ```yaml",
+                          *(f"    {line}" for line in snippet.splitlines()), "    ```", ""]
             if r.trace:
                 lines.append(f"  - trace: {md(r.trace)}")
     return "\n".join([*lines, ""])

@@ -187,6 +187,10 @@ def _command(e: Mapping[str, Any]) -> list[Line]:
     # The check's output is told with its verdict (check_finished), not twice.
     if failed and e.get("source") != "check":
         lines += _tail(str(e.get("stdout") or ""), "stdout") + _tail(str(e.get("stderr") or ""), "stderr")
+    refusals = e.get("refusals")
+    if isinstance(refusals, list):
+        lines += [Line(text=f"    {line}", style=Style.BAD) for line in refusals
+                  if isinstance(line, str)]
     return lines
 
 

@@ -22,6 +22,7 @@ from firstrun.results.stats import wilson_interval
 ORDER = (
     Classification.PASSED,
     Classification.DOCS_GAP,
+    Classification.BLOCKED,
     Classification.BUDGET_EXHAUSTED,
     Classification.AGENT_REFUSAL,
     Classification.INFRA_ERROR,

@@ -17,6 +17,9 @@ from typing import Any
 class Classification(StrEnum):
     PASSED = "passed"
     DOCS_GAP = "docs_gap"
+    # The check failed after the boundary refused something the shell tried
+    # to reach: the task's allow-list, not the docs, may be what is missing.
+    BLOCKED = "blocked"
     BUDGET_EXHAUSTED = "budget_exhausted"
     INFRA_ERROR = "infra_error"
     HARNESS_ERROR = "harness_error"
@@ -71,6 +74,10 @@ class RunRecord:
     # polled a server the agent left running, beside it, so it could be forged.
     check_isolation: str | None = None
     killed_before_check: int | None = None
+    # The entries (``{"allow": [...], "tcp": [...]}``, ``tasks.allowlist``) that
+    # would let a blocked run's refusals through, or what a report-only run
+    # would have been refused; empty when there is nothing to add.
+    allow_fix: dict[str, list[str]] = field(default_factory=dict)
     commands: int = 0
     started_at: str = ""
     duration_s: float = 0.0

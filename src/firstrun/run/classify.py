@@ -15,8 +15,21 @@ rules is the order below, and the first that applies decides:
 6. the agent refused                                  -> agent_refusal
 7. otherwise the check alone decides: exit 0          -> passed
    non-zero: a spent budget                           -> budget_exhausted
+             the boundary refused a shell destination -> blocked (egress_refused)
              else                                     -> docs_gap
    (reason replay_step_failed when an agent step failed first, else check_failed)
+
+Blocked (rule 7): a run whose check failed after the boundary refused
+something on the shell channel for a reason the task's own lists decide
+(``not_allowed``, ``port_not_allowed``, ``ip_literal``, ``dns_not_allowed``,
+``tcp_not_allowed``), or a datagram that was not DNS (``udp_not_allowed``),
+is not evidence about the docs: the quickstart may have needed exactly what
+was refused. It is ``blocked``, non-evidential, and its record carries the
+task lines that would allow it. A docs host fetched from the shell
+(``docs_host_on_shell``, attribution) is not blocked: the agent is told to
+read the docs through ``read_docs``, so that refusal decides nothing here,
+and the check decides as before. So does a refusal by the address floor,
+which no task line may lift for a name that is not the task's own.
 
 A recheck (``firstrun check``) has no agent events; its check alone decides.
 
@@ -59,6 +72,7 @@ from firstrun.run.events import (
     Failure,
     Source,
 )
+from firstrun.tasks.allowlist import BLOCKING
 
 
 class Reason(StrEnum):
@@ -66,6 +80,7 @@ class Reason(StrEnum):
 
     PASSED = "passed"
     CHECK_FAILED = "check_failed"
+    EGRESS_REFUSED = "egress_refused"
     REPLAY_STEP_FAILED = "replay_step_failed"
     BUDGET_EXHAUSTED = "budget_exhausted"
     NO_REPLAY = "no_replay"
@@ -131,12 +146,24 @@ def classify(events: Sequence[Event]) -> Verdict:
         return Verdict(classification=Classification.DOCS_GAP, reason=Reason.CHECK_FAILED)
     if finished.stop is AgentStop.BUDGET_EXHAUSTED:
         return Verdict(classification=Classification.BUDGET_EXHAUSTED, reason=Reason.BUDGET_EXHAUSTED)
+    if blocking_refusals(events):
+        return Verdict(classification=Classification.BLOCKED, reason=Reason.EGRESS_REFUSED)
     return Verdict(
         classification=Classification.DOCS_GAP,
         reason=Reason.REPLAY_STEP_FAILED
         if finished.stop is AgentStop.STEP_FAILED
         else Reason.CHECK_FAILED,
     )
+
+
+def blocking_refusals(events: Sequence[Event]) -> list[dict]:
+    """The shell-channel refusals that make a failed run ``blocked`` (see rule 7)."""
+    return [e.record for e in events
+            if isinstance(e, Egress) and e.record.get("channel") == "shell"
+            and e.record.get("decision") == "deny" and e.record.get("reason") in _BLOCKING]
+
+
+_BLOCKING = frozenset(r.value for r in BLOCKING)
 
 
 def _infra_reason(failure: Failure) -> Reason:

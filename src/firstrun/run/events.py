@@ -68,6 +68,8 @@ class CommandRan(Event):
     stdout: str = ""
     stderr: str = ""
     truncated: bool = False
+    # What the boundary refused while it ran, as the agent was told it.
+    refusals: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, kw_only=True)

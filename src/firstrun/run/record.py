@@ -26,9 +26,11 @@ from firstrun.errors import (
     SandboxUnavailable,
 )
 from firstrun.policy import permissions
-from firstrun.proxy.records import EgressRecord
-from firstrun.results.model import PageRead, RunRecord
-from firstrun.run.classify import Reason, Verdict
+from firstrun.policy.network import Channel, destination_label
+from firstrun.policy.network import Reason as EgressReason
+from firstrun.proxy.records import EgressRecord, Scheme
+from firstrun.results.model import Classification, PageRead, RunRecord
+from firstrun.run.classify import Reason, Verdict, blocking_refusals
 from firstrun.run.events import (
     AffordancesProbed,
     AgentFinished,
@@ -44,6 +46,7 @@ from firstrun.run.events import (
     Source,
     Trace,
 )
+from firstrun.tasks.allowlist import allow_entries
 from firstrun.tasks.model import Task
 
 
@@ -77,11 +80,46 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def refusal_line(record: EgressRecord) -> str:
+    """One refusal as the agent reads it: where, and the stable reason."""
+    where = record.host or "(no valid host)" if record.scheme is Scheme.DNS \
+        else destination_label(record.host, record.port, record.reason)
+    return f"[sandbox] refused {where} ({record.reason.value})"
+
+
+class Refusals:
+    """The shell channel's refusals, in order, so a command's own can be told to the agent.
+
+    The attestation probe's reserved host is never among them.
+    """
+
+    def __init__(self) -> None:
+        self._lines: list[str] = []
+        self._lock = threading.Lock()
+
+    def add(self, record: EgressRecord) -> None:
+        if record.channel is not Channel.SHELL or not record.denied \
+                or record.reason is EgressReason.ATTESTATION:
+            return
+        with self._lock:
+            self._lines.append(refusal_line(record))
+
+    def mark(self) -> int:
+        with self._lock:
+            return len(self._lines)
+
+    def since(self, mark: int) -> tuple[str, ...]:
+        """The refusals after ``mark``, each line once."""
+        with self._lock:
+            return tuple(dict.fromkeys(self._lines[mark:]))
+
+
 class Recorder:
     """Writes events to the trace and the caller's callback, from any thread.
 
     Egress arrives on the proxy's thread, which must never see an exception;
-    a failure there is kept and raised on the run's own thread.
+    a failure there is kept and raised on the run's own thread. ``refusals``
+    holds the shell's refusals as the agent is told them.
     """
 
     def __init__(self, trace: Trace, on_event: Callable[[Event], None] | None) -> None:
@@ -89,6 +127,7 @@ class Recorder:
         self._on_event = on_event
         self._lock = threading.Lock()
         self.errors: list[Exception] = []
+        self.refusals = Refusals()
 
     def emit(self, event: Event) -> None:
         self._trace.emit(event)
@@ -100,6 +139,7 @@ class Recorder:
 
     def egress(self, record: EgressRecord) -> None:
         try:
+            self.refusals.add(record)
             self.emit(Egress(record=record.to_data()))
         except Exception as exc:
             with self._lock:
@@ -131,6 +171,16 @@ def last_page_before_failure(events: list[Event]) -> str | None:
     return None
 
 
+def _allow_fix(events: list[Event], verdict: Verdict) -> dict[str, list[str]]:
+    """What a report-only run would have been refused, else what blocked this run."""
+    learnt = [e.record for e in events if isinstance(e, Egress) and e.record.get("would_deny")]
+    if learnt:
+        return allow_entries(learnt).to_data()
+    if verdict.classification is Classification.BLOCKED:
+        return allow_entries(blocking_refusals(events)).to_data()
+    return {}
+
+
 def build_record(task: Task, *, attempt: int, agent_name: str, model: str | None, verdict: Verdict, events: list[Event],
                  started_at: str, duration_s: float, trace: str) -> RunRecord:
     info = next((e.info for e in events if isinstance(e, SandboxStarted)), None)
@@ -152,6 +202,11 @@ def build_record(task: Task, *, attempt: int, agent_name: str, model: str | None
         detail = failure.message.strip().splitlines()[-1] if failure.message.strip() else ""
     elif failed_setup is not None:
         detail = f"setup step exited {failed_setup.exit_code}: {failed_setup.command}"
+    elif verdict.classification is Classification.BLOCKED:
+        hosts = ", ".join(dict.fromkeys(
+            str(r.get("host")) if r.get("scheme") == Scheme.DNS.value
+            else destination_label(r.get("host"), r.get("port")) for r in blocking_refusals(events)))
+        detail = f"the check failed after the sandbox refused {hosts}"
     elif finished is not None and finished.stop is not AgentStop.FINISHED and finished.detail:
         detail = finished.detail
     elif check is not None and check.exit_code != 0:
@@ -195,6 +250,7 @@ def build_record(task: Task, *, attempt: int, agent_name: str, model: str | None
         check_output=check.output if check is not None else "",
         check_isolation=isolated.isolation if isolated is not None else None,
         killed_before_check=isolated.killed if isolated is not None else None,
+        allow_fix=_allow_fix(events, verdict),
         commands=sum(1 for e in events if isinstance(e, CommandRan) and e.source is Source.AGENT),
         started_at=started_at,
         duration_s=round(duration_s, 3),

@@ -153,7 +153,8 @@ def _carry_out(task: Task, *, agent: Agent, config: RunConfig, where: Path,
                                 max_seconds=float(budgets.max_seconds),
                                 max_command_seconds=float(budgets.max_command_seconds),
                                 emit=recorder.emit, stop=stop,
-                                permissions=(*config.permissions, task.permissions))
+                                permissions=(*config.permissions, task.permissions),
+                                refusals=recorder.refusals)
             try:
                 outcome = agent.run(brief, tools)
             except BudgetExhausted as exc:

@@ -24,6 +24,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from firstrun.agents.base import Budget, BudgetExhausted, CallRefused, TurnRecord
 from firstrun.docs import DocsReader, Page
@@ -37,6 +39,9 @@ from firstrun.run.events import (
     Source,
 )
 from firstrun.sandbox.base import ExecResult, Session
+
+if TYPE_CHECKING:
+    from firstrun.run.record import Refusals
 
 
 class RunInterrupted(BaseException):
@@ -56,7 +61,9 @@ class RunToolbelt:
         emit: Callable[[Event], None],
         stop: threading.Event | None = None,
         permissions: Sequence[RuleSet] = (),
+        refusals: Refusals | None = None,
     ) -> None:
+        self._refusals = refusals
         self._session = session
         self._reader = reader
         self._route = frozenset(route)
@@ -90,7 +97,10 @@ class RunToolbelt:
         self._permit(BASH, command)
         limit = min(self._max_command_seconds, left if timeout is None else min(timeout, left))
         cut_by_budget = limit >= left
+        mark = self._refusals.mark() if self._refusals is not None else 0
         result = self._session.exec(command, timeout=limit)
+        if self._refusals is not None:
+            result = replace(result, refusals=self._refusals.since(mark))
         self._emit(
             CommandRan(
                 source=Source.AGENT,
@@ -101,6 +111,7 @@ class RunToolbelt:
                 stdout=result.stdout.text(),
                 stderr=result.stderr.text(),
                 truncated=result.stdout.truncated or result.stderr.truncated,
+                refusals=list(result.refusals),
             )
         )
         if result.timed_out and cut_by_budget:

@@ -58,6 +58,9 @@ class ExecResult:
     stderr: CappedOutput
     duration_s: float
     timed_out: bool = False
+    # What the boundary refused while the command ran, one line each
+    # ("[sandbox] refused host:port (reason)"); filled by the run, not the session.
+    refusals: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
