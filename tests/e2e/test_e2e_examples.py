@@ -7,6 +7,7 @@ own check; judged by what the run saved.
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -21,6 +22,7 @@ pytestmark = pytest.mark.e2e
 REGISTRIES = {
     "python-tabulate": {"pypi.org", "files.pythonhosted.org"},
     "node-ms": {"registry.npmjs.org"},
+    "node-fetch": {"registry.npmjs.org"},
 }
 
 
@@ -86,6 +88,13 @@ def test_the_installed_package_ran_and_printed_what_the_docs_show(out: Path) -> 
     node = events(trace_of(out, runs["node-ms"]), "command", source="agent")
     assert "added 1 package" in node[1]["stdout"]
     assert node[-1]["stdout"].splitlines() == ["172800000", "3600000", "1m", "2 minutes"]
+    # Node's fetch read no proxy variable: the registry was reached by capture alone.
+    fetched = events(trace_of(out, runs["node-fetch"]), "command", source="agent")
+    name, licence = fetched[-1]["stdout"].splitlines()
+    assert re.fullmatch(r"ms \d+\.\d+\.\d+", name) and licence == "licence: MIT"
+    registry = [e["record"] for e in events(trace_of(out, runs["node-fetch"]), "egress")
+                if e["record"]["host"] == "registry.npmjs.org"]
+    assert registry and {r["capture"] for r in registry} == {"transparent"}
 
 
 def test_an_unknown_example_is_a_usage_error_naming_the_flag(firstrun: Run, tmp_path: Path) -> None:

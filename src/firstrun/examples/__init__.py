@@ -35,6 +35,8 @@ FLAG = "--example"
 _SUMMARIES = (
     ("python-tabulate", "Python: a venv, pip install tabulate from PyPI, print a table"),
     ("node-ms", "Node.js: npm init, npm install ms from the npm registry, convert durations"),
+    ("node-fetch", "Node.js: the built-in fetch, which ignores proxy variables, asks the npm "
+                   "registry's JSON API for the latest ms"),
 )
 
 _ROOT = Path(__file__).resolve().parent
