@@ -208,7 +208,7 @@ def test_local_backend_when_allowed_is_recorded_as_unenforced(workspace: str,
 def test_probe_reports_every_capability_with_fixes_when_missing() -> None:
     caps = LinuxBackend().probe()
     assert [c.name for c in caps] == ["user_namespaces", "bubblewrap", "landlock", "seccomp",
-                                      "uid_switch", "session_limits"]
+                                      "uid_switch", "session_limits", "capture"]
     assert all(c.available or c.fix for c in caps)
 
 

@@ -137,5 +137,19 @@ def _session_limits() -> Capability:
                              f"for session-wide caps: {found.fix}")
 
 
+def _capture() -> Capability:
+    """Transparent capture loads its nat rules from outside: these tools must be here."""
+    tools = ("nsenter", "ip", "iptables-restore", "ip6tables-restore")
+    path = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
+    missing = [t for t in tools if shutil.which(t, path=path) is None]
+    if missing:
+        return Capability(name="capture", available=False,
+                          detail=f"transparent capture needs {', '.join(missing)}",
+                          fix="apt-get install iptables iproute2 util-linux")
+    return Capability(name="capture", available=True,
+                      detail="transparent capture: nat rules loaded with iptables-restore")
+
+
 def probe() -> tuple[Capability, ...]:
-    return (_userns(), _bwrap(), _landlock(), _seccomp(), _uid_switch(), _session_limits())
+    return (_userns(), _bwrap(), _landlock(), _seccomp(), _uid_switch(), _session_limits(),
+            _capture())
