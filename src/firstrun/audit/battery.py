@@ -69,7 +69,7 @@ from firstrun.proxy.records import EgressRecord
 from firstrun.proxy.server import EgressProxy
 from firstrun.sandbox.base import Backend, ExecResult, ProxyEndpoint, Session
 from firstrun.sandbox.docker.backend import DockerBackend
-from firstrun.sandbox.docker.resources import docker
+from firstrun.sandbox.docker.resources import bridge_gateway
 from firstrun.sandbox.hostfs import host_filesystem_policy
 from firstrun.sandbox.select import (
     OWN_PROXY,
@@ -528,8 +528,7 @@ def docker_bridge_address() -> str:
     Raises ``SandboxError`` when the daemon does not say; the audit never
     guesses an address (a wrong one could lead off this machine).
     """
-    address = docker("network", "inspect", "bridge", "--format",
-                     "{{(index .IPAM.Config 0).Gateway}}").stdout.strip()
+    address = bridge_gateway("bridge")
     try:
         parsed = ipaddress.ip_address(address)
     except ValueError as exc:

@@ -85,6 +85,7 @@ from firstrun.sandbox.docker import seccomp_probe
 from firstrun.sandbox.docker.probe import probe_daemon
 from firstrun.sandbox.docker.resources import (
     apply_firewall,
+    bridge_gateway,
     docker,
     docker_binary,
     harness_identity,
@@ -649,8 +650,7 @@ class DockerBackend:
                     "op": "endpoints",
                     "endpoints": {"t": [sidecar_ip, TRANSPARENT_PORT], "d": [sidecar_ip, DNS_PORT]}})
             ready = _await_ready(control, attach_stderr)
-            gateway = docker("network", "inspect", "--format", "{{(index .IPAM.Config 0).Gateway}}",
-                             topology.internal_network, docker_bin=docker_bin).stdout.strip()
+            gateway = bridge_gateway(topology.internal_network, docker_bin=docker_bin)
             pid = int(docker("inspect", "--format", "{{.State.Pid}}", topology.run,
                              docker_bin=docker_bin).stdout)
             # Without a proxy the firewall lets nothing but loopback out:

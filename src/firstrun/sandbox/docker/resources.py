@@ -21,8 +21,13 @@ IPv6 has loopback only. Nothing else leaves, whatever the daemon version.
 
 from __future__ import annotations
 
+import fcntl
+import ipaddress
+import json
 import os
 import shutil
+import socket
+import struct
 import subprocess
 import time
 from dataclasses import dataclass
@@ -66,6 +71,54 @@ def docker(*args: str, docker_bin: str | None = None, stdin: str | None = None,
         raise SandboxError(f"docker {' '.join(args[:2])}: {done.stderr.strip()[-1000:]}",
                            who="docker")
     return done
+
+
+_SIOCGIFADDR = 0x8915
+
+
+def interface_address(name: str) -> str | None:
+    """The IPv4 address of interface ``name`` in this process's network namespace, if any."""
+    request = struct.pack("256s", name.encode()[:15])
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            answer = fcntl.ioctl(sock.fileno(), _SIOCGIFADDR, request)
+        except OSError:
+            return None
+    return socket.inet_ntoa(answer[20:24])
+
+
+def bridge_gateway(network: str, *, docker_bin: str | None = None) -> str:
+    """The host's address on docker bridge ``network``, found as the kernel knows it.
+
+    The daemon's own IPAM record is asked first; it is empty for the
+    default bridge on a daemon's first start, before a restart fills it
+    (moby/moby#26799), so then the bridge interface's own address is read,
+    and failing that the subnet's first host, which is where docker puts
+    the gateway. Raises ``SandboxError`` when none of them names an address.
+    """
+    raw = docker("network", "inspect", network, "--format", "{{json .}}",
+                 docker_bin=docker_bin).stdout
+    try:
+        info = json.loads(raw)
+        configs = (info.get("IPAM") or {}).get("Config") or []
+        options = info.get("Options") or {}
+    except (ValueError, AttributeError) as exc:
+        raise SandboxError(f"docker network inspect {network}: unreadable answer",
+                           who="docker") from exc
+    for config in configs:
+        if config.get("Gateway"):
+            return str(config["Gateway"]).split("/")[0]
+    name = options.get("com.docker.network.bridge.name")
+    if name:
+        address = interface_address(str(name))
+        if address is not None:
+            return address
+    for config in configs:
+        subnet = config.get("Subnet")
+        if subnet and ":" not in subnet:
+            return str(next(ipaddress.ip_network(subnet, strict=False).hosts()))
+    raise SandboxError(f"docker network {network} has no gateway address: no IPAM gateway, no "
+                       "bridge interface address and no IPv4 subnet", who="docker")
 
 
 def harness_identity() -> str:
