@@ -69,7 +69,14 @@ for root, dirs, files in os.walk("/"):
         on_runtime_mount = any(path == m or path.startswith(m.rstrip("/") + "/") for m in runtime)
         if on_runtime_mount and b"PRIVATE KEY-----" in data:
             found["pem_key"].append(path)
-environ = b"".join(open(p, "rb").read() for p in ("/proc/self/environ", "/proc/1/environ"))
+# Every environment this process can read (the helper's, pid 1, it cannot).
+environ = b""
+for entry in os.listdir("/proc"):
+    if entry.isdigit() or entry == "self":
+        try:
+            environ += open(f"/proc/{entry}/environ", "rb").read()
+        except OSError:
+            pass
 found["environ"] = environ.decode("utf-8", "replace")
 print(json.dumps(found))
 """
