@@ -604,9 +604,9 @@ class DockerBackend:
         attach: subprocess.Popen[bytes] | None = None
         control = attach_stderr = None
         try:
-            if lent is not None:
-                lend(fs.workspace, lent, who="docker")
             try:
+                if lent is not None:
+                    lend(fs.workspace, lent, who="docker")
                 for argv in topology.create:
                     docker(*argv, docker_bin=docker_bin)
             finally:
