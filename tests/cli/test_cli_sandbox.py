@@ -146,11 +146,14 @@ def _owners(top: Path) -> set[int]:
     return {os.lstat(p).st_uid for p in (top, *top.rglob("*"))}
 
 
-def _start_and_wait(backend: str, workspace: Path, marker: str) -> subprocess.Popen[bytes]:
+def _start_and_wait(backend: str, workspace: Path, marker: str,
+                    tmpdir: Path | None = None) -> subprocess.Popen[bytes]:
+    """``tmpdir``: the harness's TMPDIR, for a harness that will not live to clean it."""
+    env = dict(os.environ) if tmpdir is None else {**os.environ, "TMPDIR": str(tmpdir)}
     proc = subprocess.Popen(
         [str(FIRSTRUN), "sandbox", "--backend", backend, "--workspace", str(workspace), "--",
          "sh", "-c", f"touch started; (setsid sleep {marker} &); sleep {marker}"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
     )
     deadline = time.monotonic() + 120
     while not (workspace / "started").exists() or len(_processes_with_argument(marker)) < 2:
@@ -200,7 +203,9 @@ def test_after_a_sigkilled_harness_the_next_start_gives_the_workspace_back(
     workspace.mkdir()
     (workspace / "mine").write_text("the owner's file\n")
     marker = f"4{os.getpid() % 1000:03d}.9"
-    proc = _start_and_wait(backend, workspace, marker)
+    # A SIGKILLed harness leaves its private temporary directories: keep them here.
+    (tmp_path / "tmp").mkdir()
+    proc = _start_and_wait(backend, workspace, marker, tmpdir=tmp_path / "tmp")
     lent = os.stat(workspace).st_uid
     assert lent != 0
     proc.kill()

@@ -3,8 +3,8 @@
 CI's machine has run Docker before, so its daemon's default bridge already
 records a gateway; a daemon starting for the first time does not (the IPAM
 record has only the subnet until a restart, moby/moby#26799). This starts
-one in a network namespace of its own, so its ``docker0`` is its own too,
-and asks it what the audit and the backend ask.
+one in network and mount namespaces of its own, so its ``docker0`` is its own
+too and its mounts end with it, and asks it what the audit and the backend ask.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def fresh_daemon() -> Iterator[tuple[str, int]]:
     sock, pidfile = root / "docker.sock", root / "docker.pid"
     log = open(root / "log", "wb")  # noqa: SIM115 (closed below)
     launcher = subprocess.Popen(
-        ["unshare", "--net", "sh", "-c",
+        ["unshare", "--net", "--mount", "sh", "-c",
          f'ip link set lo up && exec dockerd --data-root "{root}/data" --exec-root '
          f'"{root}/exec" --pidfile "{pidfile}" --host "unix://{sock}"'],
         stdout=log, stderr=subprocess.STDOUT)

@@ -73,8 +73,8 @@ class Rig:
 
 
 @pytest.fixture(scope="module")
-def test_ca() -> TestCA:
-    return TestCA()
+def test_ca(tmp_path_factory: pytest.TempPathFactory) -> TestCA:
+    return TestCA(tmp_path_factory.mktemp("ca"))
 
 
 def _rig(test_ca: TestCA, *, inspect: bool) -> Iterator[Rig]:

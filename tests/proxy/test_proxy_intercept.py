@@ -31,8 +31,8 @@ SECRET = "s3cret-real-token-value"
 
 
 @pytest.fixture(scope="module")
-def test_ca() -> TestCA:
-    return TestCA()
+def test_ca(tmp_path_factory: pytest.TempPathFactory) -> TestCA:
+    return TestCA(tmp_path_factory.mktemp("ca"))
 
 
 @pytest.fixture

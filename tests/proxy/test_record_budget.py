@@ -246,7 +246,7 @@ def test_the_closing_record_round_trips_and_a_budget_below_one_is_refused(tmp_pa
 
 
 def test_an_inspected_tunnel_ends_once_the_budget_is_full(tmp_path: Path) -> None:
-    ca = TestCA()
+    ca = TestCA(tmp_path / "ca")
     registry = HttpsRegistry(host="registry.test", ca=ca)
     try:
         policy = NetworkPolicy.build(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import datetime
 import http.client
+import os
 import socket
 import ssl
-import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,11 +19,15 @@ from cryptography.x509.oid import NameOID
 
 
 class TestCA:
-    """A CA the fixture servers' certificates chain to; never the run's CA."""
+    """A CA the fixture servers' certificates chain to; never the run's CA.
+
+    Its files live in ``directory``, a pytest temporary directory the test
+    owns, and every private key among them is written 0600.
+    """
 
     __test__ = False
 
-    def __init__(self) -> None:
+    def __init__(self, directory: Path) -> None:
         self._key = ec.generate_private_key(ec.SECP256R1())
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "firstrun fixture CA")])
         now = datetime.datetime.now(datetime.UTC)
@@ -36,7 +40,8 @@ class TestCA:
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
             .sign(self._key, hashes.SHA256())
         )
-        self.dir = Path(tempfile.mkdtemp(prefix="firstrun-test-ca-"))
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.dir = directory
         self.cafile = self.dir / "ca.pem"
         self.cafile.write_bytes(self.cert.public_bytes(serialization.Encoding.PEM))
 
@@ -55,9 +60,11 @@ class TestCA:
         )
         certfile, keyfile = self.dir / f"{host}.pem", self.dir / f"{host}.key"
         certfile.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        keyfile.write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                              serialization.PrivateFormat.PKCS8,
-                                              serialization.NoEncryption()))
+        fd = os.open(keyfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(key.private_bytes(serialization.Encoding.PEM,
+                                      serialization.PrivateFormat.PKCS8,
+                                      serialization.NoEncryption()))
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(certfile, keyfile)
         return ctx

@@ -1,0 +1,40 @@
+"""Every test cleans up what it makes: the suite fails if it leaves firstrun's files behind.
+
+At the end of the session, anything named ``firstrun-*`` in the temporary
+directory, any stage directory under ``/run/firstrun`` and any lease that
+was not there when the session began is a leftover (a key, a socket
+directory, a workspace), and the session errors naming each one.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+
+import pytest
+
+_RUN = "/run/firstrun"
+
+
+def _ours() -> set[str]:
+    found: set[str] = set()
+    temp = tempfile.gettempdir()
+    for root, prefix in ((temp, "firstrun-"), (_RUN, "firstrun-stage-"),
+                         (os.path.join(_RUN, "leases"), "")):
+        try:
+            names = os.listdir(root)
+        except OSError:
+            continue
+        found |= {os.path.join(root, n) for n in names if n.startswith(prefix)}
+    return found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def the_suite_leaves_nothing_behind() -> Iterator[None]:
+    before = _ours()
+    yield
+    left = sorted(_ours() - before)
+    if left:
+        pytest.fail(f"the suite left {len(left)} of firstrun's files behind: {', '.join(left[:20])}",
+                    pytrace=False)
