@@ -307,3 +307,17 @@ def test_an_image_that_is_not_a_reference_is_refused_as_a_flag_error(firstrun: R
     assert proc.returncode == 3, proc.stderr
     assert f"argument --image: {image!r} is not an image reference" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("inside", ["egress.jsonl", "sub/../egress.jsonl", "link/egress.jsonl"])
+def test_a_record_inside_the_workspace_is_refused_before_anything_runs(
+        firstrun: Run, tmp_path: Path, inside: str) -> None:
+    # The sandbox could truncate, forge or swap for a symlink a record kept there.
+    workspace = tmp_path / "ws"
+    (workspace / "sub").mkdir(parents=True)
+    (workspace / "link").symlink_to(workspace)
+    proc = firstrun("sandbox", "--workspace", str(workspace), "--record",
+                    str(workspace / inside), "--", "touch", "ran")
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "--record" in proc.stderr and "inside the workspace" in proc.stderr
+    assert not (workspace / "ran").exists() and not (workspace / "egress.jsonl").exists()

@@ -87,6 +87,14 @@ def _check_paths(request: SandboxRequest) -> None:
             raise UsageError(f"--record: directory {parent!r} does not exist")
         if os.path.isdir(request.record):
             raise UsageError(f"--record: {request.record!r} is a directory")
+        if request.workspace is not None:
+            # The sandbox may rewrite anything in its workspace: an audit trail
+            # kept there could be truncated, forged or swapped for a symlink.
+            workspace = os.path.realpath(request.workspace)
+            where = os.path.realpath(request.record)
+            if where == workspace or where.startswith(workspace.rstrip("/") + "/"):
+                raise UsageError(f"--record: {request.record!r} is inside the workspace, where "
+                                 "the sandbox could rewrite it; write the record outside it")
 
 
 class _LiveOutput:
