@@ -9,6 +9,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -307,6 +308,25 @@ def test_an_image_that_is_not_a_reference_is_refused_as_a_flag_error(firstrun: R
     assert proc.returncode == 3, proc.stderr
     assert f"argument --image: {image!r} is not an image reference" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="a network namespace of the test's own needs root and unshare(1)")
+def test_the_harness_works_on_a_host_with_no_ipv6_loopback() -> None:
+    # The harness in a namespace whose loopback has IPv6 turned off, as on a
+    # host booted with ipv6.disable=1: doctor, and a session (its proxy, its
+    # relays, capture and attestation), all on IPv4 alone.
+    script = (
+        "sysctl -qw net.ipv6.conf.lo.disable_ipv6=1 && ip link set lo up && "
+        "! python3 -c 'import socket; socket.socket(socket.AF_INET6).bind((\"::1\", 0))' && "
+        f"{FIRSTRUN} doctor >/dev/null && "
+        f"{FIRSTRUN} sandbox --backend linux -- python3 -c 'print(\"ran\")'"
+    )
+    done = subprocess.run(["unshare", "--net", "sh", "-c", script], capture_output=True,
+                          text=True, stdin=subprocess.DEVNULL, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip().endswith("ran")
+    assert "attestation 11/11 passed" in done.stderr
 
 
 @pytest.mark.parametrize("inside", ["egress.jsonl", "sub/../egress.jsonl", "link/egress.jsonl"])

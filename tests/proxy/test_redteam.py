@@ -102,7 +102,11 @@ def test_names_the_real_resolver_sends_to_loopback_are_refused() -> None:
     # resolves: /etc/hosts sends ``localhost`` (and here ``vm``, ``runsc``) to
     # 127.0.0.1 and ::1, through the same getaddrinfo the proxy uses.
     v4 = _Canary("127.0.0.1")
-    v6 = _Canary("::1", v4.port)
+    # Without ::1 on this host, localhost resolves to 127.0.0.1 alone.
+    try:
+        v6: _Canary | None = _Canary("::1", v4.port)
+    except OSError:
+        v6 = None
     names = ["localhost", "localhost.", "LocalHost"]
     policy = NetworkPolicy.build(allow=[f"localhost:{v4.port}"])
     proxy = EgressProxy(policy, resolver=system_resolver).start()
@@ -119,7 +123,7 @@ def test_names_the_real_resolver_sends_to_loopback_are_refused() -> None:
                     assert read_reply(sock, method=method).status == 403
     finally:
         proxy.stop()
-    assert (v4.accepted(), v6.accepted()) == (0, 0)
+    assert (v4.accepted(), v6.accepted() if v6 is not None else 0) == (0, 0)
     records = proxy.records()
     assert len(records) == 2 * len(names)
     assert {r.reason for r in records} == {Reason.RESOLVED_LOOPBACK}

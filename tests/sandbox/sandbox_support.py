@@ -13,6 +13,16 @@ def make_profile(workspace: str, **kwargs: object) -> SandboxProfile:
     return SandboxProfile(fs=host_filesystem_policy(workspace, os.environ), **kwargs)
 
 
+def has_ipv6_loopback() -> bool:
+    """Whether this host has ::1 (a kernel booted with ipv6.disable=1 has none)."""
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
 class TcpCanary:
     """A listener on the host's loopback that counts every connection it accepts."""
 
