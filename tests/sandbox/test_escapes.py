@@ -41,6 +41,7 @@ class Hostile:
     workspace: str
     ssh_canary: str
     cargo_canary: str
+    toolchain_canaries: dict[str, str]
     secrets: dict[str, str]
     leaked_fd: int
     leaked_path: str
@@ -64,8 +65,21 @@ def hostile(workspace: str, monkeypatch: pytest.MonkeyPatch, proxy) -> Iterator[
         f.write(ssh_canary)
     with open(os.path.join(home, ".cargo", "credentials.toml"), "w") as f:
         f.write(cargo_canary)
+    # Toolchains on the PATH keep configuration and tokens beside their programs.
+    toolchain_canaries: dict[str, str] = {}
+    for relative in (".cargo/config.toml", ".cargo/credentials", ".npm-global/etc/npmrc",
+                     ".pyenv/.netrc", ".gem/credentials", "go/pkg/mod/cache/download/token"):
+        path = os.path.join(home, relative)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        toolchain_canaries[path] = "toolchain-canary-" + secrets.token_hex(8)
+        with open(path, "w") as f:
+            f.write(toolchain_canaries[path])
+    for program in (".npm-global/bin", ".pyenv/shims", ".gem/ruby/3.1.0/bin", "go/bin"):
+        os.makedirs(os.path.join(home, program), exist_ok=True)
     monkeypatch.setenv("HOME", home)
-    monkeypatch.setenv("PATH", f"{home}/.cargo/bin:{os.environ['PATH']}")
+    monkeypatch.setenv("PATH", ":".join([
+        f"{home}/.cargo/bin", f"{home}/.npm-global/bin", f"{home}/.pyenv/shims",
+        f"{home}/.gem/ruby/3.1.0/bin", f"{home}/go/bin", os.environ["PATH"]]))
     values = {name: f"{name.lower()}-canary-{secrets.token_hex(8)}" for name in SECRET_NAMES}
     for name, value in values.items():
         monkeypatch.setenv(name, value)
@@ -78,7 +92,8 @@ def hostile(workspace: str, monkeypatch: pytest.MonkeyPatch, proxy) -> Iterator[
     session = LinuxBackend().start(make_profile(workspace), proxy=endpoint)
     try:
         yield Hostile(session=session, proxy=egress, home=home, workspace=workspace,
-                      ssh_canary=ssh_canary, cargo_canary=cargo_canary, secrets=values,
+                      ssh_canary=ssh_canary, cargo_canary=cargo_canary,
+                      toolchain_canaries=toolchain_canaries, secrets=values,
                       leaked_fd=leaked_fd, leaked_path=leaked_path)
     finally:
         session.close()
@@ -102,6 +117,19 @@ def test_secret_inside_an_exposed_toolchain_stays_hidden(hostile: Hostile) -> No
                       f"cat /proc/self/root{cargo}/credentials.toml")
     assert "toolchain-visible" in out
     assert hostile.cargo_canary not in out
+
+
+def test_a_toolchain_on_the_path_lends_its_programs_never_its_configuration(
+        hostile: Hostile) -> None:
+    # Each toolchain is lent by the parts that run (bin, shims, versions), so
+    # the tokens and registry configuration kept at its root stay behind.
+    bins = ("/.cargo/bin", "/.npm-global/bin", "/.pyenv/shims", "/.gem/ruby/3.1.0/bin", "/go/bin")
+    out = hostile.run("; ".join(
+        [f"test -d {hostile.home}{b} && echo lent:{b}" for b in bins]
+        + [f"cat {p} /proc/self/root{p}" for p in hostile.toolchain_canaries]
+        + [f"grep -rs toolchain-canary {hostile.home} /proc/1/root{hostile.home}"]))
+    assert all(f"lent:{b}" in out for b in bins), out
+    assert not any(canary in out for canary in hostile.toolchain_canaries.values()), out
 
 
 def test_writes_outside_the_workspace_do_not_land(hostile: Hostile) -> None:

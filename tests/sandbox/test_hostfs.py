@@ -37,10 +37,12 @@ def test_policy_exposes_toolchains_hides_secrets_and_lists_homes(fake_home: str)
     policy = host_filesystem_policy(f"{fake_home}/src", env)
     assert policy.workspace == os.path.realpath(f"{fake_home}/src")
     extra = [p for p in policy.readonly if p not in SYSTEM_READONLY]
-    assert extra == [f"{fake_home}/.pyenv", f"{fake_home}/.local/bin", f"{fake_home}/.cargo", ca]
-    # A PATH entry inside a secret location (~/.ssh) exposes nothing; secrets inside
-    # exposed roots are hidden; the ones outside are simply never bound.
-    assert policy.hidden == (f"{fake_home}/.cargo/credentials.toml",)
+    assert extra == [f"{fake_home}/.pyenv/shims", f"{fake_home}/.pyenv/versions",
+                     f"{fake_home}/.local/bin", f"{fake_home}/.cargo/bin", ca]
+    # A PATH entry inside a secret location (~/.ssh) exposes nothing; a
+    # toolchain is lent by its programs, so ~/.cargo/credentials.toml is never bound.
+    assert policy.hidden == ()
+    assert policy.toolchain_env == (("PYENV_ROOT", f"{fake_home}/.pyenv"),)
     assert fake_home in policy.real_homes and "/root" in policy.real_homes
     assert all(os.path.lexists(p) for p in policy.readonly)
 

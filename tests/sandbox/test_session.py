@@ -129,7 +129,7 @@ def test_workspace_comes_back_owned_by_its_owner(workspace: str) -> None:
 
 
 def test_home_is_fresh_and_environment_is_only_the_allowed_names(session: LinuxSession,
-                                                                 monkeypatch) -> None:
+                                                                 workspace: str) -> None:
     result = session.exec("echo $HOME; ls -A $HOME | wc -l")
     assert result.stdout.text() == "/home/sandbox\n0\n"
     names = {line.split("=", 1)[0] for line in session.exec(["/usr/bin/env"]).stdout.text()
@@ -137,6 +137,8 @@ def test_home_is_fresh_and_environment_is_only_the_allowed_names(session: LinuxS
     allowed = {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "TERM", "USER", "LOGNAME", "SHELL",
                "PYTHONDONTWRITEBYTECODE", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
                "PIP_CERT", "NODE_EXTRA_CA_CERTS", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO"}
+    # And where each lent toolchain lives (RUSTUP_HOME, PYENV_ROOT), from the policy.
+    allowed |= {name for name, _ in make_profile(workspace).fs.toolchain_env}
     assert {"PATH", "HOME", "TMPDIR", "LANG", "TERM"} <= names <= allowed
 
 

@@ -12,7 +12,7 @@ Pure: stdlib only, no I/O (the caller passes in what exists).
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 SYSTEM_READONLY = ("/usr", "/etc", "/opt", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -30,14 +30,6 @@ SECRET_HOME_PATHS = (
     ".config/anthropic", ".config/openai", ".env",
 )
 
-# A PATH entry below one of these means the whole root is the toolchain
-# (pyenv shims exec ``$PYENV_ROOT/libexec``; nvm's node lives in versions/).
-TOOLCHAIN_ROOTS = (
-    ".pyenv", ".nvm", ".asdf", ".rustup", ".cargo", ".volta", ".bun", ".deno",
-    ".local/share/mise", ".local/share/pnpm", ".sdkman", ".goenv", ".rbenv", ".nodenv",
-    ".juliaup", ".local/bin", ".local/lib", "go", ".dotnet", ".ghcup", ".elan",
-)
-
 
 @dataclass(frozen=True, kw_only=True)
 class FilesystemPolicy:
@@ -46,6 +38,8 @@ class FilesystemPolicy:
     ``readonly`` are bound read-only at the same path; ``hidden`` are masked
     inside them (files by an empty file, directories by an empty tmpfs).
     ``real_homes`` are the directories whose content must be unreadable.
+    ``toolchain_env`` are the variables the lent toolchains need to find
+    themselves (``Toolchain.home_variable``), set in every command's environment.
     """
 
     workspace: str
@@ -54,6 +48,7 @@ class FilesystemPolicy:
     real_homes: tuple[str, ...] = ()
     sandbox_home: str = "/home/sandbox"
     sandbox_workspace: str = "/workspace"
+    toolchain_env: tuple[tuple[str, str], ...] = ()
 
     def to_data(self) -> dict[str, object]:
         return {
@@ -62,7 +57,7 @@ class FilesystemPolicy:
             "hidden": list(self.hidden),
             "real_homes": list(self.real_homes),
             "sandbox_home": self.sandbox_home,
-        }
+        } | ({"toolchain_env": [list(p) for p in self.toolchain_env]} if self.toolchain_env else {})
 
 
 def _under(path: str, root: str) -> bool:
@@ -102,15 +97,106 @@ def workspace_refusal(workspace: str, homes: Iterable[str]) -> str | None:
     return None
 
 
-def toolchain_roots(path_entries: Sequence[str], homes: Iterable[str]) -> tuple[str, ...]:
-    """The directories under a home that the PATH needs, widened to their toolchain root.
+@dataclass(frozen=True, kw_only=True)
+class Toolchain:
+    """One toolchain under a home: what of it runs, and what it needs beside it.
 
-    Entries outside every home are system paths and need nothing extra here.
-    An entry under a home but under no known toolchain root is exposed as the
-    entry itself, never widened to its parent.
+    ``lend`` are paths under ``root`` (``""`` the root itself) lent read-only:
+    programs, libraries and installed versions, never configuration or
+    credential files. ``home_variable`` is set to the root's real path inside,
+    for a toolchain that would otherwise look for itself under the sandbox's
+    fresh HOME (rustup, pyenv, nvm). ``companions`` are other roots it runs
+    from: a ``~/.cargo/bin/cargo`` is rustup's proxy into ``~/.rustup``.
     """
-    found: list[str] = []
+
+    root: str
+    lend: tuple[str, ...]
+    home_variable: str | None = None
+    companions: tuple[str, ...] = ()
+
+
+TOOLCHAINS: tuple[Toolchain, ...] = (
+    # cargo's own home (registry cache, config.toml, credentials) stays the
+    # sandbox's: $HOME/.cargo there is fresh and writable.
+    Toolchain(root=".cargo", lend=("bin",), companions=(".rustup",)),
+    Toolchain(root=".rustup", lend=("toolchains", "settings.toml", "update-hashes"),
+              home_variable="RUSTUP_HOME"),
+    Toolchain(root=".pyenv", lend=("bin", "libexec", "shims", "versions", "plugins", "version"),
+              home_variable="PYENV_ROOT"),
+    Toolchain(root=".nvm", lend=("versions", "alias", "nvm.sh", "nvm-exec"),
+              home_variable="NVM_DIR"),
+    Toolchain(root=".local/bin", lend=("",),
+              companions=(".local/share/pipx", ".local/share/uv", ".local/lib")),
+    Toolchain(root=".local/share/pipx", lend=("venvs", "shared")),
+    Toolchain(root=".local/share/uv", lend=("python", "tools")),
+    Toolchain(root=".local/lib", lend=("",)),
+    Toolchain(root=".npm-global", lend=("bin", "lib")),
+    Toolchain(root=".gem", lend=("ruby",)),
+    Toolchain(root="go", lend=("bin",)),
+    Toolchain(root=".volta", lend=("bin", "tools")),
+    Toolchain(root=".bun", lend=("bin",)),
+    Toolchain(root=".deno", lend=("bin",)),
+    Toolchain(root=".asdf", lend=("bin", "lib", "shims", "installs", "plugins", "asdf.sh"),
+              home_variable="ASDF_DIR"),
+    Toolchain(root=".local/share/mise", lend=("installs", "shims")),
+    Toolchain(root=".local/share/pnpm", lend=("",)),
+    Toolchain(root=".sdkman", lend=("bin", "candidates", "src")),
+    Toolchain(root=".goenv", lend=("bin", "libexec", "shims", "versions"),
+              home_variable="GOENV_ROOT"),
+    Toolchain(root=".rbenv", lend=("bin", "libexec", "shims", "versions"),
+              home_variable="RBENV_ROOT"),
+    Toolchain(root=".nodenv", lend=("bin", "libexec", "shims", "versions"),
+              home_variable="NODENV_ROOT"),
+    Toolchain(root=".juliaup", lend=("bin",)),
+    Toolchain(root=".dotnet", lend=("dotnet", "host", "shared", "sdk", "packs", "tools")),
+    Toolchain(root=".ghcup", lend=("bin", "ghc")),
+    Toolchain(root=".elan", lend=("bin", "toolchains")),
+)
+_BY_ROOT = {t.root: t for t in TOOLCHAINS}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Lending:
+    """What the PATH needs from the homes: paths to lend read-only, and variables to set."""
+
+    readonly: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+
+
+def toolchain_lending(path_entries: Sequence[str], homes: Iterable[str],
+                      exists: Callable[[str], bool]) -> Lending:
+    """The parts of each toolchain the PATH runs from (see ``TOOLCHAINS``), and their variables.
+
+    ``exists`` says whether a host path exists (the caller's I/O; this stays
+    pure). An entry under a home but under no known toolchain is lent as the
+    entry itself, and beside a ``bin`` its sibling ``lib`` (an npm prefix's
+    packages), never widened further. Nothing under a secret location is lent.
+    """
+    readonly: list[str] = []
+    env: list[tuple[str, str]] = []
     homes = [posixpath.normpath(h) for h in homes if h and h != "/"]
+
+    def lend(path: str, home: str) -> None:
+        if any(_under(path, posixpath.join(home, s)) for s in SECRET_HOME_PATHS):
+            return
+        if exists(path) and path not in readonly:
+            readonly.append(path)
+
+    def lend_toolchain(chain: Toolchain, home: str, seen: set[str]) -> None:
+        if chain.root in seen:
+            return
+        seen.add(chain.root)
+        root = posixpath.join(home, chain.root)
+        if not exists(root):
+            return
+        for part in chain.lend:
+            lend(posixpath.join(root, part) if part else root, home)
+        if chain.home_variable is not None and all(n != chain.home_variable for n, _ in env):
+            env.append((chain.home_variable, root))
+        for other in chain.companions:
+            if other in _BY_ROOT:
+                lend_toolchain(_BY_ROOT[other], home, seen)
+
     for entry in path_entries:
         if not entry or not entry.startswith("/"):
             continue
@@ -119,14 +205,18 @@ def toolchain_roots(path_entries: Sequence[str], homes: Iterable[str]) -> tuple[
             if not _under(entry, home) or entry == home:
                 continue
             rel = posixpath.relpath(entry, home)
-            root = next(
-                (posixpath.join(home, t) for t in TOOLCHAIN_ROOTS if _under(rel, t)), entry
-            )
-            if any(_under(root, posixpath.join(home, s)) for s in SECRET_HOME_PATHS):
+            chain = next((t for t in TOOLCHAINS if _under(rel, t.root)), None)
+            if chain is None:
+                lend(entry, home)
+                if posixpath.basename(entry) == "bin":
+                    lend(posixpath.join(posixpath.dirname(entry), "lib"), home)
                 continue
-            if root not in found:
-                found.append(root)
-    return tuple(found)
+            seen: set[str] = set()
+            lend_toolchain(chain, home, seen)
+            # An entry the toolchain's parts do not cover (a plugin's own shims) still runs.
+            if not any(_under(entry, r) for r in readonly):
+                lend(entry, home)
+    return Lending(readonly=tuple(readonly), env=tuple(env))
 
 
 def secrets_inside(roots: Iterable[str], homes: Iterable[str]) -> tuple[str, ...]:

@@ -76,11 +76,14 @@ def build_environment(
     no_proxy: str = "localhost,127.0.0.1,::1",
     inspected: bool = False,
     placeholders: Mapping[str, str] | None = None,
+    toolchains: Sequence[tuple[str, str]] = (),
 ) -> dict[str, str]:
     """The complete environment of a sandboxed command.
 
     ``inspected``: the proxy terminates TLS, so every trust variable names
     ``SANDBOX_CA_BUNDLE``. ``placeholders``: credential name to placeholder.
+    ``toolchains``: where each lent toolchain lives (``RUSTUP_HOME``,
+    ``PYENV_ROOT``, ...), from ``FilesystemPolicy.toolchain_env``.
     """
     env = {
         "PATH": ":".join(path),
@@ -102,6 +105,10 @@ def build_environment(
             value = host_env.get(name)
             if value:
                 env[name] = value
+    for name, value in toolchains:
+        if name in RESERVED_VARIABLES:
+            raise PolicyError(f"a toolchain variable {name} would shadow the sandbox's own ${name}")
+        env[name] = value
     for name, placeholder in (placeholders or {}).items():
         if name in RESERVED_VARIABLES:
             raise PolicyError(f"credential {name} would shadow the sandbox's own ${name}")

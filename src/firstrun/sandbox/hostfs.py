@@ -26,7 +26,7 @@ from firstrun.policy.filesystem import (
     SYSTEM_READONLY,
     FilesystemPolicy,
     secrets_inside,
-    toolchain_roots,
+    toolchain_lending,
     workspace_refusal,
 )
 from firstrun.policy.process import CA_VARIABLES
@@ -100,7 +100,8 @@ def host_filesystem_policy(workspace: str, env: Mapping[str, str]) -> Filesystem
     homes = real_homes(env)
     resolved = _checked_workspace(workspace, homes, "workspace")
     path_entries = [e for e in env.get("PATH", "").split(":") if e]
-    roots = tuple(r for r in toolchain_roots(path_entries, homes) if os.path.isdir(r))
+    lending = toolchain_lending(path_entries, homes, os.path.exists)
+    roots = lending.readonly
     readonly = [p for p in SYSTEM_READONLY if os.path.lexists(p)]
     readonly += roots
     for name in CA_VARIABLES:
@@ -119,4 +120,5 @@ def host_filesystem_policy(workspace: str, env: Mapping[str, str]) -> Filesystem
         readonly=tuple(readonly),
         hidden=hidden,
         real_homes=homes,
+        toolchain_env=lending.env,
     )

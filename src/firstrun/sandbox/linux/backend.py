@@ -377,6 +377,7 @@ class LinuxBackend:
             proxy_url=f"http://127.0.0.1:{PROXY_PORT}" if proxy is not None else None,
             inspected=proxy is not None and proxy.trust_bundle is not None,
             placeholders=dict(proxy.placeholders) if proxy is not None else None,
+            toolchains=fs.toolchain_env,
         )
         session = LinuxSession(
             process=process, control=control_parent, dial=dial_parent, env=env, profile=profile,

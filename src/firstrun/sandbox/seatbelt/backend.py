@@ -190,7 +190,8 @@ def inside_path(host_path: str, spec: SeatbeltSpec) -> list[str]:
 
 
 def session_environment(host_env: Mapping[str, str], spec: SeatbeltSpec, *,
-                        proxy_port: int | None, marker: str) -> dict[str, str]:
+                        proxy_port: int | None, marker: str,
+                        toolchains: Sequence[tuple[str, str]] = ()) -> dict[str, str]:
     """Every command's environment: built from scratch, plus the session marker.
 
     HOME is ``home`` inside the sandbox's temporary directory (``prepare_session_dirs``
@@ -200,7 +201,8 @@ def session_environment(host_env: Mapping[str, str], spec: SeatbeltSpec, *,
     env = build_environment(
         host_env, path=inside_path(host_env.get("PATH", ""), spec),
         home=os.path.join(tmpdir, "home"), tmpdir=tmpdir,
-        proxy_url=f"http://127.0.0.1:{proxy_port}" if proxy_port is not None else None)
+        proxy_url=f"http://127.0.0.1:{proxy_port}" if proxy_port is not None else None,
+        toolchains=toolchains)
     env[MARKER_VARIABLE] = marker
     return env
 
@@ -497,7 +499,8 @@ class SeatbeltBackend:
             spec = build_seatbelt_spec(profile, host=host, proxy_port=port)
             write_profile(spec)
             env = session_environment(os.environ, spec, proxy_port=port,
-                                      marker=secrets.token_hex(16))
+                                      marker=secrets.token_hex(16),
+                                      toolchains=profile.fs.toolchain_env)
         except BaseException:
             if relay is not None:
                 relay.close()
