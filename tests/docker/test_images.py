@@ -23,6 +23,7 @@ from firstrun.images.build import (
     local_tag,
     missing_image,
     resolve_image,
+    tarball_name,
 )
 from firstrun.sandbox.docker.resources import docker
 
@@ -32,13 +33,14 @@ FIRSTRUN = str(Path(sys.executable).parent / "firstrun")
 def test_debootstrap_and_import_commands_are_golden() -> None:
     assert debootstrap_argv(PYTHON, "/T/root") == [
         "debootstrap", "--variant=minbase",
-        "--include=ca-certificates,curl,bash,coreutils,procps,python3,python3-venv,python3-pip",
+        "--include=ca-certificates,curl,bash,coreutils,procps,git,python3,python3-venv,python3-pip",
         "bookworm", "/T/root", "http://deb.debian.org/debian"]
     assert debootstrap_argv(NODE, "/T/root")[2] == (
-        "--include=ca-certificates,curl,bash,coreutils,procps,python3")
+        "--include=ca-certificates,curl,bash,coreutils,procps,git,python3")
     assert import_argv(PYTHON, "/C/python-bookworm.tar") == [
         "docker", "import",
         "--change", "LABEL org.firstrun.image=python",
+        "--change", f"LABEL org.firstrun.recipe={PYTHON.digest}",
         "--change", "USER 1000:1000",
         "--change", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "--change", "ENV HOME=/home/sandbox",
@@ -51,18 +53,21 @@ def test_debootstrap_and_import_commands_are_golden() -> None:
 def test_the_default_image_is_non_root_with_python_venv_and_pip() -> None:
     config = json.loads(docker("image", "inspect", PYTHON.tag).stdout)[0]["Config"]
     assert config["User"] == "1000:1000"
-    assert config["Labels"] == {"org.firstrun.image": "python"}
+    assert config["Labels"] == {"org.firstrun.image": "python",
+                                "org.firstrun.recipe": PYTHON.digest}
     done = docker("run", "--rm", "--network", "none", PYTHON.tag, "bash", "-c",
                   "python3 -m venv /tmp/v && /tmp/v/bin/pip --version && id -u && "
-                  "test -s /etc/ssl/certs/ca-certificates.crt && curl --version | head -1")
+                  "test -s /etc/ssl/certs/ca-certificates.crt && curl --version | head -1 && "
+                  "git --version")
     lines = done.stdout.splitlines()
     assert lines[0].startswith("pip ") and lines[1] == "1000" and lines[2].startswith("curl ")
+    assert lines[3].startswith("git version ")
 
 
 @pytest.mark.usefixtures("docker_ready")
 def test_a_missing_image_is_rebuilt_from_the_cached_rootfs_without_debootstrap(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    assert (default_cache_dir() / "python-bookworm.tar").is_file()
+    assert (default_cache_dir() / tarball_name(PYTHON)).is_file()
     recipe = replace(PYTHON, tag="firstrun-test/python:from-cache")
     # debootstrap lives in /usr/sbin: off PATH, a rebuild that needed it would fail.
     monkeypatch.setenv("PATH", "/usr/local/bin:/usr/bin:/bin")
@@ -74,6 +79,33 @@ def test_a_missing_image_is_rebuilt_from_the_cached_rootfs_without_debootstrap(
     finally:
         docker("image", "rm", recipe.tag, check=False)
     assert not image_present(recipe.tag)
+
+
+@pytest.mark.usefixtures("docker_ready")
+def test_an_image_from_an_older_recipe_is_rebuilt() -> None:
+    # As on a machine that built the images before git joined them: the tag
+    # exists, so presence alone would have kept the old image forever.
+    recipe = replace(PYTHON, tag="firstrun-test/python:older")
+    tarball = str(default_cache_dir() / tarball_name(PYTHON))
+    docker("import", "--change", "LABEL org.firstrun.recipe=000000000000", tarball, recipe.tag)
+    lines: list[str] = []
+    try:
+        build_images((recipe,), log=lines.append)
+        labels = json.loads(docker("image", "inspect", recipe.tag).stdout)[0]["Config"]["Labels"]
+        assert labels["org.firstrun.recipe"] == PYTHON.digest
+        assert f"{recipe.tag}: built from an older recipe; rebuilding" in lines
+        lines.clear()
+        build_images((recipe,), log=lines.append)
+        assert lines == [f"{recipe.tag}: present"]
+    finally:
+        docker("image", "rm", recipe.tag, check=False)
+
+
+def test_the_recipe_digest_follows_what_shapes_the_root_filesystem() -> None:
+    assert replace(PYTHON, tag="other/name:1").digest == PYTHON.digest
+    assert replace(PYTHON, packages=(*PYTHON.packages, "jq")).digest != PYTHON.digest
+    assert replace(NODE, apt_packages=("nodejs",)).digest != NODE.digest
+    assert tarball_name(PYTHON) == f"python-bookworm-{PYTHON.digest}.tar"
 
 
 @pytest.mark.usefixtures("docker_ready")

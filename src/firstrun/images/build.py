@@ -9,6 +9,11 @@ a rebuild after ``docker image rm`` costs one import; a tarball is only ever
 published whole (written to a temporary name, then renamed), so a build cut
 short leaves nothing that looks finished.
 
+A recipe has a ``digest`` of everything that shapes its root filesystem;
+the cached tarball is named by it and the image carries it as a label, so
+an image built from an older recipe (one without git, say) is rebuilt by
+the next ``firstrun images build`` rather than kept because its tag exists.
+
 The images are named for what they contain: ``firstrun/python:3.11`` is
 Debian bookworm's Python 3.11, and ``firstrun/node:18`` is bookworm's
 Node.js 18 with npm. A task that asks for ``node:22-slim`` is not silently
@@ -18,6 +23,8 @@ image exists and how to build or pull the one asked for.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -32,6 +39,7 @@ from firstrun.policy.images import image_reference_error
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
 LABEL = "org.firstrun.image"
+RECIPE_LABEL = "org.firstrun.recipe"
 # The uid the run container's commands use; created in every image so
 # tools that look the user up (pip, npm, getpass) find a name and a HOME.
 SANDBOX_UID = 1000
@@ -51,8 +59,18 @@ class ImageRecipe:
     packages: tuple[str, ...]
     apt_packages: tuple[str, ...] = ()
 
+    @property
+    def digest(self) -> str:
+        """Twelve hex digits naming what the root filesystem is built from."""
+        shape = {"suite": SUITE, "packages": self.packages, "apt": self.apt_packages,
+                 "uid": SANDBOX_UID, "layout": _LAYOUT}
+        return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:12]
 
-_COMMON = ("ca-certificates", "curl", "bash", "coreutils", "procps")
+
+# Bumped when _prepare_rootfs changes what it makes, which the packages alone do not show.
+_LAYOUT = 1
+# git: quickstarts clone, and pip and npm install from git URLs.
+_COMMON = ("ca-certificates", "curl", "bash", "coreutils", "procps", "git")
 
 PYTHON = ImageRecipe(
     key="python",
@@ -94,6 +112,7 @@ def import_argv(recipe: ImageRecipe, tarball: str, docker: str = "docker") -> li
     """``docker import`` with the image's config (pure): non-root user, no CMD surprises."""
     return [docker, "import",
             "--change", f"LABEL {LABEL}={recipe.key}",
+            "--change", f"LABEL {RECIPE_LABEL}={recipe.digest}",
             "--change", f"USER {SANDBOX_UID}:{SANDBOX_UID}",
             "--change", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
             "--change", "ENV HOME=/home/sandbox",
@@ -145,8 +164,11 @@ def _prepare_rootfs(root: str) -> None:
 
 
 def rootfs_tarball(recipe: ImageRecipe, cache_dir: Path, log: Callable[[str], None]) -> Path:
-    """The cached root filesystem tarball for ``recipe``, built only when missing."""
-    tarball = cache_dir / f"{recipe.key}-{SUITE}.tar"
+    """The cached root filesystem tarball for ``recipe``, built only when missing.
+
+    Tarballs of the same image from other recipes are removed once this one is published.
+    """
+    tarball = cache_dir / tarball_name(recipe)
     if tarball.is_file():
         log(f"{recipe.tag}: using cached root filesystem {tarball}")
         return tarball
@@ -168,27 +190,47 @@ def rootfs_tarball(recipe: ImageRecipe, cache_dir: Path, log: Callable[[str], No
         os.replace(partial, tarball)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    for stale in cache_dir.glob(f"{recipe.key}-{SUITE}*.tar"):
+        if stale != tarball:
+            stale.unlink(missing_ok=True)
     return tarball
 
 
+def tarball_name(recipe: ImageRecipe) -> str:
+    return f"{recipe.key}-{SUITE}-{recipe.digest}.tar"
+
+
 def image_present(tag: str, docker: str = "docker") -> bool:
+    return _image_recipe(tag, docker) is not None
+
+
+def _image_recipe(tag: str, docker: str) -> str | None:
+    """The recipe digest an image was built from ("" when unlabelled); None when absent."""
     try:
-        done = subprocess.run([docker, "image", "inspect", "--format", "{{.Id}}", tag],
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        done = subprocess.run(
+            [docker, "image", "inspect", "--format",
+             f'{{{{index .Config.Labels "{RECIPE_LABEL}"}}}}', tag],
+            stdin=subprocess.DEVNULL, capture_output=True, text=True)
     except OSError as exc:
         raise SandboxUnavailable(f"cannot run {docker}: {exc}", who="images",
                                  fix="apt-get install docker.io") from exc
-    return done.returncode == 0
+    if done.returncode != 0:
+        return None
+    label = done.stdout.strip()
+    return "" if label == "<no value>" else label
 
 
 def build_images(recipes: tuple[ImageRecipe, ...], *, cache_dir: Path | None = None,
                  log: Callable[[str], None] = lambda _: None, docker: str = "docker") -> None:
-    """Build each missing image: the cached rootfs (or a fresh debootstrap), then import."""
+    """Build each missing or outdated image: the cached rootfs (or a fresh debootstrap), then import."""
     cache = cache_dir or default_cache_dir()
     for recipe in recipes:
-        if image_present(recipe.tag, docker):
+        built_from = _image_recipe(recipe.tag, docker)
+        if built_from == recipe.digest:
             log(f"{recipe.tag}: present")
             continue
+        if built_from is not None:
+            log(f"{recipe.tag}: built from an older recipe; rebuilding")
         tarball = rootfs_tarball(recipe, cache, log)
         _run(import_argv(recipe, str(tarball), docker), f"{recipe.tag}: docker import", log)
         log(f"{recipe.tag}: built")

@@ -59,7 +59,8 @@ class MicrovmImage:
 
 
 def image_dir(cache_dir: Path | None = None) -> Path:
-    return (cache_dir or default_cache_dir()) / f"microvm-{PYTHON.key}-{SUITE}"
+    # Named by the recipe's digest, so a root tree from an older recipe is rebuilt.
+    return (cache_dir or default_cache_dir()) / f"microvm-{PYTHON.key}-{SUITE}-{PYTHON.digest}"
 
 
 def find_image(cache_dir: Path | None = None) -> MicrovmImage | None:
@@ -249,6 +250,9 @@ def build_image(*, cache_dir: Path | None = None,
         os.replace(work, top)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    for stale in top.parent.glob(f"microvm-{PYTHON.key}-{SUITE}*"):
+        if stale != top and stale.is_dir():
+            shutil.rmtree(stale, ignore_errors=True)
     image = find_image(cache_dir)
     if image is None:
         raise SandboxError(f"the microvm image in {top} is incomplete after building",
