@@ -187,13 +187,14 @@ def _labels(session: str, harness: str) -> list[str]:
 
 
 def _hardening(*, user: str, pids: int, memory: int, cpus: str, tmp_bytes: int,
-               seccomp: str | None) -> list[str]:
+               tmp_exec: bool, seccomp: str | None) -> list[str]:
     return [
         "--cap-drop", "ALL",
         "--security-opt", "no-new-privileges",
         *(("--security-opt", f"seccomp={seccomp}") if seccomp is not None else ()),
         "--read-only",
-        "--tmpfs", f"{SANDBOX_TMP}:rw,nosuid,nodev,size={tmp_bytes}",
+        "--tmpfs", f"{SANDBOX_TMP}:rw,{'exec' if tmp_exec else 'noexec'},nosuid,nodev,"
+                   f"size={tmp_bytes}",
         "--user", user,
         "--pids-limit", str(pids),
         "--memory", str(memory),
@@ -218,7 +219,7 @@ def build_topology(profile: SandboxProfile, *, session: str, host: DockerHost) -
         "--interactive",
         *_hardening(user=f"{SIDECAR_UID}:{SIDECAR_UID}", pids=SIDECAR_LIMITS["pids"],
                     memory=SIDECAR_LIMITS["memory"], cpus=SIDECAR_LIMITS["cpus"],
-                    tmp_bytes=16 << 20, seccomp=host.seccomp_profile),
+                    tmp_bytes=16 << 20, tmp_exec=False, seccomp=host.seccomp_profile),
         "--env", f"PYTHONPATH={SIDECAR_LIB}",
         *(arg for name, address in host.sidecar_hosts
           for arg in ("--add-host", f"{name}:{address}")),
@@ -236,9 +237,11 @@ def build_topology(profile: SandboxProfile, *, session: str, host: DockerHost) -
         "--interactive",
         *_hardening(user="0:0", pids=limits.pids,
                     memory=limits.memory_bytes, cpus=host.cpus, tmp_bytes=limits.memory_bytes,
-                    seccomp=host.seccomp_profile),
+                    # Docker's tmpfs default is noexec, which no other backend
+                    # imposes and which breaks installers that run what they unpack.
+                    tmp_exec=True, seccomp=host.seccomp_profile),
         *(arg for cap in HELPER_CAPS for arg in ("--cap-add", cap)),
-        "--tmpfs", f"{fs.sandbox_home}:rw,nosuid,nodev,size={limits.memory_bytes},"
+        "--tmpfs", f"{fs.sandbox_home}:rw,exec,nosuid,nodev,size={limits.memory_bytes},"
                    f"uid={host.uid},gid={host.gid},mode=700",
         "--tmpfs", f"{WRITE_WITNESS}:rw,nosuid,nodev,noexec,size=4096,mode=1777",
         "--ulimit", f"nofile={limits.open_files}:{limits.open_files}",
