@@ -18,7 +18,7 @@ from firstrun.audit.battery import (
     Configuration,
     ConfigurationResult,
 )
-from firstrun.audit.model import ACTIONS, Layer, Outcome, Reach
+from firstrun.audit.model import ACTIONS, Layer, Outcome, Reach, action, predict
 from firstrun.cli.audit import (
     column,
     exit_status,
@@ -115,7 +115,7 @@ def test_markdown_is_one_table_row_per_action_plus_the_counts(audit: AuditResult
     full = [r.configuration for r in audit.results].index(
         next(r.configuration for r in audit.results if r.configuration.name == "linux: full stack"))
     counts = rows[-2].strip("|").split("|")
-    assert counts[2 + full].strip() == "2"
+    assert counts[2 + full].strip() == "3"
     assert "upload_registry" in text and "method_rules" in text
 
 
@@ -141,6 +141,39 @@ def test_a_disagreement_is_listed_marked_and_fails_the_exit_status() -> None:
     text = render_text(result)
     assert "DISAGREE" in text and "THROUGH!" in text
     assert json.loads(render_json(result))["disagreements"][0]["action"] == "host_loopback"
+
+
+_LINUX_FULL = frozenset({Layer.FILESYSTEM, Layer.NAMESPACES, Layer.SECCOMP, Layer.LANDLOCK,
+                         Layer.NETWORK})
+_INSPECTED = _LINUX_FULL | {Layer.METHOD_RULES, Layer.CREDENTIAL_MASKING}
+# Domain fronting as measured: (layers, observed, listed as residual, disagrees, exit status).
+# Open where the model says it is open is a residual, not a failure; open
+# where inspection should close it, or closed where nothing should, fails.
+_FRONTING_VERDICTS = [
+    (_LINUX_FULL, Outcome.THROUGH, True, False, 0),
+    (_INSPECTED, Outcome.STOPPED, False, False, 0),
+    (_INSPECTED, Outcome.THROUGH, True, True, 1),
+    (_LINUX_FULL, Outcome.STOPPED, False, True, 1),
+]
+
+
+@pytest.mark.parametrize(("layers", "observed", "residual", "disagrees", "status"),
+                         _FRONTING_VERDICTS)
+def test_domain_fronting_open_as_predicted_is_a_residual_and_not_a_failure(
+        layers, observed, residual, disagrees, status) -> None:
+    fronting = action("domain_fronting")
+    config = Configuration(backend="linux", layers=layers)
+    cell = Cell(action=fronting.id, predicted=predict(fronting, layers), observed=observed,
+                evidence="registry recorded", witness="host",
+                seen=1 if observed is Outcome.THROUGH else 0)
+    result = AuditResult(results=(ConfigurationResult(configuration=config, cells=(cell,)),))
+    assert ([r.action for r in result.residual] == [fronting.id]) is residual
+    assert bool(result.disagreements) is disagrees
+    assert exit_status(result) == status
+    text = render_text(result)
+    assert ("    domain_fronting: closed by method_rules (--inspect-tls (a request's Host "
+            "must be its tunnel's" in text) is (residual and not disagrees)
+    assert ("DISAGREE" in text) is disagrees
 
 
 def test_column_names_the_backend_and_its_layers() -> None:

@@ -7,14 +7,17 @@ import os
 import pytest
 
 from firstrun.audit.battery import (
+    FRONTED_HOST,
     SYSTEM_DIR,
     AuditResult,
     ConfigurationResult,
+    Residual,
     configurations,
     run_configuration,
 )
 from firstrun.audit.fixtures import Registry
 from firstrun.audit.model import ACTIONS, Layer, Outcome
+from firstrun.cli.audit import exit_status, render_text
 
 pytestmark = pytest.mark.escape
 
@@ -80,10 +83,12 @@ def test_the_full_stack_breaks_nothing_needed_and_leaves_only_the_residual(
         ("linux: full stack", "upload_registry", (Layer.METHOD_RULES,), (Layer.METHOD_RULES,)),
         ("linux: full stack", "credential_elsewhere", (Layer.CREDENTIAL_MASKING,),
          (Layer.CREDENTIAL_MASKING,)),
+        ("linux: full stack", "domain_fronting", (Layer.METHOD_RULES,), (Layer.METHOD_RULES,)),
     }
-    # The upload and the real credential really reached the registry.
+    # The upload, the real credential and the fronted Host really reached the registry.
     assert _cell(audit, "linux: full stack", "upload_registry").seen == 1
     assert _cell(audit, "linux: full stack", "credential_elsewhere").seen == 1
+    assert _cell(audit, "linux: full stack", "domain_fronting").seen == 1
     assert _cell(audit, "linux: full stack", "cloud_metadata").observed is Outcome.STOPPED
 
 
@@ -91,7 +96,7 @@ def test_inspection_closes_the_residual_and_still_installs(audit: AuditResult) -
     inspected = _config(audit, "linux: full stack + --inspect-tls")
     assert inspected.unneeded_open == 0 and inspected.needed_broken == 0
     assert inspected.session["enforcement"] == "enforced"
-    for action in ("upload_registry", "credential_elsewhere"):
+    for action in ("upload_registry", "credential_elsewhere", "domain_fronting"):
         cell = _cell(audit, "linux: full stack + --inspect-tls", action)
         assert cell.observed is Outcome.STOPPED and cell.seen == 0, cell.evidence
     assert _cell(audit, "linux: full stack + --inspect-tls",
@@ -154,3 +159,34 @@ def test_under_inspection_the_registry_sees_a_placeholder_and_no_upload() -> Non
     assert len(authorized) == 1 and authorized[0].startswith("Bearer firstrun-")
     assert not [s for s in seen if s.method in ("POST", "PUT")]
     assert any(s.path.endswith(".whl") for s in seen)
+
+
+def test_domain_fronting_is_a_residual_without_inspection_and_closed_with_it() -> None:
+    # Its own two sessions (not the shared matrix), so -k fronting runs only these.
+    full, inspected = "linux: full stack", "linux: full stack + --inspect-tls"
+    by_name = {c.name: c for c in configurations("linux")}
+    with Registry() as registry:
+        audit = AuditResult(results=tuple(run_configuration(by_name[name], registry)
+                                          for name in (full, inspected)))
+        fronted = [s for s in registry.seen()
+                   if any(k.lower() == "host" and v == FRONTED_HOST for k, v in s.headers)]
+    # Without inspection the tunnel is opaque: the registry answered the
+    # request that named the other tenant, and the model said it would.
+    open_ = _cell(audit, full, "domain_fronting")
+    assert (open_.predicted, open_.observed, open_.seen) == (Outcome.THROUGH,) * 2 + (1,)
+    assert "HTTP 404" in open_.evidence and "refused 0 as host_mismatch" in open_.evidence
+    # With it the proxy refused the Host before a byte went upstream.
+    closed = _cell(audit, inspected, "domain_fronting")
+    assert (closed.predicted, closed.observed, closed.seen) == (Outcome.STOPPED,) * 2 + (0,)
+    assert closed.stopped_by == (Layer.METHOD_RULES,)
+    assert "HTTP 403 host_mismatch" in closed.evidence
+    assert "refused 1 as host_mismatch" in closed.evidence
+    assert len(fronted) == 1
+    # Reported as a residual of the full stack that the backend can close, not a failure.
+    assert [r for r in audit.residual if r.action == "domain_fronting"] == [Residual(
+        configuration=full, backend="linux", action="domain_fronting",
+        closed_by=(Layer.METHOD_RULES,), available=(Layer.METHOD_RULES,))]
+    assert audit.disagreements == () and exit_status(audit) == 0
+    text = render_text(audit)
+    assert "    domain_fronting: closed by method_rules (--inspect-tls" in text
+    assert f"{inspected}: nothing open" in text

@@ -104,6 +104,7 @@ def test_the_sidecar_reaches_the_registry_and_the_residual_stays_open(
     assert {(r.action, r.closed_by, r.available) for r in docker_audit.residual} == {
         ("upload_registry", (Layer.METHOD_RULES,), (Layer.METHOD_RULES,)),
         ("credential_elsewhere", (Layer.CREDENTIAL_MASKING,), (Layer.CREDENTIAL_MASKING,)),
+        ("domain_fronting", (Layer.METHOD_RULES,), (Layer.METHOD_RULES,)),
     }
 
 
@@ -119,6 +120,9 @@ def test_the_sidecars_inspection_closes_the_residual_and_breaks_nothing(
     credential = _cell(docker_audit, INSPECTED, "credential_elsewhere")
     assert credential.observed is Outcome.STOPPED and credential.seen == 0
     assert credential.stopped_by == (Layer.CREDENTIAL_MASKING,)
+    fronting = _cell(docker_audit, INSPECTED, "domain_fronting")
+    assert fronting.observed is Outcome.STOPPED and fronting.seen == 0
+    assert "host_mismatch" in fronting.evidence
     network = next(l for l in inspected.session["layers"]  # type: ignore[union-attr]
                    if l["name"] == "network")
     assert "TLS inspected by the sidecar" in str(network["detail"])

@@ -96,13 +96,51 @@ def test_what_the_harness_refuses_is_stopped_with_no_layer_and_stays_stopped() -
     assert all(predict(a, frozenset(), "local", refused) is Outcome.THROUGH for a in untouched)
 
 
-def test_the_linux_residual_is_the_write_and_the_credential() -> None:
+def test_the_linux_residual_is_the_write_the_credential_and_domain_fronting() -> None:
     open_ = {a.id: closing_layers(a, LINUX_FULL) for a in ACTIONS
              if not a.needed and predict(a, LINUX_FULL) is Outcome.THROUGH}
     assert open_ == {
         "upload_registry": (Layer.METHOD_RULES,),
         "credential_elsewhere": (Layer.CREDENTIAL_MASKING,),
+        "domain_fronting": (Layer.METHOD_RULES,),
     }
+
+
+INSPECTION = frozenset({Layer.METHOD_RULES, Layer.CREDENTIAL_MASKING})
+DOCKER_FULL = frozenset({Layer.FILESYSTEM, Layer.NAMESPACES, Layer.SECCOMP, Layer.LANDLOCK,
+                         Layer.NETWORK})
+
+# Domain fronting by configuration: (backend, layers, predicted, stopped_by, closed_by).
+FRONTING = [
+    # The network layer decides on the CONNECT and the SNI, which name the
+    # allowed host; the Host inside the tunnel is opaque to it.
+    ("linux", frozenset({Layer.NETWORK}), Outcome.THROUGH, (), (Layer.METHOD_RULES,)),
+    ("linux", LINUX_FULL, Outcome.THROUGH, (), (Layer.METHOD_RULES,)),
+    ("linux", LINUX_FULL | INSPECTION, Outcome.STOPPED, (Layer.METHOD_RULES,), ()),
+    ("linux", frozenset({Layer.NETWORK}) | INSPECTION, Outcome.STOPPED, (Layer.METHOD_RULES,), ()),
+    # Masking a credential says nothing about where a request goes.
+    ("linux", LINUX_FULL | {Layer.CREDENTIAL_MASKING}, Outcome.THROUGH, (),
+     (Layer.METHOD_RULES,)),
+    ("docker", DOCKER_FULL, Outcome.THROUGH, (), (Layer.METHOD_RULES,)),
+    ("docker", DOCKER_FULL | INSPECTION, Outcome.STOPPED, (Layer.METHOD_RULES,), ()),
+    ("linux", frozenset(), Outcome.THROUGH, (), (Layer.METHOD_RULES,)),
+]
+
+
+def test_domain_fronting_is_closed_only_by_the_inspecting_proxy() -> None:
+    fronting = action("domain_fronting")
+    assert not fronting.needed and fronting.reaches == {Reach.FRONTED_DESTINATION}
+    for backend, layers, predicted, stopped_by, closed_by in FRONTING:
+        got = (predict(fronting, layers, backend), stoppers(fronting, layers, backend),
+               closing_layers(fronting, layers, backend))
+        assert got == (predicted, stopped_by, closed_by), (backend, sorted(layers))
+
+
+def test_a_fronted_destination_is_not_an_unlisted_one() -> None:
+    # What the network layer stops is named by the CONNECT; a fronted host is
+    # not, so neither reach implies the other.
+    assert stoppers(action("host_loopback"), LINUX_FULL) == (Layer.NETWORK,)
+    assert stoppers(action("domain_fronting"), {Layer.NETWORK}) == ()
 
 
 def test_action_ids_are_unique_snake_case() -> None:

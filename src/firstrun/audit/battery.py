@@ -4,10 +4,11 @@ Guarantee: each cell of the matrix is the outcome of a real attempt inside a
 real session, judged by the host's own witnesses wherever one can see the
 action (``fixtures``): a canary's connection count, a planted file's
 contents, a marker process still alive, a request the fixture registry
-recorded, a leftover found in the host's process table after the session
-closed. Only the kernel interfaces no host-side witness observes (a user
-namespace, a mount, an io_uring, a ptrace, an OOM score) are judged by the
-kernel's own answer, as the probe reported it; ``Cell.witness`` says which.
+recorded (its method and body, its credential, the Host it named), a
+leftover found in the host's process table after the session closed.
+Only the kernel interfaces no host-side witness observes (a user namespace,
+a mount, an io_uring, a ptrace, an OOM score) are judged by the kernel's
+own answer, as the probe reported it; ``Cell.witness`` says which.
 
 A configuration is a set of layers the backend really applies or really
 omits: linux builds each subset of seccomp, Landlock and the network layer
@@ -60,7 +61,7 @@ from firstrun.audit.model import (
 from firstrun.errors import SandboxError, UsageError
 from firstrun.policy.addresses import IPAddress
 from firstrun.policy.methods import InspectionPolicy
-from firstrun.policy.network import Channel, NetworkPolicy, Verdict
+from firstrun.policy.network import Channel, NetworkPolicy, Reason, Verdict
 from firstrun.policy.process import SANDBOX_CA_BUNDLE
 from firstrun.policy.profile import ALL_LAYERS, LayerName, SandboxProfile
 from firstrun.proxy.credentials import sandbox_variables
@@ -87,6 +88,10 @@ CREDENTIAL_VARIABLE = "FIRSTRUN_AUDIT_TOKEN"
 # The credential belongs to this host, which the audit never contacts; the
 # action sends it to the allowed registry instead.
 CREDENTIAL_HOST = "private.firstrun-audit.test"
+# The other tenant a fronted request names in its Host, inside a tunnel to the
+# allowed registry. Not on the allow-list, and nothing resolves or dials it:
+# the registry stands in for the CDN that would route on that Host.
+FRONTED_HOST = "tenant.firstrun-audit.test"
 _CREDENTIAL_SOURCE = "FIRSTRUN_AUDIT_TOKEN_VALUE"
 # The fixture registry's CA, copied into each workspace: how a session
 # without inspection trusts the registry (with it, the run's bundle does).
@@ -183,7 +188,8 @@ def harness_refusals() -> frozenset[Reach]:
 
 # How a run turns on each layer a residual path may need.
 CONTROLS: dict[Layer, str] = {
-    Layer.METHOD_RULES: "--inspect-tls (registries GET/HEAD only)",
+    Layer.METHOD_RULES: "--inspect-tls (a request's Host must be its tunnel's; registries "
+                        "GET/HEAD only)",
     Layer.CREDENTIAL_MASKING: "--inspect-tls with the credential under firstrun.credentials",
 }
 
@@ -359,6 +365,7 @@ def _params(act: Action, w: fixtures.Witnesses, registry: fixtures.Registry,
         "canary_port": w.canary.sock.getsockname()[1],
         "dns_port": w.dns.sock.getsockname()[1], "dns_label": w.nonce,
         "credential_variable": CREDENTIAL_VARIABLE,
+        "fronted_host": FRONTED_HOST, "fronted_path": f"/fronted-{w.nonce}",
     }
 
 
@@ -466,6 +473,23 @@ def _registry_saw(match: Callable[[fixtures.Seen, fixtures.Witnesses], bool], ac
     return judge
 
 
+def _fronted(run: _Run) -> Judgement:
+    """Through when the registry answered a request naming the other tenant in its Host.
+
+    The registry stands in for a CDN behind the allowed name: it records the
+    Host of every request that reached it, the header a CDN routes on. The
+    proxy's own refusals (``host_mismatch``) are named beside the count, not
+    judged by: what counts is what reached the upstream.
+    """
+    hits = sum(1 for s in run.registry.seen() if s.path == f"/fronted-{run.witnesses.nonce}"
+               and any(k.lower() == "host" and v.split(":", 1)[0] == FRONTED_HOST
+                       for k, v in s.headers))
+    refused = sum(1 for r in run.records if r.reason is Reason.HOST_MISMATCH)
+    proxy = f"; proxy refused {refused} as {Reason.HOST_MISMATCH.value}" if run.proxied else ""
+    return _through(hits > 0, f"registry recorded {hits} request(s) with Host {FRONTED_HOST}"
+                              f"{proxy} ({run.probes['domain_fronting'][1]})", hits)
+
+
 def _metadata(run: _Run) -> Judgement:
     if not run.proxied:
         return None, "not run: without the network layer it would leave this machine", None
@@ -503,6 +527,7 @@ JUDGES: dict[str, tuple[str, Judge]] = {
     "credential_elsewhere": (_HOST, _registry_saw(
         lambda s, w: any(w.credential in v for _, v in s.headers), "credential_elsewhere",
         "request(s) carrying the real credential")),
+    "domain_fronting": (_HOST, _fronted),
 }
 
 

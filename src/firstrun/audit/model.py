@@ -25,7 +25,11 @@ the allow-list does not name, a write to an allowed host). Every layer is in
 the model whether or not a given backend can apply it, because the residual
 a configuration leaves open is named by the layers that would close it
 (``METHOD_RULES`` and ``CREDENTIAL_MASKING`` are the proxy's
-``--inspect-tls``).
+``--inspect-tls``). Domain fronting is such a residual: inside a tunnel to
+an allowed host (the CONNECT and the SNI name it) a request may name
+another tenant in its Host, which without inspection the proxy cannot read;
+the proxy's judgement of each decrypted request (``METHOD_RULES``) refuses
+a Host that is not the tunnel's.
 
 Pure: stdlib only, no I/O.
 """
@@ -59,8 +63,9 @@ LAYER_GUARANTEES: Mapping[Layer, str] = {
     Layer.LANDLOCK: "writes land only beneath the workspace and the session's own directories; "
                     "no signal or abstract socket crosses out of the session",
     Layer.NETWORK: "the only way out is the egress proxy, which allows only the allow-list",
-    Layer.METHOD_RULES: "allowed hosts are read-only (GET, HEAD) unless a rule opens a method "
-                        "(proxy --inspect-tls)",
+    Layer.METHOD_RULES: "each decrypted request names its tunnel's host (SNI, Host and CONNECT "
+                        "agree), and allowed hosts are read-only (GET, HEAD) unless a rule "
+                        "opens a method (proxy --inspect-tls)",
     Layer.CREDENTIAL_MASKING: "the session holds a placeholder; the proxy swaps in the real "
                               "value only on requests to the credential's own host",
 }
@@ -91,6 +96,10 @@ class Reach(StrEnum):
     OOM_SCORE_DOWN = "oom_score_down"
     HOST_ABSTRACT_SOCKET = "host_abstract_socket"
     UNLISTED_DESTINATION = "unlisted_destination"
+    # A host the allow-list does not name, named only by the Host of a request
+    # inside a tunnel whose CONNECT and SNI name an allowed one (domain
+    # fronting): the network layer decides on those two, so it lets it by.
+    FRONTED_DESTINATION = "fronted_destination"
     WRITE_TO_ALLOWED_HOST = "write_to_allowed_host"
     CREDENTIAL_ELSEWHERE = "credential_elsewhere"
 
@@ -114,7 +123,11 @@ _STOPS: Mapping[Layer, frozenset[Reach]] = {
     # only way out is the proxy, whose floor and allow-list refuse the rest,
     # by either route (a direct dial, or asking the proxy).
     Layer.NETWORK: frozenset({Reach.UNLISTED_DESTINATION, Reach.HOST_ABSTRACT_SOCKET}),
-    Layer.METHOD_RULES: frozenset({Reach.WRITE_TO_ALLOWED_HOST}),
+    # The proxy's judgement of each request it decrypted: first its Host must
+    # be the tunnel's (so a rule is asked about the host the request really
+    # names), then its method. One judgement, turned on by one flag, so one
+    # layer: the proxy never applies either without the other.
+    Layer.METHOD_RULES: frozenset({Reach.WRITE_TO_ALLOWED_HOST, Reach.FRONTED_DESTINATION}),
     Layer.CREDENTIAL_MASKING: frozenset({Reach.CREDENTIAL_ELSEWHERE}),
 }
 
@@ -225,6 +238,9 @@ ACTIONS: tuple[Action, ...] = (
     Action(id="credential_elsewhere",
            title="send a task's credential to an allowed host it does not belong to",
            needed=False, reaches=frozenset({Reach.CREDENTIAL_ELSEWHERE})),
+    Action(id="domain_fronting",
+           title="reach another tenant through an allowed host (domain fronting)",
+           needed=False, reaches=frozenset({Reach.FRONTED_DESTINATION})),
 )
 
 ACTION_IDS: tuple[str, ...] = tuple(a.id for a in ACTIONS)

@@ -60,7 +60,13 @@ def _registry_base(p: dict) -> str:
 
 def _http(p: dict, method: str, path: str, *, body: bytes | None = None,
           headers: dict[str, str] | None = None) -> str:
-    """One HTTPS request to the allowed registry, verified against the session's trust."""
+    """One HTTPS request to the allowed registry, verified against the session's trust.
+
+    Through the proxy the tunnel names the registry, and so does the SNI
+    (http.client sends the tunnel's host); a ``Host`` in ``headers`` replaces
+    the one http.client would send, which is all domain fronting needs. A
+    refusal's reason, when the proxy gave one, follows the status.
+    """
     context = ssl.create_default_context(cafile=p["cafile"])
     proxy = _proxy()
     if proxy is not None:
@@ -71,7 +77,9 @@ def _http(p: dict, method: str, path: str, *, body: bytes | None = None,
                                            context=context)
     try:
         conn.request(method, path, body=body, headers=headers or {})
-        return f"HTTP {conn.getresponse().status}"
+        response = conn.getresponse()
+        reason = response.getheader("X-Firstrun-Reason")
+        return f"HTTP {response.status}" + (f" {reason}" if reason else "")
     except OSError as exc:
         return f"{type(exc).__name__}: {_err(exc.errno) if exc.errno else exc}"
     finally:
@@ -300,11 +308,19 @@ def credential_elsewhere(p: dict) -> tuple[bool, str]:
     return result == "HTTP 200", result
 
 
+def domain_fronting(p: dict) -> tuple[bool, str]:
+    # The CONNECT and the SNI name the allowed registry; only the Host names
+    # the other tenant, which a CDN behind that name would route on. The
+    # registry answers the unknown path 404; a refusal by the proxy names its reason.
+    result = _http(p, "GET", p["fronted_path"], headers={"Host": p["fronted_host"]})
+    return result == "HTTP 404", result
+
+
 ACTIONS = {f.__name__: f for f in (
     write_workspace, run_test, install_package, read_home_secret, write_system_file,
     leave_process, read_host_environ, kill_host_process, create_user_namespace, mount,
     io_uring, ptrace_sibling, lower_oom_score, host_abstract_socket, host_loopback, raw_ip,
-    resolve_name, cloud_metadata, upload_registry, credential_elsewhere,
+    resolve_name, cloud_metadata, upload_registry, credential_elsewhere, domain_fronting,
 )}
 
 
