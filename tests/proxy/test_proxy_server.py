@@ -6,6 +6,7 @@ import json
 import os
 import socket
 import stat
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -143,6 +144,30 @@ def test_denied_host_gets_403_with_reason_and_is_never_resolved(proxied, resolve
         "deny", Reason.NOT_ALLOWED, "evil.test", 403,
     )
     assert proxy.denied() == [record]
+
+
+def test_a_refusal_is_recorded_before_its_answer_leaves(resolver) -> None:  # type: ignore[no-untyped-def]
+    # A client that has read its 403 (and a command that has ended) must find
+    # the refusal already recorded. The subscriber holds the proxy for up to a
+    # second, waiting to hear that the client was answered: answered first
+    # would mean a run could end before the refusal it met was told.
+    answered = threading.Event()
+    heard: list[bool] = []
+
+    def on_record(record: EgressRecord) -> None:
+        heard.append(answered.wait(timeout=1.0))
+
+    proxy = EgressProxy(_policy(), resolver=resolver, on_record=on_record).start()
+    try:
+        with connect(proxy.listen_tcp(Channel.SHELL)) as sock:
+            sock.sendall(_get(80, host="evil.test"))
+            first = sock.recv(65536)
+            answered.set()
+            rest = read_until_closed(sock)
+        assert (first + rest).startswith(b"HTTP/1.1 403 ")
+        assert heard == [False]
+    finally:
+        proxy.stop()
 
 
 @pytest.mark.parametrize("host", ["mixed.test", "rebind.test"])

@@ -178,6 +178,8 @@ class _Exchange:
         self.bytes_down = 0
         # Holds a place in the record budget (RecordLog.reserve).
         self.reserved = False
+        # Its record is written (a refusal is recorded before its answer leaves).
+        self.settled = False
 
     def begin(self) -> None:
         self.ts = now_iso()
@@ -291,7 +293,10 @@ class _Client:
             self._settle(ex)
 
     def _settle(self, ex: _Exchange) -> None:
-        """Write ``ex``'s record: into its reservation, or offered when it holds none."""
+        """Write ``ex``'s record, once: into its reservation, or offered when it holds none."""
+        if ex.settled:
+            return
+        ex.settled = True
         log = self._proxy._log
         record = ex.record()
         if ex.reserved:
@@ -423,9 +428,16 @@ class _Client:
         if ex.method != "HEAD":
             events.append(h11.Data(data=body))
         events.append(h11.EndOfMessage())
-        with contextlib.suppress(h11.LocalProtocolError, PeerGone):
-            # LocalProtocolError: a response was already under way; closing is the answer.
-            await self._to_client(ex, *events)
+        try:
+            data = b"".join(self._h11.send(e) or b"" for e in events)
+        except h11.LocalProtocolError:
+            data = b""  # a response was already under way; closing is the answer
+        ex.bytes_down += len(data)
+        # Recorded before it is answered: a client that has read its 403 and
+        # moved on must find the refusal already in the log and told.
+        self._settle(ex)
+        with contextlib.suppress(PeerGone):
+            await self._send(self._sock, data, PeerGone)
 
     async def _attest(self, ex: _Exchange) -> bool:
         await self._drain_request_body()
