@@ -137,6 +137,12 @@ def test_read_flight(data: bytes, eof: bool, kind: FlightKind | None) -> None:
     (b"GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n", "pypi.org", 80, Reason.HOST_MISMATCH),
     (b"GET / HTTP/1.1\r\nHost: pypi.org\r\nHost: evil.test\r\n\r\n", "pypi.org", 80,
      Reason.SMUGGLING_SUSPECTED),
+    # A target's own authority is what a server routes on (RFC 9112 3.2.2), Host or no Host.
+    (b"GET http://PyPI.org:80/simple/ HTTP/1.1\r\nHost: pypi.org\r\n\r\n", "pypi.org", 80, None),
+    (b"GET http://evil.test/ HTTP/1.1\r\nHost: pypi.org\r\n\r\n", "pypi.org", 80, Reason.HOST_MISMATCH),
+    (b"GET http://evil.test/ HTTP/1.0\r\n\r\n", "pypi.org", 80, Reason.HOST_MISMATCH),
+    (b"GET http://evil.test\\@pypi.org/ HTTP/1.1\r\n\r\n", "pypi.org", 80, Reason.HOST_MISMATCH),
+    (b"CONNECT evil.test:443 HTTP/1.1\r\nHost: pypi.org\r\n\r\n", "pypi.org", 80, Reason.HOST_MISMATCH),
     (b"SSH-2.0-OpenSSH_9.2\r\n", "pypi.org", 443, Reason.TCP_NOT_ALLOWED),
     (b"SSH-2.0-OpenSSH_9.2\r\n", "github.com", 22, Reason.ALLOWED_BY_TCP_RULE),
     (b"SSH-2.0-OpenSSH_9.2\r\n", "github.com", 2222, Reason.TCP_NOT_ALLOWED),

@@ -12,7 +12,10 @@ name rules already allowed:
   and must be well formed (``tunnel.judge_first_flight``, unchanged);
 - HTTP must carry exactly one Host naming that host, or none (HTTP/1.0),
   since servers route on Host and a Host the policy never saw would reach
-  a host it never allowed;
+  a host it never allowed; and a request-target that names a destination
+  itself (absolute-form ``http://host/``, or authority-form) must name that
+  host, since a server routes on it rather than on Host (RFC 9112 section
+  3.2.2);
 - a raw stream needs a ``tcp`` rule for that exact name and port, or, in a
   CONNECT tunnel (``connect``), an entry naming that port
   (``policy.network.decide_stream``); in report mode it passes, recorded
@@ -31,6 +34,7 @@ from firstrun.errors import PolicyError
 from firstrun.policy.hosts import canonical_host
 from firstrun.policy.network import Decision, NetworkPolicy, Reason, decide_stream
 from firstrun.proxy.errors import Refused
+from firstrun.proxy.request import parse_authority
 from firstrun.proxy.tls import MAX_CLIENT_HELLO, Hello, HelloStatus, parse_client_hello
 
 # An HTTP/1 head is judged whole; one larger than this is not a request we forward.
@@ -54,6 +58,8 @@ class Flight:
     hello: Hello | None = None
     # HTTP: every Host header's value, as sent.
     hosts: tuple[str, ...] = ()
+    # HTTP: the authority an absolute- or authority-form request-target names, as sent.
+    authority: str | None = None
 
 
 def read_flight(data: bytes, *, eof: bool) -> Flight | None:
@@ -82,7 +88,19 @@ def read_flight(data: bytes, *, eof: bool) -> Flight | None:
         for line in head.split(b"\n")[1:]
         if line.lower().startswith(b"host:")
     )
-    return Flight(kind=FlightKind.HTTP, hosts=hosts)
+    target = data.split(b" ", 2)[1]
+    return Flight(kind=FlightKind.HTTP, hosts=hosts, authority=_target_authority(target))
+
+
+def _target_authority(target: bytes) -> str | None:
+    """The authority a request-target names, or None for origin-form (``/path``) and ``*``."""
+    if target.startswith(b"/") or target == b"*":
+        return None
+    text = target.decode("latin-1")
+    _, sep, rest = text.partition("://")
+    if not sep:
+        return text
+    return re.split(r"[/?#]", rest, maxsplit=1)[0]
 
 
 def judge_first_flight(hello: Hello, host: str) -> Refused | None:
@@ -115,6 +133,15 @@ def _host_of(value: str) -> str | None:
         return None
 
 
+def _authority_host(authority: str) -> str | None:
+    # The proxy's own strict reading: userinfo, a backslash or a bad port is no
+    # authority two parsers agree on, so it names no allowed host.
+    try:
+        return parse_authority(authority, default_port=80)[0]
+    except Refused:
+        return None
+
+
 def judge_flight(flight: Flight, *, host: str, port: int, policy: NetworkPolicy,
                  connect: bool) -> Decision | Refused | None:
     """None: the flight goes as the name rules allowed it. A ``Decision``: it goes,
@@ -131,6 +158,9 @@ def judge_flight(flight: Flight, *, host: str, port: int, policy: NetworkPolicy,
         if flight.hosts and _host_of(flight.hosts[0]) != host:
             return Refused(Reason.HOST_MISMATCH, f"Host {flight.hosts[0]!r} is not {host}",
                            host=host)
+        if flight.authority is not None and _authority_host(flight.authority) != host:
+            return Refused(Reason.HOST_MISMATCH,
+                           f"request target names {flight.authority!r}, not {host}", host=host)
         return None
     decision = decide_stream(policy, host, port, connect=connect)
     if not decision.allowed:
