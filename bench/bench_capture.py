@@ -97,7 +97,7 @@ def main(rounds: int = ROUNDS, per_round: int = PER_ROUND) -> dict[str, dict[str
             endpoint = ProxyEndpoint(
                 socket_path=proxy.listen_unix(os.path.join(sockdir, "p.sock"), Channel.SHELL),
                 nonce=proxy.nonce, **capture_listeners(proxy, sockdir))
-            profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ), net=policy)
+            profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False), net=policy)
             with LinuxBackend().start(profile, proxy=endpoint) as session:
                 for index in range(rounds):
                     arms = ("proxy", "transparent") if index % 2 == 0 else ("transparent", "proxy")

@@ -48,7 +48,7 @@ def main(runs: int = RUNS) -> dict[str, dict[str, object]]:
     )
     workspace = tempfile.mkdtemp(prefix="firstrun-bench-")
     try:
-        profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ))
+        profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False))
         with LinuxBackend().start(profile, proxy=None) as session:
             def one() -> None:
                 if session.exec([true]).exit_code != 0:

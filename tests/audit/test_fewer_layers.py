@@ -46,7 +46,7 @@ def test_landlock_left_out_is_not_even_attempted() -> None:
 @pytest.mark.escape
 def test_omitted_layers_are_really_absent_and_recorded(tmp_path) -> None:
     omitted = {LayerName.SECCOMP, LayerName.LANDLOCK, LayerName.NETWORK}
-    profile = SandboxProfile(fs=host_filesystem_policy(str(tmp_path), os.environ),
+    profile = SandboxProfile(fs=host_filesystem_policy(str(tmp_path), os.environ, protect=False),
                              required=ALL_LAYERS - omitted)
     with LinuxBackend().start(profile, proxy=None) as session:
         info = session.info
@@ -65,14 +65,14 @@ def test_omitted_layers_are_really_absent_and_recorded(tmp_path) -> None:
 
 
 def test_a_profile_without_the_network_layer_takes_no_proxy(tmp_path) -> None:
-    profile = SandboxProfile(fs=host_filesystem_policy(str(tmp_path), os.environ),
+    profile = SandboxProfile(fs=host_filesystem_policy(str(tmp_path), os.environ, protect=False),
                              required=ALL_LAYERS - {LayerName.NETWORK})
     with pytest.raises(SandboxError):
         LinuxBackend().start(profile, proxy=ProxyEndpoint(socket_path="/nonexistent", nonce="n"))
 
 
 def test_the_full_profile_records_every_layer_applied(tmp_path) -> None:
-    profile = SandboxProfile(fs=host_filesystem_policy(str(tmp_path), os.environ))
+    profile = SandboxProfile(fs=host_filesystem_policy(str(tmp_path), os.environ, protect=False))
     with LinuxBackend().start(profile, proxy=None) as session:
         info = session.info
     assert info.enforcement is Enforcement.ENFORCED and not info.downgrades

@@ -22,6 +22,7 @@ import pytest
 
 from firstrun.images.build import image_present
 from firstrun.sandbox.ownership import LEASE_DIR, process_identity
+from firstrun.sandbox.protect import MARKER
 
 FIRSTRUN = Path(sys.executable).parent / "firstrun"
 
@@ -223,6 +224,14 @@ def test_after_a_sigkilled_harness_the_next_start_gives_the_workspace_back(
     assert (workspace / "mine").read_text() == "the owner's file\n"
     assert not Path(LEASE_DIR, f"{lent}.json").exists()
     assert _processes_with_argument(marker) == []
+    # Its placeholders for the workspace's protected entries outlived it,
+    # marked as its own; the next session over that workspace removes them.
+    assert os.getxattr(workspace / ".bashrc", MARKER).decode().startswith(f"{proc.pid}:")
+    again = subprocess.run([str(FIRSTRUN), "sandbox", "--backend", backend, "--workspace",
+                            str(workspace), "--", "true"],
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert sorted(os.listdir(workspace)) == ["mine", "started"]
 
 
 @pytest.fixture
@@ -327,6 +336,29 @@ def test_the_harness_works_on_a_host_with_no_ipv6_loopback() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.strip().endswith("ran")
     assert "attestation 11/11 passed" in done.stderr
+
+
+def test_a_protected_entry_is_lifted_only_by_name_and_only_in_a_workspace_of_ones_own(
+        firstrun: Run, tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    lifted = firstrun("sandbox", "--workspace", str(workspace), "--allow-write", ".vscode",
+                      "--json", "--", "sh", "-c", "mkdir .vscode && touch .vscode/tasks.json")
+    assert lifted.returncode == 0, lifted.stderr
+    namespaces = next(layer for layer in json.loads(lifted.stdout)["session"]["layers"]
+                      if layer["name"] == "namespaces")
+    assert "lifted by the user: .vscode" in namespaces["detail"]
+    assert sorted(os.listdir(workspace)) == [".vscode"]
+    for argv, says in ((["--workspace", str(workspace), "--allow-write", ".vscod"],
+                        "argument --allow-write: invalid choice: '.vscod'"),
+                       (["--allow-write", ".vscode"], "the workspace is firstrun's own")):
+        refused = firstrun("sandbox", *argv, "--", "touch", "ran")
+        assert refused.returncode == 3 and says in refused.stderr, refused.stderr
+        assert refused.stderr.count("\n") <= 2 and "Traceback" not in refused.stderr
+    (workspace / ".bashrc").symlink_to("/etc/hostname")
+    refused = firstrun("sandbox", "--workspace", str(workspace), "--", "touch", "ran")
+    assert refused.returncode == 3 and "the workspace's .bashrc is a symlink" in refused.stderr
+    assert not (workspace / "ran").exists()
 
 
 @pytest.mark.parametrize("inside", ["egress.jsonl", "sub/../egress.jsonl", "link/egress.jsonl"])

@@ -30,7 +30,7 @@ def session_on(backend: str, workspace: str,
     own = entry(backend).own_proxy
     chosen = select_backend(backend, allow_unenforced=False, options=BackendOptions(
         on_record=(lambda data: sink.append(EgressRecord.from_data(data))) if own else None))
-    profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ), net=policy)
+    profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False), net=policy)
     with ExitStack() as stack:
         if own:
             endpoint = OWN_PROXY

@@ -25,7 +25,7 @@ from firstrun.sandbox.select import (
 
 def _profile(**kwargs: object) -> SandboxProfile:
     with tempfile.TemporaryDirectory() as workspace:
-        return SandboxProfile(fs=host_filesystem_policy(workspace, os.environ), **kwargs)
+        return SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False), **kwargs)
 
 
 def test_backends_are_the_registry_plus_auto_and_auto_never_picks_unenforced() -> None:

@@ -29,7 +29,7 @@ WITH_PROXY = ProxyEndpoint(socket_path="/nonexistent/harness-proxy.sock", nonce=
 
 
 def _profile(workspace: str, **kwargs: object) -> SandboxProfile:
-    return SandboxProfile(fs=host_filesystem_policy(workspace, os.environ),
+    return SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False),
                           net=NetworkPolicy.build(allow=["pypi.org"]), **kwargs)
 
 
@@ -179,7 +179,7 @@ from firstrun.sandbox.docker.backend import DockerBackend
 from firstrun.sandbox.docker.resources import harness_identity
 from firstrun.sandbox.hostfs import host_filesystem_policy
 from firstrun.sandbox.base import ProxyEndpoint
-profile = SandboxProfile(fs=host_filesystem_policy(sys.argv[1], os.environ),
+profile = SandboxProfile(fs=host_filesystem_policy(sys.argv[1], os.environ, protect=False),
                          net=NetworkPolicy.build())
 session = DockerBackend().start(profile, proxy=ProxyEndpoint(socket_path="/x", nonce="x"))
 print(harness_identity(), flush=True)

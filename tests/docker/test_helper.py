@@ -30,7 +30,7 @@ pytestmark = pytest.mark.usefixtures("docker_ready")
 def session() -> Iterator[DockerSession]:
     workspace = tempfile.mkdtemp(prefix="firstrun-test-docker-helper-")
     try:
-        profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ))
+        profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False))
         with DockerBackend().start(profile, proxy=None) as s:
             yield s
     finally:
@@ -127,7 +127,7 @@ def test_a_helper_stopped_from_outside_is_detected_within_its_liveness() -> None
     # Nothing inside can stop it (above); a stop from the host is what is left.
     workspace = tempfile.mkdtemp(prefix="firstrun-test-docker-stopped-")
     try:
-        profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ))
+        profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False))
         with DockerBackend().start(profile, proxy=None) as session:
             session.liveness_s = 3.0
             caught: list[BaseException] = []

@@ -119,7 +119,7 @@ def inspected() -> Iterator[Inspected]:
                                 sidecar_hosts=((REGISTRY_HOST, address),),
                                 upstream_cafiles=(registry.cafile,),
                                 credential_env={TOKEN_SOURCE: secret})
-        profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ), net=policy)
+        profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False), net=policy)
         try:
             with backend.start(profile, proxy=OWN_PROXY) as session:
                 yield Inspected(session=session, registry=registry, records=records,
@@ -238,7 +238,7 @@ def test_a_missing_credential_value_is_refused() -> None:
     try:
         policy = NetworkPolicy.build(allow=["pypi.org"]).with_inspection(InspectionPolicy.build(
             credentials=[(TOKEN, "pypi.org", TOKEN_SOURCE)]))
-        profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ), net=policy)
+        profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False), net=policy)
         with pytest.raises(UsageError, match=TOKEN_SOURCE):
             DockerBackend(credential_env={}).start(profile, proxy=OWN_PROXY)
     finally:

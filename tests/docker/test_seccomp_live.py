@@ -84,7 +84,7 @@ def _answers(profile: SandboxProfile) -> tuple[dict[str, str], object]:
 
 
 def test_each_linux_refusal_answers_with_its_errno_inside_the_container(workspace: str) -> None:
-    answers, info = _answers(SandboxProfile(fs=host_filesystem_policy(workspace, os.environ)))
+    answers, info = _answers(SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False)))
     assert {k: answers[k] for k in REFUSED} == REFUSED
     assert {k: answers[k] for k in WORKS} == WORKS
     assert info.enforcement is Enforcement.ENFORCED  # type: ignore[attr-defined]
@@ -101,7 +101,7 @@ def test_each_linux_refusal_answers_with_its_errno_inside_the_container(workspac
 def test_without_the_layer_dockers_default_applies_and_lets_io_uring_through(
         workspace: str) -> None:
     # The contrast that shows the profile, not Docker's default, is what refuses these.
-    answers, info = _answers(SandboxProfile(fs=host_filesystem_policy(workspace, os.environ),
+    answers, info = _answers(SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False),
                                             required=ALL_LAYERS - {LayerName.SECCOMP}))
     assert answers["io_uring_setup"] == "ok"
     assert answers["ptrace_attach_child"] == "ok"

@@ -129,3 +129,14 @@ def test_sidecar_hosts_reach_only_the_sidecars_etc_hosts() -> None:
     assert sidecar[at:at + 2] == ("--add-host", "registry.example.test:172.17.0.1")
     assert sidecar.index("--add-host") < sidecar.index("firstrun/python:3.11")
     assert "--add-host" not in run
+
+
+def test_protected_entries_are_read_only_binds_on_top_of_the_workspace() -> None:
+    from dataclasses import replace
+
+    fs = replace(PROFILE.fs, protected=((".git", "dir"), (".bashrc", "file")))
+    run = build_topology(replace(PROFILE, fs=fs), session="s1", host=HOST).create[4]
+    at = run.index("type=bind,source=/HOST/ws,target=/workspace")
+    assert list(run[at + 1: at + 5]) == [
+        "--mount", "type=bind,source=/HOST/ws/.git,target=/workspace/.git,readonly",
+        "--mount", "type=bind,source=/HOST/ws/.bashrc,target=/workspace/.bashrc,readonly"]

@@ -21,7 +21,7 @@ ACCEL = "kvm" if probe.kvm().available else "tcg"
 
 
 def make_profile(workspace: str, **limits: object) -> SandboxProfile:
-    return SandboxProfile(fs=host_filesystem_policy(workspace, os.environ),
+    return SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False),
                           limits=Limits(**limits))  # type: ignore[arg-type]
 
 

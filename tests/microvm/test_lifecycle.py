@@ -82,7 +82,7 @@ from firstrun.sandbox.hostfs import host_filesystem_policy
 from firstrun.sandbox.microvm.backend import MicrovmBackend
 import os
 session = MicrovmBackend(accel=sys.argv[2]).start(
-    SandboxProfile(fs=host_filesystem_policy(sys.argv[1], os.environ)), proxy=None)
+    SandboxProfile(fs=host_filesystem_policy(sys.argv[1], os.environ, protect=False)), proxy=None)
 print(session.pid, flush=True)
 session.exec("echo up")
 print("ready", flush=True)

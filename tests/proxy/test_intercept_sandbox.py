@@ -108,7 +108,7 @@ def _rig(test_ca: TestCA, *, inspect: bool) -> Iterator[Rig]:
         placeholders=tuple(sandbox_variables(interception.credentials).items())
         if interception else (),
     )
-    profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ), net=policy)
+    profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False), net=policy)
     try:
         with LinuxBackend().start(profile, proxy=endpoint) as session:
             yield Rig(session=session, proxy=proxy, registry=registry, other=other, plain=plain,

@@ -299,7 +299,7 @@ def test_a_flood_from_inside_a_real_sandbox_is_refused_past_the_budget(
     try:
         socket_path = proxy.listen_unix(os.path.join(private, "proxy.sock"), Channel.SHELL)
         endpoint = ProxyEndpoint(socket_path=socket_path, nonce=proxy.nonce)
-        profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ), net=policy)
+        profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False), net=policy)
         curl = "curl -sS -D - -o /dev/null"
         with LinuxBackend().start(profile, proxy=endpoint) as session:
             flood = session.exec(

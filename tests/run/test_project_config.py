@@ -63,6 +63,8 @@ def test_keys_that_decide_what_is_measured_are_refused_with_file_line_and_why(
     ("docs_mirrors:\n  docs.example.com: ./nowhere\n", 2, "docs_mirrors.docs.example.com"),
     ("workers: 1\nisolation: container\n", 2, "isolation: Input should be 'vm'"),
     ("inspect_tls: sometimes\n", 1, "inspect_tls"),
+    ("workers: 1\nallow_write:\n  - .vscode\n  - .git/hooks\n", 4,
+     "'.git/hooks' is not a protected workspace entry"),
     ("- backend\n", 1, "the top level must be a mapping"),
     ("", 1, "the file is empty"),
 ])
@@ -214,3 +216,8 @@ def test_a_refused_key_stops_the_run_before_anything_starts(tmp_path: Path) -> N
     with pytest.raises(TaskError, match=r"firstrun\.yaml:1: 'repeat' cannot be set"):
         _run(["run", str(PASS), "--config", str(config), "--out", str(tmp_path / "out")])
     assert not (tmp_path / "out").exists()
+
+
+def test_allow_write_names_protected_entries_a_recheck_may_write(tmp_path: Path) -> None:
+    config = load_project_config(write(tmp_path, "allow_write: [.vscode, .idea]\n"))
+    assert config.spec.allow_write == (".vscode", ".idea")

@@ -10,7 +10,7 @@ from firstrun.sandbox.hostfs import host_filesystem_policy
 
 
 def make_profile(workspace: str, **kwargs: object) -> SandboxProfile:
-    return SandboxProfile(fs=host_filesystem_policy(workspace, os.environ), **kwargs)
+    return SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False), **kwargs)
 
 
 def has_ipv6_loopback() -> bool:

@@ -34,7 +34,7 @@ def test_policy_exposes_toolchains_hides_secrets_and_lists_homes(fake_home: str)
         "SSL_CERT_FILE": ca,
         "REQUESTS_CA_BUNDLE": "/etc/ssl/certs/ca-certificates.crt",
     }
-    policy = host_filesystem_policy(f"{fake_home}/src", env)
+    policy = host_filesystem_policy(f"{fake_home}/src", env, protect=False)
     assert policy.workspace == os.path.realpath(f"{fake_home}/src")
     extra = [p for p in policy.readonly if p not in SYSTEM_READONLY]
     assert extra == [f"{fake_home}/.pyenv/shims", f"{fake_home}/.pyenv/versions",
@@ -48,7 +48,7 @@ def test_policy_exposes_toolchains_hides_secrets_and_lists_homes(fake_home: str)
 
 
 def test_every_home_directory_is_a_real_home(fake_home: str) -> None:
-    homes = host_filesystem_policy(f"{fake_home}/src", {"HOME": fake_home}).real_homes
+    homes = host_filesystem_policy(f"{fake_home}/src", {"HOME": fake_home}, protect=False).real_homes
     for name in os.listdir("/home"):
         if os.path.isdir(os.path.join("/home", name)):
             assert os.path.realpath(os.path.join("/home", name)) in homes

@@ -154,3 +154,24 @@ def test_seccomp_rules_compile_to_bpf() -> None:
         assert os.get_inheritable(fd) is False
     finally:
         os.close(fd)
+
+
+def test_protected_entries_are_bound_read_only_on_top_of_the_workspace() -> None:
+    from dataclasses import replace
+
+    fs = replace(PROFILE.fs, protected=((".git", "dir"), (".bashrc", "file")))
+    profile = replace(PROFILE, fs=fs)
+    config = helper_config(profile, control_fd=3, dial_fd=4)
+    for stage_dir in (None, "<STAGE>"):
+        spec = build_launch_spec(profile, host=HOST, helper_source="<HELPER>", config=config,
+                                 seccomp_fd=5, stage_dir=stage_dir, bwrap="/usr/bin/bwrap")
+        argv = list(spec.argv)
+        at = argv.index("/workspace")
+        source = (lambda n, p: p) if stage_dir is None else (lambda n, p: f"<STAGE>/{n}")
+        assert argv[at + 1: at + 7] == [
+            "--ro-bind", source(5, "/HOST/ws/.git"), "/workspace/.git",
+            "--ro-bind", source(6, "/HOST/ws/.bashrc"), "/workspace/.bashrc"]
+        if stage_dir is not None:
+            assert spec.stage[-2:] == (
+                StagedBind(source="/HOST/ws/.git", staged="<STAGE>/5", directory=True),
+                StagedBind(source="/HOST/ws/.bashrc", staged="<STAGE>/6", directory=False))

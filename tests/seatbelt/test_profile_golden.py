@@ -38,6 +38,23 @@ def test_profile_text_is_golden() -> None:
     assert spec.profile_text == (GOLDEN / "profile.sb").read_text(encoding="utf-8")
 
 
+def test_a_protected_workspace_keeps_its_entries_out_of_the_write_rule() -> None:
+    fs = PROFILE.fs
+    protected = SandboxProfile(fs=FilesystemPolicy(
+        workspace=fs.workspace, readonly=fs.readonly, hidden=fs.hidden, real_homes=fs.real_homes,
+        protected=((".git", "dir"), (".bashrc", "file"))))
+    spec = build_seatbelt_spec(protected, host=HOST, proxy_port=53128)
+    assert spec.named("PROTECTED") == (f"{WORKSPACE}/.git", f"{WORKSPACE}/.bashrc")
+    assert ('(allow file-write* (require-all (subpath (param "WRITABLE_0")) '
+            '(require-not (subpath (param "PROTECTED_0"))) '
+            '(require-not (subpath (param "PROTECTED_1")))))') in spec.profile_text
+    assert '(allow file-write* (subpath (param "WRITABLE_1")))' in spec.profile_text
+    # Only the write rule changes: every other line is the unprotected profile's.
+    plain = build_seatbelt_spec(PROFILE, host=HOST, proxy_port=53128).profile_text.splitlines()
+    changed = set(spec.profile_text.splitlines()) ^ set(plain)
+    assert all(line.startswith("(allow file-write*") for line in changed), changed
+
+
 def test_no_path_is_spliced_into_the_text() -> None:
     spec = build_seatbelt_spec(PROFILE, host=HOST, proxy_port=53128)
     for _, value in spec.parameters:

@@ -644,7 +644,7 @@ def run_configuration(config: Configuration, registry: fixtures.Registry,
                     socket_path=proxy.listen_unix(os.path.join(sockdir, "proxy.sock"),
                                                   Channel.SHELL),
                     nonce=proxy.nonce, trust_bundle=bundle, placeholders=placeholders)
-            profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ),
+            profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False),
                                      net=policy, required=ALL_LAYERS - omitted)
             # Without masking, a task given a credential hands the session its
             # real value; with it, the backend put the placeholder there.

@@ -94,7 +94,7 @@ class Findings:
 def default_exposure(env: Mapping[str, str]) -> Exposure:
     """The home-directory binds and masks a default session would get, from this environment."""
     with tempfile.TemporaryDirectory(prefix="firstrun-doctor-") as workspace:
-        fs = host_filesystem_policy(workspace, env)
+        fs = host_filesystem_policy(workspace, env, protect=False)
     toolchains = tuple(p for p in fs.readonly if p not in SYSTEM_READONLY)
     return Exposure(homes=fs.real_homes, toolchains=toolchains, masked=fs.hidden)
 

@@ -32,6 +32,7 @@ from firstrun.errors import (
     SandboxUnavailable,
     UsageError,
 )
+from firstrun.policy.filesystem import PROTECTED_NAMES
 from firstrun.policy.images import image_reference_error
 from firstrun.policy.process import MAX_COMMAND_TIMEOUT_S
 from firstrun.policy.profile import LayerName
@@ -126,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     sb.add_argument("--workspace", metavar="DIR",
                     help="existing directory mounted read-write at /workspace (default: a temporary one, removed afterwards)")
     sb.add_argument("--record", metavar="FILE", help="write one JSON line per egress decision to FILE")
+    _allow_write_flag(sb)
     sb.add_argument("--allow-unenforced", action="store_true",
                     help="permit the 'local' backend, which enforces nothing (recorded as unenforced)")
     _downgrade_flag(sb)
@@ -169,6 +171,14 @@ def _inspect_tls_flag(parser: argparse.ArgumentParser, *, configurable: bool = F
                         "the task's firstrun.methods opens more, and firstrun.credentials work "
                         "(linux and docker backends)" + ("; default: firstrun.yaml's inspect_tls, else off"
                                              if configurable else ""))
+
+
+def _allow_write_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--allow-write", action="append", default=[], metavar="NAME",
+        choices=PROTECTED_NAMES,
+        help="let the sandbox write one protected entry of a workspace that is not firstrun's "
+             f"own (repeatable; recorded): {', '.join(PROTECTED_NAMES)}")
 
 
 def _downgrade_flag(parser: argparse.ArgumentParser) -> None:
@@ -263,6 +273,7 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
     _image_flag(check)
     check.add_argument("--out", metavar="DIR",
                        help="where the check's trace goes (default: firstrun.yaml's out, else results)")
+    _allow_write_flag(check)
     check.add_argument("--config", metavar="FILE",
                        help="the project config (default: ./firstrun.yaml when it exists); its "
                        "backend, out, inspect_tls, isolation and task_defaults apply, and flags "
@@ -437,6 +448,7 @@ def _run(argv: Sequence[str]) -> int:
             timeout_s=args.timeout,
             json=args.json,
             image=args.image,
+            allow_write=tuple(args.allow_write),
         )
     )
 
@@ -481,7 +493,7 @@ def _cmd_check(args: argparse.Namespace, _argv: Sequence[str]) -> int:
     return check_command(
         args.task, sandbox=args.sandbox, backend=args.backend,
         allow_unenforced=args.allow_unenforced, out=args.out, image=args.image,
-        inspect_tls=args.inspect_tls, config=args.config,
+        inspect_tls=args.inspect_tls, config=args.config, allow_write=tuple(args.allow_write),
     )
 
 

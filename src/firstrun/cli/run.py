@@ -488,7 +488,7 @@ def _resolve(backend: str, allow_unenforced: bool, images: list[str | None],
 def check_command(
     task_path: str, *, sandbox: str, backend: str | None = None, allow_unenforced: bool = False,
     out: str | None = None, image: str | None = None, inspect_tls: bool | None = None,
-    config: str | None = None,
+    config: str | None = None, allow_write: tuple[str, ...] = (),
 ) -> int:
     """Re-run only the success check of one task against a kept workspace.
 
@@ -532,7 +532,8 @@ def check_command(
     config = RunConfig(out_dir=Path(out), backend=resolution.backend,
                        allow_unenforced=allow_unenforced, image=image, inspect_tls=inspect_tls)
     with signals_unwind():
-        record = recheck(tasks[0], sandbox_dir=Path(sandbox), config=config)
+        record = recheck(tasks[0], sandbox_dir=Path(sandbox), config=config,
+                         allow_write=allow_write or (spec.allow_write if spec else ()))
     ran = "the check did not run" if record.check_exit is None else f"exit {record.check_exit}"
     print(f"check: {record.classification.value} ({record.reason}), {ran}{_detail(record)}")
     if record.check_output:

@@ -62,6 +62,7 @@ class SandboxRequest:
     timeout_s: float | None = None
     json: bool = False
     image: str | None = None
+    allow_write: tuple[str, ...] = ()
 
 
 def build_network_policy(request: SandboxRequest) -> NetworkPolicy:
@@ -155,7 +156,9 @@ def run_sandbox(request: SandboxRequest) -> int:
             workspace = os.path.realpath(request.workspace)
         limits = Limits() if request.timeout_s is None else Limits(command_timeout_s=request.timeout_s)
         profile = SandboxProfile(
-            fs=host_filesystem_policy(workspace, os.environ),
+            # A directory of the user's own is protected; a temporary one is ours.
+            fs=host_filesystem_policy(workspace, os.environ, protect=request.workspace is not None,
+                                      lift=request.allow_write),
             net=policy,
             limits=limits,
             downgrades=request.downgrades,

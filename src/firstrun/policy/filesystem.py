@@ -40,6 +40,9 @@ class FilesystemPolicy:
     ``real_homes`` are the directories whose content must be unreadable.
     ``toolchain_env`` are the variables the lent toolchains need to find
     themselves (``Toolchain.home_variable``), set in every command's environment.
+    ``protected`` are the workspace entries held read-only (see
+    ``workspace_protection``), each ``(name, kind)`` with kind ``file`` or
+    ``dir``; ``lifted`` the protected names the user let the sandbox write.
     """
 
     workspace: str
@@ -49,15 +52,20 @@ class FilesystemPolicy:
     sandbox_home: str = "/home/sandbox"
     sandbox_workspace: str = "/workspace"
     toolchain_env: tuple[tuple[str, str], ...] = ()
+    protected: tuple[tuple[str, str], ...] = ()
+    lifted: tuple[str, ...] = ()
 
     def to_data(self) -> dict[str, object]:
+        # Keys added later appear only when set, so older policies keep their hash.
         return {
             "workspace": self.sandbox_workspace,
             "readonly": list(self.readonly),
             "hidden": list(self.hidden),
             "real_homes": list(self.real_homes),
             "sandbox_home": self.sandbox_home,
-        } | ({"toolchain_env": [list(p) for p in self.toolchain_env]} if self.toolchain_env else {})
+        } | ({"toolchain_env": [list(p) for p in self.toolchain_env]} if self.toolchain_env else {}
+             ) | ({"protected": [list(p) for p in self.protected]} if self.protected else {}
+                  ) | ({"lifted": list(self.lifted)} if self.lifted else {})
 
 
 def _under(path: str, root: str) -> bool:
@@ -217,6 +225,63 @@ def toolchain_lending(path_entries: Sequence[str], homes: Iterable[str],
             if not any(_under(entry, r) for r in readonly):
                 lend(entry, home)
     return Lending(readonly=tuple(readonly), env=tuple(env))
+
+
+# Entries of a workspace that something on the host runs or trusts later:
+# git (its hooks and config run at the owner's next commit, .gitmodules at the
+# next clone), shells that start there, editors and agents that load a
+# project's settings and servers. Written by a sandboxed command into the
+# owner's own checkout, each is an escape that waits. Name and kind of the
+# placeholder that holds the name when it is absent.
+PROTECTED_ENTRIES: tuple[tuple[str, str], ...] = (
+    (".git", "dir"), (".gitmodules", "file"), (".gitconfig", "file"),
+    (".bashrc", "file"), (".bash_profile", "file"), (".bash_login", "file"),
+    (".profile", "file"), (".zshrc", "file"), (".zprofile", "file"), (".zshenv", "file"),
+    (".ripgreprc", "file"), (".mcp.json", "file"),
+    (".vscode", "dir"), (".idea", "dir"), (".claude", "dir"), (".codex", "dir"),
+)
+PROTECTED_NAMES = tuple(name for name, _ in PROTECTED_ENTRIES)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Protection:
+    """What ``workspace_protection`` decided: entries held read-only, names lifted, or a refusal."""
+
+    protected: tuple[tuple[str, str], ...] = ()
+    lifted: tuple[str, ...] = ()
+    refusal: str | None = None
+
+
+def workspace_protection(kinds: Callable[[str], str | None],
+                         lift: Iterable[str] = ()) -> Protection:
+    """Which of ``PROTECTED_ENTRIES`` a workspace holds read-only, lifting those in ``lift``.
+
+    ``kinds`` says what a workspace entry is: ``file``, ``dir``, ``symlink``,
+    ``other``, or None when absent (the caller's I/O). An absent entry is
+    protected with its placeholder's kind, so it cannot be created either;
+    a present one with its own. A symlink cannot be held read-only by a
+    bind (the mount would land on its target), so it is a refusal, as is
+    an unknown name in ``lift`` (a typo would otherwise protect nothing it
+    meant to and lift nothing).
+    """
+    lifted = tuple(dict.fromkeys(lift))
+    unknown = [name for name in lifted if name not in PROTECTED_NAMES]
+    if unknown:
+        return Protection(refusal=f"{unknown[0]!r} is not a protected workspace entry "
+                                  f"(they are: {', '.join(PROTECTED_NAMES)})")
+    protected: list[tuple[str, str]] = []
+    for name, placeholder in PROTECTED_ENTRIES:
+        if name in lifted:
+            continue
+        kind = kinds(name)
+        if kind == "symlink":
+            return Protection(refusal=f"the workspace's {name} is a symlink, which cannot be held "
+                                      f"read-only; remove it, or lift it with --allow-write {name}")
+        if kind == "other":
+            return Protection(refusal=f"the workspace's {name} is neither a file nor a "
+                                      f"directory; remove it, or lift it with --allow-write {name}")
+        protected.append((name, kind or placeholder))
+    return Protection(protected=tuple(protected), lifted=lifted)
 
 
 def secrets_inside(roots: Iterable[str], homes: Iterable[str]) -> tuple[str, ...]:

@@ -241,8 +241,12 @@ def run_check(
     return finished
 
 
-def recheck(task: Task, *, sandbox_dir: Path, config: RunConfig) -> RunRecord:
+def recheck(task: Task, *, sandbox_dir: Path, config: RunConfig,
+            allow_write: tuple[str, ...] = ()) -> RunRecord:
     """Run only the check of ``task`` against a kept workspace, on ``config``'s backend.
+
+    The kept directory is not this process's own, so its protected entries
+    are held read-only during the check, less ``allow_write``.
 
     The backend is chosen exactly as for a run, so ``local`` is refused
     unless unenforced execution was allowed. ``expect_output`` matches the
@@ -268,7 +272,8 @@ def recheck(task: Task, *, sandbox_dir: Path, config: RunConfig) -> RunRecord:
         try:
             with open_sandbox(task, workspace=str(workspace), config=config,
                               politeness=config.politeness or Politeness(),
-                              on_record=recorder.egress) as enclosure:
+                              on_record=recorder.egress, protect=True,
+                              lift=allow_write) as enclosure:
                 recorder.emit(SandboxStarted(info=enclosure.session.info.to_data()))
                 phase = "check"
                 with Workspace(workspace) as handle:

@@ -26,6 +26,9 @@ its own, as a task's ``firstrun.isolation: vm`` does; the stricter of the
 two holds, so a task cannot opt out of the project's requirement. It is part
 of the sweep's identity too. ``inspect_tls: true`` is ``--inspect-tls`` on
 every run (``--no-inspect-tls`` on the command line wins over it).
+``allow_write`` names protected workspace entries (``.vscode``) that
+``firstrun check --sandbox DIR`` lets the sandbox write; ``--allow-write``
+on the command line replaces the list.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from pydantic import (
 
 from firstrun.docs import Mirror
 from firstrun.errors import TaskError, UsageError
+from firstrun.policy.filesystem import PROTECTED_NAMES
 from firstrun.policy.permissions import RuleSet
 from firstrun.sandbox.select import BACKENDS
 from firstrun.tasks.load import parse_yaml, read_text_file, validation_error
@@ -69,6 +73,13 @@ REFUSED_KEYS = {
 def _backend(name: str) -> str:
     if name not in BACKENDS:
         raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+    return name
+
+
+def _protected_entry(name: str) -> str:
+    if name not in PROTECTED_NAMES:
+        raise ValueError(f"{name!r} is not a protected workspace entry; they are: "
+                         f"{', '.join(PROTECTED_NAMES)}")
     return name
 
 
@@ -103,6 +114,9 @@ class ProjectSpec(_Section):
     isolation: Literal["vm"] | None = Field(
         None, description="vm: every task runs only in a micro-VM with its own kernel "
         "(--backend microvm, KVM), whatever the task file says.")
+    allow_write: tuple[Annotated[str, AfterValidator(_protected_entry)], ...] = Field(
+        (), description="Protected workspace entries a sandbox over a directory of the user's "
+        "own may write (--allow-write NAME).")
     task_defaults: TaskDefaults = TaskDefaults()
     permissions: Permissions = Permissions()
 

@@ -124,7 +124,7 @@ def _carry_out(task: Task, *, agent: Agent, config: RunConfig, where: Path,
         with ExitStack() as stack:
             enclosure = stack.enter_context(open_sandbox(
                 task, workspace=str(workspace), config=config, politeness=politeness,
-                on_record=recorder.egress))
+                on_record=recorder.egress, protect=False))
             session = enclosure.session
             stack.enter_context(_interrupt_on(stop, session))
             recorder.emit(SandboxStarted(info=session.info.to_data()))

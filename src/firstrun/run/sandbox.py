@@ -114,10 +114,12 @@ def task_policy(task: Task, config: RunConfig) -> NetworkPolicy:
                                   inspect=config.inspect_tls)
 
 
-def task_profile(task: Task, workspace: str, policy: NetworkPolicy, config: RunConfig) -> SandboxProfile:
+def task_profile(task: Task, workspace: str, policy: NetworkPolicy, config: RunConfig, *,
+                 protect: bool, lift: tuple[str, ...] = ()) -> SandboxProfile:
+    """``protect``: the workspace is not one this run made (a recheck's kept one)."""
     budgets = task.spec.budgets
     return SandboxProfile(
-        fs=host_filesystem_policy(workspace, os.environ),
+        fs=host_filesystem_policy(workspace, os.environ, protect=protect, lift=lift),
         net=policy,
         # The task's output cap is in characters; bytes bound them from above
         # for ASCII and are what the backend can count.
@@ -142,8 +144,13 @@ def open_sandbox(
     config: RunConfig,
     politeness: Politeness,
     on_record: Callable[[EgressRecord], None],
+    protect: bool,
+    lift: tuple[str, ...] = (),
 ) -> Iterator[Enclosure]:
-    """Raises SandboxUnavailable/AttestationFailed/SandboxError/ProxyError/UsageError as they come."""
+    """Raises SandboxUnavailable/AttestationFailed/SandboxError/ProxyError/UsageError as they come.
+
+    ``protect`` and ``lift``: as ``task_profile``'s.
+    """
     policy = task_policy(task, config)
     image = run_image(task, config)
     # A sweep resolves ``auto`` once before its runs; a lone run does it here.
@@ -159,7 +166,7 @@ def open_sandbox(
                                  image=image,
                                  on_record=(lambda data: on_record(EgressRecord.from_data(data)))
                                  if own_proxy else None))
-    profile = task_profile(task, workspace, policy, config)
+    profile = task_profile(task, workspace, policy, config, protect=protect, lift=lift)
     if policy.inspection is not None and name not in INSPECTING_BACKENDS:
         raise SandboxUnavailable(
             f"--inspect-tls: the {name} backend cannot show the run's CA bundle in its sandbox",

@@ -91,6 +91,7 @@ class AttestPlan:
     host_alias: str | None = None
     supervisor: str = "same_uid"
     self_mem_sealed: bool = False
+    protected: tuple[tuple[str, str], ...] = ()
 
 
 def attest(session: Session, plan: AttestPlan) -> tuple[Check, ...]:
@@ -115,6 +116,7 @@ def attest(session: Session, plan: AttestPlan) -> tuple[Check, ...]:
             "seccomp": plan.seccomp,
             "supervisor": plan.supervisor,
             "self_mem_sealed": plan.self_mem_sealed,
+            "protected": [list(p) for p in plan.protected],
         }
         # Read whole through on_output: the session's output cap is the
         # task's, and a small one must not truncate the probe's report.

@@ -279,6 +279,51 @@ def check_writes(workspace: str, landlock: bool, witness: str | None = None) -> 
     return ok, "; ".join(details)
 
 
+_HELD = (errno.EROFS, errno.EBUSY, errno.EPERM, errno.EACCES)
+
+
+def _errno_of(action) -> int | None:
+    try:
+        action()
+    except OSError as exc:
+        return exc.errno
+    return None
+
+
+def check_protected(workspace: str, protected: list[list[str]]) -> tuple[bool, str]:
+    """Each protected entry refuses a write into it and a rename (the swap for a planted one)."""
+    details = []
+    ok = True
+    for name, kind in protected:
+        path = os.path.join(workspace, name)
+        if not os.path.lexists(path):
+            # Held by name alone (Seatbelt): creating it must be refused.
+            def create(path: str = path, kind: str = kind) -> None:
+                if kind == "dir":
+                    os.mkdir(path)
+                    os.rmdir(path)
+                else:
+                    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW))
+                    os.unlink(path)
+            made = _errno_of(create)
+            ok = ok and made in _HELD
+            details.append(f"{name}: create {errno.errorcode.get(made, made) if made else 'allowed'}")
+            continue
+        if kind == "dir":
+            wrote = _try_write(os.path.join(path, ".firstrun-attest"))
+        else:
+            def append(path: str = path) -> None:
+                os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW))
+            wrote = _errno_of(append)
+        moved = _errno_of(lambda path=path: os.rename(path, path + ".firstrun-attest"))
+        if moved is None:
+            os.rename(path + ".firstrun-attest", path)
+        ok = ok and wrote in _HELD and moved in _HELD
+        details.append(f"{name}: write {errno.errorcode.get(wrote, wrote) if wrote else 'allowed'}"
+                       f", rename {errno.errorcode.get(moved, moved) if moved else 'allowed'}")
+    return ok, "; ".join(details)
+
+
 def check_privileges() -> tuple[bool, str]:
     st = _status()
     ok = int(st["CapEff"], 16) == 0 and st["NoNewPrivs"].strip() == "1"
@@ -383,6 +428,9 @@ def main(argv: list[str]) -> int:
     results.append(("real_homes_unreadable", *check_homes(plan["real_homes"], plan["exposed"])))
     results.append(("writes_confined", *check_writes(plan["workspace"], plan["landlock"],
                                                      plan.get("write_witness"))))
+    if plan.get("protected"):
+        results.append(("workspace_entries_held",
+                        *check_protected(plan["workspace"], plan["protected"])))
     if plan.get("supervisor", "same_uid") != "none":
         results.append(("supervisor_out_of_reach",
                         *check_supervisor(plan.get("supervisor", "same_uid"),

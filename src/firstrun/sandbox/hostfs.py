@@ -3,8 +3,11 @@
 Guarantee: the policy returned names only paths that exist on this host, so
 a backend can bind every one of them; every directory that holds a real
 user's files ($HOME, /root, the sudo user's home, each /home/*) is listed as
-a real home, and of those homes only the toolchain roots the PATH needs are
-readable, with the secret locations inside those roots listed as hidden.
+a real home, and of those homes only the parts of each toolchain the PATH
+runs from are readable, with any secret location inside them listed as hidden.
+A workspace that is not firstrun's own has its protected entries (see
+``policy.filesystem.PROTECTED_ENTRIES``) listed, for every backend to hold
+read-only.
 CA bundles that the CA variables point at outside /etc and /usr are exposed
 read-only, so TLS through an intercepting proxy keeps working inside. A
 workspace that would hand over a host tree or a home (``/``, ``/tmp``,
@@ -19,18 +22,21 @@ import os
 import posixpath
 import pwd
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from firstrun.errors import UsageError
 from firstrun.policy.filesystem import (
     SYSTEM_READONLY,
     FilesystemPolicy,
+    Protection,
     secrets_inside,
     toolchain_lending,
+    workspace_protection,
     workspace_refusal,
 )
 from firstrun.policy.process import CA_VARIABLES
 from firstrun.sandbox.ownership import mount_points_beneath
+from firstrun.sandbox.protect import entry_kind
 
 _SYSTEM_TREES = ("/etc", "/usr")
 
@@ -92,10 +98,17 @@ def _checked_workspace(workspace: str, homes: tuple[str, ...], label: str) -> st
     return resolved
 
 
-def host_filesystem_policy(workspace: str, env: Mapping[str, str]) -> FilesystemPolicy:
+def host_filesystem_policy(workspace: str, env: Mapping[str, str], *, protect: bool,
+                           lift: Iterable[str] = ()) -> FilesystemPolicy:
     """The filesystem policy for running commands over ``workspace`` on this host.
 
-    Raises ``UsageError`` for a workspace ``check_workspace`` refuses.
+    ``protect``: the workspace is not one firstrun made for this session (a
+    user's checkout), so its protected entries are held read-only
+    (``workspace_protection``), less the names in ``lift``. Every caller
+    says which, so a user's directory is never lent unprotected by default.
+
+    Raises ``UsageError`` for a workspace ``check_workspace`` refuses, or
+    for protected entries that cannot be held (a symlink, an unknown name).
     """
     homes = real_homes(env)
     resolved = _checked_workspace(workspace, homes, "workspace")
@@ -115,10 +128,19 @@ def host_filesystem_policy(workspace: str, env: Mapping[str, str]) -> Filesystem
         if not any(_under(target, r) for r in readonly) and target not in readonly:
             readonly.append(target)
     hidden = tuple(p for p in secrets_inside(roots, homes) if os.path.lexists(p))
+    protection = Protection()
+    if protect:
+        protection = workspace_protection(lambda name: entry_kind(resolved, name), lift)
+        if protection.refusal is not None:
+            raise UsageError(f"workspace {resolved}: {protection.refusal}")
+    elif lift:
+        raise UsageError("--allow-write: the workspace is firstrun's own, where nothing is protected")
     return FilesystemPolicy(
         workspace=resolved,
         readonly=tuple(readonly),
         hidden=hidden,
         real_homes=homes,
         toolchain_env=lending.env,
+        protected=protection.protected,
+        lifted=protection.lifted,
     )

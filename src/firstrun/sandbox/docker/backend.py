@@ -107,6 +107,10 @@ from firstrun.sandbox.docker.topology import (
     build_topology,
 )
 from firstrun.sandbox.ownership import give_back, lend, pick_uid, recover
+from firstrun.sandbox.protect import Placeholder
+from firstrun.sandbox.protect import describe as describe_protection
+from firstrun.sandbox.protect import place as place_placeholders
+from firstrun.sandbox.protect import remove as remove_placeholders
 
 HELPER_SOURCE = Path(helper.__file__).read_text(encoding="utf-8")
 SECCOMP_PROBE_SOURCE = Path(seccomp_probe.__file__).read_text(encoding="utf-8")
@@ -203,7 +207,7 @@ class DockerSession(SupervisedSession):
                  info: SessionInfo, attach: subprocess.Popen[bytes], control: socket.socket,
                  attach_stderr: IO[bytes], sidecar: _Sidecar | None,
                  lent_uid: int | None, owner: tuple[int, int], docker_bin: str,
-                 trust_dir: str | None = None) -> None:
+                 placeholders: tuple[Placeholder, ...], trust_dir: str | None = None) -> None:
         super().__init__(channel=JsonLines(control, peer="the run container's helper"),
                          env=env, profile=profile, info=info)
         self.topology = topology
@@ -213,6 +217,7 @@ class DockerSession(SupervisedSession):
         self._sidecar = sidecar
         self._lent_uid = lent_uid
         self._owner = owner
+        self._placeholders = placeholders
         self._docker = docker_bin
         self._trust_dir = trust_dir
         self._killed = False
@@ -281,6 +286,7 @@ class DockerSession(SupervisedSession):
                 give_back(self._profile.fs.workspace, self._lent_uid, self._owner)
             except OSError as exc:
                 errors.append(f"restoring workspace ownership: {exc}")
+        remove_placeholders(self._profile.fs.workspace, self._placeholders)
         if self._trust_dir is not None:
             shutil.rmtree(self._trust_dir, ignore_errors=True)
         if errors:
@@ -309,7 +315,7 @@ def _layers(profile: SandboxProfile, *, image: str, user: str, proxy: bool,
     details = {
         LayerName.NAMESPACES: f"image {image}; pid, mount, ipc, uts and net namespaces; "
                               "oom_score_adj floored at its start (runc set it as root, and "
-                              "lowering it needs CAP_SYS_RESOURCE)",
+                              "lowering it needs CAP_SYS_RESOURCE)" + describe_protection(fs),
         LayerName.LANDLOCK: (f"writes only beneath {writable} and a few devices (Landlock, "
                              "applied by the helper before any command); the root filesystem is "
                              "read-only besides; no capability to remount") if landlock_abi else
@@ -603,8 +609,10 @@ class DockerBackend:
         session: DockerSession | None = None
         attach: subprocess.Popen[bytes] | None = None
         control = attach_stderr = None
+        placeholders: tuple[Placeholder, ...] = ()
         try:
             try:
+                placeholders = place_placeholders(fs, who="docker")
                 if lent is not None:
                     lend(fs.workspace, lent, who="docker")
                 for argv in topology.create:
@@ -673,6 +681,7 @@ class DockerBackend:
                                  policy_hash=profile.policy_hash()),
                 attach=attach, control=control, attach_stderr=attach_stderr,
                 sidecar=sidecar, lent_uid=lent, owner=owner, docker_bin=docker_bin,
+                placeholders=placeholders,
                 trust_dir=inspection.directory if inspection is not None else None)
             landlock_abi = int(ready.get("landlock_abi", 0))
             checks = attestation.attest(session, attestation.AttestPlan(
@@ -682,7 +691,8 @@ class DockerBackend:
                 host_address=gateway,
                 proxy_host=sidecar_ip,
                 write_witness=WRITE_WITNESS if landlock_abi else None,
-                supervisor="foreign_uid", self_mem_sealed=bool(landlock_abi)))
+                supervisor="foreign_uid", self_mem_sealed=bool(landlock_abi),
+                protected=fs.protected))
             if strict:
                 checks += _seccomp_checks(session)
             if inspection is not None:
@@ -711,6 +721,7 @@ class DockerBackend:
                         sidecar.finish()
                 if lent is not None:
                     give_back(fs.workspace, lent, owner)
+                remove_placeholders(fs.workspace, placeholders)
                 if inspection is not None:
                     shutil.rmtree(inspection.directory, ignore_errors=True)
             raise

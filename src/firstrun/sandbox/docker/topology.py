@@ -44,6 +44,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import posixpath
 from dataclasses import dataclass
 
 from firstrun.policy.process import SANDBOX_CA_BUNDLE
@@ -247,6 +248,12 @@ def build_topology(profile: SandboxProfile, *, session: str, host: DockerHost) -
         "--ulimit", f"nofile={limits.open_files}:{limits.open_files}",
         "--mount", mount_value("type=bind", f"source={host.workspace}",
                                f"target={fs.sandbox_workspace}"),
+        # Each a mount point on top of the workspace: read-only, and neither
+        # removable nor renamable from inside (EBUSY), so it cannot be swapped.
+        *(arg for name, _ in fs.protected
+          for arg in ("--mount", mount_value(
+              "type=bind", f"source={posixpath.join(host.workspace, name)}",
+              f"target={posixpath.join(fs.sandbox_workspace, name)}", "readonly"))),
         *(_ro_binds(host.ca_files) if host.trust_bundle is None else
           ("--mount", mount_value("type=bind", f"source={host.trust_bundle}",
                                   f"target={SANDBOX_CA_BUNDLE}", "readonly"))),

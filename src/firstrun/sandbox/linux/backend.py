@@ -64,6 +64,10 @@ from firstrun.sandbox.linux.spec import (
     helper_config,
 )
 from firstrun.sandbox.ownership import give_back, kill_uid, lend, pick_uid, recover
+from firstrun.sandbox.protect import Placeholder
+from firstrun.sandbox.protect import describe as describe_protection
+from firstrun.sandbox.protect import place as place_placeholders
+from firstrun.sandbox.protect import remove as remove_placeholders
 
 HELPER_SOURCE = Path(helper.__file__).read_text(encoding="utf-8")
 LAUNCHER_SOURCE = Path(launcher.__file__).read_text(encoding="utf-8")
@@ -186,6 +190,7 @@ class LinuxSession(SupervisedSession):
         stage_dir: str | None,
         stderr_file: IO[bytes] | None,
         session_cgroup: cgroup.SessionCgroup | None,
+        placeholders: tuple[Placeholder, ...],
     ) -> None:
         super().__init__(channel=JsonLines(control, peer="the sandbox helper"), env=env,
                          profile=profile, info=info)
@@ -198,6 +203,7 @@ class LinuxSession(SupervisedSession):
         self._sandbox_uid = sandbox_uid
         self._workspace_owner = workspace_owner
         self._stage_dir = stage_dir
+        self._placeholders = placeholders
         self._stderr = stderr_file
 
     def _stderr_tail(self) -> str:
@@ -250,6 +256,7 @@ class LinuxSession(SupervisedSession):
                 give_back(self._profile.fs.workspace, self._sandbox_uid, self._workspace_owner)
             except OSError as exc:
                 errors.append(f"restoring workspace ownership: {exc}")
+        remove_placeholders(self._profile.fs.workspace, self._placeholders)
         if self._stage_dir is not None:
             try:
                 os.rmdir(self._stage_dir)
@@ -342,7 +349,9 @@ class LinuxBackend:
         session_cgroup, no_cgroup = _session_cgroup(profile)
         stderr_file = tempfile.TemporaryFile()
         process = None
+        placeholders: tuple[Placeholder, ...] = ()
         try:
+            placeholders = place_placeholders(fs, who="linux")
             launch: dict[str, object] = {
                 "argv": list(spec.argv),
                 "cgroup_procs": list(session_cgroup.procs_files) if session_cgroup else [],
@@ -362,6 +371,7 @@ class LinuxBackend:
                                        close_fds=True)
         except (OSError, SandboxError) as exc:
             self._abandon(process, fs.workspace, owner, uid, stage_dir, session_cgroup)
+            remove_placeholders(fs.workspace, placeholders)
             if isinstance(exc, SandboxError):
                 raise
             raise _sandbox_error("cannot launch bubblewrap", exc) from exc
@@ -385,6 +395,7 @@ class LinuxBackend:
                              policy_hash=profile.policy_hash()),
             sandbox_uid=uid, workspace_owner=owner if uid is not None else None,
             stage_dir=stage_dir, stderr_file=stderr_file, session_cgroup=session_cgroup,
+            placeholders=placeholders,
         )
         try:
             ready = self._await_ready(session, control_parent)
@@ -418,7 +429,7 @@ class LinuxBackend:
                 seccomp=seccomp_fd is not None,
                 network=("captured" if capturing else "loopback_only")
                 if LayerName.NETWORK in profile.required else "shared",
-                supervisor="same_uid", self_mem_sealed=abi > 0,
+                supervisor="same_uid", self_mem_sealed=abi > 0, protected=fs.protected,
             ))
             session.info = SessionInfo(
                 backend=self.name,
@@ -531,7 +542,7 @@ def _layers(profile: SandboxProfile, *, uid: int | None, landlock_abi: int, land
                     detail=("user, mount, pid, ipc, uts, net and cgroup namespaces; "
                             if LayerName.NETWORK in profile.required
                             else "user, mount, pid, ipc, uts and cgroup namespaces; ")
-                    + "nested user namespaces disabled"),
+                    + "nested user namespaces disabled" + describe_protection(fs)),
         LayerStatus(name=LayerName.LANDLOCK, applied=landlock_abi > 0,
                     mechanism=f"landlock ABI {landlock_abi}" if landlock_abi else "landlock",
                     detail=f"writes only beneath {writable}" if landlock_abi

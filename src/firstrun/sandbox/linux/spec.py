@@ -179,6 +179,11 @@ def build_launch_spec(
             argv += ["--ro-bind", "/dev/null", path]
     argv += ["--size", str(profile.limits.memory_bytes), "--tmpfs", fs.sandbox_home]
     argv += ["--bind", source(fs.workspace, True), fs.sandbox_workspace]
+    # On top of the workspace, each a mount point: read-only, and neither
+    # removable nor renamable from inside (EBUSY), so it cannot be swapped.
+    for name, kind in fs.protected:
+        argv += ["--ro-bind", source(posixpath.join(fs.workspace, name), kind == "dir"),
+                 posixpath.join(fs.sandbox_workspace, name)]
     argv += ["--chdir", fs.sandbox_workspace]
     if seccomp_fd is not None:
         argv += ["--seccomp", str(seccomp_fd)]

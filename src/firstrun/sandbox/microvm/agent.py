@@ -134,6 +134,12 @@ def setup(config):
     os.chown(sandbox_home, uid, gid)
     _mount("workspace", config["workspace"], "9p", _MS_NOSUID | _MS_NODEV,
            "trans=virtio,version=9p2000.L,msize=262144,cache=mmap")
+    # Each a read-only mount point over the share: unwritable, and neither
+    # removable nor renamable by a command (EBUSY), so it cannot be swapped.
+    for name in config.get("protected", ()):
+        entry = os.path.join(config["workspace"], name)
+        _mount(entry, entry, None, _MS_BIND)
+        _mount("none", entry, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
     # Nothing the commands write lands beside the CA bundle or in /run.
     if config["ca_bundle"]:
         os.makedirs("/run/firstrun", mode=0o755)

