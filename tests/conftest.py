@@ -1,7 +1,8 @@
 """Every test cleans up what it makes: the suite fails if it leaves firstrun's files behind.
 
 At the end of the session, anything named ``firstrun-*`` in the temporary
-directory, any stage directory under ``/run/firstrun`` and any lease that
+directory, any stage directory under ``/run/firstrun``, any lease (a lent
+workspace's or a sized workspace's) and any mount of a sized workspace that
 was not there when the session began is a leftover (a key, a socket
 directory, a workspace), and the session errors naming each one.
 """
@@ -21,12 +22,15 @@ def _ours() -> set[str]:
     found: set[str] = set()
     temp = tempfile.gettempdir()
     for root, prefix in ((temp, "firstrun-"), (_RUN, "firstrun-stage-"),
-                         (os.path.join(_RUN, "leases"), "")):
+                         (os.path.join(_RUN, "leases"), ""), (os.path.join(_RUN, "disks"), "")):
         try:
             names = os.listdir(root)
         except OSError:
             continue
         found |= {os.path.join(root, n) for n in names if n.startswith(prefix)}
+    with open("/proc/self/mountinfo", encoding="utf-8") as f:
+        found |= {f"mount {fields[4]}" for fields in (line.split() for line in f)
+                  if "/firstrun-disk-" in fields[4]}
     return found
 
 

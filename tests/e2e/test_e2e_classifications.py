@@ -34,6 +34,7 @@ FIXTURES = [
     "replay-step-fails",
     "check-fails",
     "turns-budget",
+    "disk-budget",
     "setup-fails",
     "no-replay",
     *(f"blocked-{reason}" for reason in ("not-allowed", "port-not-allowed", "dns-not-allowed",
@@ -115,6 +116,26 @@ def test_budget_exhausted_when_the_turns_run_out(suite: tuple[int, Path]) -> Non
     assert finished["stop"] == "budget_exhausted" and finished["turns"] == 1
     # The check still ran and decided that the goal was not reached.
     assert run["check_exit"] == 1
+
+
+def test_budget_exhausted_when_the_workspace_disk_fills(suite: tuple[int, Path]) -> None:
+    run, trace = _run(suite, "disk-budget")
+    assert (run["classification"], run["reason"]) == ("budget_exhausted", "disk_exhausted")
+    assert _verdict(trace) == ("budget_exhausted", "disk_exhausted")
+    (dd,) = events(trace, "command", source="agent")
+    assert dd["exit_code"] != 0 and "No space left on device" in dd["stderr"]
+    (disk,) = events(trace, "workspace_disk")
+    assert disk["bound_bytes"] == 32 << 20 and disk["reached"] is True
+    assert 24 << 20 < disk["peak_bytes"] <= 32 << 20
+    assert run["extra"]["disk"]["reached"] is True
+    assert "disk bound of 32 MiB" in run["detail"]
+
+
+def test_a_run_records_the_default_disk_bound_it_ran_under(suite: tuple[int, Path]) -> None:
+    _, trace = _run(suite, "passes")
+    (disk,) = events(trace, "workspace_disk")
+    assert disk["bound_bytes"] == 4096 << 20 and disk["reached"] is False
+    assert disk["mechanism"] == "ext4 in a sparse image, loop-mounted"
 
 
 def test_infra_error_when_setup_fails_and_the_agent_never_starts(suite: tuple[int, Path]) -> None:

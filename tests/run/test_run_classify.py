@@ -14,6 +14,7 @@ from firstrun.run.events import (
     CommandRan,
     Failure,
     Source,
+    WorkspaceDisk,
 )
 
 
@@ -34,6 +35,11 @@ def infra(reason: R) -> Failure:
                    infra=True, reason=reason.value)
 
 
+def disk(*, reached: bool) -> WorkspaceDisk:
+    return WorkspaceDisk(bound_bytes=32 << 20, mechanism="ext4", peak_bytes=32 << 20,
+                         reached=reached)
+
+
 BUG = Failure(phase="agent", who="harness", error_type="KeyError", message="tb", infra=False,
               reason=R.HARNESS_ERROR.value)
 
@@ -47,6 +53,11 @@ TABLE = [
     ([agent(AgentStop.FINISHED), check(None)], C.DOCS_GAP, R.CHECK_FAILED),
     ([agent(AgentStop.BUDGET_EXHAUSTED), check(1)], C.BUDGET_EXHAUSTED, R.BUDGET_EXHAUSTED),
     ([agent(AgentStop.BUDGET_EXHAUSTED), check(0)], C.PASSED, R.PASSED),
+    # A full workspace disk is a spent budget, the task's to raise; the check still decides.
+    ([cmd(Source.AGENT, 1), agent(AgentStop.STEP_FAILED), check(1), disk(reached=True)],
+     C.BUDGET_EXHAUSTED, R.DISK_EXHAUSTED),
+    ([agent(AgentStop.FINISHED), check(0), disk(reached=True)], C.PASSED, R.PASSED),
+    ([agent(AgentStop.FINISHED), check(1), disk(reached=False)], C.DOCS_GAP, R.CHECK_FAILED),
     ([agent(AgentStop.NO_REPLAY)], C.SKIPPED, R.NO_REPLAY),
     ([agent(AgentStop.REFUSED)], C.AGENT_REFUSAL, R.AGENT_REFUSED),
     ([agent(AgentStop.INFRA_ERROR)], C.INFRA_ERROR, R.AGENT_INFRA),

@@ -20,6 +20,7 @@ INVALID_EXPECTED = {
     "typo-top-level.yaml": (5, "unknown key 'sucess'; did you mean 'success'?"),
     "typo-nested.yaml": (9, "unknown key 'max_secods' in budgets; did you mean 'max_seconds'?"),
     "wrong-type.yaml": (8, "budgets.max_turns: expected an integer, got 'lots'"),
+    "disk-too-small.yaml": (9, "budgets.max_disk_mb: must be 0 (no bound) or at least 16 MiB, got 8"),
     "setup-not-a-list.yaml": (5, "setup: expected a list, got 'python3 -m venv .venv'"),
     "bad-yaml.yaml": (
         5,
@@ -144,12 +145,16 @@ def test_defaults_are_quickstarted_budgets_and_nothing_extra(write_task) -> None
         b.max_command_seconds,
         b.max_output_chars,
         b.max_tokens,
+        b.max_disk_mb,
+        b.disk_asked,
     ) == (
         20,
         480,
         300,
         20_000,
         0,
+        4096,
+        False,
     )
     assert task.spec.setup == () and task.spec.replay == () and task.spec.image is None
     assert task.spec.network.allow == () and task.spec.network.only is None

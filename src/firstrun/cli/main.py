@@ -34,7 +34,7 @@ from firstrun.errors import (
 )
 from firstrun.policy.filesystem import PROTECTED_NAMES
 from firstrun.policy.images import image_reference_error
-from firstrun.policy.process import MAX_COMMAND_TIMEOUT_S
+from firstrun.policy.process import DEFAULT_DISK_MB, MAX_COMMAND_TIMEOUT_S, MIN_DISK_MB
 from firstrun.policy.profile import LayerName
 from firstrun.sandbox.select import BACKENDS
 
@@ -100,6 +100,16 @@ def _usd(text: str) -> Decimal:
     return value
 
 
+def _disk_mb(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of MiB: {text!r}") from None
+    if value < 0 or 0 < value < MIN_DISK_MB:
+        raise argparse.ArgumentTypeError(f"must be 0 (no bound) or at least {MIN_DISK_MB} MiB: {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="firstrun",
@@ -136,6 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
     _inspect_tls_flag(sb)
     sb.add_argument("--timeout", type=_positive_seconds, metavar="SECONDS",
                     help="kill the command's whole process tree after SECONDS (default: 600)")
+    sb.add_argument("--max-disk", type=_disk_mb, metavar="MB",
+                    help="size of the temporary workspace's own filesystem; past it writes fail "
+                    f"with ENOSPC (default: {DEFAULT_DISK_MB}; 0: no bound; not with --workspace)")
     sb.add_argument("--json", action="store_true",
                     help="print session info and egress records as JSON on stdout; the command's output goes to stderr")
 
@@ -449,6 +462,7 @@ def _run(argv: Sequence[str]) -> int:
             json=args.json,
             image=args.image,
             allow_write=tuple(args.allow_write),
+            max_disk_mb=args.max_disk,
         )
     )
 

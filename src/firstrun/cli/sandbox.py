@@ -25,13 +25,14 @@ from firstrun.errors import UsageError
 from firstrun.policy.hosts import parse_patterns
 from firstrun.policy.methods import InspectionPolicy
 from firstrun.policy.network import DEFAULT_ALLOW, Channel, Mode, NetworkPolicy
-from firstrun.policy.process import Limits
+from firstrun.policy.process import DEFAULT_DISK_MB, Limits
 from firstrun.policy.profile import LayerName, SandboxProfile
 from firstrun.proxy.intercept import prepare_interception
 from firstrun.proxy.records import EgressRecord, RecordLog
 from firstrun.proxy.server import EgressProxy
 from firstrun.run.sandbox import capture_listeners, inspecting_backend
 from firstrun.sandbox.base import ExecResult, ProxyEndpoint, Stream
+from firstrun.sandbox.disk import SizedWorkspace, open_sized_workspace, unbounded
 from firstrun.sandbox.hostfs import check_workspace, host_filesystem_policy
 from firstrun.sandbox.select import (
     OWN_PROXY,
@@ -63,6 +64,8 @@ class SandboxRequest:
     json: bool = False
     image: str | None = None
     allow_write: tuple[str, ...] = ()
+    # None: the default bound for a workspace of firstrun's own, none for yours.
+    max_disk_mb: int | None = None
 
 
 def build_network_policy(request: SandboxRequest) -> NetworkPolicy:
@@ -82,6 +85,9 @@ def _check_paths(request: SandboxRequest) -> None:
         raise UsageError(f"--workspace: {request.workspace!r} is not an existing directory")
     if request.workspace is not None:
         check_workspace(request.workspace, os.environ, label="--workspace")
+        if request.max_disk_mb:
+            raise UsageError(f"--max-disk: firstrun can only bound a workspace it makes itself, "
+                             f"not {request.workspace!r}; drop --max-disk or --workspace")
     if request.record is not None:
         parent = os.path.dirname(os.path.abspath(request.record))
         if not os.path.isdir(parent):
@@ -151,9 +157,17 @@ def run_sandbox(request: SandboxRequest) -> int:
     with ExitStack() as stack:
         stack.enter_context(signals_unwind())
         if request.workspace is None:
-            workspace = stack.enter_context(tempfile.TemporaryDirectory(prefix="firstrun-ws-"))
+            disk = open_sized_workspace(
+                DEFAULT_DISK_MB if request.max_disk_mb is None else request.max_disk_mb,
+                asked=request.max_disk_mb is not None)
+            if isinstance(disk, SizedWorkspace):
+                stack.callback(disk.close)
+                workspace = disk.path
+            else:
+                workspace = stack.enter_context(tempfile.TemporaryDirectory(prefix="firstrun-ws-"))
         else:
             workspace = os.path.realpath(request.workspace)
+            disk = unbounded("a workspace of your own")
         limits = Limits() if request.timeout_s is None else Limits(command_timeout_s=request.timeout_s)
         profile = SandboxProfile(
             # A directory of the user's own is protected; a temporary one is ours.
@@ -186,6 +200,8 @@ def run_sandbox(request: SandboxRequest) -> int:
         session = stack.enter_context(backend.start(profile, proxy=endpoint))
         live = _LiveOutput(all_to_stderr=request.json)
         result = session.exec(list(request.command), timeout=request.timeout_s, on_output=live)
+        if isinstance(disk, SizedWorkspace):
+            disk = disk.bound()
     # Read after the session closed and the proxy stopped, so tunnels the
     # command left open are finished and recorded too.
     records = proxy.records() if proxy is not None else own.snapshot() if own is not None else []
@@ -199,12 +215,16 @@ def run_sandbox(request: SandboxRequest) -> int:
             "timed_out": result.timed_out,
             "duration_s": result.duration_s,
             "records": [r.to_data() for r in records],
+            "disk": disk.to_data(),
         }
         sys.stdout.write(json.dumps(document, indent=2) + "\n")
     else:
         live.end_line()
         for line in summary_lines(info, records, report_only=request.report_only):
             print(line, file=sys.stderr)
+        if disk.reached:
+            print(f"firstrun: disk: the workspace reached its bound of {(disk.bound_bytes or 0) >> 20} "
+                  "MiB; writes past it failed with ENOSPC (raise it with --max-disk)", file=sys.stderr)
         if request.report_only:
             learnt = allow_entries(r.to_data() for r in records)
             if learnt:

@@ -47,6 +47,12 @@ RESERVED_VARIABLES = frozenset({
 # counts milliseconds in an int) overflows beyond about 24 days.
 MAX_COMMAND_TIMEOUT_S = 7 * 24 * 3600.0
 
+# The size of the filesystem a workspace firstrun makes is given, in MiB,
+# unless a task's ``budgets.max_disk_mb`` or ``--max-disk`` says otherwise
+# (0: no bound). Below the minimum ext4 has no room left for a workspace.
+DEFAULT_DISK_MB = 4096
+MIN_DISK_MB = 16
+
 
 @dataclass(frozen=True, kw_only=True)
 class Limits:

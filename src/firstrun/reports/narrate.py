@@ -307,6 +307,18 @@ def _affordance_probe(e: Mapping[str, Any]) -> list[Line]:
     return [Line(text=f"docs affordances probed: {text}", style=Style.DIM)]
 
 
+def _workspace_disk(e: Mapping[str, Any]) -> list[Line]:
+    bound = e.get("bound_bytes")
+    if not isinstance(bound, int):
+        return [Line(text=f"workspace disk: not bounded ({e.get('mechanism')})", style=Style.DIM)]
+    peak = int(e.get("peak_bytes") or 0)
+    text = f"workspace disk: {peak >> 20} of {bound >> 20} MiB at most ({e.get('mechanism')})"
+    if e.get("reached"):
+        return [Line(text=text + ": the bound was reached; writes past it failed with ENOSPC",
+                     style=Style.BAD)]
+    return [Line(text=text, style=Style.DIM)]
+
+
 def _unknown(e: Mapping[str, Any]) -> list[Line]:
     return [Line(text=f"event {e.get('kind')!r} (not known to this firstrun version)", style=Style.DIM)]
 
@@ -325,4 +337,5 @@ _TELLERS: dict[str, Callable[[Mapping[str, Any]], list[Line]]] = {
     "model_turn": _model_turn,
     "affordance_probe": _affordance_probe,
     "permission": _permission,
+    "workspace_disk": _workspace_disk,
 }

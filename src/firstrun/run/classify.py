@@ -15,6 +15,7 @@ rules is the order below, and the first that applies decides:
 6. the agent refused                                  -> agent_refusal
 7. otherwise the check alone decides: exit 0          -> passed
    non-zero: a spent budget                           -> budget_exhausted
+             (the agent's, or the workspace's disk: disk_exhausted)
              the boundary refused a shell destination -> blocked (egress_refused)
              else                                     -> docs_gap
    (reason replay_step_failed when an agent step failed first, else check_failed)
@@ -30,6 +31,10 @@ task lines that would allow it. A docs host fetched from the shell
 read the docs through ``read_docs``, so that refusal decides nothing here,
 and the check decides as before. So does a refusal by the address floor,
 which no task line may lift for a name that is not the task's own.
+
+A full disk (rule 7): writes past the workspace's bound failed with ENOSPC
+(``WorkspaceDisk.reached``). A check that failed then is a spent budget, the
+task's to raise, not a finding about the docs.
 
 A recheck (``firstrun check``) has no agent events; its check alone decides.
 
@@ -71,6 +76,7 @@ from firstrun.run.events import (
     Event,
     Failure,
     Source,
+    WorkspaceDisk,
 )
 from firstrun.tasks.allowlist import BLOCKING
 
@@ -83,6 +89,7 @@ class Reason(StrEnum):
     EGRESS_REFUSED = "egress_refused"
     REPLAY_STEP_FAILED = "replay_step_failed"
     BUDGET_EXHAUSTED = "budget_exhausted"
+    DISK_EXHAUSTED = "disk_exhausted"
     NO_REPLAY = "no_replay"
     PERMISSION_DENIED = "permission_denied"
     AGENT_REFUSED = "agent_refused"
@@ -146,6 +153,8 @@ def classify(events: Sequence[Event]) -> Verdict:
         return Verdict(classification=Classification.DOCS_GAP, reason=Reason.CHECK_FAILED)
     if finished.stop is AgentStop.BUDGET_EXHAUSTED:
         return Verdict(classification=Classification.BUDGET_EXHAUSTED, reason=Reason.BUDGET_EXHAUSTED)
+    if any(isinstance(e, WorkspaceDisk) and e.reached for e in events):
+        return Verdict(classification=Classification.BUDGET_EXHAUSTED, reason=Reason.DISK_EXHAUSTED)
     if blocking_refusals(events):
         return Verdict(classification=Classification.BLOCKED, reason=Reason.EGRESS_REFUSED)
     return Verdict(

@@ -179,6 +179,21 @@ class CheckFinished(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class WorkspaceDisk(Event):
+    """What bounded the workspace on the host's disk, and whether use reached the bound.
+
+    ``bound_bytes`` None: nothing did, and ``mechanism`` says why. ``reached``:
+    writes past the bound failed with ENOSPC (``firstrun.sandbox.disk``).
+    """
+
+    kind: ClassVar[str] = "workspace_disk"
+    bound_bytes: int | None
+    mechanism: str
+    peak_bytes: int = 0
+    reached: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
 class Failure(Event):
     """The harness or its infrastructure failed; ``who`` is FirstrunError.who.
 

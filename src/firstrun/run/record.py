@@ -45,6 +45,7 @@ from firstrun.run.events import (
     SandboxStarted,
     Source,
     Trace,
+    WorkspaceDisk,
 )
 from firstrun.tasks.allowlist import allow_entries
 from firstrun.tasks.model import Task
@@ -189,6 +190,7 @@ def build_record(task: Task, *, attempt: int, agent_name: str, model: str | None
     check = next((e for e in events if isinstance(e, CheckFinished)), None)
     isolated = next((e for e in events if isinstance(e, CheckIsolated)), None)
     failure = next((e for e in events if isinstance(e, Failure)), None)
+    disk = next((e for e in events if isinstance(e, WorkspaceDisk)), None)
     findings = tuple(
         {"url": e.page["url_requested"], "error": e.page["error"], "status": e.page["status"],
          "detail": e.page["detail"]}
@@ -207,6 +209,9 @@ def build_record(task: Task, *, attempt: int, agent_name: str, model: str | None
             str(r.get("host")) if r.get("scheme") == Scheme.DNS.value
             else destination_label(r.get("host"), r.get("port")) for r in blocking_refusals(events)))
         detail = f"the check failed after the sandbox refused {hosts}"
+    elif verdict.reason is Reason.DISK_EXHAUSTED and disk is not None:
+        detail = (f"the workspace reached its disk bound of {(disk.bound_bytes or 0) >> 20} MiB; "
+                  "writes past it failed with ENOSPC")
     elif finished is not None and finished.stop is not AgentStop.FINISHED and finished.detail:
         detail = finished.detail
     elif check is not None and check.exit_code != 0:
@@ -220,6 +225,9 @@ def build_record(task: Task, *, attempt: int, agent_name: str, model: str | None
     if failure is not None:
         extra["failure"] = {"phase": failure.phase, "who": failure.who,
                             "error_type": failure.error_type}
+    if disk is not None:
+        extra["disk"] = {"bound_bytes": disk.bound_bytes, "mechanism": disk.mechanism,
+                         "peak_bytes": disk.peak_bytes, "reached": disk.reached}
     probed = next((e for e in events if isinstance(e, AffordancesProbed)), None)
     if probed is not None:
         extra["affordances"] = probed.summary

@@ -44,12 +44,14 @@ from firstrun.run.events import (
     SandboxStarted,
     Source,
     Trace,
+    WorkspaceDisk,
 )
 from firstrun.run.record import Recorder, build_record, failure_event, now_iso
 from firstrun.run.sandbox import open_sandbox
 from firstrun.run.toolbelt import RunInterrupted, RunToolbelt
 from firstrun.run.workspace import Workspace
 from firstrun.sandbox.base import Session
+from firstrun.sandbox.disk import DiskBound, SizedWorkspace, open_sized_workspace
 from firstrun.tasks.model import Task
 
 __all__ = ["RunConfig", "run_task", "run_dir"]
@@ -111,8 +113,14 @@ def _carry_out(task: Task, *, agent: Agent, config: RunConfig, where: Path,
     """Everything between run_started and classification; exceptions end here as events."""
     phase = "workspace"
     temporary: str | None = None
+    disk: SizedWorkspace | DiskBound | None = None
     try:
-        if config.keep_sandbox:
+        budgets = task.spec.budgets
+        disk = open_sized_workspace(budgets.max_disk_mb, asked=budgets.disk_asked)
+        if isinstance(disk, SizedWorkspace):
+            # Kept by copying out once the session is over (see _give_back_disk).
+            workspace = Path(disk.path)
+        elif config.keep_sandbox:
             workspace = where / "workspace"
             workspace.mkdir(parents=True)
         else:
@@ -132,7 +140,6 @@ def _carry_out(task: Task, *, agent: Agent, config: RunConfig, where: Path,
                 phase = "docs_probe"
                 probe = probe_affordances(enclosure.reader, task.docs_route)
                 recorder.emit(AffordancesProbed(**probe.to_data()))
-            budgets = task.spec.budgets
             phase = "setup"
             for step in task.spec.setup:
                 _stop_point(stop)
@@ -180,8 +187,27 @@ def _carry_out(task: Task, *, agent: Agent, config: RunConfig, where: Path,
         interrupted = stop is not None and stop.is_set() and isinstance(exc, SandboxError)
         recorder.emit(_interrupted(phase) if interrupted else failure_event(exc, phase=phase))
     finally:
+        if disk is not None:
+            _give_back_disk(disk, keep=where / "workspace" if config.keep_sandbox else None,
+                            recorder=recorder)
         if temporary is not None:
             shutil.rmtree(temporary, ignore_errors=True)
+
+
+def _give_back_disk(disk: SizedWorkspace | DiskBound, *, keep: Path | None,
+                    recorder: Recorder) -> None:
+    """Record what bounded the workspace, keep a copy if asked, and unmount it."""
+    if isinstance(disk, DiskBound):
+        recorder.emit(WorkspaceDisk(**disk.to_data()))
+        return
+    try:
+        recorder.emit(WorkspaceDisk(**disk.bound().to_data()))
+        if keep is not None:
+            disk.copy_to(str(keep))
+    except SandboxError as exc:
+        recorder.emit(failure_event(exc, phase="teardown"))
+    finally:
+        disk.close()
 
 
 def _interrupted(phase: str) -> Failure:

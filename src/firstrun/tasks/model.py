@@ -52,7 +52,7 @@ from firstrun.policy.images import image_reference_error
 from firstrun.policy.methods import InspectionPolicy
 from firstrun.policy.network import parse_tcp_rules
 from firstrun.policy.permissions import TOOLS, RuleSet, Verdict, parse_rule
-from firstrun.policy.process import MAX_COMMAND_TIMEOUT_S
+from firstrun.policy.process import DEFAULT_DISK_MB, MAX_COMMAND_TIMEOUT_S, MIN_DISK_MB
 
 RULE = "task_rule"
 
@@ -309,6 +309,23 @@ class Budgets(_Model):
         20_000, description="Output kept per command; head and tail survive."
     )
     max_tokens: NonNegativeInt = Field(0, description="Billable tokens for the run; 0 is no limit.")
+    max_disk_mb: NonNegativeInt = Field(
+        DEFAULT_DISK_MB,
+        description=f"Size of the workspace's own filesystem in MiB (at least {MIN_DISK_MB}); "
+                    "past it writes fail with ENOSPC. 0 is no bound.",
+    )
+
+    @model_validator(mode="after")
+    def _disk(self) -> Budgets:
+        if 0 < self.max_disk_mb < MIN_DISK_MB:
+            raise rule(f"must be 0 (no bound) or at least {MIN_DISK_MB} MiB, got {self.max_disk_mb}",
+                       key="max_disk_mb")
+        return self
+
+    @property
+    def disk_asked(self) -> bool:
+        """Whether the task itself named a disk bound, rather than taking the default."""
+        return "max_disk_mb" in self.model_fields_set
 
 
 class WaitHttp(_Model):
