@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from firstrun.cli.interrupt import signals_unwind
 from firstrun.cli.render import summary_lines
 from firstrun.errors import UsageError
+from firstrun.policy.filesystem import is_under
 from firstrun.policy.hosts import parse_patterns
 from firstrun.policy.methods import InspectionPolicy
 from firstrun.policy.network import DEFAULT_ALLOW, Channel, Mode, NetworkPolicy
@@ -99,7 +100,7 @@ def _check_paths(request: SandboxRequest) -> None:
             # kept there could be truncated, forged or swapped for a symlink.
             workspace = os.path.realpath(request.workspace)
             where = os.path.realpath(request.record)
-            if where == workspace or where.startswith(workspace.rstrip("/") + "/"):
+            if is_under(where, workspace):
                 raise UsageError(f"--record: {request.record!r} is inside the workspace, where "
                                  "the sandbox could rewrite it; write the record outside it")
 

@@ -68,7 +68,8 @@ class FilesystemPolicy:
                   ) | ({"lifted": list(self.lifted)} if self.lifted else {})
 
 
-def _under(path: str, root: str) -> bool:
+def is_under(path: str, root: str) -> bool:
+    """Whether ``path`` is ``root`` or beneath it, by components (``/a/bc`` is not under ``/a/b``)."""
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
@@ -91,16 +92,16 @@ def workspace_refusal(workspace: str, homes: Iterable[str]) -> str | None:
     lent), and a directory inside a home's secret locations.
     """
     for tree in HOST_TREES:
-        if _under(tree, workspace):
+        if is_under(tree, workspace):
             return f"it holds the host's {tree}"
     for tree in _NEVER_INSIDE:
-        if _under(workspace, tree):
+        if is_under(workspace, tree):
             return f"it is inside the host's system tree {tree}"
     for home in homes:
-        if _under(home, workspace):
+        if is_under(home, workspace):
             return f"it holds the home directory {home}, whose secrets the sandbox hides"
         for secret in SECRET_HOME_PATHS:
-            if _under(workspace, posixpath.join(home, secret)):
+            if is_under(workspace, posixpath.join(home, secret)):
                 return f"it is inside {posixpath.join(home, secret)}, a secret location"
     return None
 
@@ -185,7 +186,7 @@ def toolchain_lending(path_entries: Sequence[str], homes: Iterable[str],
     homes = [posixpath.normpath(h) for h in homes if h and h != "/"]
 
     def lend(path: str, home: str) -> None:
-        if any(_under(path, posixpath.join(home, s)) for s in SECRET_HOME_PATHS):
+        if any(is_under(path, posixpath.join(home, s)) for s in SECRET_HOME_PATHS):
             return
         if exists(path) and path not in readonly:
             readonly.append(path)
@@ -210,10 +211,10 @@ def toolchain_lending(path_entries: Sequence[str], homes: Iterable[str],
             continue
         entry = posixpath.normpath(entry)
         for home in homes:
-            if not _under(entry, home) or entry == home:
+            if not is_under(entry, home) or entry == home:
                 continue
             rel = posixpath.relpath(entry, home)
-            chain = next((t for t in TOOLCHAINS if _under(rel, t.root)), None)
+            chain = next((t for t in TOOLCHAINS if is_under(rel, t.root)), None)
             if chain is None:
                 lend(entry, home)
                 if posixpath.basename(entry) == "bin":
@@ -222,7 +223,7 @@ def toolchain_lending(path_entries: Sequence[str], homes: Iterable[str],
             seen: set[str] = set()
             lend_toolchain(chain, home, seen)
             # An entry the toolchain's parts do not cover (a plugin's own shims) still runs.
-            if not any(_under(entry, r) for r in readonly):
+            if not any(is_under(entry, r) for r in readonly):
                 lend(entry, home)
     return Lending(readonly=tuple(readonly), env=tuple(env))
 
@@ -290,6 +291,6 @@ def secrets_inside(roots: Iterable[str], homes: Iterable[str]) -> tuple[str, ...
     for home in homes:
         for secret in SECRET_HOME_PATHS:
             full = posixpath.join(home, secret)
-            if any(_under(full, r) for r in roots) and full not in hidden:
+            if any(is_under(full, r) for r in roots) and full not in hidden:
                 hidden.append(full)
     return tuple(hidden)

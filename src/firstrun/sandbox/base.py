@@ -17,6 +17,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from firstrun.errors import SandboxError
+from firstrun.policy.filesystem import is_under
 from firstrun.policy.process import MAX_COMMAND_TIMEOUT_S, RESERVED_VARIABLES
 from firstrun.policy.profile import SandboxProfile
 
@@ -241,7 +242,7 @@ def prepare_command(
         raise SandboxError(f"cwd {cwd!r} is not a path (a string without NUL bytes or lone "
                            "surrogates)", who=who)
     resolved = posixpath.normpath(posixpath.join(workspace, cwd)) if cwd else workspace
-    if resolved != workspace and not resolved.startswith(workspace.rstrip("/") + "/"):
+    if not is_under(resolved, workspace):
         raise SandboxError(f"cwd {cwd!r} is outside the workspace {workspace}", who=who)
     return PreparedCommand(argv=command_argv(command, who=who), cwd=resolved,
                            env=command_environment(session_env, env, who=who),

@@ -29,6 +29,7 @@ from firstrun.policy.filesystem import (
     SYSTEM_READONLY,
     FilesystemPolicy,
     Protection,
+    is_under,
     secrets_inside,
     toolchain_lending,
     workspace_protection,
@@ -39,10 +40,6 @@ from firstrun.sandbox.ownership import mount_points_beneath
 from firstrun.sandbox.protect import entry_kind
 
 _SYSTEM_TREES = ("/etc", "/usr")
-
-
-def _under(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def real_homes(env: Mapping[str, str]) -> tuple[str, ...]:
@@ -122,10 +119,10 @@ def host_filesystem_policy(workspace: str, env: Mapping[str, str], *, protect: b
         if not value or not value.startswith("/"):
             continue
         target = posixpath.normpath(value)
-        if any(_under(target, t) for t in _SYSTEM_TREES) or not os.path.exists(target):
+        if any(is_under(target, t) for t in _SYSTEM_TREES) or not os.path.exists(target):
             continue
         # The bundle itself is exposed, never its directory, which may be a home.
-        if not any(_under(target, r) for r in readonly) and target not in readonly:
+        if not any(is_under(target, r) for r in readonly) and target not in readonly:
             readonly.append(target)
     hidden = tuple(p for p in secrets_inside(roots, homes) if os.path.lexists(p))
     protection = Protection()

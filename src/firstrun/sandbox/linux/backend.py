@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import IO
 
 from firstrun.errors import SandboxError, SandboxUnavailable
-from firstrun.policy.filesystem import SYSTEM_READONLY
+from firstrun.policy.filesystem import SYSTEM_READONLY, is_under
 from firstrun.policy.process import Limits, build_environment
 from firstrun.policy.profile import LayerName, SandboxProfile
 from firstrun.sandbox import attest as attestation
@@ -482,12 +482,9 @@ class LinuxBackend:
 
 def _inside_path(host_path: str, visible: Sequence[str]) -> list[str]:
     """The host PATH, kept to the entries that exist inside the sandbox."""
-    def under(p: str, r: str) -> bool:
-        return p == r or p.startswith(r.rstrip("/") + "/")
-
     kept: list[str] = []
     for entry in host_path.split(":"):
-        if entry.startswith("/") and any(under(entry, r) for r in visible) \
+        if entry.startswith("/") and any(is_under(entry, r) for r in visible) \
                 and os.path.isdir(entry) and entry not in kept:
             kept.append(entry)
     return kept

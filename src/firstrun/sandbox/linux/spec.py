@@ -32,7 +32,7 @@ import json
 import posixpath
 from dataclasses import dataclass
 
-from firstrun.policy.filesystem import SYSTEM_READONLY
+from firstrun.policy.filesystem import SYSTEM_READONLY, is_under
 from firstrun.policy.process import SANDBOX_CA_BUNDLE
 from firstrun.policy.profile import LayerName, SandboxProfile
 
@@ -75,10 +75,6 @@ class LaunchSpec:
     argv: tuple[str, ...]
     stage: tuple[StagedBind, ...] = ()
     exposed: tuple[str, ...] = ()
-
-
-def _under(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def helper_config(
@@ -145,7 +141,7 @@ def build_launch_spec(
         return staged
 
     readonly = list(fs.readonly)
-    if not any(_under(host.prefix, r) for r in readonly):
+    if not any(is_under(host.prefix, r) for r in readonly):
         readonly.append(host.prefix)
     exposed = tuple(p for p in readonly if p not in SYSTEM_READONLY)
 

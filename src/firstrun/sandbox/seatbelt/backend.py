@@ -49,6 +49,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from firstrun.errors import SandboxError, SandboxUnavailable
+from firstrun.policy.filesystem import is_under
 from firstrun.policy.process import build_environment
 from firstrun.policy.profile import LayerName, Provides, SandboxProfile, unprovided
 from firstrun.sandbox import attest as attestation
@@ -174,16 +175,13 @@ def exposed(spec: SeatbeltSpec) -> tuple[str, ...]:
 
 def inside_path(host_path: str, spec: SeatbeltSpec) -> list[str]:
     """The host PATH, kept to the directories a command can read under the profile."""
-    def under(p: str, r: str) -> bool:
-        return p == r or p.startswith(r.rstrip("/") + "/")
-
     closed = (*spec.named("HOME"), *spec.named("PRIVATE"), *spec.named("HIDDEN"))
     kept: list[str] = []
     for entry in host_path.split(":"):
         if not entry.startswith("/") or not os.path.isdir(entry) or entry in kept:
             continue
         real = os.path.realpath(entry)
-        if any(under(real, c) for c in closed) and not any(under(real, o) for o in exposed(spec)):
+        if any(is_under(real, c) for c in closed) and not any(is_under(real, o) for o in exposed(spec)):
             continue
         kept.append(entry)
     return kept

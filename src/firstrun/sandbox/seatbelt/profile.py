@@ -41,6 +41,7 @@ import posixpath
 from dataclasses import dataclass
 
 from firstrun.errors import SandboxError
+from firstrun.policy.filesystem import is_under
 from firstrun.policy.profile import SandboxProfile
 
 SANDBOX_EXEC = "/usr/bin/sandbox-exec"
@@ -103,10 +104,6 @@ class SeatbeltSpec:
         return [*argv, "--", *command]
 
 
-def _under(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
 def _ancestors(path: str) -> list[str]:
     found = []
     while path != "/":
@@ -148,17 +145,17 @@ def build_seatbelt_spec(profile: SandboxProfile, *, host: SeatbeltHost,
     homes = [canonical(h, "home") for h in fs.real_homes]
     private = [canonical(p, "private directory") for p in host.private]
     for root in (workspace, tmpdir):
-        if _under(profile_file, root):
+        if is_under(profile_file, root):
             raise SandboxError(
                 f"the profile file {profile_file} is inside the writable root {root}; "
                 "a command could replace it", who="seatbelt")
         for kept in (*homes, *private):
-            if _under(kept, root):
+            if is_under(kept, root):
                 raise SandboxError(
                     f"the writable root {root} contains {kept}, whose files must stay "
                     "unreadable; use a workspace beneath it instead", who="seatbelt")
     toolchains = [canonical(p, "toolchain root") for p in (*fs.readonly, *host.readable)
-                  if any(_under(canonical(p, "read-only root"), h) for h in (*homes, *private))]
+                  if any(is_under(canonical(p, "read-only root"), h) for h in (*homes, *private))]
 
     params: list[tuple[str, str]] = []
 
