@@ -31,8 +31,9 @@ PROXY_VARIABLES = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "AL
 
 LOCALE_DEFAULT = "C.UTF-8"
 
-# The system bundle's path in the sandbox's view (Debian's, which OpenSSL,
-# curl and Node read by default); with inspection the run's bundle is bound there.
+# Debian's system bundle, which OpenSSL, curl and Node read by default: where
+# the harness reads the host's own, and where the sandbox's view shows one
+# (with inspection, the run's bundle is bound there).
 SANDBOX_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 
 # Names a credential placeholder may not take: each is built here or copied.

@@ -114,7 +114,6 @@ from firstrun.sandbox.protect import remove as remove_placeholders
 
 HELPER_SOURCE = Path(helper.__file__).read_text(encoding="utf-8")
 SECCOMP_PROBE_SOURCE = Path(seccomp_probe.__file__).read_text(encoding="utf-8")
-SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 # Per-session uids lent the workspace when its owner is root: far above any
 # distribution's ranges, as on the linux backend.
 _UID_RANGE = (1_600_000_000, 1_700_000_000)
@@ -385,7 +384,7 @@ def _seccomp_checks(session: DockerSession) -> tuple[Check, ...]:
 
 def _ca_files() -> tuple[str, ...]:
     """The host's CA bundle and every CA variable's file: what pip, npm and curl trust here."""
-    found = [SYSTEM_CA_BUNDLE] if os.path.isfile(SYSTEM_CA_BUNDLE) else []
+    found = [SANDBOX_CA_BUNDLE] if os.path.isfile(SANDBOX_CA_BUNDLE) else []
     for name in CA_VARIABLES:
         value = os.environ.get(name, "")
         if value.startswith("/") and os.path.isfile(value) and value not in found:
@@ -453,7 +452,7 @@ def _system_trust() -> bytes:
     """The host's system CAs and the harness's ``$SSL_CERT_FILE``, as the linux backend trusts them."""
     parts: list[bytes] = []
     seen: set[str] = set()
-    for path in (SYSTEM_CA_BUNDLE, os.environ.get("SSL_CERT_FILE", "")):
+    for path in (SANDBOX_CA_BUNDLE, os.environ.get("SSL_CERT_FILE", "")):
         real = os.path.realpath(path) if path else ""
         if not real or real in seen or not os.path.isfile(real):
             continue
@@ -465,7 +464,7 @@ def _system_trust() -> bytes:
             raise SandboxError(f"cannot read CA bundle {path}: {exc.strerror}", who="docker") from exc
         parts.append(data if data.endswith(b"\n") else data + b"\n")
     if not parts:
-        raise SandboxUnavailable(f"no system CA bundle at {SYSTEM_CA_BUNDLE}", who="docker",
+        raise SandboxUnavailable(f"no system CA bundle at {SANDBOX_CA_BUNDLE}", who="docker",
                                  fix="install ca-certificates or set SSL_CERT_FILE")
     return b"".join(parts)
 

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import IO
 
 from firstrun.errors import SandboxError, SandboxUnavailable
-from firstrun.policy.process import CA_VARIABLES, build_environment
+from firstrun.policy.process import CA_VARIABLES, SANDBOX_CA_BUNDLE, build_environment
 from firstrun.policy.profile import LayerName, Provides, SandboxProfile, unprovided
 from firstrun.sandbox import attest as attestation
 from firstrun.sandbox.base import (
@@ -76,7 +76,6 @@ AGENT_SOURCE = Path(__file__).with_name("agent.py").read_bytes()
 ACCEL_VARIABLE = "FIRSTRUN_MICROVM_ACCEL"
 GUEST_PYTHON = "/usr/bin/python3"
 GUEST_PATH = ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"]
-SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 # The launcher and the relay run as QEMU's uid, which may not reach the
 # harness's own interpreter (under a 0700 home); Debian's python3 is a
 # firstrun dependency.
@@ -239,7 +238,7 @@ class MicrovmSession(SupervisedSession):
 
 def _ca_bundle() -> bytes:
     """The host's CA bundle and every CA variable's file: what pip, npm and curl trust here."""
-    paths = [SYSTEM_CA_BUNDLE] if os.path.isfile(SYSTEM_CA_BUNDLE) else []
+    paths = [SANDBOX_CA_BUNDLE] if os.path.isfile(SANDBOX_CA_BUNDLE) else []
     for name in CA_VARIABLES:
         value = os.environ.get(name, "")
         if value.startswith("/") and os.path.isfile(value) and value not in paths:
