@@ -21,6 +21,8 @@ from firstrun.policy.hosts import (
     "entry",
     ["*", "*.com", "*.org", "*.co.uk", "*.github.io", "*.*.example.org", "a.*.example.org",
      "pypi*.org", "*.127.0.0.1", "", "pypi.org:0", "pypi.org:+443", "pypi.org:65536",
+     # One spelling per port, as the proxy reads a CONNECT authority: no leading zero.
+     "pypi.org:0443", "pypi.org:٤٤٣",
      "[::1", "[::1]x", "exa mple.org"],
 )
 def test_broad_or_malformed_patterns_are_refused_at_load(entry: str) -> None:

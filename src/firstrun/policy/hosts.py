@@ -120,12 +120,17 @@ def canonical_host(raw: str) -> str:
     return h
 
 
+_PORT_SPELLING = re.compile(r"[1-9][0-9]{0,4}", re.ASCII)
+
+
 def parse_port(raw: str | int) -> int:
-    """A TCP port from a decimal string or int; refuses signs, spaces, 0 and >65535."""
+    """A TCP port from an int, or a string in its one spelling: decimal, no sign, no
+    space, no leading zero (``0443`` names 443 to some parsers and nothing to others),
+    1 to 65535. The task files and the proxy read ports with this one function."""
     if isinstance(raw, int):
         value = raw
     else:
-        if not raw.isascii() or not raw.isdigit() or len(raw) > 5:
+        if not _PORT_SPELLING.fullmatch(raw):
             raise PolicyError(f"not a port: {raw!r}")
         value = int(raw, 10)
     if not 1 <= value <= 65535:

@@ -36,7 +36,7 @@ from enum import StrEnum
 import h11
 
 from firstrun.errors import PolicyError
-from firstrun.policy.hosts import canonical_host
+from firstrun.policy.hosts import canonical_host, parse_port
 from firstrun.policy.network import ATTESTATION_HOST, Reason
 from firstrun.proxy.errors import Refused
 
@@ -62,7 +62,6 @@ class Target:
 FORWARD_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 ATTEST_METHODS = frozenset({"GET", "HEAD"})
 
-_PORT = re.compile(r"[1-9][0-9]{0,4}")
 _OBS_FOLD = re.compile(rb"\n[ \t]")
 _CONTENT_LENGTH_LINE = re.compile(rb"^content-length[ \t]*:([^\r\n]*)", re.IGNORECASE | re.MULTILINE)
 
@@ -77,13 +76,6 @@ _FRAMING = frozenset({b"content-length", b"transfer-encoding"})
 
 def _malformed(detail: str) -> Refused:
     return Refused(Reason.MALFORMED_REQUEST, detail)
-
-
-def parse_port(text: str) -> int:
-    """A port in its one canonical spelling; anything else is refused."""
-    if not _PORT.fullmatch(text) or int(text) > 65535:
-        raise _malformed(f"invalid port {text!r}")
-    return int(text)
 
 
 def parse_authority(text: str, *, default_port: int | None) -> tuple[str, int]:
@@ -115,7 +107,10 @@ def parse_authority(text: str, *, default_port: int | None) -> tuple[str, int]:
             raise _malformed(f"no port in {text!r}")
         port = default_port
     else:
-        port = parse_port(port_text)
+        try:
+            port = parse_port(port_text)
+        except PolicyError:
+            raise _malformed(f"invalid port {port_text!r}") from None
     if not host_text:
         raise _malformed(f"no host in {text!r}")
     try:
