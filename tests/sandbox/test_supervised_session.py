@@ -113,6 +113,13 @@ def test_a_malformed_reply_ends_the_sandbox_and_says_who(supervised, bad: dict) 
     assert session.calls == ["end"]
 
 
+def test_a_line_that_is_not_json_ends_the_sandbox(supervised) -> None:  # type: ignore[no-untyped-def]
+    session = supervised(lambda sock, msg: sock.sendall(b"{'id': 1}\n"))
+    with pytest.raises(SandboxError, match="the test supervisor sent a line that is not JSON"):
+        session.exec("true")
+    assert session.calls == ["end"]
+
+
 def test_a_non_object_ends_the_sandbox(supervised) -> None:  # type: ignore[no-untyped-def]
     session = supervised(lambda sock, msg: _send(sock, [msg["id"]]))
     with pytest.raises(SandboxError, match="sent list, not an object"):

@@ -53,12 +53,23 @@ class JsonLines:
                 return None
             self.buf += chunk
         line, self.buf = self.buf.split(b"\n", 1)
+        return decode_message(line, peer=self.peer)
+
+
+def decode_message(line: bytes | str, *, peer: str) -> dict:
+    """One supervisor message: a JSON object, else ``ValueError`` naming ``peer``.
+
+    Every supervisor's lines are read with this (the helper, the docker
+    helper and sidecar, the guest agent): the other end runs beside
+    untrusted code, so anything but an object is a broken channel.
+    """
+    try:
         msg = json.loads(line)
-        # The other end runs beside untrusted code: anything but an object is
-        # a broken channel.
-        if not isinstance(msg, dict):
-            raise ValueError(f"{self.peer} sent {type(msg).__name__}, not an object")
-        return msg
+    except ValueError:
+        raise ValueError(f"{peer} sent a line that is not JSON: {line[:80]!r}") from None
+    if not isinstance(msg, dict):
+        raise ValueError(f"{peer} sent {type(msg).__name__}, not an object")
+    return msg
 
 
 class Silent(TimeoutError):

@@ -80,7 +80,7 @@ from firstrun.sandbox.base import (
     ProxyEndpoint,
     SessionInfo,
 )
-from firstrun.sandbox.channel import JsonLines, SupervisedSession
+from firstrun.sandbox.channel import JsonLines, SupervisedSession, decode_message
 from firstrun.sandbox.docker import seccomp_probe
 from firstrun.sandbox.docker.probe import probe_daemon
 from firstrun.sandbox.docker.resources import (
@@ -127,6 +127,7 @@ _EXEC_GRACE_S = 30.0
 _CLOSE_GRACE_S = 5.0
 
 RecordCallback = Callable[[dict[str, object]], None]
+_SIDECAR = "the proxy sidecar"
 
 
 class _Sidecar:
@@ -144,15 +145,23 @@ class _Sidecar:
         """The sidecar's ready line (``nonce``; under inspection ``ca`` and ``placeholders``)."""
         assert self.process.stdout is not None
         ready: dict[str, object] = {}
-        reader = threading.Thread(target=lambda: ready.update(
-            json.loads(self.process.stdout.readline() or "{}")), daemon=True)  # type: ignore[union-attr]
+        heard: list[str] = []
+
+        def read() -> None:
+            line = self.process.stdout.readline()  # type: ignore[union-attr]
+            try:
+                ready.update(decode_message(line, peer=_SIDECAR) if line else {})
+            except ValueError as exc:
+                heard.append(str(exc))
+
+        reader = threading.Thread(target=read, daemon=True)
         reader.start()
         reader.join(_READY_TIMEOUT_S)
         if ready.get("event") != "ready":
             # Its own words (a policy or credential it refused names no value).
             self._stderr.seek(0)
-            why = self._stderr.read()[-500:].decode("utf-8", "replace").strip()
-            raise SandboxError(f"the proxy sidecar did not start{': ' + why if why else ''}",
+            why = "; ".join([*heard, self._stderr.read()[-500:].decode("utf-8", "replace").strip()])
+            raise SandboxError(f"the proxy sidecar did not start{': ' + why if why.strip('; ') else ''}",
                                who="docker")
         self._thread = threading.Thread(target=self._pump, daemon=True,
                                         name="firstrun-docker-records")
@@ -163,17 +172,20 @@ class _Sidecar:
         assert self.process.stdout is not None
         for line in self.process.stdout:
             try:
-                msg = json.loads(line)
-            except ValueError:
-                continue
-            if msg.get("event") == "record" and self._on_record is not None:
-                try:
-                    self._on_record(msg["record"])
-                except Exception as exc:
-                    # Kept for close to raise: a record the harness could not
-                    # take must not end the pump and silently lose the rest.
-                    if self.failure is None:
-                        self.failure = exc
+                msg = decode_message(line, peer=_SIDECAR)
+                if msg.get("event") != "record":
+                    continue
+                record = msg.get("record")
+                if not isinstance(record, dict):
+                    raise ValueError(f"{_SIDECAR} sent a record that is not an object: {record!r:.80}")
+                if self._on_record is not None:
+                    self._on_record(record)
+            except Exception as exc:
+                # Kept for close to raise: a line the harness could not read,
+                # or a record it could not take, must neither end the pump
+                # (losing the rest) nor pass unnoticed.
+                if self.failure is None:
+                    self.failure = exc
 
     def wait_stopped(self, within_s: float) -> None:
         """Wait up to ``within_s`` for the sidecar to exit after it was signalled."""
