@@ -74,3 +74,31 @@ def test_the_policy_hash_says_what_was_required_not_which_backend() -> None:
     assert full.policy_hash() == _profile().policy_hash()
     assert full.policy_hash() != _profile(downgrades=frozenset({LayerName.LANDLOCK})).policy_hash()
     assert full.enforced == ALL_LAYERS
+
+
+def test_what_a_run_may_ask_of_a_backend_is_read_from_its_entry(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A backend added to the registry gets inspection, isolation: vm and the local
+    refusal from its entry alone: nothing in run/ or cli/ names it."""
+    from firstrun.run.sandbox import inspecting_backend
+    from firstrun.sandbox import select
+
+    assert select.inspecting() == ("docker", "linux")
+    fresh = select.Entry(name="fresh", cls="firstrun.sandbox.local:LocalBackend", auto_rank=None,
+                         build=lambda cls, o: cls(allow_unenforced=o.allow_unenforced),
+                         inspects_tls=True, own_kernel="firstrun.sandbox.microvm.probe:kvm",
+                         unenforced=True)
+    monkeypatch.setattr(select, "REGISTRY", (*select.REGISTRY, fresh))
+    assert inspecting_backend("fresh", inspect_tls=True, flag="--backend") == "fresh"
+    with pytest.raises(UsageError, match="needs the docker or linux or fresh backend"):
+        inspecting_backend("seatbelt", inspect_tls=True, flag="--backend")
+    with pytest.raises(SandboxUnavailable, match="the fresh backend enforces nothing"):
+        select.select_backend("fresh", allow_unenforced=False)
+    with pytest.raises(SandboxUnavailable, match="the linux backend shares the host's kernel") as shared:
+        select.require_vm("linux", who="task t")
+    assert shared.value.fix == "run it with --backend microvm"
+    from firstrun.sandbox.microvm.probe import kvm
+    if kvm().available:
+        select.require_vm("fresh", who="task t")
+    else:
+        with pytest.raises(SandboxUnavailable, match="requires isolation: vm, which needs KVM"):
+            select.require_vm("fresh", who="task t")

@@ -14,7 +14,7 @@ import pytest
 from firstrun.errors import SandboxUnavailable, TaskError
 from firstrun.examples import find_example
 from firstrun.sandbox.microvm import probe
-from firstrun.sandbox.microvm.backend import require_vm
+from firstrun.sandbox.select import require_vm
 from firstrun.tasks.load import load_task
 
 

@@ -59,6 +59,7 @@ from firstrun.run.project import (
 from firstrun.sandbox.select import (
     BackendOptions,
     Resolution,
+    require_vm,
     resolve_backend,
     select_backend,
     unavailable,
@@ -476,8 +477,6 @@ def _resolve(backend: str, allow_unenforced: bool, images: list[str | None],
                 raise SandboxUnavailable(missing.detail, who=backend,
                                          fix=missing.fix)
         if project is not None and project.spec.isolation == "vm":
-            from firstrun.sandbox.microvm.backend import require_vm
-
             require_vm(resolution.backend, who=f"the project config {project.path}")
     except SandboxUnavailable as exc:
         fix = f"; fix: {exc.fix}" if exc.fix else ""

@@ -48,6 +48,8 @@ from firstrun.sandbox.select import (
     OWN_PROXY,
     BackendOptions,
     entry,
+    inspecting,
+    require_vm,
     resolve_backend,
     select_backend,
 )
@@ -56,11 +58,6 @@ from firstrun.tasks.model import Task
 
 # Between two requests to one remote docs host (mirrors are not spaced).
 DOCS_MIN_DELAY_S = 1.0
-
-
-# Backends that can inspect TLS: linux shows ProxyEndpoint.trust_bundle in
-# its sandbox; docker's sidecar makes the run CA and the backend shows its bundle.
-INSPECTING_BACKENDS = frozenset({"linux", "docker"})
 
 
 def check_inspection(tasks: Sequence[Task], *, inspect_tls: bool, env: Mapping[str, str]) -> None:
@@ -83,10 +80,10 @@ def inspecting_backend(backend: str, *, inspect_tls: bool, flag: str) -> str:
     """
     if not inspect_tls or backend == "auto":
         return backend
-    if backend not in INSPECTING_BACKENDS:
+    if not entry(backend).inspects_tls:
         raise UsageError(
-            f"{flag} {backend}: --inspect-tls needs the linux or docker backend; the {backend} "
-            "backend cannot show the run's CA bundle in its sandbox"
+            f"{flag} {backend}: --inspect-tls needs the {' or '.join(inspecting())} backend; "
+            f"the {backend} backend cannot show the run's CA bundle in its sandbox"
         )
     return backend
 
@@ -157,8 +154,6 @@ def open_sandbox(
     name = config.backend if config.backend != "auto" else resolve_backend(
         "auto", BackendOptions(allow_unenforced=config.allow_unenforced), (image,)).backend
     if task.spec.firstrun.isolation == "vm":
-        from firstrun.sandbox.microvm.backend import require_vm
-
         require_vm(name, who=f"task {task.name}")
     own_proxy = entry(name).own_proxy
     backend = select_backend(name, allow_unenforced=config.allow_unenforced,
@@ -167,10 +162,10 @@ def open_sandbox(
                                  on_record=(lambda data: on_record(EgressRecord.from_data(data)))
                                  if own_proxy else None))
     profile = task_profile(task, workspace, policy, config, protect=protect, lift=lift)
-    if policy.inspection is not None and name not in INSPECTING_BACKENDS:
+    if policy.inspection is not None and not entry(name).inspects_tls:
         raise SandboxUnavailable(
             f"--inspect-tls: the {name} backend cannot show the run's CA bundle in its sandbox",
-            who=name, fix="use --backend linux or --backend docker, or drop --inspect-tls",
+            who=name, fix=f"use --backend {' or --backend '.join(inspecting())}, or drop --inspect-tls",
         )
     with ExitStack() as stack:
         interception, trust_bundle = None, None

@@ -70,6 +70,12 @@ class Entry:
     backend captures transparently (every flow and DNS query reaches the
     proxy whatever the program honours), so the harness proxy listens for
     redirected flows and DNS too and names them in the endpoint.
+    ``inspects_tls``: it can show the run's CA bundle in its sandbox (linux
+    binds ``ProxyEndpoint.trust_bundle``; docker's sidecar makes the CA).
+    ``own_kernel``: it runs commands on a kernel of their own, and names the
+    probe (``module:function``, returning a ``Capability``) that says whether
+    it can here as ``isolation: vm`` asks. ``unenforced``: it enforces
+    nothing, and runs only when that is allowed.
     """
 
     name: str
@@ -78,6 +84,9 @@ class Entry:
     build: Callable[[type, BackendOptions], Backend] = field(default=_plain)
     own_proxy: bool = False
     captures: bool = False
+    inspects_tls: bool = False
+    own_kernel: str | None = None
+    unenforced: bool = False
 
     def load(self) -> type:
         module, _, attr = self.cls.partition(":")
@@ -87,13 +96,15 @@ class Entry:
 
 REGISTRY: tuple[Entry, ...] = (
     Entry(name="docker", cls="firstrun.sandbox.docker.backend:DockerBackend", auto_rank=1,
-          build=lambda cls, o: cls(image=o.image, on_record=o.on_record), own_proxy=True),
+          build=lambda cls, o: cls(image=o.image, on_record=o.on_record), own_proxy=True,
+          inspects_tls=True),
     Entry(name="linux", cls="firstrun.sandbox.linux.backend:LinuxBackend", auto_rank=2,
-          captures=True),
+          captures=True, inspects_tls=True),
     Entry(name="seatbelt", cls="firstrun.sandbox.seatbelt.backend:SeatbeltBackend", auto_rank=3),
-    Entry(name="microvm", cls="firstrun.sandbox.microvm.backend:MicrovmBackend", auto_rank=None),
+    Entry(name="microvm", cls="firstrun.sandbox.microvm.backend:MicrovmBackend", auto_rank=None,
+          own_kernel="firstrun.sandbox.microvm.probe:kvm"),
     Entry(name="local", cls="firstrun.sandbox.local:LocalBackend", auto_rank=None,
-          build=lambda cls, o: cls(allow_unenforced=o.allow_unenforced)),
+          build=lambda cls, o: cls(allow_unenforced=o.allow_unenforced), unenforced=True),
 )
 
 BACKENDS: tuple[str, ...] = ("auto", *(e.name for e in REGISTRY))
@@ -104,6 +115,32 @@ def entry(name: str) -> Entry:
         if candidate.name == name:
             return candidate
     raise UsageError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+
+
+def inspecting() -> tuple[str, ...]:
+    """The backends that can inspect TLS, for messages that name them."""
+    return tuple(e.name for e in REGISTRY if e.inspects_tls)
+
+
+def require_vm(name: str, *, who: str) -> None:
+    """Refuse a run that asked for ``isolation: vm`` on a backend that cannot give it one.
+
+    A backend that shares the host's kernel is refused; so is one whose own
+    kernel cannot run here as asked (the micro-VM under emulation: the
+    requirement names KVM, and a task that asks for a VM should not
+    silently run a hundred times slower).
+    """
+    probe = entry(name).own_kernel
+    if probe is None:
+        with_kernel = next(e.name for e in REGISTRY if e.own_kernel)
+        raise SandboxUnavailable(
+            f"{who} requires isolation: vm (a kernel of its own); the {name} backend "
+            "shares the host's kernel", who=with_kernel, fix=f"run it with --backend {with_kernel}")
+    module, _, attr = probe.partition(":")
+    found: Capability = getattr(importlib.import_module(module), attr)()
+    if not found.available:
+        raise SandboxUnavailable(f"{who} requires isolation: vm, which needs "
+                                 f"{found.name.upper()}: {found.detail}", who=name, fix=found.fix)
 
 
 def build_backend(name: str, options: BackendOptions) -> Backend:
@@ -182,8 +219,8 @@ def select_backend(name: str, *, allow_unenforced: bool,
     if name == "auto":
         name = resolve_backend(name, options, (options.image,)).backend
     backend = build_backend(name, options)
-    if name == "local" and not allow_unenforced:
+    if entry(name).unenforced and not allow_unenforced:
         (cap,) = backend.probe()
-        raise SandboxUnavailable("the local backend enforces nothing; refused",
-                                 who="local", fix=cap.fix)
+        raise SandboxUnavailable(f"the {name} backend enforces nothing; refused",
+                                 who=name, fix=cap.fix)
     return backend

@@ -456,19 +456,3 @@ class MicrovmBackend:
         if not ready.get("ok"):
             raise SandboxError(f"the guest agent failed to set up: {ready.get('error')}",
                                who="microvm")
-
-
-def require_vm(backend: str, *, who: str) -> None:
-    """Refuse a run that asked for ``isolation: vm`` on anything but a KVM micro-VM.
-
-    Emulation (tcg) is refused too: the requirement names KVM, and a task
-    that asks for a VM should not silently run a hundred times slower.
-    """
-    if backend != "microvm":
-        raise SandboxUnavailable(
-            f"{who} requires isolation: vm (a kernel of its own); the {backend} backend "
-            "shares the host's kernel", who="microvm", fix="run it with --backend microvm")
-    kvm = probe.kvm()
-    if not kvm.available:
-        raise SandboxUnavailable(f"{who} requires isolation: vm, which needs KVM: {kvm.detail}",
-                                 who="microvm", fix=kvm.fix)
