@@ -18,6 +18,11 @@ order and the first with an opinion decides:
 4. the allow-list, and the task's ``tcp`` rules (exact name and port);
 5. deny.
 
+The name rules are data: ``NAME_RULES`` is their order (docs channel, docs
+host on the shell, deny list, override, allow list, tcp rule, IP literal,
+another port of an allowed host, nothing allows it), each a small function
+that decides or passes, and report mode is applied once to what decided.
+
 Every flow reaches these rules whether or not the program honours the proxy
 variables: on backends with transparent capture a DNS stub answers only the
 names ``decide_dns`` allows (with synthetic addresses the proxy maps back to
@@ -40,7 +45,7 @@ Pure: stdlib only, no I/O, no clock.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING
@@ -331,51 +336,109 @@ def _override_for(policy: NetworkPolicy, host: str, port: int) -> Override | Non
     return None
 
 
+def _allow(reason: Reason, layer: Layer, host: str, override: str | None = None) -> Decision:
+    return Decision(verdict=Verdict.ALLOW, reason=reason, layer=layer, host=host,
+                    override=override)
+
+
+def _refuse(reason: Reason, layer: Layer, host: str) -> Decision:
+    # Enforced as found; report mode lifts it once, in decide_name (_reported).
+    return Decision(verdict=Verdict.DENY, reason=reason, layer=layer, host=host)
+
+
+def _reported(policy: NetworkPolicy, decision: Decision) -> Decision:
+    if decision.allowed:
+        return decision
+    return _deny(policy, decision.reason, decision.layer, decision.host)
+
+
+# A name rule decides a (canonical) host and port for a channel, or passes
+# (None) to the next; NAME_RULES is their order, and the first to decide wins.
+NameRule = Callable[["NetworkPolicy", "Channel", str, int], "Decision | None"]
+
+
+def _docs_channel(policy: NetworkPolicy, channel: Channel, host: str, port: int) -> Decision | None:
+    # The docs reader's channel reaches the route's hosts and nothing else.
+    if channel is not Channel.DOCS:
+        return None
+    if any(p.matches(host, port) for p in policy.docs):
+        return _allow(Reason.ALLOWED_DOCS_CHANNEL, Layer.ATTRIBUTION, host)
+    return _refuse(Reason.NOT_DOCS_HOST, Layer.ATTRIBUTION, host)
+
+
+def _docs_host_on_shell(policy: NetworkPolicy, channel: Channel, host: str,
+                        port: int) -> Decision | None:
+    # Before the lists: a docs host read from the shell would not be counted
+    # as a page read, unless the task opened it to the shell (and not denied it).
+    if not any(p.matches(host, port) for p in policy.docs):
+        return None
+    if _opened_to_shell(policy, host, port) and not any(p.matches(host, port) for p in policy.deny):
+        return _allow(Reason.ALLOWED_DOCS_HOST_ON_SHELL, Layer.ATTRIBUTION, host)
+    return _refuse(Reason.DOCS_HOST_ON_SHELL, Layer.ATTRIBUTION, host)
+
+
+def _deny_list(policy: NetworkPolicy, channel: Channel, host: str, port: int) -> Decision | None:
+    if any(p.matches(host, port) for p in policy.deny):
+        return _refuse(Reason.DENIED_BY_LIST, Layer.ALLOWLIST, host)
+    return None
+
+
+def _override_rule(policy: NetworkPolicy, channel: Channel, host: str,
+                   port: int) -> Decision | None:
+    override = _override_for(policy, host, port)
+    if override is None:
+        return None
+    return _allow(Reason.ALLOWED_BY_OVERRIDE, Layer.OVERRIDE, host, str(override.pattern))
+
+
+def _allow_list(policy: NetworkPolicy, channel: Channel, host: str, port: int) -> Decision | None:
+    if any(p.matches(host, port) for p in policy.allow):
+        return _allow(Reason.ALLOWED_BY_LIST, Layer.ALLOWLIST, host)
+    return None
+
+
+def _tcp_rule(policy: NetworkPolicy, channel: Channel, host: str, port: int) -> Decision | None:
+    if any(p.matches(host, port) for p in policy.tcp):
+        return _allow(Reason.ALLOWED_BY_TCP_RULE, Layer.ALLOWLIST, host)
+    return None
+
+
+def _ip_literal(policy: NetworkPolicy, channel: Channel, host: str, port: int) -> Decision | None:
+    # An address no entry named is refused as what it is, not as an unknown name.
+    if parse_ip_literal(host) is not None:
+        return _refuse(Reason.IP_LITERAL, Layer.ALLOWLIST, host)
+    return None
+
+
+def _other_port(policy: NetworkPolicy, channel: Channel, host: str, port: int) -> Decision | None:
+    # Allowed on some port, not this one: the task line that would allow it names the port.
+    if any(p.matches_host(host) for p in policy.allow):
+        return _refuse(Reason.PORT_NOT_ALLOWED, Layer.ALLOWLIST, host)
+    return None
+
+
+def _nothing_allows(policy: NetworkPolicy, channel: Channel, host: str, port: int) -> Decision:
+    return _refuse(Reason.NOT_ALLOWED, Layer.DEFAULT, host)
+
+
+NAME_RULES: tuple[NameRule, ...] = (
+    _docs_channel, _docs_host_on_shell, _deny_list, _override_rule, _allow_list, _tcp_rule,
+    _ip_literal, _other_port, _nothing_allows,
+)
+
+
 def decide_name(policy: NetworkPolicy, request: Request) -> Decision:
-    """Decide on the name alone. An ALLOW here still needs ``decide_addresses``."""
+    """Decide on the name alone, by the first of ``NAME_RULES`` that decides; report mode
+    is applied once, to that decision. An ALLOW here still needs ``decide_addresses``."""
     try:
         host = canonical_host(request.host)
     except PolicyError:
         return _deny(policy, Reason.INVALID_HOST, Layer.PROTOCOL, request.host)
-    port = request.port
-    override = _override_for(policy, host, port)
-    if request.channel is Channel.DOCS:
-        if any(p.matches(host, port) for p in policy.docs):
-            return Decision(
-                verdict=Verdict.ALLOW, reason=Reason.ALLOWED_DOCS_CHANNEL,
-                layer=Layer.ATTRIBUTION, host=host,
-            )
-        return _deny(policy, Reason.NOT_DOCS_HOST, Layer.ATTRIBUTION, host)
-    if any(p.matches(host, port) for p in policy.docs):
-        if _opened_to_shell(policy, host, port) and not any(
-            p.matches(host, port) for p in policy.deny
-        ):
-            return Decision(
-                verdict=Verdict.ALLOW, reason=Reason.ALLOWED_DOCS_HOST_ON_SHELL,
-                layer=Layer.ATTRIBUTION, host=host,
-            )
-        return _deny(policy, Reason.DOCS_HOST_ON_SHELL, Layer.ATTRIBUTION, host)
-    if any(p.matches(host, port) for p in policy.deny):
-        return _deny(policy, Reason.DENIED_BY_LIST, Layer.ALLOWLIST, host)
-    if override is not None:
-        return Decision(
-            verdict=Verdict.ALLOW, reason=Reason.ALLOWED_BY_OVERRIDE, layer=Layer.OVERRIDE,
-            host=host, override=str(override.pattern),
-        )
-    if any(p.matches(host, port) for p in policy.allow):
-        return Decision(
-            verdict=Verdict.ALLOW, reason=Reason.ALLOWED_BY_LIST, layer=Layer.ALLOWLIST, host=host
-        )
-    if any(p.matches(host, port) for p in policy.tcp):
-        return Decision(
-            verdict=Verdict.ALLOW, reason=Reason.ALLOWED_BY_TCP_RULE, layer=Layer.ALLOWLIST,
-            host=host,
-        )
-    if parse_ip_literal(host) is not None:
-        return _deny(policy, Reason.IP_LITERAL, Layer.ALLOWLIST, host)
-    if any(p.matches_host(host) for p in policy.allow):
-        return _deny(policy, Reason.PORT_NOT_ALLOWED, Layer.ALLOWLIST, host)
-    return _deny(policy, Reason.NOT_ALLOWED, Layer.DEFAULT, host)
+    for rule in NAME_RULES:
+        decision = rule(policy, request.channel, host, request.port)
+        if decision is not None:
+            return _reported(policy, decision)
+    raise AssertionError("the last name rule always decides")
 
 
 def decide_dns(policy: NetworkPolicy, name: str) -> Decision:
