@@ -40,8 +40,7 @@ from firstrun.proxy.intercept import Interception
 from firstrun.proxy.records import EgressRecord, RecordLog
 from firstrun.proxy.server import EgressProxy, ProxyLimits
 from firstrun.results.model import Classification
-from firstrun.run.classify import Reason as RunReason
-from firstrun.run.classify import classify
+from firstrun.run.classify import RunReason, classify_run
 from firstrun.run.events import AgentFinished, CheckFinished, Egress, Event
 from firstrun.sandbox.base import ProxyEndpoint
 from firstrun.sandbox.hostfs import host_filesystem_policy
@@ -213,15 +212,15 @@ def test_a_run_whose_proxy_spent_its_budget_is_infra_error_never_a_docs_gap(
     assert [e.record["reason"] for e in egress if isinstance(e, Egress)] == [
         "not_allowed", "record_budget_exhausted"]
     for check in (1, 0):
-        verdict = classify([*egress, AgentFinished(stop=AgentStop.FINISHED),
+        outcome = classify_run([*egress, AgentFinished(stop=AgentStop.FINISHED),
                             CheckFinished(exit_code=check)])
-        assert (verdict.classification, verdict.reason) == (
+        assert (outcome.classification, outcome.reason) == (
             Classification.INFRA_ERROR, RunReason.RECORD_BUDGET_EXHAUSTED)
     # Without the closing record, the same denial and a failed check is blocked: the
     # allow-list, not the docs, may be what was missing.
-    verdict = classify([egress[0], AgentFinished(stop=AgentStop.FINISHED),
+    outcome = classify_run([egress[0], AgentFinished(stop=AgentStop.FINISHED),
                         CheckFinished(exit_code=1)])
-    assert verdict.classification is Classification.BLOCKED
+    assert outcome.classification is Classification.BLOCKED
 
 
 def test_the_closing_record_round_trips_and_a_budget_below_one_is_refused(tmp_path: Path) -> None:

@@ -6,8 +6,8 @@ import pytest
 
 from firstrun.agents.base import AgentStop
 from firstrun.results.model import Classification as C
-from firstrun.run.classify import Reason as R
-from firstrun.run.classify import classify
+from firstrun.run.classify import RunReason as R
+from firstrun.run.classify import classify_run
 from firstrun.run.events import (
     AgentFinished,
     CheckFinished,
@@ -85,10 +85,10 @@ TABLE = [
 
 @pytest.mark.parametrize(("events", "classification", "reason"), TABLE)
 def test_classification_table(events: list, classification: C, reason: R) -> None:
-    verdict = classify(events)
-    assert (verdict.classification, verdict.reason) == (classification, reason)
+    outcome = classify_run(events)
+    assert (outcome.classification, outcome.reason) == (classification, reason)
 
 
 def test_setup_output_never_counts_as_a_failed_agent_step() -> None:
     events = [cmd(Source.SETUP, 0), cmd(Source.AGENT, 0), agent(AgentStop.FINISHED), check(1)]
-    assert classify(events).reason is R.CHECK_FAILED
+    assert classify_run(events).reason is R.CHECK_FAILED

@@ -47,7 +47,7 @@ from typing import Any
 from firstrun.docs import Politeness
 from firstrun.errors import UsageError
 from firstrun.results.model import RunRecord
-from firstrun.run.classify import classify
+from firstrun.run.classify import classify_run
 from firstrun.run.config import RunConfig
 from firstrun.run.events import (
     CheckFinished,
@@ -283,11 +283,11 @@ def recheck(task: Task, *, sandbox_dir: Path, config: RunConfig,
             recorder.raise_deferred()
         except Exception as exc:
             recorder.emit(failure_event(exc, phase=phase))
-        verdict = classify(trace.events())
-        recorder.emit(RunFinished(classification=verdict.classification.value,
-                                  reason=verdict.reason.value))
+        outcome = classify_run(trace.events())
+        recorder.emit(RunFinished(classification=outcome.classification.value,
+                                  reason=outcome.reason.value))
         return build_record(task, attempt=0, agent_name=RECHECK_AGENT, model=None,
-                            verdict=verdict, events=trace.events(), started_at=started_at,
+                            outcome=outcome, events=trace.events(), started_at=started_at,
                             duration_s=time.monotonic() - started,
                             trace=str((where / "trace.jsonl").relative_to(config.out_dir)))
     finally:

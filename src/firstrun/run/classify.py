@@ -1,6 +1,6 @@
 """Deciding what a run means, from its typed events alone.
 
-Guarantee: ``classify`` is a pure function of the events a run emitted. It
+Guarantee: ``classify_run`` is a pure function of the events a run emitted. It
 reads types and enums, never message text, so the same events classify the
 same way on every backend and when read back from a trace. The order of the
 rules is the order below, and the first that applies decides:
@@ -81,7 +81,7 @@ from firstrun.run.events import (
 from firstrun.tasks.allowlist import BLOCKING
 
 
-class Reason(StrEnum):
+class RunReason(StrEnum):
     """Stable keys for ``RunRecord.reason``; results and statistics key on them."""
 
     PASSED = "passed"
@@ -107,61 +107,61 @@ class Reason(StrEnum):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Verdict:
+class Outcome:
     classification: Classification
-    reason: Reason
+    reason: RunReason
 
 
-def classify(events: Sequence[Event]) -> Verdict:
+def classify_run(events: Sequence[Event]) -> Outcome:
     failures = [e for e in events if isinstance(e, Failure)]
     for failure in failures:
         if not failure.infra:
-            return Verdict(classification=Classification.HARNESS_ERROR, reason=Reason.HARNESS_ERROR)
+            return Outcome(classification=Classification.HARNESS_ERROR, reason=RunReason.HARNESS_ERROR)
     if failures:
-        return Verdict(classification=Classification.INFRA_ERROR, reason=_infra_reason(failures[0]))
+        return Outcome(classification=Classification.INFRA_ERROR, reason=_infra_reason(failures[0]))
     if any(isinstance(e, Egress)
            and e.record.get("reason") == EgressReason.RECORD_BUDGET_EXHAUSTED.value
            for e in events):
-        return Verdict(classification=Classification.INFRA_ERROR,
-                       reason=Reason.RECORD_BUDGET_EXHAUSTED)
+        return Outcome(classification=Classification.INFRA_ERROR,
+                       reason=RunReason.RECORD_BUDGET_EXHAUSTED)
     if any(
         isinstance(e, CommandRan) and e.source is Source.SETUP and e.exit_code != 0 for e in events
     ):
-        return Verdict(classification=Classification.INFRA_ERROR, reason=Reason.SETUP_FAILED)
+        return Outcome(classification=Classification.INFRA_ERROR, reason=RunReason.SETUP_FAILED)
     finished = next((e for e in events if isinstance(e, AgentFinished)), None)
     if finished is not None:
         if finished.stop is AgentStop.INFRA_ERROR:
-            return Verdict(classification=Classification.INFRA_ERROR, reason=Reason.AGENT_INFRA)
+            return Outcome(classification=Classification.INFRA_ERROR, reason=RunReason.AGENT_INFRA)
         if finished.stop is AgentStop.HARNESS_ERROR:
-            return Verdict(classification=Classification.HARNESS_ERROR, reason=Reason.HARNESS_ERROR)
+            return Outcome(classification=Classification.HARNESS_ERROR, reason=RunReason.HARNESS_ERROR)
         if finished.stop is AgentStop.NO_REPLAY:
-            return Verdict(classification=Classification.SKIPPED, reason=Reason.NO_REPLAY)
+            return Outcome(classification=Classification.SKIPPED, reason=RunReason.NO_REPLAY)
         if finished.stop is AgentStop.PERMISSION_DENIED:
-            return Verdict(classification=Classification.SKIPPED,
-                           reason=Reason.PERMISSION_DENIED)
+            return Outcome(classification=Classification.SKIPPED,
+                           reason=RunReason.PERMISSION_DENIED)
         if finished.stop is AgentStop.REFUSED:
-            return Verdict(classification=Classification.AGENT_REFUSAL, reason=Reason.AGENT_REFUSED)
+            return Outcome(classification=Classification.AGENT_REFUSAL, reason=RunReason.AGENT_REFUSED)
     check = next((e for e in events if isinstance(e, CheckFinished)), None)
     if check is None:
         # Every path that skips the check emits a Failure first or stops the
         # agent above; reaching here means the runner itself lost its way.
-        return Verdict(classification=Classification.HARNESS_ERROR, reason=Reason.NO_CHECK)
+        return Outcome(classification=Classification.HARNESS_ERROR, reason=RunReason.NO_CHECK)
     if check.exit_code == 0:
-        return Verdict(classification=Classification.PASSED, reason=Reason.PASSED)
+        return Outcome(classification=Classification.PASSED, reason=RunReason.PASSED)
     if finished is None:
         # ``firstrun check``: the check alone, over a kept workspace.
-        return Verdict(classification=Classification.DOCS_GAP, reason=Reason.CHECK_FAILED)
+        return Outcome(classification=Classification.DOCS_GAP, reason=RunReason.CHECK_FAILED)
     if finished.stop is AgentStop.BUDGET_EXHAUSTED:
-        return Verdict(classification=Classification.BUDGET_EXHAUSTED, reason=Reason.BUDGET_EXHAUSTED)
+        return Outcome(classification=Classification.BUDGET_EXHAUSTED, reason=RunReason.BUDGET_EXHAUSTED)
     if any(isinstance(e, WorkspaceDisk) and e.reached for e in events):
-        return Verdict(classification=Classification.BUDGET_EXHAUSTED, reason=Reason.DISK_EXHAUSTED)
+        return Outcome(classification=Classification.BUDGET_EXHAUSTED, reason=RunReason.DISK_EXHAUSTED)
     if blocking_refusals(events):
-        return Verdict(classification=Classification.BLOCKED, reason=Reason.EGRESS_REFUSED)
-    return Verdict(
+        return Outcome(classification=Classification.BLOCKED, reason=RunReason.EGRESS_REFUSED)
+    return Outcome(
         classification=Classification.DOCS_GAP,
-        reason=Reason.REPLAY_STEP_FAILED
+        reason=RunReason.REPLAY_STEP_FAILED
         if finished.stop is AgentStop.STEP_FAILED
-        else Reason.CHECK_FAILED,
+        else RunReason.CHECK_FAILED,
     )
 
 
@@ -175,9 +175,9 @@ def blocking_refusals(events: Sequence[Event]) -> list[dict]:
 _BLOCKING = frozenset(r.value for r in BLOCKING)
 
 
-def _infra_reason(failure: Failure) -> Reason:
+def _infra_reason(failure: Failure) -> RunReason:
     try:
-        return Reason(failure.reason)
+        return RunReason(failure.reason)
     except ValueError:
         # A trace from a build that knew a reason this one does not.
-        return Reason.SANDBOX_FAILED
+        return RunReason.SANDBOX_FAILED

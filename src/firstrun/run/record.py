@@ -30,7 +30,7 @@ from firstrun.policy.network import Channel, destination_label
 from firstrun.policy.network import Reason as EgressReason
 from firstrun.proxy.records import EgressRecord, Scheme
 from firstrun.results.model import Classification, PageRead, RunRecord
-from firstrun.run.classify import Reason, Verdict, blocking_refusals
+from firstrun.run.classify import Outcome, RunReason, blocking_refusals
 from firstrun.run.events import (
     AffordancesProbed,
     AgentFinished,
@@ -51,18 +51,18 @@ from firstrun.tasks.allowlist import allow_entries
 from firstrun.tasks.model import Task
 
 
-def infra_reason(exc: BaseException) -> Reason | None:
+def infra_reason(exc: BaseException) -> RunReason | None:
     """The infrastructure reason for ``exc``, or None when it is a harness bug. By type only."""
     if isinstance(exc, SandboxUnavailable):
-        return Reason.SANDBOX_REFUSED
+        return RunReason.SANDBOX_REFUSED
     if isinstance(exc, AttestationFailed):
-        return Reason.ATTESTATION_FAILED
+        return RunReason.ATTESTATION_FAILED
     if isinstance(exc, SandboxError):
-        return Reason.SANDBOX_FAILED
+        return RunReason.SANDBOX_FAILED
     if isinstance(exc, ProxyError):
-        return Reason.PROXY_FAILED
+        return RunReason.PROXY_FAILED
     if isinstance(exc, DocsError):
-        return Reason.DOCS_FAILED
+        return RunReason.DOCS_FAILED
     return None
 
 
@@ -74,7 +74,7 @@ def failure_event(exc: BaseException, *, phase: str) -> Failure:
                        message=str(exc), infra=True, reason=reason.value)
     return Failure(phase=phase, who="harness", error_type=type(exc).__name__,
                    message="".join(traceback.format_exception(exc)), infra=False,
-                   reason=Reason.HARNESS_ERROR.value)
+                   reason=RunReason.HARNESS_ERROR.value)
 
 
 def now_iso() -> str:
@@ -172,17 +172,17 @@ def last_page_before_failure(events: list[Event]) -> str | None:
     return None
 
 
-def _allow_fix(events: list[Event], verdict: Verdict) -> dict[str, list[str]]:
+def _allow_fix(events: list[Event], outcome: Outcome) -> dict[str, list[str]]:
     """What a report-only run would have been refused, else what blocked this run."""
     learnt = [e.record for e in events if isinstance(e, Egress) and e.record.get("would_deny")]
     if learnt:
         return allow_entries(learnt).to_data()
-    if verdict.classification is Classification.BLOCKED:
+    if outcome.classification is Classification.BLOCKED:
         return allow_entries(blocking_refusals(events)).to_data()
     return {}
 
 
-def build_record(task: Task, *, attempt: int, agent_name: str, model: str | None, verdict: Verdict, events: list[Event],
+def build_record(task: Task, *, attempt: int, agent_name: str, model: str | None, outcome: Outcome, events: list[Event],
                  started_at: str, duration_s: float, trace: str) -> RunRecord:
     info = next((e.info for e in events if isinstance(e, SandboxStarted)), None)
     reads = [e for e in events if isinstance(e, DocsRead)]
@@ -204,12 +204,12 @@ def build_record(task: Task, *, attempt: int, agent_name: str, model: str | None
         detail = failure.message.strip().splitlines()[-1] if failure.message.strip() else ""
     elif failed_setup is not None:
         detail = f"setup step exited {failed_setup.exit_code}: {failed_setup.command}"
-    elif verdict.classification is Classification.BLOCKED:
+    elif outcome.classification is Classification.BLOCKED:
         hosts = ", ".join(dict.fromkeys(
             str(r.get("host")) if r.get("scheme") == Scheme.DNS.value
             else destination_label(r.get("host"), r.get("port")) for r in blocking_refusals(events)))
         detail = f"the check failed after the sandbox refused {hosts}"
-    elif verdict.reason is Reason.DISK_EXHAUSTED and disk is not None:
+    elif outcome.reason is RunReason.DISK_EXHAUSTED and disk is not None:
         detail = (f"the workspace reached its disk bound of {(disk.bound_bytes or 0) >> 20} MiB; "
                   "writes past it failed with ENOSPC")
     elif finished is not None and finished.stop is not AgentStop.FINISHED and finished.detail:
@@ -242,8 +242,8 @@ def build_record(task: Task, *, attempt: int, agent_name: str, model: str | None
         }
     return RunRecord(
         task=task.name, task_file=task.path, task_sha256=task.sha256, attempt=attempt,
-        agent=agent_name, model=model, classification=verdict.classification,
-        reason=verdict.reason.value,
+        agent=agent_name, model=model, classification=outcome.classification,
+        reason=outcome.reason.value,
         backend=info["backend"] if info else None,
         enforcement=info["enforcement"] if info else None,
         policy_hash=info["policy_hash"] if info else None,
@@ -258,7 +258,7 @@ def build_record(task: Task, *, attempt: int, agent_name: str, model: str | None
         check_output=check.output if check is not None else "",
         check_isolation=isolated.isolation if isolated is not None else None,
         killed_before_check=isolated.killed if isolated is not None else None,
-        allow_fix=_allow_fix(events, verdict),
+        allow_fix=_allow_fix(events, outcome),
         commands=sum(1 for e in events if isinstance(e, CommandRan) and e.source is Source.AGENT),
         started_at=started_at,
         duration_s=round(duration_s, 3),

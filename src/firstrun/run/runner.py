@@ -31,7 +31,7 @@ from firstrun.docs import Politeness, probe_affordances
 from firstrun.errors import SandboxError
 from firstrun.results.model import RunRecord
 from firstrun.run.check import agent_output, run_check
-from firstrun.run.classify import Reason, classify
+from firstrun.run.classify import RunReason, classify_run
 from firstrun.run.config import RunConfig
 from firstrun.run.events import (
     AffordancesProbed,
@@ -95,11 +95,11 @@ def run_task(
                                  model=agent.model, task_file=task.path, task_sha256=task.sha256))
         _carry_out(task, agent=agent, config=config, where=where, recorder=recorder, stop=stop,
                    max_spend=max_spend)
-        verdict = classify(trace.events())
-        recorder.emit(RunFinished(classification=verdict.classification.value,
-                                  reason=verdict.reason.value))
+        outcome = classify_run(trace.events())
+        recorder.emit(RunFinished(classification=outcome.classification.value,
+                                  reason=outcome.reason.value))
         return build_record(task, attempt=attempt, agent_name=agent.name, model=agent.model,
-                            verdict=verdict,
+                            outcome=outcome,
                             events=trace.events(), started_at=started_at,
                             duration_s=time.monotonic() - started,
                             trace=str((where / TRACE_FILE).relative_to(config.out_dir)))
@@ -212,7 +212,7 @@ def _give_back_disk(disk: SizedWorkspace | DiskBound, *, keep: Path | None,
 
 def _interrupted(phase: str) -> Failure:
     return Failure(phase=phase, who="user", error_type="Interrupted",
-                   message="the sweep was stopped", infra=True, reason=Reason.INTERRUPTED.value)
+                   message="the sweep was stopped", infra=True, reason=RunReason.INTERRUPTED.value)
 
 
 @contextmanager

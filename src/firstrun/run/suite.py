@@ -43,7 +43,7 @@ from firstrun.docs import Politeness
 from firstrun.errors import UsageError
 from firstrun.results.model import Classification, RunRecord
 from firstrun.results.store import ResultsStore
-from firstrun.run.classify import Reason
+from firstrun.run.classify import RunReason
 from firstrun.run.config import RunConfig
 from firstrun.run.events import Event
 from firstrun.run.runner import run_task
@@ -152,7 +152,7 @@ def run_suite(
             finally:
                 if spend is not None and reservation is not None:
                     spend.settle(reservation, None if record is None else recorded_spend(record))
-            if record.reason == Reason.INTERRUPTED:
+            if record.reason == RunReason.INTERRUPTED:
                 continue
             with lock:
                 store.add(record.to_data())
