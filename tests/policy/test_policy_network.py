@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from firstrun.errors import PolicyError
-from firstrun.policy.addresses import AddressClass, classify
+from firstrun.policy.addresses import AddressClass, address_class
 from firstrun.policy.network import (
     Channel,
     Layer,
@@ -62,13 +62,13 @@ def test_no_allow_rule_overrides_the_floor(host, allow, addr, public, override_n
 
 @given(addr=_floor_address())
 def test_floor_addresses_are_never_public(addr) -> None:  # type: ignore[no-untyped-def]
-    assert classify(addr) is not AddressClass.PUBLIC
+    assert address_class(addr) is not AddressClass.PUBLIC
 
 
 @pytest.mark.parametrize("addr", ["203.0.113.80", "192.0.2.1", "198.51.100.7", "151.101.0.223"])
 def test_documentation_ranges_are_not_floored(addr: str) -> None:
     # The registries on this machine answer from TEST-NET-3.
-    assert classify(ipaddress.ip_address(addr)) is AddressClass.PUBLIC
+    assert address_class(ipaddress.ip_address(addr)) is AddressClass.PUBLIC
 
 
 def test_proxy_addresses_refused_even_with_an_override() -> None:

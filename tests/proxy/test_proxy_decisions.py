@@ -23,7 +23,7 @@ from firstrun.policy.network import (
 from firstrun.proxy.errors import Refused
 from firstrun.proxy.request import (
     Action,
-    classify,
+    classify_request,
     parse_authority,
     parse_target,
     upstream_headers,
@@ -194,7 +194,7 @@ def test_target_refusals(method: str, target: str, reason: Reason) -> None:
 )
 def test_head_refusals(raw: bytes, reason: Reason) -> None:
     event, head = _parse(raw)
-    assert _refusal(classify, event, head, max_head_bytes=65536) is reason
+    assert _refusal(classify_request, event, head, max_head_bytes=65536) is reason
 
 
 @pytest.mark.parametrize(
@@ -210,13 +210,13 @@ def test_head_refusals(raw: bytes, reason: Reason) -> None:
 )
 def test_heads_that_agree(raw: bytes) -> None:
     event, head = _parse(raw)
-    assert classify(event, head, max_head_bytes=65536).host == "pypi.org"
+    assert classify_request(event, head, max_head_bytes=65536).host == "pypi.org"
 
 
 def test_oversize_head_refused_even_when_it_arrives_whole() -> None:
     raw = b"GET http://pypi.org/ HTTP/1.1\r\nHost: pypi.org\r\nX: " + b"a" * 2000 + b"\r\n\r\n"
     event, head = _parse(raw)
-    assert _refusal(classify, event, head, max_head_bytes=1024) is Reason.HEADERS_TOO_LARGE
+    assert _refusal(classify_request, event, head, max_head_bytes=1024) is Reason.HEADERS_TOO_LARGE
 
 
 def test_upstream_headers_drop_hop_by_hop_and_proxy_headers() -> None:

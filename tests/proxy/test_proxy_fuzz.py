@@ -56,7 +56,7 @@ from firstrun.policy.network import (
 from firstrun.proxy.errors import Refused, refusal_for_protocol_error
 from firstrun.proxy.flight import Flight, FlightKind, judge_first_flight, judge_flight, read_flight
 from firstrun.proxy.records import Capture, EgressRecord
-from firstrun.proxy.request import ATTEST_METHODS, FORWARD_METHODS, Action, Target, classify
+from firstrun.proxy.request import ATTEST_METHODS, FORWARD_METHODS, Action, Target, classify_request
 from firstrun.proxy.server import EgressProxy, ListenerKind, ProxyLimits
 from firstrun.proxy.tls import HelloStatus, parse_client_hello
 
@@ -456,7 +456,7 @@ def read_request(conn: h11.Connection) -> tuple[h11.Request, bytes] | Refused | 
 
 def judge_head(event: h11.Request, head: bytes) -> Target | Refused:
     try:
-        return classify(event, head, max_head_bytes=MAX_HEAD)
+        return classify_request(event, head, max_head_bytes=MAX_HEAD)
     except Refused as refusal:
         return refusal
 
@@ -548,7 +548,7 @@ def test_request_heads_are_judged_by_what_they_name(head: Head, policy: NetworkP
         return
     verdict = judge_head(*parsed)
     if isinstance(verdict, Refused):
-        event(f"classify refused: {verdict.reason}")
+        event(f"classify_request refused: {verdict.reason}")
         assert isinstance(verdict.reason, Reason) and 400 <= verdict.status < 500
         return
     assert_target_is_what_the_head_says(parsed[1], verdict)

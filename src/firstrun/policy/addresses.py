@@ -78,7 +78,7 @@ def embedded_ipv4(addr: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
     return None
 
 
-def classify(addr: IPAddress) -> AddressClass:
+def address_class(addr: IPAddress) -> AddressClass:
     """The single class of ``addr``; ``PUBLIC`` means the floor has no objection."""
     if isinstance(addr, ipaddress.IPv4Address):
         for cls, net in _V4_NETS:

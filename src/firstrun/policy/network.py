@@ -51,7 +51,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from firstrun.errors import PolicyError
-from firstrun.policy.addresses import AddressClass, IPAddress, classify
+from firstrun.policy.addresses import AddressClass, IPAddress, address_class
 from firstrun.policy.hosts import (
     HostPattern,
     canonical_host,
@@ -508,7 +508,7 @@ def decide_addresses(
             parse_ip_literal(h) == addr and p == request.port for h, p in policy.proxy_addresses
         ):
             return _deny(policy, Reason.PROXY_ITSELF, Layer.FLOOR, host)
-        cls = classify(addr)
+        cls = address_class(addr)
         if cls is AddressClass.PUBLIC:
             continue
         if override is not None and any(addr in net for net in override.networks):

@@ -1,6 +1,6 @@
 """From a request head that h11 parsed to what the proxy will do with it.
 
-Guarantee: ``classify`` either returns a ``Target`` whose host is canonical
+Guarantee: ``classify_request`` either returns a ``Target`` whose host is canonical
 and whose port is the one that will be dialled, or raises ``Refused``. It
 refuses anything two parties could read two ways:
 
@@ -199,7 +199,7 @@ def check_host_header(target: Target, headers: Headers) -> None:
         )
 
 
-def classify(event: h11.Request, head: bytes, *, max_head_bytes: int) -> Target:
+def classify_request(event: h11.Request, head: bytes, *, max_head_bytes: int) -> Target:
     """The whole judgement of one request head; raises ``Refused``."""
     headers: Headers = list(event.headers)
     check_framing(headers, head, max_head_bytes=max_head_bytes)

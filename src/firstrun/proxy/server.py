@@ -105,7 +105,7 @@ from firstrun.proxy.records import (
 from firstrun.proxy.request import (
     Action,
     Target,
-    classify,
+    classify_request,
     downstream_headers,
     upstream_headers,
 )
@@ -321,7 +321,7 @@ class _Client:
                 "the proxy's egress record budget is spent; it forwards nothing it cannot record",
             )
         ex.reserved = True
-        ex.target = classify(event, raw, max_head_bytes=self._limits.max_head_bytes)
+        ex.target = classify_request(event, raw, max_head_bytes=self._limits.max_head_bytes)
         target = ex.target
         if target.action is Action.ATTEST:
             return await self._attest(ex)
