@@ -22,7 +22,7 @@ import pytest
 
 from firstrun.results.model import Classification, RunRecord
 from firstrun.results.stats import (
-    Verdict,
+    ComparisonVerdict,
     compare,
     fisher_p,
     min_p_value,
@@ -136,16 +136,16 @@ def test_compare_reports_a_regression_with_the_fisher_p() -> None:
     # Convictions as a sweep: 10/13 before, 2/17 after.
     result = compare(_runs("t", 10, 3), _runs("t", 2, 15))
     (t,) = result.tasks
-    assert t.verdict is Verdict.REGRESSED
+    assert t.verdict is ComparisonVerdict.REGRESSED
     assert t.p_value is not None and round(t.p_value, 7) == 0.0005367
     assert result.regressions == (t,)
     improved = compare(_runs("t", 2, 15), _runs("t", 10, 3)).tasks[0]
-    assert improved.verdict is Verdict.IMPROVED
+    assert improved.verdict is ComparisonVerdict.IMPROVED
 
 
 def test_compare_no_significant_change_keeps_the_p() -> None:
     (t,) = compare(_runs("t", 3, 1), _runs("t", 1, 3)).tasks
-    assert t.verdict is Verdict.NO_SIGNIFICANT_CHANGE
+    assert t.verdict is ComparisonVerdict.NO_SIGNIFICANT_CHANGE
     assert t.p_value == pytest.approx(34 / 70)
 
 
@@ -153,20 +153,20 @@ def test_compare_too_small_reports_no_p_and_the_sample_that_could() -> None:
     # 3 runs each, all passed before and all failed after: p = 0.1 at best.
     result = compare(_runs("t", 3, 0), _runs("t", 0, 3))
     (t,) = result.tasks
-    assert t.verdict is Verdict.TOO_SMALL and t.p_value is None
+    assert t.verdict is ComparisonVerdict.TOO_SMALL and t.p_value is None
     assert result.smallest_sample == 4
     # Non-evidential runs do not make a sample bigger.
     (t,) = compare(_runs("t", 3, 0, infra_error=9), _runs("t", 0, 3, skipped=9)).tasks
-    assert t.verdict is Verdict.TOO_SMALL
+    assert t.verdict is ComparisonVerdict.TOO_SMALL
     # Four per side can: 4/4 -> 0/4 is significant at 0.05.
     (t,) = compare(_runs("t", 4, 0), _runs("t", 0, 4)).tasks
-    assert t.verdict is Verdict.REGRESSED and t.p_value == pytest.approx(2 / 70)
+    assert t.verdict is ComparisonVerdict.REGRESSED and t.p_value == pytest.approx(2 / 70)
 
 
 def test_compare_one_sided_tasks_and_missing_evidence() -> None:
     result = compare([*_runs("old", 5, 0), *_runs("both", 0, 0, infra_error=2)],
                      [*_runs("both", 5, 0), *_runs("new", 1, 1)])
     verdicts = {t.task: t.verdict for t in result.tasks}
-    assert verdicts == {"old": Verdict.ONLY_BEFORE, "both": Verdict.NO_EVIDENCE, "new": Verdict.ONLY_AFTER}
+    assert verdicts == {"old": ComparisonVerdict.ONLY_BEFORE, "both": ComparisonVerdict.NO_EVIDENCE, "new": ComparisonVerdict.ONLY_AFTER}
     assert [t.task for t in result.tasks] == ["old", "both", "new"]
     assert result.tested == 0

@@ -9,7 +9,7 @@ as "no change". Tasks present on one side only are listed, never dropped.
 
 from __future__ import annotations
 
-from firstrun.results.stats import Comparison, PassRate, TaskComparison, Verdict
+from firstrun.results.stats import Comparison, ComparisonVerdict, PassRate, TaskComparison
 
 HEADER = ("task", "before", "after", "change", "p (Fisher)", "verdict")
 
@@ -31,14 +31,14 @@ def _change(t: TaskComparison) -> str:
 
 def verdict_text(t: TaskComparison, comparison: Comparison) -> str:
     texts = {
-        Verdict.REGRESSED: "REGRESSED",
-        Verdict.IMPROVED: "improved",
-        Verdict.NO_SIGNIFICANT_CHANGE: "no significant change",
-        Verdict.TOO_SMALL: f"too small to tell: needs {comparison.smallest_sample}+ evidential runs per side",
-        Verdict.ONLY_BEFORE: "only in BEFORE",
-        Verdict.ONLY_AFTER: "only in AFTER",
+        ComparisonVerdict.REGRESSED: "REGRESSED",
+        ComparisonVerdict.IMPROVED: "improved",
+        ComparisonVerdict.NO_SIGNIFICANT_CHANGE: "no significant change",
+        ComparisonVerdict.TOO_SMALL: f"too small to tell: needs {comparison.smallest_sample}+ evidential runs per side",
+        ComparisonVerdict.ONLY_BEFORE: "only in BEFORE",
+        ComparisonVerdict.ONLY_AFTER: "only in AFTER",
     }
-    if t.verdict is Verdict.NO_EVIDENCE:
+    if t.verdict is ComparisonVerdict.NO_EVIDENCE:
         sides = [name for name, rate in (("BEFORE", t.before), ("AFTER", t.after))
                  if rate is not None and rate.rate is None]
         text = f"no evidence in {' and '.join(sides)}"
@@ -64,7 +64,7 @@ def diff_notes(comparison: Comparison) -> list[str]:
         f"significant when p < {a}; {tested} task{'s' if tested != 1 else ''} tested"
         + (", each on its own (no correction for testing several)." if tested > 1 else "."),
     ]
-    if any(t.verdict is Verdict.TOO_SMALL for t in comparison.tasks):
+    if any(t.verdict is ComparisonVerdict.TOO_SMALL for t in comparison.tasks):
         notes.append(
             f"Too small to tell: with those sample sizes not even the most extreme outcome "
             f"(all passed on one side, all failed on the other) reaches p < {a}. The smallest sample "

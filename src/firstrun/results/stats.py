@@ -142,7 +142,7 @@ def smallest_sample(alpha: float) -> int:
     return n
 
 
-class Verdict(StrEnum):
+class ComparisonVerdict(StrEnum):
     """What a comparison of one task can say; a closed set, keyed on by CI."""
 
     REGRESSED = "regressed"
@@ -161,7 +161,7 @@ class TaskComparison:
     task: str
     before: PassRate | None
     after: PassRate | None
-    verdict: Verdict
+    verdict: ComparisonVerdict
     p_value: float | None = None
     task_changed: bool = False
 
@@ -176,7 +176,7 @@ class Comparison:
 
     @property
     def regressions(self) -> tuple[TaskComparison, ...]:
-        return tuple(t for t in self.tasks if t.verdict is Verdict.REGRESSED)
+        return tuple(t for t in self.tasks if t.verdict is ComparisonVerdict.REGRESSED)
 
     @property
     def tested(self) -> int:
@@ -201,21 +201,21 @@ def compare(before: Sequence[RunRecord], after: Sequence[RunRecord], *, alpha: f
 
 def _compare_task(task: str, before: PassRate | None, after: PassRate | None, *,
                   alpha: float, changed: bool) -> TaskComparison:
-    def verdict(v: Verdict, p: float | None = None) -> TaskComparison:
+    def verdict(v: ComparisonVerdict, p: float | None = None) -> TaskComparison:
         return TaskComparison(task=task, before=before, after=after, verdict=v, p_value=p,
                               task_changed=changed)
 
     if after is None:
-        return verdict(Verdict.ONLY_BEFORE)
+        return verdict(ComparisonVerdict.ONLY_BEFORE)
     if before is None:
-        return verdict(Verdict.ONLY_AFTER)
+        return verdict(ComparisonVerdict.ONLY_AFTER)
     if not before.evidential or not after.evidential:
-        return verdict(Verdict.NO_EVIDENCE)
+        return verdict(ComparisonVerdict.NO_EVIDENCE)
     if not min_p_value(before.evidential, after.evidential) < alpha:
-        return verdict(Verdict.TOO_SMALL)
+        return verdict(ComparisonVerdict.TOO_SMALL)
     p = fisher_p(before.passed, before.docs_gap, after.passed, after.docs_gap)
     if not p < alpha:
-        return verdict(Verdict.NO_SIGNIFICANT_CHANGE, p)
+        return verdict(ComparisonVerdict.NO_SIGNIFICANT_CHANGE, p)
     # Cross-multiplied, so the direction is decided on whole numbers.
     dropped = after.passed * before.evidential < before.passed * after.evidential
-    return verdict(Verdict.REGRESSED if dropped else Verdict.IMPROVED, p)
+    return verdict(ComparisonVerdict.REGRESSED if dropped else ComparisonVerdict.IMPROVED, p)
