@@ -20,7 +20,7 @@ from firstrun.errors import TaskError, UsageError
 from firstrun.policy.filesystem import FilesystemPolicy
 from firstrun.policy.network import Reason
 from firstrun.policy.profile import SandboxProfile
-from firstrun.tasks.compile import compile_profile_inputs
+from firstrun.tasks.compile import compile_network_policy
 from firstrun.tasks.load import load_task
 
 FIRSTRUN = Path(sys.executable).parent / "firstrun"
@@ -55,12 +55,12 @@ def test_a_credential_without_inspection_is_refused_naming_the_task(tmp_path: Pa
     task = load_task(_task(tmp_path, CREDENTIALS))
     with pytest.raises(UsageError, match=r"inspect\.yaml: firstrun\.credentials \(NPM_TOKEN\) "
                                          r"need --inspect-tls"):
-        compile_profile_inputs(task)
+        compile_network_policy(task)
 
 
 def test_inspection_carries_the_task_rules_and_changes_the_policy_hash(tmp_path: Path) -> None:
     task = load_task(_task(tmp_path, CREDENTIALS))
-    policy = compile_profile_inputs(task, inspect=True)
+    policy = compile_network_policy(task, inspect=True)
     assert policy.inspection is not None
     assert policy.inspection.to_data() == {
         "rules": [{"host": "upload.example.com", "methods": ["POST", "PUT"], "path_prefix": "/api/"}],
@@ -72,7 +72,7 @@ def test_inspection_carries_the_task_rules_and_changes_the_policy_hash(tmp_path:
     plain = load_task(_task(tmp_path / "plain", ""))
     fs = FilesystemPolicy(workspace="/ws")
     hashes = {SandboxProfile(fs=fs, net=p).policy_hash()
-              for p in (compile_profile_inputs(plain), compile_profile_inputs(plain, inspect=True))}
+              for p in (compile_network_policy(plain), compile_network_policy(plain, inspect=True))}
     assert len(hashes) == 2
 
 

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from firstrun.policy.network import DEFAULT_ALLOW, Channel, Reason, Request, decide_name
-from firstrun.tasks.compile import compile_profile_inputs, covering_patterns
+from firstrun.tasks.compile import compile_network_policy, covering_patterns
 from firstrun.tasks.load import read_task
 
 
@@ -19,7 +19,7 @@ def _docs(policy, host: str, port: int = 443):
 
 
 def test_docs_hosts_are_docs_channel_only(write_task) -> None:
-    policy = compile_profile_inputs(
+    policy = compile_network_policy(
         _task(write_task, docs="{path: [https://docs.example.org/a], allow: [example.net]}")
     )
     for host in ("docs.example.org", "www.docs.example.org", "example.net", "api.example.net"):
@@ -37,7 +37,7 @@ def test_a_docs_host_named_under_network_allow_is_opened_to_the_shell_and_marked
         docs="{entrypoint: https://pypi.org/project/x/}",
         extra="network: {allow: [pypi.org]}",
     )
-    policy = compile_profile_inputs(task)
+    policy = compile_network_policy(task)
     opened = _shell(policy, "pypi.org")
     assert opened.allowed and opened.reason is Reason.ALLOWED_DOCS_HOST_ON_SHELL
     assert _docs(policy, "pypi.org").allowed
@@ -45,13 +45,13 @@ def test_a_docs_host_named_under_network_allow_is_opened_to_the_shell_and_marked
 
 def test_a_docs_host_covering_only_a_default_registry_stays_off_the_shell(write_task) -> None:
     task = _task(write_task, docs="{entrypoint: https://pypi.org/project/x/}")
-    policy = compile_profile_inputs(task)
+    policy = compile_network_policy(task)
     assert _shell(policy, "pypi.org").reason is Reason.DOCS_HOST_ON_SHELL
     assert _docs(policy, "pypi.org").allowed
 
 
 def test_network_allow_adds_to_defaults_with_subdomains(write_task) -> None:
-    policy = compile_profile_inputs(
+    policy = compile_network_policy(
         _task(write_task, extra="network: {allow: [binaries.example.net]}")
     )
     assert _shell(policy, "binaries.example.net").allowed
@@ -65,7 +65,7 @@ def test_network_allow_adds_to_defaults_with_subdomains(write_task) -> None:
 
 
 def test_network_only_replaces_defaults(write_task) -> None:
-    policy = compile_profile_inputs(
+    policy = compile_network_policy(
         _task(write_task, extra="network: {only: [registry.example.net]}")
     )
     assert _shell(policy, "registry.example.net").allowed
@@ -82,7 +82,7 @@ def test_firstrun_extensions_compile_exactly(write_task) -> None:
         "      - host: mirror.corp.example:8443\n"
         "        networks: [10.20.0.0/16]\n"
     )
-    policy = compile_profile_inputs(_task(write_task, extra=extra))
+    policy = compile_network_policy(_task(write_task, extra=extra))
     assert _shell(policy, "track.example.net").reason is Reason.DENIED_BY_LIST
     assert _shell(policy, "mirror.corp.example", 8443).reason is Reason.ALLOWED_BY_OVERRIDE
     assert _shell(policy, "x.mirror.corp.example", 8443).reason is Reason.NOT_ALLOWED
@@ -90,7 +90,7 @@ def test_firstrun_extensions_compile_exactly(write_task) -> None:
 
 
 def test_a_docs_site_on_a_port_is_that_port_only(write_task) -> None:
-    policy = compile_profile_inputs(
+    policy = compile_network_policy(
         _task(write_task, docs="{entrypoint: 'http://127.0.0.1:8123/docs/'}")
     )
     assert _docs(policy, "127.0.0.1", 8123).allowed

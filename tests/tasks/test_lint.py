@@ -160,12 +160,12 @@ def test_network_allow_unused_beside_only(write_task) -> None:
 
 
 def test_a_tcp_rule_is_explained_and_compiled(write_task) -> None:
-    from firstrun.tasks.compile import compile_profile_inputs
+    from firstrun.tasks.compile import compile_network_policy
 
     task, found = _lint(write_task, "success:\n  script: test -f a.py\n"
                         "firstrun:\n  network:\n    tcp: [github.com:22]\n")
     assert found == [(Severity.NOTE, Code.TCP_RULE, 8)]
-    assert [str(p) for p in compile_profile_inputs(task).tcp] == ["github.com:22"]
+    assert [str(p) for p in compile_network_policy(task).tcp] == ["github.com:22"]
 
 
 @pytest.mark.parametrize("entry", ["github.com", "*.example.com:22", "github.com:0"])

@@ -53,7 +53,7 @@ from firstrun.sandbox.select import (
     resolve_backend,
     select_backend,
 )
-from firstrun.tasks.compile import compile_profile_inputs
+from firstrun.tasks.compile import compile_network_policy
 from firstrun.tasks.model import Task
 
 # Between two requests to one remote docs host (mirrors are not spaced).
@@ -64,7 +64,7 @@ def check_inspection(tasks: Sequence[Task], *, inspect_tls: bool, env: Mapping[s
     """Refuse before any run what every run would refuse alike: a credential without
     --inspect-tls, or one whose value is not in ``env``. Raises ``UsageError``."""
     for task in tasks:
-        policy = compile_profile_inputs(task, inspect=inspect_tls)
+        policy = compile_network_policy(task, inspect=inspect_tls)
         if policy.inspection is not None:
             try:
                 mint(policy.inspection.credentials, env)
@@ -107,7 +107,7 @@ def capture_listeners(proxy: EgressProxy, sockdir: str) -> dict[str, str]:
 
 
 def task_policy(task: Task, config: RunConfig) -> NetworkPolicy:
-    return compile_profile_inputs(task, mode=Mode.REPORT if config.report_only else Mode.ENFORCE,
+    return compile_network_policy(task, mode=Mode.REPORT if config.report_only else Mode.ENFORCE,
                                   inspect=config.inspect_tls)
 
 

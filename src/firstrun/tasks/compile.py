@@ -61,7 +61,7 @@ def _expand(entries: Iterable[str]) -> list[str]:
     return out
 
 
-def compile_profile_inputs(
+def compile_network_policy(
     task: Task, *, mode: Mode = Mode.ENFORCE, inspect: bool = False
 ) -> NetworkPolicy:
     """The network policy a run of ``task`` enforces.
