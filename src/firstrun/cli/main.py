@@ -23,6 +23,7 @@ from decimal import Decimal, InvalidOperation
 from typing import NoReturn
 
 from firstrun import __version__
+from firstrun.cli.flags import github_summary_flag
 from firstrun.cli.images import add_images_parser, images_command
 from firstrun.cli.interrupt import Signalled
 from firstrun.errors import (
@@ -249,7 +250,7 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
     run.add_argument("--junit", metavar="FILE",
                      help="also write JUnit XML: a docs gap is a failure, trouble that kept a run "
                      "from judging is an error, a skip is skipped")
-    _github_summary_flag(run)
+    github_summary_flag(run)
     run.add_argument("--docs-mirror", action="append", default=[], metavar="HOST=SRC",
                      help="serve docs host HOST from directory SRC or a loopback server URL; repeatable")
     run.add_argument("--cache-dir", metavar="DIR",
@@ -388,7 +389,7 @@ def _add_report_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignor
     report.add_argument("results", metavar="RESULTS_DIR", help="a results directory or its results.json")
     report.add_argument("--out", metavar="FILE", help="write the HTML report to FILE")
     report.add_argument("--markdown", metavar="FILE", help="write the markdown summary to FILE ('-': stdout)")
-    _github_summary_flag(report)
+    github_summary_flag(report)
 
     audit = sub.add_parser(
         "audit",
@@ -405,16 +406,6 @@ def _add_report_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignor
                        help="linux, docker, local (the unenforced baseline) or all (default: all)")
     audit.add_argument("--format", dest="audit_format", default="text",
                        choices=("text", "json", "markdown"), help="output format (default: text)")
-
-
-# ``--github-summary`` given with no FILE: the file $GITHUB_STEP_SUMMARY names.
-GITHUB_SUMMARY_FROM_ENV = "$GITHUB_STEP_SUMMARY"
-
-
-def _github_summary_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--github-summary", nargs="?", const=GITHUB_SUMMARY_FROM_ENV, metavar="FILE",
-                        help="append a markdown summary to FILE (default: the file named by "
-                        "$GITHUB_STEP_SUMMARY); write --github-summary=FILE when TASK arguments follow")
 
 
 def _split_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
-from firstrun.cli.main import GITHUB_SUMMARY_FROM_ENV
+from firstrun.cli.flags import summary_target, writable_file
 from firstrun.errors import UsageError
 from firstrun.reports.diff import HEADER, diff_lines, diff_notes, diff_rows
 from firstrun.reports.html import write_html
@@ -24,33 +23,6 @@ from firstrun.reports.load import load_saved
 from firstrun.reports.markdown import render_markdown
 from firstrun.reports.output import append_text, write_text_atomic
 from firstrun.results.stats import compare
-
-GITHUB_ENV = "GITHUB_STEP_SUMMARY"
-
-
-def summary_target(value: str) -> Path:
-    """The file ``--github-summary`` appends to, checked before any run or report starts."""
-    if value == GITHUB_SUMMARY_FROM_ENV:
-        named = os.environ.get(GITHUB_ENV)
-        if not named:
-            raise UsageError(f"--github-summary: no FILE given and ${GITHUB_ENV} is not set")
-        return _writable_file("--github-summary", named)
-    if Path(value).suffix.lower() in (".yaml", ".yml"):
-        # ``run --github-summary tasks/a.yaml`` reads the task as FILE; appending
-        # markdown to a task file would corrupt it.
-        raise UsageError(f"--github-summary: {value!r} looks like a task file; to name the summary "
-                         "file write --github-summary=FILE, or put TASK arguments before the flag")
-    return _writable_file("--github-summary", value)
-
-
-def _writable_file(flag: str, value: str) -> Path:
-    path = Path(value)
-    if path.is_dir():
-        raise UsageError(f"{flag}: {value!r} is a directory")
-    parent = path.absolute().parent
-    if not parent.is_dir():
-        raise UsageError(f"{flag}: directory {os.fspath(parent)!r} does not exist")
-    return path
 
 
 def diff_command(before: str, after: str, *, alpha: float, fail_on_regression: bool) -> int:
@@ -80,8 +52,8 @@ def diff_command(before: str, after: str, *, alpha: float, fail_on_regression: b
 def report_command(results: str, *, out: str | None, markdown: str | None, github_summary: str | None) -> int:
     if out is None and markdown is None and github_summary is None:
         raise UsageError("report: say what to write: --out FILE.html, --markdown FILE, or --github-summary")
-    html_path = _writable_file("--out", out) if out is not None else None
-    md_path = _writable_file("--markdown", markdown) if markdown not in (None, "-") else None
+    html_path = writable_file("--out", out) if out is not None else None
+    md_path = writable_file("--markdown", markdown) if markdown not in (None, "-") else None
     summary = summary_target(github_summary) if github_summary is not None else None
     saved = load_saved(results, label="RESULTS_DIR")
     for flag, target in (("--out", html_path), ("--markdown", md_path), ("--github-summary", summary)):

@@ -239,7 +239,7 @@ def run_command(request: RunRequest) -> int:
     _check_paths(request)
     summary = None
     if request.github_summary is not None:
-        from firstrun.cli.report import summary_target
+        from firstrun.cli.flags import summary_target
 
         summary = summary_target(request.github_summary)
         if os.path.realpath(summary) == os.path.realpath(Path(request.out) / RESULTS_FILE):
