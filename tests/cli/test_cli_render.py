@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from firstrun.cli.render import group_blocked, summary_lines
-from firstrun.policy.network import Channel, Layer, Reason, Verdict
+from firstrun.policy.decision import Layer, Reason, Verdict
+from firstrun.policy.network import Channel
 from firstrun.proxy.records import EgressRecord, Scheme
 from firstrun.sandbox.base import Check, Enforcement, SessionInfo
 

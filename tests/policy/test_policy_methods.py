@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from firstrun.errors import PolicyError
+from firstrun.policy.decision import Layer, Reason, Verdict
 from firstrun.policy.methods import (
     READ_ONLY,
     WRITE_METHODS,
@@ -15,7 +16,7 @@ from firstrun.policy.methods import (
     credentials_for,
     decide_inner,
 )
-from firstrun.policy.network import Layer, NetworkPolicy, Reason, Verdict
+from firstrun.policy.network import NetworkPolicy
 
 _label = st.from_regex(r"[a-z][a-z0-9]{0,8}", fullmatch=True)
 _domain = st.lists(_label, min_size=2, max_size=3).map(".".join)

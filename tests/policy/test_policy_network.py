@@ -10,14 +10,12 @@ from hypothesis import strategies as st
 
 from firstrun.errors import PolicyError
 from firstrun.policy.addresses import AddressClass, address_class
+from firstrun.policy.decision import Layer, Reason, Verdict
 from firstrun.policy.network import (
     Channel,
-    Layer,
     Mode,
     NetworkPolicy,
-    Reason,
     Request,
-    Verdict,
     decide_addresses,
     decide_name,
     destination_label,

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from firstrun.errors import TaskError, UsageError
+from firstrun.policy.decision import Reason
 from firstrun.policy.filesystem import FilesystemPolicy
-from firstrun.policy.network import Reason
 from firstrun.policy.profile import SandboxProfile
 from firstrun.tasks.compile import compile_network_policy
 from firstrun.tasks.load import load_task

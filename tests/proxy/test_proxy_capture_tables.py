@@ -15,7 +15,8 @@ import dns.rdatatype
 import pytest
 from proxy_fixtures import client_hello
 
-from firstrun.policy.network import Mode, NetworkPolicy, Reason, decide_dns, decide_stream
+from firstrun.policy.decision import Reason
+from firstrun.policy.network import Mode, NetworkPolicy, decide_dns, decide_stream
 from firstrun.proxy.dns import SYNTHETIC_NETWORK, SyntheticNames, answer
 from firstrun.proxy.errors import Refused
 from firstrun.proxy.flight import FlightKind, judge_flight, read_flight

@@ -9,14 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from firstrun.policy.decision import Reason, Verdict
 from firstrun.policy.network import (
     ATTESTATION_HOST,
     Channel,
     Mode,
     NetworkPolicy,
-    Reason,
     Request,
-    Verdict,
     decide_addresses,
     decide_name,
 )

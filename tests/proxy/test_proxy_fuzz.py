@@ -39,16 +39,14 @@ from proxy_fixtures import EchoServer, connect, read_reply, read_until_closed
 
 from firstrun.errors import PolicyError
 from firstrun.policy.addresses import IPAddress
+from firstrun.policy.decision import Decision, Reason, Verdict
 from firstrun.policy.hosts import canonical_host, parse_ip_literal
 from firstrun.policy.network import (
     ATTESTATION_HOST,
     Channel,
-    Decision,
     Mode,
     NetworkPolicy,
-    Reason,
     Request,
-    Verdict,
     decide_addresses,
     decide_name,
     decide_stream,

@@ -22,13 +22,8 @@ from proxy_fixtures import (
     start_proxy,
 )
 
-from firstrun.policy.network import (
-    ATTESTATION_HOST,
-    Channel,
-    Mode,
-    NetworkPolicy,
-    Reason,
-)
+from firstrun.policy.decision import Reason
+from firstrun.policy.network import ATTESTATION_HOST, Channel, Mode, NetworkPolicy
 from firstrun.proxy.records import EgressRecord
 from firstrun.proxy.server import EgressProxy, ProxyLimits
 

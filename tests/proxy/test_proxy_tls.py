@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from proxy_fixtures import client_hello
 
-from firstrun.policy.network import Reason
+from firstrun.policy.decision import Reason
 from firstrun.proxy.flight import judge_first_flight
 from firstrun.proxy.tls import HelloStatus, parse_client_hello
 

@@ -31,8 +31,9 @@ from tls_fixtures import HttpsRegistry, TestCA, https_via_proxy
 
 from firstrun.agents.base import AgentStop
 from firstrun.errors import ProxyError
+from firstrun.policy.decision import Reason, Verdict
 from firstrun.policy.methods import InspectionPolicy
-from firstrun.policy.network import Channel, NetworkPolicy, Reason, Verdict
+from firstrun.policy.network import Channel, NetworkPolicy
 from firstrun.policy.profile import SandboxProfile
 from firstrun.proxy.ca import RunCA, upstream_context
 from firstrun.proxy.credentials import mint

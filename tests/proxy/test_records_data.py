@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from firstrun.errors import ProxyError
-from firstrun.policy.network import Channel, Layer, Reason, Verdict
+from firstrun.policy.decision import Layer, Reason, Verdict
+from firstrun.policy.network import Channel
 from firstrun.proxy.records import Capture, EgressRecord, Scheme
 
 _text = st.text(max_size=20)

@@ -19,7 +19,8 @@ from proxy_fixtures import (
     start_proxy,
 )
 
-from firstrun.policy.network import Channel, NetworkPolicy, Reason
+from firstrun.policy.decision import Reason
+from firstrun.policy.network import Channel, NetworkPolicy
 from firstrun.proxy.server import EgressProxy, system_resolver
 
 pytestmark = pytest.mark.timeout(60)

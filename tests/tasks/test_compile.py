@@ -1,6 +1,7 @@
 from __future__ import annotations
 
-from firstrun.policy.network import DEFAULT_ALLOW, Channel, Reason, Request, decide_name
+from firstrun.policy.decision import Reason
+from firstrun.policy.network import DEFAULT_ALLOW, Channel, Request, decide_name
 from firstrun.tasks.compile import compile_network_policy, covering_patterns
 from firstrun.tasks.load import read_task
 

@@ -60,8 +60,9 @@ from firstrun.audit.model import (
 )
 from firstrun.errors import SandboxError, UsageError
 from firstrun.policy.addresses import IPAddress
+from firstrun.policy.decision import Reason, Verdict
 from firstrun.policy.methods import InspectionPolicy
-from firstrun.policy.network import Channel, NetworkPolicy, Reason, Verdict
+from firstrun.policy.network import Channel, NetworkPolicy
 from firstrun.policy.process import SANDBOX_CA_BUNDLE
 from firstrun.policy.profile import ALL_LAYERS, LayerName, SandboxProfile
 from firstrun.proxy.credentials import sandbox_variables

@@ -12,7 +12,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from firstrun.policy.network import Reason, Verdict, destination_label
+from firstrun.policy.decision import Reason, Verdict
+from firstrun.policy.network import destination_label
 from firstrun.proxy.records import EgressRecord
 from firstrun.sandbox.base import SessionInfo
 

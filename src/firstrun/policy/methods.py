@@ -30,8 +30,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from firstrun.errors import PolicyError
+from firstrun.policy.decision import Decision, Layer, Reason, Verdict
 from firstrun.policy.hosts import HostPattern, parse_patterns
-from firstrun.policy.network import Decision, Layer, Reason, Verdict
 from firstrun.policy.process import RESERVED_VARIABLES
 
 READ_ONLY = frozenset({"GET", "HEAD"})

@@ -29,7 +29,8 @@ import dns.rdataclass
 import dns.rdatatype
 import dns.rrset
 
-from firstrun.policy.network import ATTESTATION_HOST, Decision, NetworkPolicy, decide_dns
+from firstrun.policy.decision import Decision
+from firstrun.policy.network import ATTESTATION_HOST, NetworkPolicy, decide_dns
 
 SYNTHETIC_NETWORK = ipaddress.IPv4Network("198.18.0.0/15")
 # Short: a name's address never changes within a session, but a resolver

@@ -12,7 +12,7 @@ from __future__ import annotations
 import h11
 
 from firstrun.errors import ProxyError
-from firstrun.policy.network import Layer, Reason
+from firstrun.policy.decision import Layer, Reason
 
 _STATUS = {
     Reason.MALFORMED_REQUEST: 400,

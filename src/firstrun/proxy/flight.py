@@ -31,8 +31,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from firstrun.errors import PolicyError
+from firstrun.policy.decision import Decision, Reason
 from firstrun.policy.hosts import canonical_host
-from firstrun.policy.network import Decision, NetworkPolicy, Reason, decide_stream
+from firstrun.policy.network import NetworkPolicy, decide_stream
 from firstrun.proxy.errors import Refused
 from firstrun.proxy.request import parse_authority
 from firstrun.proxy.tls import MAX_CLIENT_HELLO, Hello, HelloStatus, parse_client_hello

@@ -32,9 +32,10 @@ from dataclasses import dataclass
 
 import h11
 
+from firstrun.policy.decision import Decision, Reason, Verdict
 from firstrun.policy.hosts import parse_ip_literal
 from firstrun.policy.methods import InnerRequest, InspectionPolicy, decide_inner
-from firstrun.policy.network import Channel, Decision, Reason, Verdict
+from firstrun.policy.network import Channel
 from firstrun.policy.process import SANDBOX_CA_BUNDLE
 from firstrun.proxy.ca import RunCA, upstream_context
 from firstrun.proxy.credentials import MaskedCredential, mint, substitute

@@ -37,7 +37,8 @@ from enum import StrEnum
 from typing import IO
 
 from firstrun.errors import ProxyError
-from firstrun.policy.network import Channel, Layer, Reason, Verdict
+from firstrun.policy.decision import Layer, Reason, Verdict
+from firstrun.policy.network import Channel
 
 
 def now_iso() -> str:

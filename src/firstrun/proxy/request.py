@@ -36,8 +36,9 @@ from enum import StrEnum
 import h11
 
 from firstrun.errors import PolicyError
+from firstrun.policy.decision import Reason
 from firstrun.policy.hosts import canonical_host, parse_port
-from firstrun.policy.network import ATTESTATION_HOST, Reason
+from firstrun.policy.network import ATTESTATION_HOST
 from firstrun.proxy.errors import Refused
 
 Headers = list[tuple[bytes, bytes]]

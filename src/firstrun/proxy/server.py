@@ -67,20 +67,10 @@ import h11
 
 from firstrun.errors import ProxyError
 from firstrun.policy.addresses import IPAddress
+from firstrun.policy.decision import Decision, Layer, Reason, Verdict
 from firstrun.policy.hosts import parse_ip_literal
 from firstrun.policy.methods import InnerRequest, InspectionPolicy, decide_inner
-from firstrun.policy.network import (
-    ATTESTATION_HOST,
-    Channel,
-    Decision,
-    Layer,
-    NetworkPolicy,
-    Reason,
-    Request,
-    Verdict,
-    decide_addresses,
-    decide_name,
-)
+from firstrun.policy.network import ATTESTATION_HOST, Channel, NetworkPolicy, Request, decide_addresses, decide_name
 from firstrun.proxy.dns import DnsAnswer, SyntheticNames
 from firstrun.proxy.dns import answer as dns_answer
 from firstrun.proxy.errors import (

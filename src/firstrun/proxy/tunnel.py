@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from firstrun.policy.network import Decision
+from firstrun.policy.decision import Decision
 from firstrun.proxy.errors import Refused
 from firstrun.proxy.flight import Flight, FlightKind, read_flight
 

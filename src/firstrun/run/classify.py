@@ -66,7 +66,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from firstrun.agents.base import AgentStop
-from firstrun.policy.network import Reason as EgressReason
+from firstrun.policy.decision import Reason as EgressReason
 from firstrun.results.model import Classification
 from firstrun.run.events import (
     AgentFinished,

@@ -26,8 +26,8 @@ from firstrun.errors import (
     SandboxUnavailable,
 )
 from firstrun.policy import permissions
+from firstrun.policy.decision import Reason as EgressReason
 from firstrun.policy.network import Channel, destination_label
-from firstrun.policy.network import Reason as EgressReason
 from firstrun.proxy.records import EgressRecord, Scheme
 from firstrun.results.model import Classification, PageRead, RunRecord
 from firstrun.run.classify import Outcome, RunReason, blocking_refusals

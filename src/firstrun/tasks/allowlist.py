@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from firstrun.policy.network import Reason
+from firstrun.policy.decision import Reason
 
 # The reasons a task's own lists decide, which an entry can therefore lift.
 LIFTABLE = frozenset({
