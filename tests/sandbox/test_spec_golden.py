@@ -175,3 +175,52 @@ def test_protected_entries_are_bound_read_only_on_top_of_the_workspace() -> None
             assert spec.stage[-2:] == (
                 StagedBind(source="/HOST/ws/.git", staged="<STAGE>/5", directory=True),
                 StagedBind(source="/HOST/ws/.bashrc", staged="<STAGE>/6", directory=False))
+
+
+def _facts(**overrides: object):
+    from firstrun.sandbox.linux.spec import LinuxFacts
+
+    facts = {
+        "bwrap": "/usr/bin/bwrap", "host": HOST, "uid": None, "stage_dir": None,
+        "control_fd": 3, "dial_fd": 4, "seccomp_fd": 5, "cgroup_procs": (),
+        "host_env": {"PATH": "/HOME/.cargo/bin:/usr/bin:/opt/absent:/HOME/.local/bin:/usr/bin",
+                     "SSL_CERT_FILE": "/CA/corp.pem", "OPENAI_API_KEY": "sk-never"},
+        "path_dirs": frozenset({"/HOME/.cargo/bin", "/usr/bin", "/HOME/.local/bin"}),
+        "landlock_min_abi": 1, "capture": None,
+        "helper_source": "<HELPER>", "launcher_source": "<LAUNCHER>",
+    }
+    facts.update(overrides)
+    return LinuxFacts(**facts)  # type: ignore[arg-type]
+
+
+def _plan_golden(name: str, data: dict) -> None:
+    path = GOLDEN / name
+    if os.environ.get("FIRSTRUN_UPDATE_GOLDEN"):
+        path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    assert data == json.loads(path.read_text())
+
+
+def test_the_plan_of_an_unprivileged_harness_runs_bubblewrap_itself() -> None:
+    from firstrun.sandbox.base import ProxyEndpoint
+    from firstrun.sandbox.linux.spec import prepare
+
+    plan = prepare(PROFILE, ProxyEndpoint(socket_path="/run/p.sock", nonce="n"), _facts())
+    assert plan.argv[0] == "/usr/bin/bwrap" and plan.pass_fds == (3, 4, 5)
+    # Only the PATH entries that exist and are visible inside; no key reaches the environment.
+    assert plan.env["PATH"] == "/HOME/.cargo/bin:/usr/bin"
+    assert "OPENAI_API_KEY" not in plan.env and plan.env["http_proxy"] == "http://127.0.0.1:3128"
+    _plan_golden("linux_plan_unprivileged.json", plan.to_data())
+
+
+def test_the_plan_of_a_root_harness_runs_the_launcher_with_its_uid_and_stage() -> None:
+    from firstrun.sandbox.linux.spec import prepare
+
+    plan = prepare(PROFILE, None, _facts(uid=1500000001, stage_dir="/run/firstrun/firstrun-stage-x",
+                                         dial_fd=None, cgroup_procs=("/sys/fs/cgroup/s/cgroup.procs",)))
+    assert plan.argv[:4] == ("/PY/bin/python3.11", "-I", "-S", "-c")
+    assert plan.argv[4] == "<LAUNCHER>" and plan.pass_fds == (3, 5)
+    launch = json.loads(plan.argv[5])
+    assert (launch["uid"], launch["gid"], launch["cgroup_procs"]) == (
+        1500000001, 1500000001, ["/sys/fs/cgroup/s/cgroup.procs"])
+    assert launch["argv"] == list(plan.spec.argv) and "http_proxy" not in plan.env
+    _plan_golden("linux_plan_root.json", plan.to_data())

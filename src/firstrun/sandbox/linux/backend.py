@@ -28,7 +28,6 @@ that failed, never a sandbox that failed.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -36,13 +35,13 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import IO
 
 from firstrun.errors import SandboxError, SandboxUnavailable
-from firstrun.policy.filesystem import SYSTEM_READONLY, is_under
-from firstrun.policy.process import Limits, build_environment
+from firstrun.policy.filesystem import SYSTEM_READONLY
+from firstrun.policy.process import Limits
 from firstrun.policy.profile import LayerName, SandboxProfile
 from firstrun.sandbox import attest as attestation
 from firstrun.sandbox import capture, helper
@@ -60,11 +59,10 @@ from firstrun.sandbox.linux.spec import (
     SANDBOX_TMP,
     WRITABLE_DEVICE_DIRS,
     HostView,
-    build_launch_spec,
-    helper_config,
+    LinuxFacts,
+    prepare,
 )
 from firstrun.sandbox.ownership import give_back, kill_uid, lend, pick_uid, recover
-from firstrun.sandbox.protect import Placeholder
 from firstrun.sandbox.protect import describe as describe_protection
 from firstrun.sandbox.protect import place as place_placeholders
 from firstrun.sandbox.protect import remove as remove_placeholders
@@ -181,16 +179,13 @@ class LinuxSession(SupervisedSession):
         *,
         process: subprocess.Popen[bytes],
         control: socket.socket,
-        dial: socket.socket | None,
         env: dict[str, str],
         profile: SandboxProfile,
         info: SessionInfo,
         sandbox_uid: int | None,
-        workspace_owner: tuple[int, int] | None,
-        stage_dir: str | None,
-        stderr_file: IO[bytes] | None,
+        stderr_file: IO[bytes],
         session_cgroup: cgroup.SessionCgroup | None,
-        placeholders: tuple[Placeholder, ...],
+        cleanup: ExitStack,
     ) -> None:
         super().__init__(channel=JsonLines(control, peer="the sandbox helper"), env=env,
                          profile=profile, info=info)
@@ -198,13 +193,10 @@ class LinuxSession(SupervisedSession):
         # apply; public so a caller can read the kernel's own counters.
         self.cgroup = session_cgroup
         self._process = process
-        self._control_sock = control
-        self._dial = dial
         self._sandbox_uid = sandbox_uid
-        self._workspace_owner = workspace_owner
-        self._stage_dir = stage_dir
-        self._placeholders = placeholders
         self._stderr = stderr_file
+        # Everything the launch acquired, each with its undo: the one cleanup path.
+        self._cleanup = cleanup
 
     def _stderr_tail(self) -> str:
         if self._stderr is None:
@@ -243,27 +235,12 @@ class LinuxSession(SupervisedSession):
         # Killing bubblewrap kills its pid namespace's init (die-with-parent),
         # and with it every process in the namespace.
         self._end()
-        for sock in (self._control_sock, self._dial):
-            if sock is not None:
-                sock.close()
-        if self._stderr is not None:
-            self._stderr.close()
 
     def _restore(self) -> None:
-        errors = []
-        if self._workspace_owner is not None and self._sandbox_uid is not None:
-            try:
-                give_back(self._profile.fs.workspace, self._sandbox_uid, self._workspace_owner)
-            except OSError as exc:
-                errors.append(f"restoring workspace ownership: {exc}")
-        remove_placeholders(self._profile.fs.workspace, self._placeholders)
-        if self._stage_dir is not None:
-            try:
-                os.rmdir(self._stage_dir)
-            except OSError as exc:
-                errors.append(f"removing stage dir: {exc}")
-        if errors:
-            raise SandboxError("; ".join(errors), who="linux")
+        try:
+            self._cleanup.close()
+        except OSError as exc:
+            raise SandboxError(f"restoring the host after the session: {exc}", who="linux") from exc
 
 
 class LinuxBackend:
@@ -327,76 +304,66 @@ class LinuxBackend:
         owner = (st.st_uid, st.st_gid)
         if root:
             recover(who="linux")
-        uid = pick_uid(_UID_RANGE, who="linux") if root else None
-        stage_dir = tempfile.mkdtemp(prefix="firstrun-stage-", dir=_stage_parent()) if root else None
-        control_parent, control_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        dial_parent = dial_child = None
-        if proxy is not None:
-            dial_parent, dial_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         capturing = proxy is not None and proxy.captures
-        config = helper_config(profile, control_fd=control_child.fileno(),
-                               dial_fd=dial_child.fileno() if dial_child else None,
-                               landlock_min_abi=self._landlock_min_abi,
-                               capture=CAPTURE_PORTS.to_config(ipv6=True) if capturing else None)
-        spec = build_launch_spec(profile, host=host, helper_source=HELPER_SOURCE, config=config,
-                                 seccomp_fd=seccomp_fd, stage_dir=stage_dir, bwrap=bwrap,
-                                 trust_bundle=proxy.trust_bundle if proxy is not None else None)
-        pass_fds = [control_child.fileno()]
-        if dial_child is not None:
-            pass_fds.append(dial_child.fileno())
-        if seccomp_fd is not None:
-            pass_fds.append(seccomp_fd)
-        session_cgroup, no_cgroup = _session_cgroup(profile)
-        stderr_file = tempfile.TemporaryFile()
-        process = None
-        placeholders: tuple[Placeholder, ...] = ()
-        try:
+        # Each resource is registered with its undo as it is acquired, so a
+        # launch that fails anywhere unwinds exactly what it took, in reverse,
+        # and a session that starts takes the same stack as its close.
+        with ExitStack() as acquired:
+            uid = pick_uid(_UID_RANGE, who="linux") if root else None
+            stage_dir = None
+            if root:
+                stage_dir = tempfile.mkdtemp(prefix="firstrun-stage-", dir=_stage_parent())
+                acquired.callback(os.rmdir, stage_dir)
+            control_parent, control_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            acquired.callback(control_parent.close)
+            dial_parent = dial_child = None
+            if proxy is not None:
+                dial_parent, dial_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+                acquired.callback(dial_parent.close)
+            stderr_file = tempfile.TemporaryFile()
+            acquired.callback(stderr_file.close)
             placeholders = place_placeholders(fs, who="linux")
-            launch: dict[str, object] = {
-                "argv": list(spec.argv),
-                "cgroup_procs": list(session_cgroup.procs_files) if session_cgroup else [],
-            }
+            acquired.callback(remove_placeholders, fs.workspace, placeholders)
             if uid is not None:
+                # Undone whether or not the lend finished: give_back changes only
+                # what the uid owns, after every process of the uid is gone.
+                acquired.callback(give_back, fs.workspace, uid, owner)
+                acquired.callback(kill_uid, uid)
                 lend(fs.workspace, uid, who="linux", stage_dir=stage_dir)
-                launch.update({
-                    "stage_dir": stage_dir, "uid": uid, "gid": uid,
-                    "stage": [(b.source, b.staged, b.directory) for b in spec.stage],
-                })
-            if uid is not None or session_cgroup is not None:
-                argv = [interpreter, "-I", "-S", "-c", LAUNCHER_SOURCE, json.dumps(launch)]
-            else:
-                argv = list(spec.argv)
-            process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                       stderr=stderr_file, env={}, pass_fds=pass_fds,
-                                       close_fds=True)
-        except (OSError, SandboxError) as exc:
-            self._abandon(process, fs.workspace, owner, uid, stage_dir, session_cgroup)
-            remove_placeholders(fs.workspace, placeholders)
-            if isinstance(exc, SandboxError):
-                raise
-            raise _sandbox_error("cannot launch bubblewrap", exc) from exc
-        finally:
-            control_child.close()
-            if dial_child is not None:
-                dial_child.close()
-        env = build_environment(
-            os.environ,
-            path=_inside_path(os.environ.get("PATH", ""), (*fs.readonly, prefix)),
-            home=fs.sandbox_home,
-            tmpdir=SANDBOX_TMP,
-            proxy_url=f"http://127.0.0.1:{PROXY_PORT}" if proxy is not None else None,
-            inspected=proxy is not None and proxy.trust_bundle is not None,
-            placeholders=dict(proxy.placeholders) if proxy is not None else None,
-            toolchains=fs.toolchain_env,
-        )
-        session = LinuxSession(
-            process=process, control=control_parent, dial=dial_parent, env=env, profile=profile,
-            info=SessionInfo(backend=self.name, enforcement=Enforcement.ENFORCED,
-                             policy_hash=profile.policy_hash()),
-            sandbox_uid=uid, workspace_owner=owner if uid is not None else None,
-            stage_dir=stage_dir, stderr_file=stderr_file, session_cgroup=session_cgroup,
-            placeholders=placeholders,
-        )
+            session_cgroup, no_cgroup = _session_cgroup(profile)
+            if session_cgroup is not None:
+                acquired.callback(session_cgroup.kill_and_remove)
+            host_path = os.environ.get("PATH", "")
+            plan = prepare(profile, proxy, LinuxFacts(
+                bwrap=bwrap, host=host, uid=uid, stage_dir=stage_dir,
+                control_fd=control_child.fileno(),
+                dial_fd=dial_child.fileno() if dial_child is not None else None,
+                seccomp_fd=seccomp_fd,
+                cgroup_procs=tuple(session_cgroup.procs_files) if session_cgroup else (),
+                host_env=os.environ,
+                path_dirs=frozenset(e for e in host_path.split(":") if os.path.isdir(e)),
+                landlock_min_abi=self._landlock_min_abi,
+                capture=CAPTURE_PORTS.to_config(ipv6=True) if capturing else None,
+                helper_source=HELPER_SOURCE, launcher_source=LAUNCHER_SOURCE,
+            ))
+            try:
+                process = subprocess.Popen(plan.argv, stdin=subprocess.DEVNULL,
+                                           stdout=subprocess.DEVNULL, stderr=stderr_file, env={},
+                                           pass_fds=plan.pass_fds, close_fds=True)
+            except OSError as exc:
+                raise _sandbox_error("cannot launch bubblewrap", exc) from exc
+            finally:
+                control_child.close()
+                if dial_child is not None:
+                    dial_child.close()
+            acquired.callback(_stop, process)
+            session = LinuxSession(
+                process=process, control=control_parent, env=dict(plan.env), profile=profile,
+                info=SessionInfo(backend=self.name, enforcement=Enforcement.ENFORCED,
+                                 policy_hash=profile.policy_hash()),
+                sandbox_uid=uid, stderr_file=stderr_file, session_cgroup=session_cgroup,
+                cleanup=acquired.pop_all(),
+            )
         try:
             ready = self._await_ready(session, control_parent)
             # Evidence, not intent: bubblewrap (the launcher, exec'd) is a
@@ -405,10 +372,10 @@ class LinuxBackend:
                 raise SandboxError(f"the sandbox is not in its cgroup {session_cgroup.name}",
                                    who="linux")
             if dial_parent is not None and proxy is not None:
-                paths = {b"c": proxy.socket_path}
+                dial_paths = {b"c": proxy.socket_path}
                 if proxy.transparent_path is not None and proxy.dns_path is not None:
-                    paths.update({b"t": proxy.transparent_path, b"d": proxy.dns_path})
-                threading.Thread(target=_serve_dial, args=(dial_parent, paths),
+                    dial_paths.update({b"t": proxy.transparent_path, b"d": proxy.dns_path})
+                threading.Thread(target=_serve_dial, args=(dial_parent, dial_paths),
                                  daemon=True, name="firstrun-dial").start()
             if capturing:
                 # From outside, before any command: the namespace's nat rules.
@@ -424,7 +391,7 @@ class LinuxBackend:
                              session_cgroup=session_cgroup, no_cgroup=no_cgroup)
             checks = attestation.attest(session, attestation.AttestPlan(
                 python=interpreter, workspace=fs.sandbox_workspace, real_homes=fs.real_homes,
-                exposed=spec.exposed, proxy_port=PROXY_PORT if proxy is not None else None,
+                exposed=plan.spec.exposed, proxy_port=PROXY_PORT if proxy is not None else None,
                 nonce=proxy.nonce if proxy is not None else None, landlock=abi > 0,
                 seccomp=seccomp_fd is not None,
                 network=("captured" if capturing else "loopback_only")
@@ -435,7 +402,7 @@ class LinuxBackend:
                 backend=self.name,
                 enforcement=Enforcement.DOWNGRADED if downgrades else Enforcement.ENFORCED,
                 policy_hash=profile.policy_hash(), layers=layers, attestation=checks,
-                exposed=spec.exposed, downgrades=tuple(downgrades),
+                exposed=plan.spec.exposed, downgrades=tuple(downgrades),
             )
             attestation.require_passed(checks)
         except BaseException:
@@ -464,30 +431,10 @@ class LinuxBackend:
             raise SandboxError(f"the sandbox helper failed: {ready.get('error')}", who="linux")
         return ready
 
-    @staticmethod
-    def _abandon(process: subprocess.Popen[bytes] | None, workspace: str,
-                 owner: tuple[int, int], uid: int | None, stage_dir: str | None,
-                 session_cgroup: cgroup.SessionCgroup | None) -> None:
-        if process is not None and process.poll() is None:
-            process.kill()
-            process.wait()
-        if session_cgroup is not None:
-            session_cgroup.kill_and_remove()
-        if uid is not None:
-            kill_uid(uid)
-            give_back(workspace, uid, owner)
-        if stage_dir is not None:
-            os.rmdir(stage_dir)
-
-
-def _inside_path(host_path: str, visible: Sequence[str]) -> list[str]:
-    """The host PATH, kept to the entries that exist inside the sandbox."""
-    kept: list[str] = []
-    for entry in host_path.split(":"):
-        if entry.startswith("/") and any(is_under(entry, r) for r in visible) \
-                and os.path.isdir(entry) and entry not in kept:
-            kept.append(entry)
-    return kept
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.kill()
+    process.wait()
 
 
 def _session_cgroup(profile: SandboxProfile) -> tuple[cgroup.SessionCgroup | None, str]:

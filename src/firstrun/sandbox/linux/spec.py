@@ -1,7 +1,8 @@
 """The bubblewrap launch of a linux session, as a pure function of the profile.
 
-Guarantee: ``build_launch_spec`` is pure (no I/O, no clock): the same profile
-and host view give the same argv, so the argv is golden-tested. The argv
+Guarantee: ``build_launch_spec`` and ``prepare`` are pure (no I/O, no clock):
+the same profile and host facts give the same argv, launcher payload and
+command environment, so the whole launch plan is golden-tested. The argv
 unshares every namespace bubblewrap offers (user, mount, pid, ipc, uts, net,
 cgroup where available), forbids nested user namespaces, gives the sandbox a
 fresh /proc, a minimal /dev and a private /tmp, /dev/shm and HOME (each a
@@ -30,11 +31,13 @@ from __future__ import annotations
 
 import json
 import posixpath
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from firstrun.policy.filesystem import SYSTEM_READONLY, is_under
-from firstrun.policy.process import SANDBOX_CA_BUNDLE
+from firstrun.policy.process import SANDBOX_CA_BUNDLE, build_environment
 from firstrun.policy.profile import LayerName, SandboxProfile
+from firstrun.sandbox.base import ProxyEndpoint
 
 SANDBOX_TMP = "/tmp"
 PROXY_PORT = 3128
@@ -189,3 +192,96 @@ def build_launch_spec(
     ]
     return LaunchSpec(argv=tuple(argv), stage=tuple(stage), exposed=exposed)
 
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinuxFacts:
+    """What ``start`` found on this host and set up for one session, so ``prepare`` is pure.
+
+    ``uid``: the per-session uid a root harness runs bubblewrap as (None:
+    the invoking user's own). ``cgroup_procs``: the session cgroup's
+    ``cgroup.procs`` files the launcher joins. ``path_dirs``: the entries of
+    the host's PATH that are directories.
+    """
+
+    bwrap: str
+    host: HostView
+    uid: int | None
+    stage_dir: str | None
+    control_fd: int
+    dial_fd: int | None
+    seccomp_fd: int | None
+    cgroup_procs: tuple[str, ...]
+    host_env: Mapping[str, str]
+    path_dirs: frozenset[str]
+    landlock_min_abi: int
+    capture: dict[str, object] | None
+    helper_source: str
+    launcher_source: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinuxPlan:
+    """A session's launch, whole: what the harness runs, the fds it passes, every
+    command's environment."""
+
+    spec: LaunchSpec
+    argv: tuple[str, ...]
+    pass_fds: tuple[int, ...]
+    env: Mapping[str, str]
+
+    def to_data(self) -> dict[str, object]:
+        return {"argv": list(self.argv), "pass_fds": list(self.pass_fds), "env": dict(self.env),
+                "stage": [[b.source, b.staged, b.directory] for b in self.spec.stage],
+                "exposed": list(self.spec.exposed)}
+
+
+def inside_path(host_path: str, visible: Sequence[str], dirs: frozenset[str]) -> list[str]:
+    """The host PATH, kept to the directories (``dirs``) that exist inside the sandbox."""
+    kept: list[str] = []
+    for entry in host_path.split(":"):
+        if entry.startswith("/") and any(is_under(entry, r) for r in visible) \
+                and entry in dirs and entry not in kept:
+            kept.append(entry)
+    return kept
+
+
+def prepare(profile: SandboxProfile, proxy: ProxyEndpoint | None, facts: LinuxFacts) -> LinuxPlan:
+    """The launch of one linux session, as a pure function of the profile and the facts.
+
+    A root harness, or one with a session cgroup, runs the launcher, which
+    joins the cgroup, stages the sources the uid cannot walk to and drops to
+    that uid before it execs bubblewrap; any other runs bubblewrap itself.
+    """
+    fs = profile.fs
+    config = helper_config(profile, control_fd=facts.control_fd, dial_fd=facts.dial_fd,
+                           landlock_min_abi=facts.landlock_min_abi, capture=facts.capture)
+    spec = build_launch_spec(profile, host=facts.host, helper_source=facts.helper_source,
+                             config=config, seccomp_fd=facts.seccomp_fd,
+                             stage_dir=facts.stage_dir, bwrap=facts.bwrap,
+                             trust_bundle=proxy.trust_bundle if proxy is not None else None)
+    launch: dict[str, object] = {"argv": list(spec.argv), "cgroup_procs": list(facts.cgroup_procs)}
+    if facts.uid is not None:
+        launch.update({
+            "stage_dir": facts.stage_dir, "uid": facts.uid, "gid": facts.uid,
+            "stage": [(b.source, b.staged, b.directory) for b in spec.stage],
+        })
+    if facts.uid is not None or facts.cgroup_procs:
+        argv: tuple[str, ...] = (facts.host.interpreter, "-I", "-S", "-c", facts.launcher_source,
+                                 json.dumps(launch))
+    else:
+        argv = spec.argv
+    pass_fds = tuple(fd for fd in (facts.control_fd, facts.dial_fd, facts.seccomp_fd)
+                     if fd is not None)
+    env = build_environment(
+        facts.host_env,
+        path=inside_path(facts.host_env.get("PATH", ""), (*fs.readonly, facts.host.prefix),
+                         facts.path_dirs),
+        home=fs.sandbox_home,
+        tmpdir=SANDBOX_TMP,
+        proxy_url=f"http://127.0.0.1:{PROXY_PORT}" if proxy is not None else None,
+        inspected=proxy is not None and proxy.trust_bundle is not None,
+        placeholders=dict(proxy.placeholders) if proxy is not None else None,
+        toolchains=fs.toolchain_env,
+    )
+    return LinuxPlan(spec=spec, argv=argv, pass_fds=pass_fds, env=env)
