@@ -26,14 +26,18 @@ import posixpath
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import httpx
 
 from .convert import HTML_TYPES
+from .page import Page
 
-if TYPE_CHECKING:
-    from .reader import DocsReader
+
+class Prober(Protocol):
+    """What probing needs of a docs reader: one read with no affordance hidden."""
+
+    def probe(self, url: str) -> Page: ...
 
 LLMS_FILES = ("llms.txt", "llms-full.txt")
 MD_SUFFIX = ".md"
@@ -142,7 +146,7 @@ def candidates(route: Sequence[str]) -> list[tuple[str, str, str | None]]:
     return found
 
 
-def probe_affordances(reader: DocsReader, route: Sequence[str]) -> AffordanceProbe:
+def probe_affordances(reader: Prober, route: Sequence[str]) -> AffordanceProbe:
     """Probe ``route``'s affordances through ``reader``, hiding off; see the module doc."""
     results = []
     for kind, url, page in candidates(route):
