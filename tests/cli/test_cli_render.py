@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from firstrun.cli.render import group_blocked, summary_lines
-from firstrun.policy.decision import Layer, Reason, Verdict
+from firstrun.policy.decision import DecisionLayer, Reason, Verdict
 from firstrun.policy.network import Channel
 from firstrun.proxy.records import EgressRecord, Scheme
 from firstrun.sandbox.base import Check, Enforcement, SessionInfo
@@ -14,7 +14,7 @@ def record(host: str | None, port: int | None, decision: Verdict, reason: Reason
     return EgressRecord(
         ts="2026-01-01T00:00:00Z", id="r", channel=Channel.SHELL, method="GET",
         scheme=Scheme.HTTP, host=host, port=port, path="/", decision=decision, reason=reason,
-        layer=Layer.DEFAULT, would_deny=would_deny, override=None, resolved=None, status=403,
+        layer=DecisionLayer.DEFAULT, would_deny=would_deny, override=None, resolved=None, status=403,
         bytes_up=0, bytes_down=0, duration_ms=1.0,
     )
 

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from firstrun.errors import PolicyError
-from firstrun.policy.decision import Layer, Reason, Verdict
+from firstrun.policy.decision import DecisionLayer, Reason, Verdict
 from firstrun.policy.methods import (
     READ_ONLY,
     WRITE_METHODS,
@@ -38,7 +38,7 @@ def test_a_write_passes_only_where_a_rule_names_host_method_and_path(
     decision = decide_inner(policy, _request(host, method, path))
     covered = any(h == host and method in ms and path.startswith(p) for h, ms, p in rules)
     assert decision.allowed == covered
-    assert decision.layer is Layer.METHODS
+    assert decision.layer is DecisionLayer.METHODS
     assert decision.reason is (Reason.ALLOWED_BY_METHOD_RULE if covered
                                else Reason.METHOD_NOT_ALLOWED)
 

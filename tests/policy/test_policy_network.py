@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from firstrun.errors import PolicyError
 from firstrun.policy.addresses import AddressClass, address_class
-from firstrun.policy.decision import Layer, Reason, Verdict
+from firstrun.policy.decision import DecisionLayer, Reason, Verdict
 from firstrun.policy.network import (
     Channel,
     Mode,
@@ -55,7 +55,7 @@ def test_no_allow_rule_overrides_the_floor(host, allow, addr, public, override_n
     covered = override_net is not None and addr in ipaddress.ip_network(override_net)
     assert decision.allowed is covered
     if not covered:
-        assert decision.layer is Layer.FLOOR
+        assert decision.layer is DecisionLayer.FLOOR
 
 
 @given(addr=_floor_address())

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from firstrun.errors import ProxyError
-from firstrun.policy.decision import Layer, Reason, Verdict
+from firstrun.policy.decision import DecisionLayer, Reason, Verdict
 from firstrun.policy.network import Channel
 from firstrun.proxy.records import Capture, EgressRecord, Scheme
 
@@ -23,7 +23,7 @@ def records(draw: st.DrawFn) -> EgressRecord:
         method=draw(st.none() | _text), scheme=draw(st.none() | st.sampled_from(Scheme)),
         host=draw(st.none() | _text), port=draw(st.none() | st.integers(0, 65535)),
         path=draw(st.none() | _text), decision=draw(st.sampled_from(Verdict)),
-        reason=draw(st.sampled_from(Reason)), layer=draw(st.sampled_from(Layer)),
+        reason=draw(st.sampled_from(Reason)), layer=draw(st.sampled_from(DecisionLayer)),
         would_deny=draw(st.none() | st.sampled_from(Reason)),
         override=draw(st.none() | _text), resolved=draw(st.none() | _text),
         status=draw(st.none() | st.integers(100, 599)),
@@ -60,7 +60,7 @@ def test_credentials_default_to_none_and_must_be_a_list_of_names() -> None:
     data = EgressRecord(
         ts="t", id="r1", channel=Channel.SHELL, method="GET", scheme=Scheme.HTTP,
         host="pypi.org", port=80, path="/", decision=Verdict.ALLOW, reason=Reason.ALLOWED_BY_LIST,
-        layer=Layer.DEFAULT, would_deny=None, override=None, resolved="1.2.3.4", status=200,
+        layer=DecisionLayer.DEFAULT, would_deny=None, override=None, resolved="1.2.3.4", status=200,
         bytes_up=1, bytes_down=2, duration_ms=1.0).to_data()
     assert EgressRecord.from_data({k: v for k, v in data.items()
                                    if k != "credentials"}).credentials == ()

@@ -21,7 +21,7 @@ class Verdict(StrEnum):
     DENY = "deny"
 
 
-class Layer(StrEnum):
+class DecisionLayer(StrEnum):
     FLOOR = "floor"
     ATTRIBUTION = "attribution"
     OVERRIDE = "override"
@@ -90,7 +90,7 @@ class Reason(StrEnum):
 class Decision:
     verdict: Verdict
     reason: Reason
-    layer: Layer
+    layer: DecisionLayer
     host: str = ""
     would_deny: Reason | None = None
     override: str | None = field(default=None)

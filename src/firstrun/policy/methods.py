@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from firstrun.errors import PolicyError
-from firstrun.policy.decision import Decision, Layer, Reason, Verdict
+from firstrun.policy.decision import Decision, DecisionLayer, Reason, Verdict
 from firstrun.policy.hosts import HostPattern, parse_patterns
 from firstrun.policy.process import RESERVED_VARIABLES
 
@@ -149,16 +149,16 @@ def decide_inner(policy: InspectionPolicy, request: InnerRequest) -> Decision:
     """Allow or refuse one decrypted request; the first rule with an opinion decides."""
     host = request.host
     if request.body_bytes > policy.max_body_bytes:
-        return Decision(verdict=Verdict.DENY, reason=Reason.BODY_TOO_LARGE, layer=Layer.METHODS,
+        return Decision(verdict=Verdict.DENY, reason=Reason.BODY_TOO_LARGE, layer=DecisionLayer.METHODS,
                         host=host)
     if request.method in READ_ONLY:
         return Decision(verdict=Verdict.ALLOW, reason=Reason.ALLOWED_READ_ONLY,
-                        layer=Layer.METHODS, host=host)
+                        layer=DecisionLayer.METHODS, host=host)
     for rule in policy.rules:
         if rule.covers(host, request.port, request.method, request.path):
             return Decision(verdict=Verdict.ALLOW, reason=Reason.ALLOWED_BY_METHOD_RULE,
-                            layer=Layer.METHODS, host=host, override=str(rule.pattern))
-    return Decision(verdict=Verdict.DENY, reason=Reason.METHOD_NOT_ALLOWED, layer=Layer.METHODS,
+                            layer=DecisionLayer.METHODS, host=host, override=str(rule.pattern))
+    return Decision(verdict=Verdict.DENY, reason=Reason.METHOD_NOT_ALLOWED, layer=DecisionLayer.METHODS,
                     host=host)
 
 

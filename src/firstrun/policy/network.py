@@ -51,7 +51,7 @@ from enum import StrEnum
 
 from firstrun.errors import PolicyError
 from firstrun.policy.addresses import AddressClass, IPAddress, address_class
-from firstrun.policy.decision import Decision, Layer, Reason, Verdict
+from firstrun.policy.decision import Decision, DecisionLayer, Reason, Verdict
 from firstrun.policy.hosts import (
     HostPattern,
     canonical_host,
@@ -231,10 +231,10 @@ class Request:
 
 
 # Layers whose denials report mode never lifts.
-_ALWAYS_ENFORCED = frozenset({Layer.FLOOR, Layer.PROTOCOL})
+_ALWAYS_ENFORCED = frozenset({DecisionLayer.FLOOR, DecisionLayer.PROTOCOL})
 
 
-def _deny(policy: NetworkPolicy, reason: Reason, layer: Layer, host: str) -> Decision:
+def _deny(policy: NetworkPolicy, reason: Reason, layer: DecisionLayer, host: str) -> Decision:
     if policy.mode is Mode.REPORT and layer not in _ALWAYS_ENFORCED:
         return Decision(
             verdict=Verdict.ALLOW, reason=reason, layer=layer, host=host, would_deny=reason
@@ -249,12 +249,12 @@ def _override_for(policy: NetworkPolicy, host: str, port: int) -> Override | Non
     return None
 
 
-def _allow(reason: Reason, layer: Layer, host: str, override: str | None = None) -> Decision:
+def _allow(reason: Reason, layer: DecisionLayer, host: str, override: str | None = None) -> Decision:
     return Decision(verdict=Verdict.ALLOW, reason=reason, layer=layer, host=host,
                     override=override)
 
 
-def _refuse(reason: Reason, layer: Layer, host: str) -> Decision:
+def _refuse(reason: Reason, layer: DecisionLayer, host: str) -> Decision:
     # Enforced as found; report mode lifts it once, in decide_name (_reported).
     return Decision(verdict=Verdict.DENY, reason=reason, layer=layer, host=host)
 
@@ -275,8 +275,8 @@ def _docs_channel(policy: NetworkPolicy, channel: Channel, host: str, port: int)
     if channel is not Channel.DOCS:
         return None
     if any(p.matches(host, port) for p in policy.docs):
-        return _allow(Reason.ALLOWED_DOCS_CHANNEL, Layer.ATTRIBUTION, host)
-    return _refuse(Reason.NOT_DOCS_HOST, Layer.ATTRIBUTION, host)
+        return _allow(Reason.ALLOWED_DOCS_CHANNEL, DecisionLayer.ATTRIBUTION, host)
+    return _refuse(Reason.NOT_DOCS_HOST, DecisionLayer.ATTRIBUTION, host)
 
 
 def _docs_host_on_shell(policy: NetworkPolicy, channel: Channel, host: str,
@@ -286,13 +286,13 @@ def _docs_host_on_shell(policy: NetworkPolicy, channel: Channel, host: str,
     if not any(p.matches(host, port) for p in policy.docs):
         return None
     if _opened_to_shell(policy, host, port) and not any(p.matches(host, port) for p in policy.deny):
-        return _allow(Reason.ALLOWED_DOCS_HOST_ON_SHELL, Layer.ATTRIBUTION, host)
-    return _refuse(Reason.DOCS_HOST_ON_SHELL, Layer.ATTRIBUTION, host)
+        return _allow(Reason.ALLOWED_DOCS_HOST_ON_SHELL, DecisionLayer.ATTRIBUTION, host)
+    return _refuse(Reason.DOCS_HOST_ON_SHELL, DecisionLayer.ATTRIBUTION, host)
 
 
 def _deny_list(policy: NetworkPolicy, channel: Channel, host: str, port: int) -> Decision | None:
     if any(p.matches(host, port) for p in policy.deny):
-        return _refuse(Reason.DENIED_BY_LIST, Layer.ALLOWLIST, host)
+        return _refuse(Reason.DENIED_BY_LIST, DecisionLayer.ALLOWLIST, host)
     return None
 
 
@@ -301,37 +301,37 @@ def _override_rule(policy: NetworkPolicy, channel: Channel, host: str,
     override = _override_for(policy, host, port)
     if override is None:
         return None
-    return _allow(Reason.ALLOWED_BY_OVERRIDE, Layer.OVERRIDE, host, str(override.pattern))
+    return _allow(Reason.ALLOWED_BY_OVERRIDE, DecisionLayer.OVERRIDE, host, str(override.pattern))
 
 
 def _allow_list(policy: NetworkPolicy, channel: Channel, host: str, port: int) -> Decision | None:
     if any(p.matches(host, port) for p in policy.allow):
-        return _allow(Reason.ALLOWED_BY_LIST, Layer.ALLOWLIST, host)
+        return _allow(Reason.ALLOWED_BY_LIST, DecisionLayer.ALLOWLIST, host)
     return None
 
 
 def _tcp_rule(policy: NetworkPolicy, channel: Channel, host: str, port: int) -> Decision | None:
     if any(p.matches(host, port) for p in policy.tcp):
-        return _allow(Reason.ALLOWED_BY_TCP_RULE, Layer.ALLOWLIST, host)
+        return _allow(Reason.ALLOWED_BY_TCP_RULE, DecisionLayer.ALLOWLIST, host)
     return None
 
 
 def _ip_literal(policy: NetworkPolicy, channel: Channel, host: str, port: int) -> Decision | None:
     # An address no entry named is refused as what it is, not as an unknown name.
     if parse_ip_literal(host) is not None:
-        return _refuse(Reason.IP_LITERAL, Layer.ALLOWLIST, host)
+        return _refuse(Reason.IP_LITERAL, DecisionLayer.ALLOWLIST, host)
     return None
 
 
 def _other_port(policy: NetworkPolicy, channel: Channel, host: str, port: int) -> Decision | None:
     # Allowed on some port, not this one: the task line that would allow it names the port.
     if any(p.matches_host(host) for p in policy.allow):
-        return _refuse(Reason.PORT_NOT_ALLOWED, Layer.ALLOWLIST, host)
+        return _refuse(Reason.PORT_NOT_ALLOWED, DecisionLayer.ALLOWLIST, host)
     return None
 
 
 def _nothing_allows(policy: NetworkPolicy, channel: Channel, host: str, port: int) -> Decision:
-    return _refuse(Reason.NOT_ALLOWED, Layer.DEFAULT, host)
+    return _refuse(Reason.NOT_ALLOWED, DecisionLayer.DEFAULT, host)
 
 
 NAME_RULES: tuple[NameRule, ...] = (
@@ -346,7 +346,7 @@ def decide_name(policy: NetworkPolicy, request: Request) -> Decision:
     try:
         host = canonical_host(request.host)
     except PolicyError:
-        return _deny(policy, Reason.INVALID_HOST, Layer.PROTOCOL, request.host)
+        return _deny(policy, Reason.INVALID_HOST, DecisionLayer.PROTOCOL, request.host)
     for rule in NAME_RULES:
         decision = rule(policy, request.channel, host, request.port)
         if decision is not None:
@@ -365,22 +365,22 @@ def decide_dns(policy: NetworkPolicy, name: str) -> Decision:
     try:
         host = canonical_host(name)
     except PolicyError:
-        return _deny(policy, Reason.DNS_NOT_ALLOWED, Layer.PROTOCOL, name)
+        return _deny(policy, Reason.DNS_NOT_ALLOWED, DecisionLayer.PROTOCOL, name)
     if parse_ip_literal(host) is not None:
-        return _deny(policy, Reason.DNS_NOT_ALLOWED, Layer.DEFAULT, host)
+        return _deny(policy, Reason.DNS_NOT_ALLOWED, DecisionLayer.DEFAULT, host)
     shell = (*policy.allow, *policy.tcp, *(o.pattern for o in policy.overrides))
     if any(p.matches_host(host) for p in policy.docs):
         if any(p.matches_host(host) for p in policy.shell_docs) and \
                 any(p.matches_host(host) for p in policy.allow):
             return Decision(verdict=Verdict.ALLOW, reason=Reason.ALLOWED_DOCS_HOST_ON_SHELL,
-                            layer=Layer.ATTRIBUTION, host=host)
-        return _deny(policy, Reason.DOCS_HOST_ON_SHELL, Layer.ATTRIBUTION, host)
+                            layer=DecisionLayer.ATTRIBUTION, host=host)
+        return _deny(policy, Reason.DOCS_HOST_ON_SHELL, DecisionLayer.ATTRIBUTION, host)
     # The deny list is the connection's to apply (decide_name): a name denied
     # on one port may be allowed on another.
     if any(p.matches_host(host) for p in shell):
         return Decision(verdict=Verdict.ALLOW, reason=Reason.ALLOWED_BY_LIST,
-                        layer=Layer.ALLOWLIST, host=host)
-    return _deny(policy, Reason.DNS_NOT_ALLOWED, Layer.DEFAULT, host)
+                        layer=DecisionLayer.ALLOWLIST, host=host)
+    return _deny(policy, Reason.DNS_NOT_ALLOWED, DecisionLayer.DEFAULT, host)
 
 
 def decide_stream(policy: NetworkPolicy, host: str, port: int, *, connect: bool) -> Decision:
@@ -396,12 +396,12 @@ def decide_stream(policy: NetworkPolicy, host: str, port: int, *, connect: bool)
     """
     if any(p.matches(host, port) for p in policy.tcp):
         return Decision(verdict=Verdict.ALLOW, reason=Reason.ALLOWED_BY_TCP_RULE,
-                        layer=Layer.ALLOWLIST, host=host)
+                        layer=DecisionLayer.ALLOWLIST, host=host)
     named = (*policy.allow, *(o.pattern for o in policy.overrides))
     if connect and any(p.port == port and p.matches(host, port) for p in named):
         return Decision(verdict=Verdict.ALLOW, reason=Reason.ALLOWED_BY_LIST,
-                        layer=Layer.ALLOWLIST, host=host)
-    return _deny(policy, Reason.TCP_NOT_ALLOWED, Layer.ALLOWLIST, host)
+                        layer=DecisionLayer.ALLOWLIST, host=host)
+    return _deny(policy, Reason.TCP_NOT_ALLOWED, DecisionLayer.ALLOWLIST, host)
 
 
 def decide_addresses(
@@ -414,27 +414,27 @@ def decide_addresses(
     """
     host = canonical_host(request.host)
     if not addresses:
-        return _deny(policy, Reason.RESOLVE_FAILED, Layer.FLOOR, host)
+        return _deny(policy, Reason.RESOLVE_FAILED, DecisionLayer.FLOOR, host)
     override = _override_for(policy, host, request.port)
     for addr in addresses:
         if any(
             parse_ip_literal(h) == addr and p == request.port for h, p in policy.proxy_addresses
         ):
-            return _deny(policy, Reason.PROXY_ITSELF, Layer.FLOOR, host)
+            return _deny(policy, Reason.PROXY_ITSELF, DecisionLayer.FLOOR, host)
         cls = address_class(addr)
         if cls is AddressClass.PUBLIC:
             continue
         if override is not None and any(addr in net for net in override.networks):
             continue
-        return _deny(policy, _FLOOR_REASON[cls], Layer.FLOOR, host)
+        return _deny(policy, _FLOOR_REASON[cls], DecisionLayer.FLOOR, host)
     if override is not None:
         return Decision(
-            verdict=Verdict.ALLOW, reason=Reason.ALLOWED_BY_OVERRIDE, layer=Layer.OVERRIDE,
+            verdict=Verdict.ALLOW, reason=Reason.ALLOWED_BY_OVERRIDE, layer=DecisionLayer.OVERRIDE,
             host=host, override=str(override.pattern),
         )
     if request.channel is Channel.DOCS:
         return Decision(
-            verdict=Verdict.ALLOW, reason=Reason.ALLOWED_DOCS_CHANNEL, layer=Layer.ATTRIBUTION,
+            verdict=Verdict.ALLOW, reason=Reason.ALLOWED_DOCS_CHANNEL, layer=DecisionLayer.ATTRIBUTION,
             host=host,
         )
     if any(p.matches(host, request.port) for p in policy.docs) and _opened_to_shell(
@@ -442,10 +442,10 @@ def decide_addresses(
     ):
         return Decision(
             verdict=Verdict.ALLOW, reason=Reason.ALLOWED_DOCS_HOST_ON_SHELL,
-            layer=Layer.ATTRIBUTION, host=host,
+            layer=DecisionLayer.ATTRIBUTION, host=host,
         )
     return Decision(
-        verdict=Verdict.ALLOW, reason=Reason.ALLOWED_BY_LIST, layer=Layer.ALLOWLIST, host=host
+        verdict=Verdict.ALLOW, reason=Reason.ALLOWED_BY_LIST, layer=DecisionLayer.ALLOWLIST, host=host
     )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import h11
 
 from firstrun.errors import ProxyError
-from firstrun.policy.decision import Layer, Reason
+from firstrun.policy.decision import DecisionLayer, Reason
 
 _STATUS = {
     Reason.MALFORMED_REQUEST: 400,
@@ -49,7 +49,7 @@ class Refused(ProxyError):
         reason: Reason,
         detail: str,
         *,
-        layer: Layer = Layer.PROTOCOL,
+        layer: DecisionLayer = DecisionLayer.PROTOCOL,
         host: str | None = None,
     ) -> None:
         super().__init__(f"{reason.value}: {detail}")

@@ -37,7 +37,7 @@ from enum import StrEnum
 from typing import IO
 
 from firstrun.errors import ProxyError
-from firstrun.policy.decision import Layer, Reason, Verdict
+from firstrun.policy.decision import DecisionLayer, Reason, Verdict
 from firstrun.policy.network import Channel
 
 
@@ -80,7 +80,7 @@ class EgressRecord:
     path: str | None
     decision: Verdict
     reason: Reason
-    layer: Layer
+    layer: DecisionLayer
     would_deny: Reason | None
     override: str | None
     resolved: str | None
@@ -166,7 +166,7 @@ class EgressRecord:
 # Record fields whose data form is an enum's value.
 _ENUM_FIELDS: Mapping[str, type[StrEnum]] = {
     "channel": Channel, "scheme": Scheme, "decision": Verdict, "reason": Reason,
-    "layer": Layer, "would_deny": Reason, "capture": Capture,
+    "layer": DecisionLayer, "would_deny": Reason, "capture": Capture,
 }
 
 
@@ -277,7 +277,7 @@ class RecordLog:
         return EgressRecord(
             ts=now_iso(), id=uuid.uuid4().hex, channel=self._spent_channel, method=None,
             scheme=None, host=None, port=None, path=None, decision=Verdict.DENY,
-            reason=Reason.RECORD_BUDGET_EXHAUSTED, layer=Layer.PROTOCOL, would_deny=None,
+            reason=Reason.RECORD_BUDGET_EXHAUSTED, layer=DecisionLayer.PROTOCOL, would_deny=None,
             override=None, resolved=None, status=None, bytes_up=0, bytes_down=0,
             # From the moment the budget was spent to the close.
             duration_ms=round((time.monotonic() - self._spent_at) * 1000, 3),

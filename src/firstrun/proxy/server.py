@@ -67,7 +67,7 @@ import h11
 
 from firstrun.errors import ProxyError
 from firstrun.policy.addresses import IPAddress
-from firstrun.policy.decision import Decision, Layer, Reason, Verdict
+from firstrun.policy.decision import Decision, DecisionLayer, Reason, Verdict
 from firstrun.policy.hosts import parse_ip_literal
 from firstrun.policy.methods import InnerRequest, InspectionPolicy, decide_inner
 from firstrun.policy.network import ATTESTATION_HOST, Channel, NetworkPolicy, Request, decide_addresses, decide_name
@@ -432,7 +432,7 @@ class _Client:
     async def _attest(self, ex: _Exchange) -> bool:
         await self._drain_request_body()
         ex.allowed = Decision(
-            verdict=Verdict.ALLOW, reason=Reason.ATTESTATION, layer=Layer.PROTOCOL,
+            verdict=Verdict.ALLOW, reason=Reason.ATTESTATION, layer=DecisionLayer.PROTOCOL,
             host=ex.target.host if ex.target else "",
         )
         body = self._proxy.nonce.encode("ascii")
@@ -484,7 +484,7 @@ class _Client:
         if not addresses:
             # Report mode let an unresolvable name through: there is nothing to dial.
             raise Refused(
-                Reason.RESOLVE_FAILED, target.host, layer=Layer.FLOOR, host=target.host
+                Reason.RESOLVE_FAILED, target.host, layer=DecisionLayer.FLOOR, host=target.host
             )
         ex.allowed = by_name if by_name.would_deny is not None else by_address
         ex.override = by_address.override or by_name.override
@@ -666,7 +666,7 @@ class _Client:
                 if len(body) > inspection.max_body_bytes:
                     raise Refused(Reason.BODY_TOO_LARGE,
                                   f"body over {inspection.max_body_bytes} bytes",
-                                  layer=Layer.METHODS, host=target.host)
+                                  layer=DecisionLayer.METHODS, host=target.host)
         return bytes(body)
 
     async def _upstream_event(self, up: h11.Connection, sock: socket.socket) -> h11.Event:
@@ -750,7 +750,7 @@ class _TransparentClient(_Client):
         if kind == "udp":
             ex.scheme = Scheme.UDP
             raise Refused(Reason.UDP_NOT_ALLOWED, f"a datagram to {host}:{port}: only DNS "
-                          "leaves the sandbox over UDP", layer=Layer.PROTOCOL, host=host)
+                          "leaves the sandbox over UDP", layer=DecisionLayer.PROTOCOL, host=host)
         if not self._proxy._log.reserve(self._channel):
             raise Refused(Reason.RECORD_BUDGET_EXHAUSTED,
                           "the proxy's egress record budget is spent; it forwards nothing it "
@@ -777,7 +777,7 @@ class _TransparentClient(_Client):
             buf += data
         ex.bytes_up = len(buf)
         ex.allowed = Decision(verdict=Verdict.ALLOW, reason=Reason.ATTESTATION,
-                              layer=Layer.PROTOCOL, host=ATTESTATION_HOST)
+                              layer=DecisionLayer.PROTOCOL, host=ATTESTATION_HOST)
         ex.scheme = Scheme.HTTP_TUNNEL
         body = self._proxy.nonce.encode("ascii")
         reply = (b"HTTP/1.1 200 OK\r\ncontent-type: text/plain; charset=utf-8\r\n"
