@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from firstrun.errors import TaskError
-from firstrun.policy.permissions import Mode, Reason, Verdict, decide
+from firstrun.policy.permissions import PermissionMode, PermissionReason, PermissionVerdict, decide
 from firstrun.tasks.lint import Code, Severity, lint_task
 from firstrun.tasks.load import read_task
 from firstrun.tasks.schema import task_json_schema
@@ -43,21 +43,21 @@ firstrun:
     rules = read_task(path).permissions
     assert rules.source == "task"
     assert [(r.verdict, r.text, r.origin) for r in rules.rules] == [
-        (Verdict.DENY, "bash(git push*)", f"{path}:12"),
-        (Verdict.DENY, "bash(npm publish*)", f"{path}:13"),
-        (Verdict.ASK, "bash(rm -rf*)", f"{path}:15"),
-        (Verdict.ALLOW, "read_docs(https://docs.example.test/*)", f"{path}:10"),
+        (PermissionVerdict.DENY, "bash(git push*)", f"{path}:12"),
+        (PermissionVerdict.DENY, "bash(npm publish*)", f"{path}:13"),
+        (PermissionVerdict.ASK, "bash(rm -rf*)", f"{path}:15"),
+        (PermissionVerdict.ALLOW, "read_docs(https://docs.example.test/*)", f"{path}:10"),
     ]
     decision = decide([rules], tool="bash", argument="npm publish --access public",
-                      mode=Mode.UNATTENDED)
+                      mode=PermissionMode.UNATTENDED)
     assert decision.rule is not None and decision.rule.origin == f"{path}:13"
 
 
 def test_a_task_without_rules_has_an_empty_set(tmp_path: Path) -> None:
     rules = read_task(task_file(tmp_path, "")).permissions
     assert rules.rules == ()
-    assert decide([rules], tool="bash", argument="curl x", mode=Mode.UNATTENDED).reason \
-        is Reason.NO_RULE
+    assert decide([rules], tool="bash", argument="curl x", mode=PermissionMode.UNATTENDED).reason \
+        is PermissionReason.NO_RULE
 
 
 @pytest.mark.parametrize(("block", "line", "words"), [

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from firstrun.errors import TaskError
-from firstrun.policy.permissions import Mode, Verdict, decide
+from firstrun.policy.permissions import PermissionMode, PermissionVerdict, decide
 from firstrun.run.project import CONFIG_FILE, load_project_config
 from firstrun.tasks.load import load_task
 
@@ -33,8 +33,8 @@ def test_project_rules_load_with_file_and_line(tmp_path: Path) -> None:
     rules = load_project_config(path).permissions
     assert rules.source == "project"
     assert [(r.verdict, r.text, r.origin) for r in rules.rules] == [
-        (Verdict.DENY, "bash(git push*)", f"{path}:4"),
-        (Verdict.ALLOW, "bash", f"{path}:6"),
+        (PermissionVerdict.DENY, "bash(git push*)", f"{path}:4"),
+        (PermissionVerdict.ALLOW, "bash", f"{path}:6"),
     ]
 
 
@@ -64,8 +64,8 @@ def test_a_project_deny_holds_whatever_the_task_allows(tmp_path: Path) -> None:
     task_file.write_text(PASS.read_text() + "firstrun:\n  permissions:\n    allow: [bash]\n")
     task = load_task(task_file)
     decision = decide([project.permissions, task.permissions], tool="bash",
-                      argument="touch x", mode=Mode.UNATTENDED)
-    assert (decision.verdict, decision.source) == (Verdict.DENY, "project")
+                      argument="touch x", mode=PermissionMode.UNATTENDED)
+    assert (decision.verdict, decision.source) == (PermissionVerdict.DENY, "project")
 
 
 def test_a_run_applies_the_project_rules(tmp_path: Path) -> None:

@@ -3,7 +3,7 @@ and where it is written; allowed calls are quiet but present."""
 
 from __future__ import annotations
 
-from firstrun.policy.permissions import Mode, Reason, Verdict
+from firstrun.policy.permissions import PermissionMode, PermissionReason, PermissionVerdict
 from firstrun.reports.narrate import Style, narrate
 from firstrun.run.events import PermissionDecided
 
@@ -13,34 +13,34 @@ def told(event: PermissionDecided) -> tuple[str, Style]:
     return line.text.strip().removeprefix("0.00s").strip(), line.style
 
 
-def decided(verdict: Verdict, reason: Reason, **fields: str | None) -> PermissionDecided:
+def decided(verdict: PermissionVerdict, reason: PermissionReason, **fields: str | None) -> PermissionDecided:
     return PermissionDecided(tool="bash", argument="npm publish", verdict=verdict,
-                             reason=reason, mode=Mode.UNATTENDED, **fields)
+                             reason=reason, mode=PermissionMode.UNATTENDED, **fields)
 
 
 def test_a_deny_names_the_rule_and_where_it_is_written() -> None:
-    assert told(decided(Verdict.DENY, Reason.DENY_RULE, source="task",
+    assert told(decided(PermissionVerdict.DENY, PermissionReason.DENY_RULE, source="task",
                         rule="bash(npm publish*)", origin="t.yaml:9")) == (
         "permission REFUSED: bash 'npm publish': task deny rule bash(npm publish*) (t.yaml:9); "
         "it did not run", Style.BAD)
 
 
 def test_an_unattended_ask_says_nobody_was_there() -> None:
-    assert told(decided(Verdict.DENY, Reason.ASK_RULE, source="project",
+    assert told(decided(PermissionVerdict.DENY, PermissionReason.ASK_RULE, source="project",
                         rule="bash(npm*)", origin="firstrun.yaml:3")) == (
         "permission REFUSED: bash 'npm publish': project ask rule bash(npm*) (firstrun.yaml:3), "
         "and nobody is there to ask (unattended); it did not run", Style.BAD)
 
 
 def test_a_call_off_the_allow_list_names_the_list() -> None:
-    text, style = told(decided(Verdict.DENY, Reason.NOT_ALLOWED, source="task"))
+    text, style = told(decided(PermissionVerdict.DENY, PermissionReason.NOT_ALLOWED, source="task"))
     assert text.startswith("permission REFUSED: bash 'npm publish': not on the task allow list")
     assert style is Style.BAD
 
 
 def test_allowed_calls_are_told_quietly() -> None:
-    assert told(decided(Verdict.ALLOW, Reason.NO_RULE)) == (
+    assert told(decided(PermissionVerdict.ALLOW, PermissionReason.NO_RULE)) == (
         "permission: bash 'npm publish' allowed, no rule covers it", Style.DIM)
-    assert told(decided(Verdict.ALLOW, Reason.ALLOW_RULE, source="task", rule="bash",
+    assert told(decided(PermissionVerdict.ALLOW, PermissionReason.ALLOW_RULE, source="task", rule="bash",
                         origin="t.yaml:4")) == (
         "permission: bash 'npm publish' allowed, task allow rule bash (t.yaml:4)", Style.DIM)

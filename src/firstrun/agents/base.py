@@ -20,7 +20,7 @@ from decimal import Decimal
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
-from firstrun.policy.permissions import Decision
+from firstrun.policy.permissions import PermissionDecision
 from firstrun.tasks.model import Budgets
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ class CallRefused(Exception):
     already in the trace when this is raised.
     """
 
-    def __init__(self, *, tool: str, argument: str, decision: Decision) -> None:
+    def __init__(self, *, tool: str, argument: str, decision: PermissionDecision) -> None:
         self.tool = tool
         self.argument = argument
         self.decision = decision

@@ -2,7 +2,7 @@
 
 Guarantee: ``decide`` is a pure function of the rule sets, the tool, the
 argument and the mode. A call that matches a ``deny`` rule in any set is
-denied, whatever else matches; in ``Mode.UNATTENDED`` (every firstrun run:
+denied, whatever else matches; in ``PermissionMode.UNATTENDED`` (every firstrun run:
 nobody is there to answer) ``ask`` is ``deny``, so ``decide`` never returns
 ``ask`` in that mode. A rule that cannot mean one thing is refused when it
 is parsed, with a ``PolicyError`` that quotes the rule as written.
@@ -40,7 +40,7 @@ Grammar, one rule::
   over lines match like ``git push``. Nothing else is rewritten: a URL is
   matched as written (case and all).
 
-Decision within one rule set, first match in the set's order naming the
+PermissionDecision within one rule set, first match in the set's order naming the
 rule:
 
 1. a matching ``deny`` rule                                -> deny
@@ -81,20 +81,20 @@ TOOLS = (BASH, READ_DOCS)
 _RULE = re.compile(r"(?P<tool>[^()\s]+)(?:\((?P<pattern>.*)\))?", re.DOTALL)
 
 
-class Verdict(StrEnum):
+class PermissionVerdict(StrEnum):
     ALLOW = "allow"
     ASK = "ask"
     DENY = "deny"
 
 
-class Mode(StrEnum):
+class PermissionMode(StrEnum):
     """Whether someone can be asked. firstrun's runs are all ``UNATTENDED``."""
 
     ATTENDED = "attended"
     UNATTENDED = "unattended"
 
 
-class Reason(StrEnum):
+class PermissionReason(StrEnum):
     """Why a decision came out as it did; stable keys for the trace and reports."""
 
     DENY_RULE = "deny_rule"
@@ -105,8 +105,8 @@ class Reason(StrEnum):
 
 
 # Strictest first: the combined decision is the first of these any set reached.
-_STRICTNESS = (Reason.DENY_RULE, Reason.ASK_RULE, Reason.NOT_ALLOWED, Reason.ALLOW_RULE,
-               Reason.NO_RULE)
+_STRICTNESS = (PermissionReason.DENY_RULE, PermissionReason.ASK_RULE, PermissionReason.NOT_ALLOWED, PermissionReason.ALLOW_RULE,
+               PermissionReason.NO_RULE)
 
 
 def normalize(text: str) -> str:
@@ -122,7 +122,7 @@ class Rule:
     and for people; it never affects a decision.
     """
 
-    verdict: Verdict
+    verdict: PermissionVerdict
     tool: str
     pattern: str | None
     origin: str = ""
@@ -138,7 +138,7 @@ class Rule:
         return self.pattern is None or fnmatchcase(normalize(argument), self.pattern)
 
 
-def parse_rule(text: str, *, verdict: Verdict, origin: str = "") -> Rule:
+def parse_rule(text: str, *, verdict: PermissionVerdict, origin: str = "") -> Rule:
     """One rule from its text; a ``PolicyError`` quoting ``text`` if it means nothing definite."""
     where = f"{origin}: " if origin else ""
     stripped = text.strip()
@@ -174,7 +174,7 @@ class RuleSet:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Decision:
+class PermissionDecision:
     """What to do with one call, and why.
 
     ``verdict`` is final for ``mode``: never ``ASK`` when unattended.
@@ -183,55 +183,55 @@ class Decision:
     when no set had a rule for the tool.
     """
 
-    verdict: Verdict
-    reason: Reason
+    verdict: PermissionVerdict
+    reason: PermissionReason
     rule: Rule | None
-    mode: Mode
+    mode: PermissionMode
     source: str | None
 
     def explain(self) -> str:
         """One sentence for the agent: the rule, not where it is written (the trace has that)."""
         rule = f" {self.rule.verdict.value} rule {self.rule.text}" if self.rule else ""
         nobody = " and runs are unattended, so nobody can say yes" \
-            if self.verdict is Verdict.DENY and self.mode is Mode.UNATTENDED else ""
+            if self.verdict is PermissionVerdict.DENY and self.mode is PermissionMode.UNATTENDED else ""
         match self.reason:
-            case Reason.DENY_RULE:
+            case PermissionReason.DENY_RULE:
                 return f"refused by the {self.source} permission{rule}"
-            case Reason.ASK_RULE:
+            case PermissionReason.ASK_RULE:
                 return f"the {self.source} permission{rule} asks first{nobody}"
-            case Reason.NOT_ALLOWED:
+            case PermissionReason.NOT_ALLOWED:
                 return f"not on the {self.source} permission rules' allow list{nobody}"
-            case Reason.ALLOW_RULE:
+            case PermissionReason.ALLOW_RULE:
                 return f"allowed by the {self.source} permission{rule}"
-            case Reason.NO_RULE:
+            case PermissionReason.NO_RULE:
                 return "no permission rule covers it (allowed by default)"
 
 
-def _decide_one(rules: RuleSet, tool: str, argument: str) -> tuple[Reason, Rule | None]:
+def _decide_one(rules: RuleSet, tool: str, argument: str) -> tuple[PermissionReason, Rule | None]:
     matching = [r for r in rules.rules if r.matches(tool, argument)]
-    for verdict, reason in ((Verdict.DENY, Reason.DENY_RULE), (Verdict.ASK, Reason.ASK_RULE),
-                            (Verdict.ALLOW, Reason.ALLOW_RULE)):
+    for verdict, reason in ((PermissionVerdict.DENY, PermissionReason.DENY_RULE), (PermissionVerdict.ASK, PermissionReason.ASK_RULE),
+                            (PermissionVerdict.ALLOW, PermissionReason.ALLOW_RULE)):
         first = next((r for r in matching if r.verdict is verdict), None)
         if first is not None:
             return reason, first
-    if any(r.tool == tool and r.verdict is Verdict.ALLOW for r in rules.rules):
-        return Reason.NOT_ALLOWED, None
-    return Reason.NO_RULE, None
+    if any(r.tool == tool and r.verdict is PermissionVerdict.ALLOW for r in rules.rules):
+        return PermissionReason.NOT_ALLOWED, None
+    return PermissionReason.NO_RULE, None
 
 
-def decide(sets: Sequence[RuleSet], *, tool: str, argument: str, mode: Mode) -> Decision:
+def decide(sets: Sequence[RuleSet], *, tool: str, argument: str, mode: PermissionMode) -> PermissionDecision:
     """The decision on ``tool(argument)`` under every set in ``sets``: the strictest wins."""
     if tool not in TOOLS:
         raise PolicyError(f"no permission rules exist for unknown tool {tool!r}")
-    reason, rule, source = Reason.NO_RULE, None, None
+    reason, rule, source = PermissionReason.NO_RULE, None, None
     for rules in sets:
         found, matched = _decide_one(rules, tool, argument)
         if _STRICTNESS.index(found) < _STRICTNESS.index(reason):
             reason, rule, source = found, matched, rules.source
-    if reason is Reason.DENY_RULE:
-        verdict = Verdict.DENY
-    elif reason in (Reason.ASK_RULE, Reason.NOT_ALLOWED):
-        verdict = Verdict.ASK if mode is Mode.ATTENDED else Verdict.DENY
+    if reason is PermissionReason.DENY_RULE:
+        verdict = PermissionVerdict.DENY
+    elif reason in (PermissionReason.ASK_RULE, PermissionReason.NOT_ALLOWED):
+        verdict = PermissionVerdict.ASK if mode is PermissionMode.ATTENDED else PermissionVerdict.DENY
     else:
-        verdict = Verdict.ALLOW
-    return Decision(verdict=verdict, reason=reason, rule=rule, mode=mode, source=source)
+        verdict = PermissionVerdict.ALLOW
+    return PermissionDecision(verdict=verdict, reason=reason, rule=rule, mode=mode, source=source)

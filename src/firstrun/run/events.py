@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 # Defined beside the agents that return it; a trace names the same values.
 from firstrun.agents.base import AgentStop
-from firstrun.policy.permissions import Decision, Mode, Reason, Verdict
+from firstrun.policy.permissions import PermissionDecision, PermissionMode, PermissionReason, PermissionVerdict
 
 
 class Source(StrEnum):
@@ -123,15 +123,15 @@ class PermissionDecided(Event):
     kind: ClassVar[str] = "permission"
     tool: str
     argument: str
-    verdict: Verdict
-    reason: Reason
-    mode: Mode
+    verdict: PermissionVerdict
+    reason: PermissionReason
+    mode: PermissionMode
     source: str | None = None
     rule: str | None = None
     origin: str | None = None
 
     @classmethod
-    def of(cls, decision: Decision, *, tool: str, argument: str) -> PermissionDecided:
+    def of(cls, decision: PermissionDecision, *, tool: str, argument: str) -> PermissionDecided:
         rule = decision.rule
         return cls(tool=tool, argument=argument, verdict=decision.verdict,
                    reason=decision.reason, mode=decision.mode, source=decision.source,

@@ -233,7 +233,7 @@ def build_record(task: Task, *, attempt: int, agent_name: str, model: str | None
         extra["affordances"] = probed.summary
     decided = [e for e in events if isinstance(e, PermissionDecided)]
     if decided:
-        refused = [e for e in decided if e.verdict is not permissions.Verdict.ALLOW]
+        refused = [e for e in decided if e.verdict is not permissions.PermissionVerdict.ALLOW]
         extra["permissions"] = {
             "allowed": len(decided) - len(refused),
             "refused": len(refused),

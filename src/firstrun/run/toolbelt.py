@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from firstrun.agents.base import Budget, BudgetExhausted, CallRefused, TurnRecord
 from firstrun.docs import DocsReader, Page
-from firstrun.policy.permissions import BASH, READ_DOCS, Mode, RuleSet, Verdict, decide
+from firstrun.policy.permissions import BASH, READ_DOCS, PermissionMode, PermissionVerdict, RuleSet, decide
 from firstrun.run.events import (
     CommandRan,
     DocsRead,
@@ -87,9 +87,9 @@ class RunToolbelt:
     def _permit(self, tool: str, argument: str) -> None:
         # Nobody sits at a firstrun run to answer an ask.
         decision = decide(self._permissions, tool=tool, argument=argument,
-                          mode=Mode.UNATTENDED)
+                          mode=PermissionMode.UNATTENDED)
         self._emit(PermissionDecided.of(decision, tool=tool, argument=argument))
-        if decision.verdict is not Verdict.ALLOW:
+        if decision.verdict is not PermissionVerdict.ALLOW:
             raise CallRefused(tool=tool, argument=argument, decision=decision)
 
     def bash(self, command: str, *, timeout: float | None = None) -> ExecResult:

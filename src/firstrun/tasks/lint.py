@@ -30,7 +30,7 @@ import httpx
 from firstrun.errors import PolicyError
 from firstrun.policy.hosts import HostPattern, canonical_host
 from firstrun.policy.network import DEFAULT_ALLOW
-from firstrun.policy.permissions import BASH, READ_DOCS, Mode, Verdict, decide
+from firstrun.policy.permissions import BASH, READ_DOCS, PermissionMode, PermissionVerdict, decide
 from firstrun.tasks import shell
 from firstrun.tasks.compile import covering_patterns
 from firstrun.tasks.model import CheckIsolation, KeyPath, Task, host_entry_text
@@ -159,8 +159,8 @@ def _permissions(task: Task) -> list[Finding]:
               for i, step in enumerate(task.spec.replay)]
     findings = []
     for tool, argument, key, what in calls:
-        decision = decide([rules], tool=tool, argument=argument, mode=Mode.UNATTENDED)
-        if decision.verdict is not Verdict.ALLOW:
+        decision = decide([rules], tool=tool, argument=argument, mode=PermissionMode.UNATTENDED)
+        if decision.verdict is not PermissionVerdict.ALLOW:
             findings.append(_at(task, Severity.WARNING, Code.REPLAY_REFUSED,
                                 f"{what} is not allowed ({decision.explain()}): --agent "
                                 "replay stops there and the run is skipped", key))

@@ -51,7 +51,7 @@ from firstrun.policy.hosts import HostPattern
 from firstrun.policy.images import image_reference_error
 from firstrun.policy.methods import InspectionPolicy
 from firstrun.policy.network import parse_tcp_rules
-from firstrun.policy.permissions import TOOLS, RuleSet, Verdict, parse_rule
+from firstrun.policy.permissions import TOOLS, PermissionVerdict, RuleSet, parse_rule
 from firstrun.policy.process import DEFAULT_DISK_MB, MAX_COMMAND_TIMEOUT_S, MIN_DISK_MB
 
 RULE = "task_rule"
@@ -463,7 +463,7 @@ class FirstrunNetwork(_Model):
     )
 
 
-def _permission_rules(verdict: Verdict) -> Any:
+def _permission_rules(verdict: PermissionVerdict) -> Any:
     """A list of ``verdict`` rules, each parsed at load so a bad one names its line."""
 
     def check(value: str) -> str:
@@ -477,9 +477,9 @@ def _permission_rules(verdict: Verdict) -> Any:
     return tuple[Annotated[str, AfterValidator(check), WithJsonSchema(schema)], ...]
 
 
-AllowRules = _permission_rules(Verdict.ALLOW)
-DenyRules = _permission_rules(Verdict.DENY)
-AskRules = _permission_rules(Verdict.ASK)
+AllowRules = _permission_rules(PermissionVerdict.ALLOW)
+DenyRules = _permission_rules(PermissionVerdict.DENY)
+AskRules = _permission_rules(PermissionVerdict.ASK)
 
 
 class Permissions(_Model):
@@ -502,12 +502,12 @@ class Permissions(_Model):
         description="Needs a yes from a person; runs are unattended, so refused.",
     )
 
-    def rule_set(self, source: str, *, origin: Callable[[Verdict, int], str]) -> RuleSet:
+    def rule_set(self, source: str, *, origin: Callable[[PermissionVerdict, int], str]) -> RuleSet:
         """The rules, deny then ask then allow; ``origin(verdict, index)`` says where each is."""
         return RuleSet(source=source, rules=tuple(
             parse_rule(text, verdict=verdict, origin=origin(verdict, index))
-            for verdict, texts in ((Verdict.DENY, self.deny), (Verdict.ASK, self.ask),
-                                   (Verdict.ALLOW, self.allow))
+            for verdict, texts in ((PermissionVerdict.DENY, self.deny), (PermissionVerdict.ASK, self.ask),
+                                   (PermissionVerdict.ALLOW, self.allow))
             for index, text in enumerate(texts)))
 
 
