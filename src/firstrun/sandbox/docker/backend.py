@@ -57,6 +57,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from contextlib import ExitStack
 from pathlib import Path
 from typing import IO
 
@@ -107,7 +108,6 @@ from firstrun.sandbox.docker.topology import (
     build_topology,
 )
 from firstrun.sandbox.ownership import give_back, lend, pick_uid, recover
-from firstrun.sandbox.protect import Placeholder
 from firstrun.sandbox.protect import describe as describe_protection
 from firstrun.sandbox.protect import place as place_placeholders
 from firstrun.sandbox.protect import remove as remove_placeholders
@@ -207,6 +207,39 @@ class _Sidecar:
                                who="docker") from self.failure
 
 
+def _take_down(topology: Topology, sidecars: list[_Sidecar], docker_bin: str, *,
+               quiet: bool) -> None:
+    """Stop the sidecar (so it records the tunnels still open), remove every container and
+    network, then collect the sidecar's last records; ``quiet`` when another error is
+    already on its way, which this must not replace."""
+    errors = []
+    for sidecar in sidecars:
+        # Stopped, not removed outright: a tunnel's record is written when
+        # the tunnel ends, so the sidecar must end the tunnels still open
+        # and deliver their records (and the record budget's closing one)
+        # before it goes. A sidecar that does not finish in time is removed
+        # below all the same.
+        docker("kill", "--signal", "TERM", topology.sidecar, docker_bin=docker_bin, check=False)
+        sidecar.wait_stopped(_SIDECAR_STOP_S)
+    try:
+        remove(topology, docker_bin=docker_bin)
+    except SandboxError as exc:
+        errors.append(str(exc))
+    for sidecar in sidecars:
+        try:
+            sidecar.finish()
+        except SandboxError as exc:
+            errors.append(str(exc))
+    if errors and not quiet:
+        raise SandboxError("; ".join(errors), who="docker")
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.kill()
+    process.wait()
+
+
 class DockerSession(SupervisedSession):
     """A running run container; its pid 1 is the helper, attached over one socket."""
 
@@ -216,21 +249,15 @@ class DockerSession(SupervisedSession):
 
     def __init__(self, *, topology: Topology, profile: SandboxProfile, env: dict[str, str],
                  info: SessionInfo, attach: subprocess.Popen[bytes], control: socket.socket,
-                 attach_stderr: IO[bytes], sidecar: _Sidecar | None,
-                 lent_uid: int | None, owner: tuple[int, int], docker_bin: str,
-                 placeholders: tuple[Placeholder, ...], trust_dir: str | None = None) -> None:
+                 attach_stderr: IO[bytes], docker_bin: str, cleanup: ExitStack) -> None:
         super().__init__(channel=JsonLines(control, peer="the run container's helper"),
                          env=env, profile=profile, info=info)
         self.topology = topology
         self._attach = attach
-        self._control = control
         self._attach_stderr = attach_stderr
-        self._sidecar = sidecar
-        self._lent_uid = lent_uid
-        self._owner = owner
-        self._placeholders = placeholders
         self._docker = docker_bin
-        self._trust_dir = trust_dir
+        # Everything the start acquired, each with its undo: the one cleanup path.
+        self._cleanup = cleanup
         self._killed = False
 
     def _stderr_tail(self) -> str:
@@ -266,42 +293,13 @@ class DockerSession(SupervisedSession):
         except subprocess.TimeoutExpired:
             pass
         self._end()
-        self._control.close()
-        self._attach_stderr.close()
-        errors = []
-        if self._sidecar is not None:
-            # Stopped, not removed outright: a tunnel's record is written when
-            # the tunnel ends, so the sidecar must end the tunnels still open
-            # and deliver their records (and the record budget's closing one)
-            # before it goes. A sidecar that does not finish in time is
-            # removed below all the same.
-            docker("kill", "--signal", "TERM", self.topology.sidecar,
-                   docker_bin=self._docker, check=False)
-            self._sidecar.wait_stopped(_SIDECAR_STOP_S)
-        try:
-            remove(self.topology, docker_bin=self._docker)
-        except SandboxError as exc:
-            errors.append(str(exc))
-        if self._sidecar is not None:
-            try:
-                self._sidecar.finish()
-            except SandboxError as exc:
-                errors.append(str(exc))
-        if errors:
-            raise SandboxError("; ".join(errors), who="docker")
 
     def _restore(self) -> None:
-        errors = []
-        if self._lent_uid is not None:
-            try:
-                give_back(self._profile.fs.workspace, self._lent_uid, self._owner)
-            except OSError as exc:
-                errors.append(f"restoring workspace ownership: {exc}")
-        remove_placeholders(self._profile.fs.workspace, self._placeholders)
-        if self._trust_dir is not None:
-            shutil.rmtree(self._trust_dir, ignore_errors=True)
-        if errors:
-            raise SandboxError("; ".join(errors), who="docker")
+        try:
+            self._cleanup.close()
+        except OSError as exc:
+            raise SandboxError(f"restoring the host after the session: {exc}",
+                               who="docker") from exc
 
 
 # The mechanism behind each layer, as recorded in SessionInfo.layers.
@@ -592,44 +590,42 @@ class DockerBackend:
         owner = (st.st_uid, st.st_gid)
         lent = pick_uid(_UID_RANGE, who="docker") if owner[0] == 0 else None
         uid, gid = (lent, lent) if lent is not None else owner
-        # Harness-private (0700) and gone once the containers exist: the CLI
-        # sends the profile's content with each create request.
-        private = tempfile.mkdtemp(prefix="firstrun-docker-")
         strict = LayerName.SECCOMP in profile.required
-        inspection: _Inspection | None = None
-        try:
+        # Each resource is registered with its undo as it is acquired, so a
+        # start that fails anywhere unwinds exactly what it took, in reverse,
+        # and a session that starts takes the same stack as its close.
+        with ExitStack() as acquired:
+            inspection: _Inspection | None = None
             if proxy is not None and profile.net.inspection is not None:
                 cafiles = tuple(dict.fromkeys((*_ca_files(), *self._upstream_cafiles)))
                 inspection = _Inspection(
                     profile.net.inspection, cafiles=cafiles,
                     env=os.environ if self._credential_env is None else self._credential_env)
-            topology = build_topology(profile, session=uuid.uuid4().hex[:12], host=DockerHost(
-                workspace=fs.workspace, uid=uid, gid=gid, image=image, sidecar_image=image,
-                lib_binds=sidecar_lib_binds(), harness=harness_identity(), ca_files=_ca_files(),
-                seccomp_profile=_seccomp_file(private) if strict else None,
-                sidecar_hosts=self._sidecar_hosts,
-                trust_bundle=inspection.bundle if inspection is not None else None,
-                sidecar_ca_files=inspection.cafiles if inspection is not None else (),
-                helper_source=HELPER_SOURCE, capture=proxy is not None))
-        except BaseException:
-            shutil.rmtree(private, ignore_errors=True)
-            if inspection is not None:
-                shutil.rmtree(inspection.directory, ignore_errors=True)
-            raise
-        sidecar: _Sidecar | None = None
-        session: DockerSession | None = None
-        attach: subprocess.Popen[bytes] | None = None
-        control = attach_stderr = None
-        placeholders: tuple[Placeholder, ...] = ()
-        try:
-            try:
+                acquired.callback(shutil.rmtree, inspection.directory, ignore_errors=True)
+            # Harness-private (0700) and gone once the containers exist: the CLI
+            # sends the profile's content with each create request.
+            with tempfile.TemporaryDirectory(prefix="firstrun-docker-") as private:
+                topology = build_topology(profile, session=uuid.uuid4().hex[:12], host=DockerHost(
+                    workspace=fs.workspace, uid=uid, gid=gid, image=image, sidecar_image=image,
+                    lib_binds=sidecar_lib_binds(), harness=harness_identity(),
+                    ca_files=_ca_files(),
+                    seccomp_profile=_seccomp_file(private) if strict else None,
+                    sidecar_hosts=self._sidecar_hosts,
+                    trust_bundle=inspection.bundle if inspection is not None else None,
+                    sidecar_ca_files=inspection.cafiles if inspection is not None else (),
+                    helper_source=HELPER_SOURCE, capture=proxy is not None))
                 placeholders = place_placeholders(fs, who="docker")
+                acquired.callback(remove_placeholders, fs.workspace, placeholders)
                 if lent is not None:
+                    # Undone whether or not the lend finished: give_back changes only
+                    # what the uid owns, and runs after the containers are gone.
+                    acquired.callback(give_back, fs.workspace, lent, owner)
                     lend(fs.workspace, lent, who="docker")
+                sidecars: list[_Sidecar] = []
+                acquired.push(lambda kind, value, tb: _take_down(
+                    topology, sidecars, docker_bin, quiet=kind is not None))
                 for argv in topology.create:
                     docker(*argv, docker_bin=docker_bin)
-            finally:
-                shutil.rmtree(private, ignore_errors=True)
             nonce: str | None = None
             if proxy is not None:
                 # Unlinked: read only when the sidecar fails to start.
@@ -638,6 +634,7 @@ class DockerBackend:
                     [docker_bin, "start", "--attach", "--interactive", topology.sidecar],
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
                     text=True), self._on_record, stderr)
+                sidecars.append(sidecar)
                 assert sidecar.process.stdin is not None
                 request: dict[str, object] = {"policy": profile.net.to_data()}
                 if inspection is not None:
@@ -657,13 +654,32 @@ class DockerBackend:
             # The helper's stdin and stdout, through the attach client, are
             # one socket here: the channel's own reader and deadlines apply.
             control, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-            attach_stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed by the session)
+            acquired.callback(control.close)
+            attach_stderr = tempfile.TemporaryFile()
+            acquired.callback(attach_stderr.close)
             try:
                 attach = subprocess.Popen(
                     [docker_bin, "start", "--attach", "--interactive", topology.run],
                     stdin=child, stdout=child, stderr=attach_stderr)
             finally:
                 child.close()
+            acquired.callback(_stop, attach)
+            env = build_environment(
+                os.environ, path=["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin",
+                                  "/sbin", "/bin"],
+                home=fs.sandbox_home, tmpdir=SANDBOX_TMP,
+                proxy_url=f"http://{sidecar_ip}:{PROXY_PORT}" if proxy is not None else None,
+                inspected=inspection is not None,
+                placeholders=inspection.placeholders if inspection is not None else None)
+            enforcement = Enforcement.ENFORCED if strict else Enforcement.DOWNGRADED
+            session = DockerSession(
+                topology=topology, profile=profile, env=env,
+                info=SessionInfo(backend=self.name, enforcement=enforcement,
+                                 policy_hash=profile.policy_hash()),
+                attach=attach, control=control, attach_stderr=attach_stderr,
+                docker_bin=docker_bin, cleanup=acquired.pop_all())
+        user = f"{uid}:{gid}"
+        try:
             if capturing:
                 JsonLines(control, peer="the run container's helper").send({
                     "op": "endpoints",
@@ -677,23 +693,6 @@ class DockerBackend:
             apply_firewall(pid, sidecar_ip if proxy is not None else "127.0.0.1",
                            capture=CAPTURE_PORTS if capturing else None, host_address=gateway,
                            ipv6=bool(ready.get("capture_ipv6")))
-            env = build_environment(
-                os.environ, path=["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin",
-                                  "/sbin", "/bin"],
-                home=fs.sandbox_home, tmpdir=SANDBOX_TMP,
-                proxy_url=f"http://{sidecar_ip}:{PROXY_PORT}" if proxy is not None else None,
-                inspected=inspection is not None,
-                placeholders=inspection.placeholders if inspection is not None else None)
-            user = f"{uid}:{gid}"
-            enforcement = Enforcement.ENFORCED if strict else Enforcement.DOWNGRADED
-            session = DockerSession(
-                topology=topology, profile=profile, env=env,
-                info=SessionInfo(backend=self.name, enforcement=enforcement,
-                                 policy_hash=profile.policy_hash()),
-                attach=attach, control=control, attach_stderr=attach_stderr,
-                sidecar=sidecar, lent_uid=lent, owner=owner, docker_bin=docker_bin,
-                placeholders=placeholders,
-                trust_dir=inspection.directory if inspection is not None else None)
             landlock_abi = int(ready.get("landlock_abi", 0))
             checks = attestation.attest(session, attestation.AttestPlan(
                 python=PYTHON, workspace=fs.sandbox_workspace, real_homes=fs.real_homes,
@@ -717,23 +716,6 @@ class DockerBackend:
                 attestation=checks)
             attestation.require_passed(checks)
         except BaseException:
-            if session is not None:
-                session.close()
-            else:
-                if attach is not None and attach.poll() is None:
-                    attach.kill()
-                    attach.wait()
-                for handle in (control, attach_stderr):
-                    if handle is not None:
-                        handle.close()
-                remove(topology, docker_bin=docker_bin)
-                if sidecar is not None:
-                    with contextlib.suppress(SandboxError):
-                        sidecar.finish()
-                if lent is not None:
-                    give_back(fs.workspace, lent, owner)
-                remove_placeholders(fs.workspace, placeholders)
-                if inspection is not None:
-                    shutil.rmtree(inspection.directory, ignore_errors=True)
+            session.close()
             raise
         return session
