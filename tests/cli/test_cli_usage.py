@@ -28,7 +28,6 @@ CASES = [
     (["sandbox"], "missing command"),
     (["doctor", "--", "true"], "doctor"),
     (["frobnicate"], "frobnicate"),
-    ([], "required"),
 ]
 
 
@@ -50,3 +49,37 @@ def test_help_exits_zero(firstrun: Run) -> None:
     for flag in ("--backend", "--allow", "--deny", "--workspace", "--record",
                  "--allow-unenforced", "--allow-downgrade", "--report-only", "--timeout", "--json"):
         assert flag in proc.stdout
+
+
+def test_a_bare_firstrun_prints_the_help_and_exits_zero(firstrun: Run) -> None:
+    proc = firstrun()
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: firstrun [-h] [-V] COMMAND ...") and proc.stderr == ""
+
+
+def test_version_has_a_short_flag_and_python_m_is_the_same_command(firstrun: Run) -> None:
+    import sys
+
+    short, long = firstrun("-V"), firstrun("--version")
+    module = subprocess.run([sys.executable, "-m", "firstrun", "-V"], capture_output=True,
+                            text=True, stdin=subprocess.DEVNULL, timeout=60)
+    assert short.returncode == long.returncode == module.returncode == 0
+    assert short.stdout == long.stdout == module.stdout and short.stdout.startswith("firstrun ")
+
+
+@pytest.mark.parametrize("argv", [["schema"], ["examples"], ["doctor", "--json"]])
+def test_a_reader_that_closed_the_pipe_early_is_no_error(argv: list[str]) -> None:
+    """``firstrun schema | head -c 1``: the reader is gone before a byte is written, so the
+    first write meets EPIPE; the command ends quietly, as if killed by SIGPIPE."""
+    import os
+
+    from conftest import FIRSTRUN
+
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run([str(FIRSTRUN), *argv], stdout=write, stderr=subprocess.PIPE,
+                              stdin=subprocess.DEVNULL, text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert proc.stderr == "" and proc.returncode == 141, proc.stderr

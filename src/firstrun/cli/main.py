@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import signal
 import sys
 import traceback
 from collections.abc import Sequence
@@ -117,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run commands inside an enforced sandbox whose only way out is a recording egress proxy.",
         allow_abbrev=False,
     )
-    parser.add_argument("--version", action="version", version=f"firstrun {__version__}")
+    parser.add_argument("-V", "--version", action="version", version=f"firstrun {__version__}")
     sub = parser.add_subparsers(dest="subcommand", required=True, metavar="COMMAND")
 
     sb = sub.add_parser(
@@ -418,6 +419,10 @@ def _split_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
 
 
 def _run(argv: Sequence[str]) -> int:
+    if not argv:
+        # A bare ``firstrun`` asks what it can do: the help, not an error.
+        build_parser().print_help()
+        return 0
     options, command = _split_command(argv)
     args = build_parser().parse_args(options)
     if args.subcommand != "sandbox" and command is not None:
@@ -601,6 +606,10 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     except KeyboardInterrupt:
         print("firstrun: interrupted", file=sys.stderr)
         code = 130
+    except BrokenPipeError:
+        # The reader left (``firstrun show RUN | head``): nothing is wrong, and
+        # nothing more can be said to it.
+        code = _reader_gone()
     except OSError as exc:
         if exc.errno != errno.ENAMETOOLONG:
             traceback.print_exc()
@@ -618,5 +627,18 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         traceback.print_exc()
         print("firstrun: internal error (a bug in firstrun); the traceback is above", file=sys.stderr)
         code = EXIT_SANDBOX
-    sys.stdout.flush()
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        code = _reader_gone()
     sys.exit(code)
+
+
+def _reader_gone() -> int:
+    """The status of a command whose stdout reader closed the pipe early: 128 + SIGPIPE,
+    as a command killed by it would have, with stdout pointed at /dev/null so the
+    interpreter's own final flush does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
