@@ -72,13 +72,13 @@ def test_a_reader_that_closed_the_pipe_early_is_no_error(argv: list[str]) -> Non
     """``firstrun schema | head -c 1``: the reader is gone before a byte is written, so the
     first write meets EPIPE; the command ends quietly, as if killed by SIGPIPE."""
     import os
-
-    from conftest import FIRSTRUN
+    import sys
+    from pathlib import Path
 
     read, write = os.pipe()
     os.close(read)
     try:
-        proc = subprocess.run([str(FIRSTRUN), *argv], stdout=write, stderr=subprocess.PIPE,
+        proc = subprocess.run([str(Path(sys.executable).parent / "firstrun"), *argv], stdout=write, stderr=subprocess.PIPE,
                               stdin=subprocess.DEVNULL, text=True, timeout=120)
     finally:
         os.close(write)
