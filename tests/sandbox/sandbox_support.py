@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Iterator
 
 from firstrun.policy.profile import SandboxProfile
+from firstrun.sandbox.base import Session
 from firstrun.sandbox.hostfs import host_filesystem_policy
 
 
@@ -118,3 +120,30 @@ def alive(pid: int, start: int) -> bool:
         return False
     fields = stat[stat.rindex(b")") + 2 :].split()
     return int(fields[19]) == start and fields[0] not in (b"Z", b"X")
+
+
+def start_session(kind: str, profile: SandboxProfile) -> Iterator[Session]:
+    """One session of ``kind`` (linux, docker or microvm) over ``profile``, without a proxy;
+    skipped where that backend cannot run here. Use as ``for session in start_session(...)``."""
+    import shutil
+
+    import pytest
+
+    from firstrun.images.build import PYTHON, image_present
+    if kind == "docker":
+        if os.geteuid() != 0 or shutil.which("docker") is None or not image_present(PYTHON.tag):
+            pytest.skip("needs root, a running dockerd and the default image")
+        from firstrun.sandbox.docker.backend import DockerBackend
+        backend: object = DockerBackend(image=PYTHON.tag)
+    elif kind == "microvm":
+        from firstrun.sandbox.microvm.backend import MicrovmBackend
+        from firstrun.sandbox.microvm.image import find_image
+        from firstrun.sandbox.microvm.probe import kvm
+        if find_image() is None:
+            pytest.skip("the micro-VM image is not built (scripts/test builds it)")
+        backend = MicrovmBackend(accel="kvm" if kvm().available else "tcg")
+    else:
+        from firstrun.sandbox.linux.backend import LinuxBackend
+        backend = LinuxBackend()
+    with backend.start(profile, proxy=None) as session:  # type: ignore[attr-defined]
+        yield session

@@ -15,17 +15,12 @@ import signal
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sandbox_support import make_profile
+from sandbox_support import make_profile, start_session
 
-from firstrun.images.build import PYTHON, image_present
-from firstrun.policy.profile import SandboxProfile
-from firstrun.sandbox.base import Session
 from firstrun.sandbox.disk import DISK_LEASE_DIR, MIB, SizedWorkspace, open_sized_workspace, recover
-from firstrun.sandbox.linux.backend import LinuxBackend
 
 pytestmark = [pytest.mark.escape,
               pytest.mark.skipif(os.geteuid() != 0, reason="mounting a sized filesystem needs root")]
@@ -44,30 +39,11 @@ def _mounts() -> set[str]:
         return {line.split()[4] for line in f}
 
 
-def _start(kind: str, profile: SandboxProfile) -> Iterator[Session]:
-    if kind == "docker":
-        if not image_present(PYTHON.tag):
-            pytest.skip("needs a running dockerd and the default image")
-        from firstrun.sandbox.docker.backend import DockerBackend
-        backend: object = DockerBackend(image=PYTHON.tag)
-    elif kind == "microvm":
-        from firstrun.sandbox.microvm.backend import MicrovmBackend
-        from firstrun.sandbox.microvm.image import find_image
-        from firstrun.sandbox.microvm.probe import kvm
-        if find_image() is None:
-            pytest.skip("the micro-VM image is not built (scripts/test builds it)")
-        backend = MicrovmBackend(accel="kvm" if kvm().available else "tcg")
-    else:
-        backend = LinuxBackend()
-    with backend.start(profile, proxy=None) as session:  # type: ignore[attr-defined]
-        yield session
-
-
 @pytest.mark.parametrize("kind", ["linux", "docker", "microvm"])
 def test_the_sandbox_cannot_put_more_than_the_bound_on_the_hosts_disk(kind: str) -> None:
     with SizedWorkspace(BOUND) as sized:
         mount = sized.path
-        for session in _start(kind, make_profile(sized.path)):
+        for session in start_session(kind, make_profile(sized.path)):
             done = session.exec(["sh", "-c", "dd if=/dev/zero of=fill bs=1M count=64; "
                                              "dd if=/dev/zero of=more bs=1M count=8"], timeout=300)
             assert "No space left on device" in done.stderr.text()

@@ -13,19 +13,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sandbox_support import make_profile
+from sandbox_support import make_profile, start_session
 
-from firstrun.images.build import PYTHON, image_present
 from firstrun.policy.profile import SandboxProfile
-from firstrun.sandbox.base import Session
 from firstrun.sandbox.hostfs import host_filesystem_policy
-from firstrun.sandbox.linux.backend import LinuxBackend
 
 pytestmark = pytest.mark.escape
 
@@ -68,32 +63,13 @@ def _profile(workspace: str, **lift: tuple[str, ...]) -> SandboxProfile:
     return SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=True, **lift))
 
 
-def _start(kind: str, profile: SandboxProfile) -> Iterator[Session]:
-    if kind == "docker":
-        if os.geteuid() != 0 or shutil.which("docker") is None or not image_present(PYTHON.tag):
-            pytest.skip("needs root, a running dockerd and the default image")
-        from firstrun.sandbox.docker.backend import DockerBackend
-        backend: object = DockerBackend(image=PYTHON.tag)
-    elif kind == "microvm":
-        from firstrun.sandbox.microvm.backend import MicrovmBackend
-        from firstrun.sandbox.microvm.image import find_image
-        from firstrun.sandbox.microvm.probe import kvm
-        if find_image() is None:
-            pytest.skip("the micro-VM image is not built (scripts/test builds it)")
-        backend = MicrovmBackend(accel="kvm" if kvm().available else "tcg")
-    else:
-        backend = LinuxBackend()
-    with backend.start(profile, proxy=None) as session:  # type: ignore[attr-defined]
-        yield session
-
-
 @pytest.mark.parametrize("kind", ["linux", "docker", "microvm"])
 def test_no_protected_entry_of_the_owners_checkout_changes_or_appears(
         checkout: Path, kind: str) -> None:
     before = _tree_hashes(checkout / ".git")
     names_before = set(os.listdir(checkout))
     bashrc = (checkout / ".bashrc").read_bytes()
-    for session in _start(kind, _profile(str(checkout))):
+    for session in start_session(kind, _profile(str(checkout))):
         session.exec(["sh", "-c", ATTACK], timeout=120)
         held = next(c for c in session.info.attestation if c.name == "workspace_entries_held")
         assert held.passed, held.detail
@@ -107,7 +83,7 @@ def test_no_protected_entry_of_the_owners_checkout_changes_or_appears(
 
 def test_a_lifted_entry_is_writable_and_named_in_the_session(checkout: Path) -> None:
     profile = _profile(str(checkout), lift=(".vscode",))
-    for session in _start("linux", profile):
+    for session in start_session("linux", profile):
         done = session.exec(["sh", "-c", "mkdir .vscode && echo '{}' > .vscode/settings.json; "
                                          "echo x >> .bashrc"], timeout=60)
         assert done.exit_code != 0  # .bashrc stays held
@@ -122,7 +98,7 @@ def test_a_lifted_entry_is_writable_and_named_in_the_session(checkout: Path) -> 
 def test_a_workspace_firstrun_made_holds_nothing_and_git_init_works(tmp_path: Path) -> None:
     workspace = tmp_path / "ours"
     workspace.mkdir()
-    for session in _start("linux", make_profile(str(workspace))):
+    for session in start_session("linux", make_profile(str(workspace))):
         done = session.exec(["sh", "-c", "git init -q . && echo ok > .bashrc && ls -A"],
                             timeout=60)
         assert done.exit_code == 0, done.stderr.text()
