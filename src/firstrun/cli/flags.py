@@ -12,9 +12,8 @@ import os
 from pathlib import Path
 
 from firstrun.errors import UsageError
+from firstrun.run.options import GITHUB_SUMMARY_FROM_ENV
 
-# ``--github-summary`` given with no FILE: the file $GITHUB_STEP_SUMMARY names.
-GITHUB_SUMMARY_FROM_ENV = "$GITHUB_STEP_SUMMARY"
 GITHUB_ENV = "GITHUB_STEP_SUMMARY"
 
 

@@ -19,9 +19,8 @@ import os
 import signal
 import sys
 import traceback
-from collections.abc import Sequence
-from decimal import Decimal, InvalidOperation
-from typing import NoReturn
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
 from firstrun import __version__
 from firstrun.cli.flags import github_summary_flag
@@ -35,9 +34,8 @@ from firstrun.errors import (
     UsageError,
 )
 from firstrun.policy.filesystem import PROTECTED_NAMES
-from firstrun.policy.images import image_reference_error
 from firstrun.policy.process import DEFAULT_DISK_MB, MAX_COMMAND_TIMEOUT_S, MIN_DISK_MB
-from firstrun.policy.profile import LayerName
+from firstrun.run.options import INSPECT_TLS_HELP, RUN_OPTION, RUN_OPTIONS, RunOption
 from firstrun.sandbox.select import BACKENDS
 
 EXIT_USAGE = 3
@@ -51,34 +49,6 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
-    return value
-
-
-# Every attempt is queued before the first starts, so an absurd --repeat would
-# fill memory instead of running; this is days of runs for even one task.
-MAX_REPEAT = 10_000
-
-
-def _repeat(text: str) -> int:
-    value = _positive_int(text)
-    if value > MAX_REPEAT:
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_REPEAT}: {text!r}")
-    return value
-
-
-def _image_reference(text: str) -> str:
-    if (why := image_reference_error(text)) is not None:
-        raise argparse.ArgumentTypeError(why)
-    return text
-
-
 def _positive_seconds(text: str) -> float:
     try:
         value = float(text)
@@ -89,16 +59,6 @@ def _positive_seconds(text: str) -> float:
     if value > MAX_COMMAND_TIMEOUT_S:
         # The sandbox refuses it too, but only once a session has started.
         raise argparse.ArgumentTypeError(f"must be at most {MAX_COMMAND_TIMEOUT_S:g} seconds (a week): {text!r}")
-    return value
-
-
-def _usd(text: str) -> Decimal:
-    try:
-        value = Decimal(text)
-    except InvalidOperation:
-        raise argparse.ArgumentTypeError(f"not an amount of USD: {text!r}") from None
-    if not value.is_finite() or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive amount of USD: {text!r}")
     return value
 
 
@@ -131,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sb.add_argument("--backend", choices=BACKENDS, default="auto",
                     help="sandbox backend (default: auto, the strongest available)")
-    _image_flag(sb)
+    _add_run_option(sb, RUN_OPTION["image"])
     sb.add_argument("--allow", action="append", default=[], metavar="HOST",
                     help="also allow HOST (exact, or *.suffix, with optional :port); repeatable")
     sb.add_argument("--deny", action="append", default=[], metavar="HOST",
@@ -142,10 +102,10 @@ def build_parser() -> argparse.ArgumentParser:
     _allow_write_flag(sb)
     sb.add_argument("--allow-unenforced", action="store_true",
                     help="permit the 'local' backend, which enforces nothing (recorded as unenforced)")
-    _downgrade_flag(sb)
+    _add_run_option(sb, RUN_OPTION["downgrades"])
     sb.add_argument("--report-only", action="store_true",
                     help="let denied requests through but record would_deny (for writing allow-lists)")
-    _inspect_tls_flag(sb)
+    sb.add_argument("--inspect-tls", action="store_true", help=INSPECT_TLS_HELP)
     sb.add_argument("--timeout", type=_positive_seconds, metavar="SECONDS",
                     help="kill the command's whole process tree after SECONDS (default: 600)")
     sb.add_argument("--max-disk", type=_disk_mb, metavar="MB",
@@ -170,22 +130,43 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _image_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--image", metavar="IMAGE", type=_image_reference,
-                        help="container image for the docker backend when a task names none "
-                        "(default: firstrun/python:3.11; build it with 'firstrun images build')")
+def _add_run_option(parser: argparse.ArgumentParser, option: RunOption) -> None:
+    """``option``'s parser entry, made from its one declaration in ``RUN_OPTIONS``."""
+    kwargs: dict[str, Any] = {"help": option.help, "metavar": option.metavar}
+    if option.choices is not None:
+        kwargs["choices"] = option.choices
+    if option.parse is not None:
+        kwargs["type"] = _argument_type(option.parse)
+    if option.kind == "positional":
+        parser.add_argument(option.field, nargs="*", **kwargs)
+        return
+    assert option.flag is not None
+    kwargs["dest"] = option.field
+    if option.kind == "switch":
+        del kwargs["metavar"]
+        kwargs.update(action="store_true")
+    elif option.kind == "toggle":
+        # Where firstrun.yaml can turn it on, --no-FLAG must be able to win over it.
+        del kwargs["metavar"]
+        kwargs.update(action=argparse.BooleanOptionalAction, default=None)
+    elif option.kind == "repeated":
+        kwargs.update(action="append", default=[])
+    elif option.kind == "optional_value":
+        kwargs.update(nargs="?", const=option.const)
+    else:
+        kwargs.update(default=option.default)
+    parser.add_argument(option.flag, **kwargs)
 
 
-def _inspect_tls_flag(parser: argparse.ArgumentParser, *, configurable: bool = False) -> None:
-    # Where firstrun.yaml can turn it on, --no-inspect-tls must be able to win over it.
-    parser.add_argument("--inspect-tls",
-                        action=argparse.BooleanOptionalAction if configurable else "store_true",
-                        default=None if configurable else False,
-                        help="decrypt HTTPS in the proxy with a per-run CA the sandbox trusts: "
-                        "every host becomes GET/HEAD only (uploads refused and recorded) unless "
-                        "the task's firstrun.methods opens more, and firstrun.credentials work "
-                        "(linux and docker backends)" + ("; default: firstrun.yaml's inspect_tls, else off"
-                                             if configurable else ""))
+def _argument_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """``parse`` as argparse's ``type``: its ValueError becomes the message shown beside the flag."""
+    def typed(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    typed.__name__ = parse.__name__
+    return typed
 
 
 def _allow_write_flag(parser: argparse.ArgumentParser) -> None:
@@ -194,12 +175,6 @@ def _allow_write_flag(parser: argparse.ArgumentParser) -> None:
         choices=PROTECTED_NAMES,
         help="let the sandbox write one protected entry of a workspace that is not firstrun's "
              f"own (repeatable; recorded): {', '.join(PROTECTED_NAMES)}")
-
-
-def _downgrade_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--allow-downgrade", action="append", default=[], metavar="LAYER",
-                        choices=[layer.value for layer in LayerName],
-                        help=f"run even if LAYER cannot be applied (recorded); one of: {', '.join(sorted(LayerName))}")
 
 
 def _add_run_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -213,61 +188,8 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "passed, 1 a docs gap, 2 no run produced evidence, 3 bad usage, 130 interrupted.",
         allow_abbrev=False,
     )
-    run.add_argument("tasks", nargs="*", metavar="TASK",
-                     help="task files, directories of them, or globs (default: tasks/*.yaml)")
-    run.add_argument("--example", action="append", default=[], metavar="NAME",
-                     help="run a bundled example (see 'firstrun examples'), or 'all'; repeatable")
-    run.add_argument("--agent", default="replay",
-                     help="who works through the docs (default: replay, which runs the task's "
-                     "replay steps and needs no model or key)")
-    run.add_argument("--model", help="the model the agent uses (agents that take one)")
-    run.add_argument("--base-url", metavar="URL",
-                     help="send the model agent's API calls to URL (a proxy, a compatible server)")
-    run.add_argument("--max-spend", type=_usd, metavar="USD",
-                     help="stop starting runs once this much could be spent; each run reserves "
-                     "its share before it starts, so it holds with --workers too")
-    run.add_argument("--price-file", metavar="FILE",
-                     help="model prices (JSON or YAML: MODEL: {input, output, cached} USD per "
-                     "million tokens); wins over the bundled genai-prices table")
-    run.add_argument("--backend", choices=BACKENDS,
-                     help="sandbox backend (default: firstrun.yaml's, else auto, the strongest available)")
-    _image_flag(run)
-    run.add_argument("--out", metavar="DIR",
-                     help="where results.json and runs/TASK/ATTEMPT/trace.jsonl go "
-                     "(default: firstrun.yaml's, else results)")
-    run.add_argument("--resume", metavar="DIR",
-                     help="continue the interrupted sweep saved in DIR, running only the attempts "
-                     "it has no finished run for; refused unless the tasks, agent, model, backend, "
-                     "repeat, affordances and --inspect-tls match the sweep's")
-    run.add_argument("--config", metavar="FILE",
-                     help="the project config (default: ./firstrun.yaml when it exists); its "
-                     "values are defaults, and flags given here win")
-    run.add_argument("--keep-sandbox", action="store_true",
-                     help="keep each run's workspace at OUT/runs/TASK/ATTEMPT/workspace (for 'firstrun check')")
-    run.add_argument("--repeat", type=_repeat, default=1, metavar="N",
-                     help=f"run each task N times (default: 1, at most {MAX_REPEAT})")
-    run.add_argument("--workers", type=_positive_int, metavar="N",
-                     help="run up to N runs at once (default: firstrun.yaml's, else 1)")
-    run.add_argument("--junit", metavar="FILE",
-                     help="also write JUnit XML: a docs gap is a failure, trouble that kept a run "
-                     "from judging is an error, a skip is skipped")
-    github_summary_flag(run)
-    run.add_argument("--docs-mirror", action="append", default=[], metavar="HOST=SRC",
-                     help="serve docs host HOST from directory SRC or a loopback server URL; repeatable")
-    run.add_argument("--cache-dir", metavar="DIR",
-                     help="cache fetched docs pages in DIR (default: firstrun.yaml's, else none)")
-    # The values of firstrun.docs.Affordances, named here so parsing imports no docs code.
-    run.add_argument("--affordances", choices=("all", "none"), default="all",
-                     help="none hides llms.txt, llms-full.txt and .md page variants from "
-                     "read_docs (pages on the task's route excepted), to measure what they "
-                     "are worth (default: all)")
-    run.add_argument("--probe-affordances", action="store_true",
-                     help="record which of llms.txt, llms-full.txt and the route pages' .md "
-                     "variants exist, and their sizes, without changing what the agent reads")
-    run.add_argument("--allow-unenforced", action="store_true",
-                     help="permit the 'local' backend, which enforces nothing (recorded as unenforced)")
-    _downgrade_flag(run)
-    _inspect_tls_flag(run, configurable=True)
+    for option in RUN_OPTIONS:
+        _add_run_option(run, option)
 
     check = sub.add_parser(
         "check",
@@ -285,7 +207,7 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
                        help="sandbox backend (default: firstrun.yaml's, else auto)")
     check.add_argument("--allow-unenforced", action="store_true",
                        help="permit the 'local' backend, which enforces nothing")
-    _image_flag(check)
+    _add_run_option(check, RUN_OPTION["image"])
     check.add_argument("--out", metavar="DIR",
                        help="where the check's trace goes (default: firstrun.yaml's out, else results)")
     _allow_write_flag(check)
@@ -293,7 +215,7 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
                        help="the project config (default: ./firstrun.yaml when it exists); its "
                        "backend, out, inspect_tls, isolation and task_defaults apply, and flags "
                        "given here win")
-    _inspect_tls_flag(check, configurable=True)
+    _add_run_option(check, RUN_OPTION["inspect_tls"])
 
 
 def _add_task_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -451,7 +373,7 @@ def _run(argv: Sequence[str]) -> int:
             workspace=args.workspace,
             record=args.record,
             allow_unenforced=args.allow_unenforced,
-            downgrades=frozenset(LayerName(layer) for layer in args.allow_downgrade),
+            downgrades=RUN_OPTION["downgrades"].request_value(args.downgrades),
             report_only=args.report_only,
             inspect_tls=args.inspect_tls,
             timeout_s=args.timeout,
@@ -466,35 +388,10 @@ def _run(argv: Sequence[str]) -> int:
 def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from firstrun.cli.run import RunRequest, run_command
 
-    return run_command(
-        RunRequest(
-            tasks=tuple(args.tasks),
-            examples=tuple(args.example),
-            agent=args.agent,
-            model=args.model,
-            base_url=args.base_url,
-            max_spend=args.max_spend,
-            price_file=args.price_file,
-            backend=args.backend,
-            out=args.out,
-            resume=args.resume,
-            config=args.config,
-            keep_sandbox=args.keep_sandbox,
-            repeat=args.repeat,
-            workers=args.workers,
-            junit=args.junit,
-            github_summary=args.github_summary,
-            docs_mirrors=tuple(args.docs_mirror),
-            cache_dir=args.cache_dir,
-            affordances=args.affordances,
-            probe_affordances=args.probe_affordances,
-            allow_unenforced=args.allow_unenforced,
-            downgrades=frozenset(LayerName(layer) for layer in args.allow_downgrade),
-            image=args.image,
-            inspect_tls=args.inspect_tls,
-            argv=("firstrun", *argv),
-        )
-    )
+    return run_command(RunRequest(
+        **{option.field: option.request_value(getattr(args, option.field)) for option in RUN_OPTIONS},
+        argv=("firstrun", *argv),
+    ))
 
 
 def _cmd_check(args: argparse.Namespace, _argv: Sequence[str]) -> int:

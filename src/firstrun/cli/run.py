@@ -26,10 +26,11 @@ import hashlib
 import os
 import sys
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
+from typing import Any, Literal
 
 from firstrun import __version__
 from firstrun.agents.base import Agent
@@ -49,12 +50,13 @@ from firstrun.results.model import (
     incomparability,
 )
 from firstrun.results.store import RESULTS_FILE, SWEEP_KEY, ResultsStore, load_results
+from firstrun.run.options import RUN_OPTION, RUN_OPTIONS, recorded_options
 from firstrun.run.project import (
     ProjectConfig,
     apply_task_defaults,
     find_project_config,
     merged_mirrors,
-    with_defaults,
+    option_value,
 )
 from firstrun.sandbox.select import (
     BackendOptions,
@@ -73,9 +75,10 @@ from firstrun.tasks.model import Task
 class RunRequest:
     """Validated-by-argparse ``firstrun run`` arguments; the rest is checked in ``run_command``.
 
-    ``backend``, ``out``, ``workers``, ``cache_dir`` and ``inspect_tls`` left
-    None come from the project config (``config``, else ./firstrun.yaml), else
-    the built-in defaults. ``resume`` is ``--resume DIR``.
+    One field per entry of ``run.options.RUN_OPTIONS``, which declares each
+    (a test holds the two to each other); this type only gives them types.
+    Options with a project key left None come from the project config
+    (``config``, else ./firstrun.yaml), else their fallback.
     """
 
     tasks: tuple[str, ...] = ()
@@ -144,21 +147,19 @@ def _check_paths(request: RunRequest) -> None:
 
 def _with_project(request: RunRequest, project: ProjectConfig | None) -> RunRequest:
     """``request`` with every flag left unset filled from ``project``, else the built-in default."""
-    spec = project.spec if project is not None else None
-    out = with_defaults(request.out, project.out if project else None, "results")
+    filled = {o.field: option_value(o, getattr(request, o.field), project)
+              for o in RUN_OPTIONS if o.project is not None}
     if request.resume is not None:
         if request.out is not None and os.path.abspath(request.out) != os.path.abspath(request.resume):
             raise UsageError(f"--resume: the sweep's results go back to {request.resume!r}; "
                              f"drop --out {request.out!r}")
-        out = request.resume
-    return replace(
-        request,
-        backend=with_defaults(request.backend, spec.backend if spec else None, "auto"),
-        out=out,
-        workers=with_defaults(request.workers, spec.workers if spec else None, 1),
-        cache_dir=with_defaults(request.cache_dir, project.cache_dir if project else None, None),
-        inspect_tls=with_defaults(request.inspect_tls, spec.inspect_tls if spec else None, False),
-    )
+        filled["out"] = request.resume
+    return replace(request, **filled)
+
+
+def _recorded(request: RunRequest, backend: str, where: Literal["identity", "meta"]) -> dict[str, Any]:
+    # Both save the backend auto resolved to, not the one asked for.
+    return recorded_options({**asdict(request), "backend": backend}, where=where)
 
 
 def _sweep_identity(request: RunRequest, tasks: list[Task], backend: str,
@@ -168,17 +169,8 @@ def _sweep_identity(request: RunRequest, tasks: list[Task], backend: str,
             (TaskIdentity(name=t.name, sha256=t.sha256,
                           check_sha256=hashlib.sha256(t.check.encode()).hexdigest())
              for t in tasks), key=lambda t: t.name)),
-        agent=request.agent,
-        model=request.model,
-        base_url=request.base_url,
-        backend=backend,
-        repeat=request.repeat,
-        affordances=request.affordances,
-        probe_affordances=request.probe_affordances,
-        allow_unenforced=request.allow_unenforced,
-        downgrades=tuple(sorted(request.downgrades)),
         task_defaults_sha256=None if project is None else project.task_defaults_sha256(),
-        inspect_tls=bool(request.inspect_tls),
+        **_recorded(request, backend, "identity"),
     )
 
 
@@ -290,13 +282,8 @@ def run_command(request: RunRequest) -> int:
         request, out, _sweep_identity(request, tasks, resolution.backend, project),
         meta={
             "firstrun": __version__,
-            "agent": request.agent,
-            "model": request.model,
-            "max_spend": None if request.max_spend is None else str(request.max_spend),
-            "backend": resolution.backend,
+            **_recorded(request, resolution.backend, "meta"),
             "backend_resolution": resolution.to_data(),
-            "affordances": request.affordances,
-            "probe_affordances": request.probe_affordances,
             "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "argv": list(request.argv),
             "config": None if project is None else project.to_record(),
@@ -499,9 +486,9 @@ def check_command(
     """
     project = find_project_config(config)
     spec = project.spec if project is not None else None
-    backend = with_defaults(backend, spec.backend if spec else None, "auto")
-    out = with_defaults(out, project.out if project else None, "results")
-    inspect_tls = bool(with_defaults(inspect_tls, spec.inspect_tls if spec else None, False))
+    backend = option_value(RUN_OPTION["backend"], backend, project)
+    out = option_value(RUN_OPTION["out"], out, project)
+    inspect_tls = bool(option_value(RUN_OPTION["inspect_tls"], inspect_tls, project))
     if not os.path.isdir(sandbox):
         raise UsageError(f"--sandbox: {sandbox!r} is not a directory (a workspace kept by run --keep-sandbox)")
     for where in (out, os.path.join(out, "runs")):

@@ -119,16 +119,16 @@ class TaskIdentity:
 class SweepIdentity:
     """What makes two batches of runs one sample: resuming a sweep requires all of it to match.
 
-    Left out on purpose, because they change how fast or where a sweep runs
-    but not what it measures: ``--workers``, ``--out``, ``--cache-dir``,
-    ``--max-spend``, ``--junit``, ``--keep-sandbox`` and the docs mirrors.
+    Which options of ``firstrun run`` are part of it, and why each other one
+    is left out, is declared with the option (``run.options.RUN_OPTIONS``).
     ``task_defaults_sha256`` covers what of the project config changes the
     tasks themselves (task defaults, permission rules, ``isolation``); the
     rest of that file is left out likewise.
 
-    ``inspect_tls`` is None in a sweep saved before it was recorded. Such a
-    sweep may have run with ``--inspect-tls`` or without, and nothing saved
-    says which, so it is comparable with neither (``incomparability``).
+    ``inspect_tls`` is None, and ``image`` is ``NOT_RECORDED``, in a sweep
+    saved before firstrun recorded them. Such a sweep may have run with the
+    option or without, and nothing saved says which, so it is comparable
+    with neither (``incomparability``).
     """
 
     tasks: tuple[TaskIdentity, ...]
@@ -143,6 +143,7 @@ class SweepIdentity:
     downgrades: tuple[str, ...]
     task_defaults_sha256: str | None
     inspect_tls: bool | None
+    image: str | None = None
 
     def to_data(self) -> dict[str, Any]:
         return asdict(self)
@@ -154,11 +155,16 @@ class SweepIdentity:
         fields["tasks"] = tuple(TaskIdentity(**t) for t in fields["tasks"])
         fields["downgrades"] = tuple(fields["downgrades"])
         fields.setdefault("inspect_tls", None)
+        fields.setdefault("image", NOT_RECORDED)
         return cls(**fields)
 
 
-# How each difference is named to the user: the flag that set it.
-_IDENTITY_FLAGS = {
+# ``image`` of a sweep saved before firstrun recorded --image.
+NOT_RECORDED = "(not recorded)"
+
+# How each difference is named to the user: the flag that set it (a test holds
+# these to the flags ``run.options`` declares).
+IDENTITY_FLAGS = {
     "agent": "--agent",
     "model": "--model",
     "base_url": "--base-url",
@@ -170,6 +176,7 @@ _IDENTITY_FLAGS = {
     "downgrades": "--allow-downgrade",
     "task_defaults_sha256": "the project config's task_defaults, permissions or isolation",
     "inspect_tls": "--inspect-tls",
+    "image": "--image",
 }
 
 
@@ -188,10 +195,12 @@ def incomparability(recorded: SweepIdentity, wanted: SweepIdentity) -> str | Non
             return f"task {name}'s file changed since the sweep started"
         if old[name].check_sha256 != new[name].check_sha256:
             return f"task {name}'s success check changed since the sweep started"
-    if recorded.inspect_tls is None:
-        return ("the sweep was saved before firstrun recorded --inspect-tls, so nothing shows "
-                "whether its runs were inspected; start a new sweep")
-    for key, flag in _IDENTITY_FLAGS.items():
+    for unknown, flag in ((recorded.inspect_tls is None, "--inspect-tls"),
+                          (recorded.image == NOT_RECORDED, "--image")):
+        if unknown:
+            return (f"the sweep was saved before firstrun recorded {flag}, so nothing shows "
+                    "what its runs used; start a new sweep")
+    for key, flag in IDENTITY_FLAGS.items():
         before, now = getattr(recorded, key), getattr(wanted, key)
         if before != now:
             return f"{flag} was {_shown(before)} and is now {_shown(now)}"

@@ -54,21 +54,12 @@ from firstrun.docs import Mirror
 from firstrun.errors import TaskError, UsageError
 from firstrun.policy.filesystem import PROTECTED_NAMES
 from firstrun.policy.permissions import RuleSet
+from firstrun.run.options import REFUSED_KEYS, RunOption
 from firstrun.sandbox.select import BACKENDS
 from firstrun.tasks.load import parse_yaml, read_text_file, validation_error
 from firstrun.tasks.model import Budgets, HostEntry, Permissions, Task
 
 CONFIG_FILE = "firstrun.yaml"
-
-# Keys that decide what a sweep measures, and the flag that must say it instead.
-REFUSED_KEYS = {
-    "agent": "--agent",
-    "model": "--model",
-    "base_url": "--base-url",
-    "repeat": "--repeat",
-    "affordances": "--affordances",
-}
-
 
 def _backend(name: str) -> str:
     if name not in BACKENDS:
@@ -144,6 +135,14 @@ class ProjectConfig:
             if self.spec.isolation is not None:
                 data["isolation"] = self.spec.isolation
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+    def option_value(self, key: str) -> Any:
+        """The value this file gives run option key ``key``, a directory made absolute."""
+        if key == "out":
+            return self.out
+        if key == "cache_dir":
+            return self.cache_dir
+        return getattr(self.spec, key)
 
     def to_record(self) -> dict[str, str]:
         return {"path": os.path.abspath(self.path), "sha256": self.sha256}
@@ -247,8 +246,12 @@ def merged_mirrors(project: ProjectConfig | None, flags: Mapping[str, Mirror]) -
     return mirrors
 
 
-def with_defaults(value: Any, project_value: Any, default: Any) -> Any:
-    """A flag's value: the command line's, else the project config's, else the built-in default."""
-    if value is not None:
-        return value
-    return project_value if project_value is not None else default
+def option_value(option: RunOption, given: Any, project: ProjectConfig | None) -> Any:
+    """A run option's value: the command line's, else the project config's, else its fallback."""
+    if given is not None:
+        return given
+    if project is not None and option.project is not None:
+        from_file = project.option_value(option.project)
+        if from_file is not None:
+            return from_file
+    return option.fallback
