@@ -18,7 +18,7 @@ from firstrun.audit.battery import (
     Configuration,
     ConfigurationResult,
 )
-from firstrun.audit.model import ACTIONS, Layer, Outcome, Reach, action, predict
+from firstrun.audit.model import ACTIONS, ActionResult, AuditedLayer, Reach, action, predict
 from firstrun.cli.audit import (
     column,
     exit_status,
@@ -42,7 +42,7 @@ _CELL = {
         "witness": {"enum": ["host", "kernel's answer"]},
         "evidence": {"type": "string"},
         "seen": {"type": ["integer", "null"]},
-        "stopped_by": {"type": "array", "items": {"enum": [layer.value for layer in Layer]}},
+        "stopped_by": {"type": "array", "items": {"enum": [layer.value for layer in AuditedLayer]}},
     },
 }
 # Pinned: consumers key on these names; a change here is a schema version bump.
@@ -65,9 +65,9 @@ SCHEMA = {
                          "unneeded_open", "needed_broken", "not_run", "session", "cells"],
             "properties": {
                 "name": {"type": "string"}, "backend": {"type": "string"},
-                "layers": {"type": "array", "items": {"enum": [layer.value for layer in Layer]}},
+                "layers": {"type": "array", "items": {"enum": [layer.value for layer in AuditedLayer]}},
                 "omitted": {"type": "array",
-                            "items": {"enum": [layer.value for layer in Layer]}},
+                            "items": {"enum": [layer.value for layer in AuditedLayer]}},
                 "host_refuses": {"type": "array", "items": {"enum": [r.value for r in Reach]}},
                 "unneeded_open": {"type": "integer", "minimum": 0},
                 "needed_broken": {"type": "integer", "minimum": 0},
@@ -129,8 +129,8 @@ def test_text_lists_counts_residual_and_agreement(audit: AuditResult) -> None:
 
 
 def _disagreeing() -> AuditResult:
-    config = Configuration(backend="linux", layers=frozenset({Layer.NETWORK}))
-    cell = Cell(action="host_loopback", predicted=Outcome.STOPPED, observed=Outcome.THROUGH,
+    config = Configuration(backend="linux", layers=frozenset({AuditedLayer.NETWORK}))
+    cell = Cell(action="host_loopback", predicted=ActionResult.STOPPED, observed=ActionResult.THROUGH,
                 evidence="host listener accepted 1 connection(s)", witness="host", seen=1)
     return AuditResult(results=(ConfigurationResult(configuration=config, cells=(cell,)),))
 
@@ -143,17 +143,17 @@ def test_a_disagreement_is_listed_marked_and_fails_the_exit_status() -> None:
     assert json.loads(render_json(result))["disagreements"][0]["action"] == "host_loopback"
 
 
-_LINUX_FULL = frozenset({Layer.FILESYSTEM, Layer.NAMESPACES, Layer.SECCOMP, Layer.LANDLOCK,
-                         Layer.NETWORK})
-_INSPECTED = _LINUX_FULL | {Layer.METHOD_RULES, Layer.CREDENTIAL_MASKING}
+_LINUX_FULL = frozenset({AuditedLayer.FILESYSTEM, AuditedLayer.NAMESPACES, AuditedLayer.SECCOMP, AuditedLayer.LANDLOCK,
+                         AuditedLayer.NETWORK})
+_INSPECTED = _LINUX_FULL | {AuditedLayer.METHOD_RULES, AuditedLayer.CREDENTIAL_MASKING}
 # Domain fronting as measured: (layers, observed, listed as residual, disagrees, exit status).
 # Open where the model says it is open is a residual, not a failure; open
 # where inspection should close it, or closed where nothing should, fails.
 _FRONTING_VERDICTS = [
-    (_LINUX_FULL, Outcome.THROUGH, True, False, 0),
-    (_INSPECTED, Outcome.STOPPED, False, False, 0),
-    (_INSPECTED, Outcome.THROUGH, True, True, 1),
-    (_LINUX_FULL, Outcome.STOPPED, False, True, 1),
+    (_LINUX_FULL, ActionResult.THROUGH, True, False, 0),
+    (_INSPECTED, ActionResult.STOPPED, False, False, 0),
+    (_INSPECTED, ActionResult.THROUGH, True, True, 1),
+    (_LINUX_FULL, ActionResult.STOPPED, False, True, 1),
 ]
 
 
@@ -165,7 +165,7 @@ def test_domain_fronting_open_as_predicted_is_a_residual_and_not_a_failure(
     config = Configuration(backend="linux", layers=layers)
     cell = Cell(action=fronting.id, predicted=predict(fronting, layers), observed=observed,
                 evidence="registry recorded", witness="host",
-                seen=1 if observed is Outcome.THROUGH else 0)
+                seen=1 if observed is ActionResult.THROUGH else 0)
     result = AuditResult(results=(ConfigurationResult(configuration=config, cells=(cell,)),))
     assert ([r.action for r in result.residual] == [fronting.id]) is residual
     assert bool(result.disagreements) is disagrees
@@ -179,7 +179,7 @@ def test_domain_fronting_open_as_predicted_is_a_residual_and_not_a_failure(
 def test_column_names_the_backend_and_its_layers() -> None:
     assert column(Configuration(backend="local", layers=frozenset())) == "local:-"
     assert column(Configuration(backend="linux",
-                                layers=frozenset({Layer.NETWORK, Layer.FILESYSTEM}))) == "linux:FW"
+                                layers=frozenset({AuditedLayer.NETWORK, AuditedLayer.FILESYSTEM}))) == "linux:FW"
 
 
 @pytest.mark.escape

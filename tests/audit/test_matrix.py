@@ -16,7 +16,7 @@ from firstrun.audit.battery import (
     run_configuration,
 )
 from firstrun.audit.fixtures import Registry
-from firstrun.audit.model import ACTIONS, Layer, Outcome
+from firstrun.audit.model import ACTIONS, ActionResult, AuditedLayer
 from firstrun.cli.audit import exit_status, render_text
 
 pytestmark = pytest.mark.escape
@@ -50,27 +50,27 @@ def test_the_battery_can_see_a_hole(audit: AuditResult) -> None:
     bare = "linux: without seccomp, landlock, network"
     for action in ("host_loopback", "host_abstract_socket", "resolve_name", "raw_ip"):
         cell = _cell(audit, bare, action)
-        assert cell.observed is Outcome.THROUGH and cell.seen == 1, (action, cell.evidence)
+        assert cell.observed is ActionResult.THROUGH and cell.seen == 1, (action, cell.evidence)
     # The same listeners saw nothing under the full stack.
     for action in ("host_loopback", "host_abstract_socket", "resolve_name", "raw_ip"):
         cell = _cell(audit, "linux: full stack", action)
-        assert cell.observed is Outcome.STOPPED and cell.seen == 0, (action, cell.evidence)
+        assert cell.observed is ActionResult.STOPPED and cell.seen == 0, (action, cell.evidence)
 
 
 def test_landlock_alone_still_closes_the_host_abstract_socket(audit: AuditResult) -> None:
     # The ABI 6 scope, measured: no network layer, yet the listener saw nothing.
     cell = _cell(audit, "linux: without seccomp, network", "host_abstract_socket")
-    assert cell.observed is Outcome.STOPPED and cell.seen == 0
-    assert cell.stopped_by == (Layer.LANDLOCK,)
+    assert cell.observed is ActionResult.STOPPED and cell.seen == 0
+    assert cell.stopped_by == (AuditedLayer.LANDLOCK,)
 
 
 def test_seccomp_and_landlock_each_close_what_only_they_close(audit: AuditResult) -> None:
-    assert _cell(audit, "linux: without seccomp", "io_uring").observed is Outcome.THROUGH
-    assert _cell(audit, "linux: without seccomp", "ptrace_sibling").observed is Outcome.THROUGH
-    assert _cell(audit, "linux: without landlock", "lower_oom_score").observed is Outcome.THROUGH
+    assert _cell(audit, "linux: without seccomp", "io_uring").observed is ActionResult.THROUGH
+    assert _cell(audit, "linux: without seccomp", "ptrace_sibling").observed is ActionResult.THROUGH
+    assert _cell(audit, "linux: without landlock", "lower_oom_score").observed is ActionResult.THROUGH
     full = "linux: full stack"
     for action in ("io_uring", "ptrace_sibling", "lower_oom_score"):
-        assert _cell(audit, full, action).observed is Outcome.STOPPED
+        assert _cell(audit, full, action).observed is ActionResult.STOPPED
 
 
 def test_the_full_stack_breaks_nothing_needed_and_leaves_only_the_residual(
@@ -80,16 +80,16 @@ def test_the_full_stack_breaks_nothing_needed_and_leaves_only_the_residual(
     assert full.session["enforcement"] == "enforced"
     linux = [r for r in audit.residual if r.backend == "linux"]
     assert {(r.configuration, r.action, r.closed_by, r.available) for r in linux} == {
-        ("linux: full stack", "upload_registry", (Layer.METHOD_RULES,), (Layer.METHOD_RULES,)),
-        ("linux: full stack", "credential_elsewhere", (Layer.CREDENTIAL_MASKING,),
-         (Layer.CREDENTIAL_MASKING,)),
-        ("linux: full stack", "domain_fronting", (Layer.METHOD_RULES,), (Layer.METHOD_RULES,)),
+        ("linux: full stack", "upload_registry", (AuditedLayer.METHOD_RULES,), (AuditedLayer.METHOD_RULES,)),
+        ("linux: full stack", "credential_elsewhere", (AuditedLayer.CREDENTIAL_MASKING,),
+         (AuditedLayer.CREDENTIAL_MASKING,)),
+        ("linux: full stack", "domain_fronting", (AuditedLayer.METHOD_RULES,), (AuditedLayer.METHOD_RULES,)),
     }
     # The upload, the real credential and the fronted Host really reached the registry.
     assert _cell(audit, "linux: full stack", "upload_registry").seen == 1
     assert _cell(audit, "linux: full stack", "credential_elsewhere").seen == 1
     assert _cell(audit, "linux: full stack", "domain_fronting").seen == 1
-    assert _cell(audit, "linux: full stack", "cloud_metadata").observed is Outcome.STOPPED
+    assert _cell(audit, "linux: full stack", "cloud_metadata").observed is ActionResult.STOPPED
 
 
 def test_inspection_closes_the_residual_and_still_installs(audit: AuditResult) -> None:
@@ -98,9 +98,9 @@ def test_inspection_closes_the_residual_and_still_installs(audit: AuditResult) -
     assert inspected.session["enforcement"] == "enforced"
     for action in ("upload_registry", "credential_elsewhere", "domain_fronting"):
         cell = _cell(audit, "linux: full stack + --inspect-tls", action)
-        assert cell.observed is Outcome.STOPPED and cell.seen == 0, cell.evidence
+        assert cell.observed is ActionResult.STOPPED and cell.seen == 0, cell.evidence
     assert _cell(audit, "linux: full stack + --inspect-tls",
-                 "install_package").observed is Outcome.THROUGH
+                 "install_package").observed is ActionResult.THROUGH
 
 
 def test_reduced_configurations_say_they_are_downgraded(audit: AuditResult) -> None:
@@ -119,7 +119,7 @@ def test_the_local_baseline_stops_only_what_the_harness_itself_cannot_do(
     refused = local.configuration.host_refuses
     by_id = {a.id: a for a in ACTIONS}
     for c in local.cells:
-        expected = Outcome.STOPPED if by_id[c.action].reaches & refused else Outcome.THROUGH
+        expected = ActionResult.STOPPED if by_id[c.action].reaches & refused else ActionResult.THROUGH
         assert c.observed in (expected, None), (c.action, c.evidence)
         assert c.stopped_by == ()
     assert _cell(audit, "local: no layers", "leave_process").seen == 1
@@ -173,19 +173,19 @@ def test_domain_fronting_is_a_residual_without_inspection_and_closed_with_it() -
     # Without inspection the tunnel is opaque: the registry answered the
     # request that named the other tenant, and the model said it would.
     open_ = _cell(audit, full, "domain_fronting")
-    assert (open_.predicted, open_.observed, open_.seen) == (Outcome.THROUGH,) * 2 + (1,)
+    assert (open_.predicted, open_.observed, open_.seen) == (ActionResult.THROUGH,) * 2 + (1,)
     assert "HTTP 404" in open_.evidence and "refused 0 as host_mismatch" in open_.evidence
     # With it the proxy refused the Host before a byte went upstream.
     closed = _cell(audit, inspected, "domain_fronting")
-    assert (closed.predicted, closed.observed, closed.seen) == (Outcome.STOPPED,) * 2 + (0,)
-    assert closed.stopped_by == (Layer.METHOD_RULES,)
+    assert (closed.predicted, closed.observed, closed.seen) == (ActionResult.STOPPED,) * 2 + (0,)
+    assert closed.stopped_by == (AuditedLayer.METHOD_RULES,)
     assert "HTTP 403 host_mismatch" in closed.evidence
     assert "refused 1 as host_mismatch" in closed.evidence
     assert len(fronted) == 1
     # Reported as a residual of the full stack that the backend can close, not a failure.
     assert [r for r in audit.residual if r.action == "domain_fronting"] == [Residual(
         configuration=full, backend="linux", action="domain_fronting",
-        closed_by=(Layer.METHOD_RULES,), available=(Layer.METHOD_RULES,))]
+        closed_by=(AuditedLayer.METHOD_RULES,), available=(AuditedLayer.METHOD_RULES,))]
     assert audit.disagreements == () and exit_status(audit) == 0
     text = render_text(audit)
     assert "    domain_fronting: closed by method_rules (--inspect-tls" in text

@@ -20,7 +20,7 @@ from firstrun.audit.battery import (
     docker_bridge_address,
     run_audit,
 )
-from firstrun.audit.model import ACTIONS, Layer, Outcome, predict, stoppers, subsets
+from firstrun.audit.model import ACTIONS, ActionResult, AuditedLayer, predict, stoppers, subsets
 from firstrun.images.build import image_present
 
 pytestmark = pytest.mark.escape
@@ -65,10 +65,10 @@ def test_firstruns_profile_is_what_closes_io_uring_and_ptrace(docker_audit: Audi
     # Docker's default profile lets both through; the same session with
     # firstrun's profile refuses both, and the kernel said so.
     for action in ("io_uring", "ptrace_sibling"):
-        assert _cell(docker_audit, DEFAULT_SECCOMP, action).observed is Outcome.THROUGH
+        assert _cell(docker_audit, DEFAULT_SECCOMP, action).observed is ActionResult.THROUGH
         full = _cell(docker_audit, FULL, action)
-        assert full.observed is Outcome.STOPPED and "EPERM" in full.evidence
-        assert full.stopped_by == (Layer.SECCOMP,)
+        assert full.observed is ActionResult.STOPPED and "EPERM" in full.evidence
+        assert full.stopped_by == (AuditedLayer.SECCOMP,)
     assert _cell(docker_audit, FULL, "io_uring").evidence == "io_uring_setup: EPERM"
 
 
@@ -78,18 +78,18 @@ def test_the_oom_score_floor_is_the_containers_not_the_read_only_roots(
         cell = _cell(docker_audit, config, "lower_oom_score")
         # Commands start at the OOM killer's first choice (the helper's 1000) and
         # cannot go below it without CAP_SYS_RESOURCE, which no command has.
-        assert cell.observed is Outcome.STOPPED and cell.evidence == "1000 -> 999: EACCES"
-        assert cell.stopped_by == (Layer.NAMESPACES,)
+        assert cell.observed is ActionResult.STOPPED and cell.evidence == "1000 -> 999: EACCES"
+        assert cell.stopped_by == (AuditedLayer.NAMESPACES,)
 
 
 def test_host_witnesses_on_the_bridge_saw_nothing(docker_audit: AuditResult) -> None:
     for config in (DEFAULT_SECCOMP, FULL):
         for action in ("host_loopback", "resolve_name", "raw_ip", "host_abstract_socket"):
             cell = _cell(docker_audit, config, action)
-            assert cell.observed is Outcome.STOPPED and cell.seen == 0, (config, action, cell)
+            assert cell.observed is ActionResult.STOPPED and cell.seen == 0, (config, action, cell)
         metadata = _cell(docker_audit, config, "cloud_metadata")
         # Judged from the sidecar's own records, rebuilt with EgressRecord.from_data.
-        assert metadata.observed is Outcome.STOPPED and "ip_literal" in metadata.evidence
+        assert metadata.observed is ActionResult.STOPPED and "ip_literal" in metadata.evidence
 
 
 def test_the_sidecar_reaches_the_registry_and_the_residual_stays_open(
@@ -97,14 +97,14 @@ def test_the_sidecar_reaches_the_registry_and_the_residual_stays_open(
     full = _config(docker_audit, FULL)
     assert full.needed_broken == 0 and full.session["enforcement"] == "enforced"
     install = _cell(docker_audit, FULL, "install_package")
-    assert install.observed is Outcome.THROUGH and "module installed" in install.evidence
+    assert install.observed is ActionResult.THROUGH and "module installed" in install.evidence
     upload = _cell(docker_audit, FULL, "upload_registry")
-    assert upload.observed is Outcome.THROUGH and upload.seen == 1
+    assert upload.observed is ActionResult.THROUGH and upload.seen == 1
     # Open without inspection; the residual names what closes it, and docker has it.
     assert {(r.action, r.closed_by, r.available) for r in docker_audit.residual} == {
-        ("upload_registry", (Layer.METHOD_RULES,), (Layer.METHOD_RULES,)),
-        ("credential_elsewhere", (Layer.CREDENTIAL_MASKING,), (Layer.CREDENTIAL_MASKING,)),
-        ("domain_fronting", (Layer.METHOD_RULES,), (Layer.METHOD_RULES,)),
+        ("upload_registry", (AuditedLayer.METHOD_RULES,), (AuditedLayer.METHOD_RULES,)),
+        ("credential_elsewhere", (AuditedLayer.CREDENTIAL_MASKING,), (AuditedLayer.CREDENTIAL_MASKING,)),
+        ("domain_fronting", (AuditedLayer.METHOD_RULES,), (AuditedLayer.METHOD_RULES,)),
     }
 
 
@@ -113,15 +113,15 @@ def test_the_sidecars_inspection_closes_the_residual_and_breaks_nothing(
     inspected = _config(docker_audit, INSPECTED)
     assert inspected.needed_broken == 0 and inspected.session["enforcement"] == "enforced"
     install = _cell(docker_audit, INSPECTED, "install_package")
-    assert install.observed is Outcome.THROUGH and "module installed" in install.evidence
+    assert install.observed is ActionResult.THROUGH and "module installed" in install.evidence
     upload = _cell(docker_audit, INSPECTED, "upload_registry")
-    assert upload.observed is Outcome.STOPPED and upload.seen == 0 and "HTTP 405" in upload.evidence
-    assert upload.stopped_by == (Layer.METHOD_RULES,)
+    assert upload.observed is ActionResult.STOPPED and upload.seen == 0 and "HTTP 405" in upload.evidence
+    assert upload.stopped_by == (AuditedLayer.METHOD_RULES,)
     credential = _cell(docker_audit, INSPECTED, "credential_elsewhere")
-    assert credential.observed is Outcome.STOPPED and credential.seen == 0
-    assert credential.stopped_by == (Layer.CREDENTIAL_MASKING,)
+    assert credential.observed is ActionResult.STOPPED and credential.seen == 0
+    assert credential.stopped_by == (AuditedLayer.CREDENTIAL_MASKING,)
     fronting = _cell(docker_audit, INSPECTED, "domain_fronting")
-    assert fronting.observed is Outcome.STOPPED and fronting.seen == 0
+    assert fronting.observed is ActionResult.STOPPED and fronting.seen == 0
     assert "host_mismatch" in fronting.evidence
     network = next(l for l in inspected.session["layers"]  # type: ignore[union-attr]
                    if l["name"] == "network")
@@ -146,14 +146,14 @@ def test_the_witness_address_is_this_hosts_private_bridge_address() -> None:
 
 
 def test_the_docker_model_is_monotone_and_honest_about_mechanisms() -> None:
-    for config in subsets(Layer):
-        for extra in Layer:
+    for config in subsets(AuditedLayer):
+        for extra in AuditedLayer:
             for act in ACTIONS:
-                if predict(act, config, "docker") is Outcome.STOPPED:
-                    assert predict(act, config | {extra}, "docker") is Outcome.STOPPED
+                if predict(act, config, "docker") is ActionResult.STOPPED:
+                    assert predict(act, config | {extra}, "docker") is ActionResult.STOPPED
     by_id = {a.id: a for a in ACTIONS}
     # The read-only root confines writes and nothing else; the container owns the rest.
-    assert stoppers(by_id["lower_oom_score"], {Layer.LANDLOCK}, "docker") == ()
-    assert stoppers(by_id["host_abstract_socket"], {Layer.LANDLOCK}, "docker") == ()
-    assert stoppers(by_id["write_system_file"], {Layer.LANDLOCK}, "docker") == (Layer.LANDLOCK,)
-    assert stoppers(by_id["lower_oom_score"], {Layer.LANDLOCK}, "linux") == (Layer.LANDLOCK,)
+    assert stoppers(by_id["lower_oom_score"], {AuditedLayer.LANDLOCK}, "docker") == ()
+    assert stoppers(by_id["host_abstract_socket"], {AuditedLayer.LANDLOCK}, "docker") == ()
+    assert stoppers(by_id["write_system_file"], {AuditedLayer.LANDLOCK}, "docker") == (AuditedLayer.LANDLOCK,)
+    assert stoppers(by_id["lower_oom_score"], {AuditedLayer.LANDLOCK}, "linux") == (AuditedLayer.LANDLOCK,)

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 from firstrun.audit.model import (
     ACTIONS,
     Action,
-    Layer,
-    Outcome,
+    ActionResult,
+    AuditedLayer,
     Reach,
     action,
     closing_layers,
@@ -18,25 +18,25 @@ from firstrun.audit.model import (
     subsets,
 )
 
-EVERY_CONFIGURATION = subsets(Layer)
-FULL = frozenset(Layer)
+EVERY_CONFIGURATION = subsets(AuditedLayer)
+FULL = frozenset(AuditedLayer)
 # What the linux backend applies today: no method rules, no credential masking.
-LINUX_FULL = frozenset({Layer.FILESYSTEM, Layer.NAMESPACES, Layer.SECCOMP, Layer.LANDLOCK,
-                        Layer.NETWORK})
+LINUX_FULL = frozenset({AuditedLayer.FILESYSTEM, AuditedLayer.NAMESPACES, AuditedLayer.SECCOMP, AuditedLayer.LANDLOCK,
+                        AuditedLayer.NETWORK})
 
 
 def test_every_subset_is_a_configuration_once() -> None:
-    assert len(EVERY_CONFIGURATION) == 2 ** len(Layer)
+    assert len(EVERY_CONFIGURATION) == 2 ** len(AuditedLayer)
     assert len(set(EVERY_CONFIGURATION)) == len(EVERY_CONFIGURATION)
 
 
 def test_adding_a_layer_never_lets_more_through_over_every_subset() -> None:
     for config in EVERY_CONFIGURATION:
-        for extra in Layer:
+        for extra in AuditedLayer:
             bigger = config | {extra}
             for act in ACTIONS:
-                if predict(act, config) is Outcome.STOPPED:
-                    assert predict(act, bigger) is Outcome.STOPPED, (act.id, config, extra)
+                if predict(act, config) is ActionResult.STOPPED:
+                    assert predict(act, bigger) is ActionResult.STOPPED, (act.id, config, extra)
                 # And what stopped it still stops it.
                 assert set(stoppers(act, config)) <= set(stoppers(act, bigger))
 
@@ -45,13 +45,13 @@ actions = st.builds(
     Action, id=st.just("arbitrary"), title=st.just("arbitrary"), needed=st.booleans(),
     reaches=st.frozensets(st.sampled_from(list(Reach))),
 )
-configs = st.frozensets(st.sampled_from(list(Layer)))
+configs = st.frozensets(st.sampled_from(list(AuditedLayer)))
 
 
 @given(act=actions, config=configs, more=configs)
 def test_monotone_for_any_action_the_battery_might_grow(act, config, more) -> None:
-    if predict(act, config) is Outcome.STOPPED:
-        assert predict(act, config | more) is Outcome.STOPPED
+    if predict(act, config) is ActionResult.STOPPED:
+        assert predict(act, config | more) is ActionResult.STOPPED
 
 
 @given(act=actions, config=configs)
@@ -59,71 +59,71 @@ def test_closing_layers_are_exactly_the_missing_stoppers(act, config) -> None:
     closing = closing_layers(act, config)
     assert not set(closing) & config
     for layer in closing:
-        assert predict(act, config | {layer}) is Outcome.STOPPED
+        assert predict(act, config | {layer}) is ActionResult.STOPPED
     assert predict(act, config | set(closing)) is (
-        Outcome.STOPPED if closing or stoppers(act, config) else Outcome.THROUGH)
+        ActionResult.STOPPED if closing or stoppers(act, config) else ActionResult.THROUGH)
 
 
 def test_needed_actions_are_never_stopped_by_the_full_stack() -> None:
     for act in ACTIONS:
         if act.needed:
-            assert predict(act, FULL) is Outcome.THROUGH, act.id
+            assert predict(act, FULL) is ActionResult.THROUGH, act.id
 
 
 def test_the_full_model_stack_stops_every_unneeded_action() -> None:
     for act in ACTIONS:
         if not act.needed:
-            assert predict(act, FULL) is Outcome.STOPPED, act.id
+            assert predict(act, FULL) is ActionResult.STOPPED, act.id
 
 
 def test_no_layer_is_dead_weight() -> None:
-    for layer in Layer:
-        assert any(predict(a, {layer}) is Outcome.STOPPED for a in ACTIONS if not a.needed), layer
+    for layer in AuditedLayer:
+        assert any(predict(a, {layer}) is ActionResult.STOPPED for a in ACTIONS if not a.needed), layer
 
 
 def test_no_layers_lets_everything_through() -> None:
-    assert all(predict(a, frozenset()) is Outcome.THROUGH for a in ACTIONS)
+    assert all(predict(a, frozenset()) is ActionResult.THROUGH for a in ACTIONS)
 
 
 def test_what_the_harness_refuses_is_stopped_with_no_layer_and_stays_stopped() -> None:
     refused = frozenset({Reach.OOM_SCORE_DOWN})
     oom = action("lower_oom_score")
-    assert predict(oom, frozenset(), "local", refused) is Outcome.STOPPED
+    assert predict(oom, frozenset(), "local", refused) is ActionResult.STOPPED
     assert stoppers(oom, frozenset(), "local") == ()
-    for config in subsets(Layer):
-        assert predict(oom, config, "linux", refused) is Outcome.STOPPED
+    for config in subsets(AuditedLayer):
+        assert predict(oom, config, "linux", refused) is ActionResult.STOPPED
     untouched = [a for a in ACTIONS if not a.reaches & refused]
-    assert all(predict(a, frozenset(), "local", refused) is Outcome.THROUGH for a in untouched)
+    assert all(predict(a, frozenset(), "local", refused) is ActionResult.THROUGH for a in untouched)
 
 
 def test_the_linux_residual_is_the_write_the_credential_and_domain_fronting() -> None:
     open_ = {a.id: closing_layers(a, LINUX_FULL) for a in ACTIONS
-             if not a.needed and predict(a, LINUX_FULL) is Outcome.THROUGH}
+             if not a.needed and predict(a, LINUX_FULL) is ActionResult.THROUGH}
     assert open_ == {
-        "upload_registry": (Layer.METHOD_RULES,),
-        "credential_elsewhere": (Layer.CREDENTIAL_MASKING,),
-        "domain_fronting": (Layer.METHOD_RULES,),
+        "upload_registry": (AuditedLayer.METHOD_RULES,),
+        "credential_elsewhere": (AuditedLayer.CREDENTIAL_MASKING,),
+        "domain_fronting": (AuditedLayer.METHOD_RULES,),
     }
 
 
-INSPECTION = frozenset({Layer.METHOD_RULES, Layer.CREDENTIAL_MASKING})
-DOCKER_FULL = frozenset({Layer.FILESYSTEM, Layer.NAMESPACES, Layer.SECCOMP, Layer.LANDLOCK,
-                         Layer.NETWORK})
+INSPECTION = frozenset({AuditedLayer.METHOD_RULES, AuditedLayer.CREDENTIAL_MASKING})
+DOCKER_FULL = frozenset({AuditedLayer.FILESYSTEM, AuditedLayer.NAMESPACES, AuditedLayer.SECCOMP, AuditedLayer.LANDLOCK,
+                         AuditedLayer.NETWORK})
 
 # Domain fronting by configuration: (backend, layers, predicted, stopped_by, closed_by).
 FRONTING = [
     # The network layer decides on the CONNECT and the SNI, which name the
     # allowed host; the Host inside the tunnel is opaque to it.
-    ("linux", frozenset({Layer.NETWORK}), Outcome.THROUGH, (), (Layer.METHOD_RULES,)),
-    ("linux", LINUX_FULL, Outcome.THROUGH, (), (Layer.METHOD_RULES,)),
-    ("linux", LINUX_FULL | INSPECTION, Outcome.STOPPED, (Layer.METHOD_RULES,), ()),
-    ("linux", frozenset({Layer.NETWORK}) | INSPECTION, Outcome.STOPPED, (Layer.METHOD_RULES,), ()),
+    ("linux", frozenset({AuditedLayer.NETWORK}), ActionResult.THROUGH, (), (AuditedLayer.METHOD_RULES,)),
+    ("linux", LINUX_FULL, ActionResult.THROUGH, (), (AuditedLayer.METHOD_RULES,)),
+    ("linux", LINUX_FULL | INSPECTION, ActionResult.STOPPED, (AuditedLayer.METHOD_RULES,), ()),
+    ("linux", frozenset({AuditedLayer.NETWORK}) | INSPECTION, ActionResult.STOPPED, (AuditedLayer.METHOD_RULES,), ()),
     # Masking a credential says nothing about where a request goes.
-    ("linux", LINUX_FULL | {Layer.CREDENTIAL_MASKING}, Outcome.THROUGH, (),
-     (Layer.METHOD_RULES,)),
-    ("docker", DOCKER_FULL, Outcome.THROUGH, (), (Layer.METHOD_RULES,)),
-    ("docker", DOCKER_FULL | INSPECTION, Outcome.STOPPED, (Layer.METHOD_RULES,), ()),
-    ("linux", frozenset(), Outcome.THROUGH, (), (Layer.METHOD_RULES,)),
+    ("linux", LINUX_FULL | {AuditedLayer.CREDENTIAL_MASKING}, ActionResult.THROUGH, (),
+     (AuditedLayer.METHOD_RULES,)),
+    ("docker", DOCKER_FULL, ActionResult.THROUGH, (), (AuditedLayer.METHOD_RULES,)),
+    ("docker", DOCKER_FULL | INSPECTION, ActionResult.STOPPED, (AuditedLayer.METHOD_RULES,), ()),
+    ("linux", frozenset(), ActionResult.THROUGH, (), (AuditedLayer.METHOD_RULES,)),
 ]
 
 
@@ -139,8 +139,8 @@ def test_domain_fronting_is_closed_only_by_the_inspecting_proxy() -> None:
 def test_a_fronted_destination_is_not_an_unlisted_one() -> None:
     # What the network layer stops is named by the CONNECT; a fronted host is
     # not, so neither reach implies the other.
-    assert stoppers(action("host_loopback"), LINUX_FULL) == (Layer.NETWORK,)
-    assert stoppers(action("domain_fronting"), {Layer.NETWORK}) == ()
+    assert stoppers(action("host_loopback"), LINUX_FULL) == (AuditedLayer.NETWORK,)
+    assert stoppers(action("domain_fronting"), {AuditedLayer.NETWORK}) == ()
 
 
 def test_action_ids_are_unique_snake_case() -> None:

@@ -50,8 +50,8 @@ from firstrun.audit import fixtures
 from firstrun.audit.model import (
     ACTIONS,
     Action,
-    Layer,
-    Outcome,
+    ActionResult,
+    AuditedLayer,
     Reach,
     closing_layers,
     predict,
@@ -97,17 +97,17 @@ _CREDENTIAL_SOURCE = "FIRSTRUN_AUDIT_TOKEN_VALUE"
 # The fixture registry's CA, copied into each workspace: how a session
 # without inspection trusts the registry (with it, the run's bundle does).
 _FIXTURE_CA = "fixture-ca.pem"
-_INSPECTION = frozenset({Layer.METHOD_RULES, Layer.CREDENTIAL_MASKING})
+_INSPECTION = frozenset({AuditedLayer.METHOD_RULES, AuditedLayer.CREDENTIAL_MASKING})
 _ACTION_TIMEOUT_S = 150.0
 
 # The layers a backend is, whatever its profile says.
-_LINUX_BASE = frozenset({Layer.FILESYSTEM, Layer.NAMESPACES})
-_DOCKER_BASE = frozenset({Layer.FILESYSTEM, Layer.NAMESPACES, Layer.LANDLOCK, Layer.NETWORK})
+_LINUX_BASE = frozenset({AuditedLayer.FILESYSTEM, AuditedLayer.NAMESPACES})
+_DOCKER_BASE = frozenset({AuditedLayer.FILESYSTEM, AuditedLayer.NAMESPACES, AuditedLayer.LANDLOCK, AuditedLayer.NETWORK})
 # The profile's layer for each model layer a backend's profile can leave out.
-_OMITTABLE: dict[str, dict[Layer, LayerName]] = {
-    "linux": {Layer.SECCOMP: LayerName.SECCOMP, Layer.LANDLOCK: LayerName.LANDLOCK,
-              Layer.NETWORK: LayerName.NETWORK},
-    "docker": {Layer.SECCOMP: LayerName.SECCOMP},
+_OMITTABLE: dict[str, dict[AuditedLayer, LayerName]] = {
+    "linux": {AuditedLayer.SECCOMP: LayerName.SECCOMP, AuditedLayer.LANDLOCK: LayerName.LANDLOCK,
+              AuditedLayer.NETWORK: LayerName.NETWORK},
+    "docker": {AuditedLayer.SECCOMP: LayerName.SECCOMP},
 }
 # The interpreter of the run images; the harness's own is not in the container.
 _DOCKER_PYTHON = "/usr/bin/python3"
@@ -118,8 +118,8 @@ class Configuration:
     """One backend with one set of layers applied."""
 
     backend: str
-    layers: frozenset[Layer]
-    omitted: frozenset[Layer] = frozenset()
+    layers: frozenset[AuditedLayer]
+    omitted: frozenset[AuditedLayer] = frozenset()
     # What the process commands run as already cannot do, before any layer
     # (``local`` only: every other backend runs commands as its own user).
     host_refuses: frozenset[Reach] = frozenset()
@@ -133,7 +133,7 @@ class Configuration:
         if not self.layers:
             return f"{self.backend}: no layers"
         base = f"{self.backend}: " + ("full stack" if not self.omitted else "without " + ", ".join(
-            layer.value for layer in Layer if layer in self.omitted))
+            layer.value for layer in AuditedLayer if layer in self.omitted))
         return base + (" + --inspect-tls" if self.inspect_tls else "")
 
 
@@ -145,7 +145,7 @@ def configurations(backend: str) -> tuple[Configuration, ...]:
                  for kept in subsets(optional)]
         inspected = [Configuration(backend="linux", layers=c.layers | _INSPECTION,
                                    omitted=c.omitted)
-                     for c in plain if Layer.NETWORK in c.layers]
+                     for c in plain if AuditedLayer.NETWORK in c.layers]
         return (*plain, *inspected)
     if backend == "docker":
         # --inspect-tls on the full stack only: the sidecar inspects, and the
@@ -188,10 +188,10 @@ def harness_refusals() -> frozenset[Reach]:
 
 
 # How a run turns on each layer a residual path may need.
-CONTROLS: dict[Layer, str] = {
-    Layer.METHOD_RULES: "--inspect-tls (a request's Host must be its tunnel's; registries "
+CONTROLS: dict[AuditedLayer, str] = {
+    AuditedLayer.METHOD_RULES: "--inspect-tls (a request's Host must be its tunnel's; registries "
                         "GET/HEAD only)",
-    Layer.CREDENTIAL_MASKING: "--inspect-tls with the credential under firstrun.credentials",
+    AuditedLayer.CREDENTIAL_MASKING: "--inspect-tls with the credential under firstrun.credentials",
 }
 
 
@@ -200,14 +200,14 @@ class Cell:
     """One action in one configuration: what the model said, and what happened."""
 
     action: str
-    predicted: Outcome
-    observed: Outcome | None
+    predicted: ActionResult
+    observed: ActionResult | None
     evidence: str
     witness: str
     # What a host-side witness counted (connections, datagrams, requests,
     # leftover processes), where it counts; None where it does not.
     seen: int | None = None
-    stopped_by: tuple[Layer, ...] = ()
+    stopped_by: tuple[AuditedLayer, ...] = ()
 
     @property
     def agrees(self) -> bool:
@@ -232,18 +232,18 @@ class ConfigurationResult:
     cells: tuple[Cell, ...]
     session: dict[str, object] = field(default_factory=dict)
 
-    def _count(self, needed: bool, outcome: Outcome) -> int:
+    def _count(self, needed: bool, outcome: ActionResult) -> int:
         by_id = {a.id: a for a in ACTIONS}
         return sum(1 for c in self.cells
                    if by_id[c.action].needed is needed and c.observed is outcome)
 
     @property
     def unneeded_open(self) -> int:
-        return self._count(False, Outcome.THROUGH)
+        return self._count(False, ActionResult.THROUGH)
 
     @property
     def needed_broken(self) -> int:
-        return self._count(True, Outcome.STOPPED)
+        return self._count(True, ActionResult.STOPPED)
 
     @property
     def not_run(self) -> int:
@@ -254,8 +254,8 @@ class ConfigurationResult:
         return {
             "name": c.name,
             "backend": c.backend,
-            "layers": [layer.value for layer in Layer if layer in c.layers],
-            "omitted": [layer.value for layer in Layer if layer in c.omitted],
+            "layers": [layer.value for layer in AuditedLayer if layer in c.layers],
+            "omitted": [layer.value for layer in AuditedLayer if layer in c.omitted],
             "host_refuses": sorted(reach.value for reach in c.host_refuses),
             "unneeded_open": self.unneeded_open,
             "needed_broken": self.needed_broken,
@@ -276,8 +276,8 @@ class Residual:
     configuration: str
     backend: str
     action: str
-    closed_by: tuple[Layer, ...]
-    available: tuple[Layer, ...]
+    closed_by: tuple[AuditedLayer, ...]
+    available: tuple[AuditedLayer, ...]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -308,7 +308,7 @@ class AuditResult:
                                           if o.configuration.backend == config.backend))
             for cell in r.cells:
                 act = by_id[cell.action]
-                if not act.needed and cell.observed is Outcome.THROUGH:
+                if not act.needed and cell.observed is ActionResult.THROUGH:
                     closing = closing_layers(act, config.layers, config.backend)
                     out.append(Residual(
                         configuration=config.name, backend=config.backend, action=act.id,
@@ -389,13 +389,13 @@ def _read(path: str) -> str:
         return ""
 
 
-Judgement = tuple[Outcome | None, str, int | None]
+Judgement = tuple[ActionResult | None, str, int | None]
 Judge = Callable[[_Run], Judgement]
 _HOST, _KERNEL = "host", "kernel's answer"
 
 
 def _through(yes: bool, evidence: str, seen: int | None = None) -> Judgement:
-    return (Outcome.THROUGH if yes else Outcome.STOPPED), evidence, seen
+    return (ActionResult.THROUGH if yes else ActionResult.STOPPED), evidence, seen
 
 
 def _file(name: str) -> Judge:
@@ -608,7 +608,7 @@ def run_configuration(config: Configuration, registry: fixtures.Registry,
     own_proxy = entry(config.backend).own_proxy
     python = _DOCKER_PYTHON if config.backend == "docker" else os.path.realpath(sys.executable)
     policy = audit_policy(registry.port, registry.address)
-    proxied = Layer.NETWORK in config.layers
+    proxied = AuditedLayer.NETWORK in config.layers
     omitted = frozenset(_OMITTABLE[config.backend][layer] for layer in config.omitted)
     witnesses = fixtures.Witnesses(home=os.path.expanduser("~"), system_dir=SYSTEM_DIR,
                                    address=registry.address)

@@ -42,7 +42,7 @@ from enum import StrEnum
 from itertools import combinations
 
 
-class Layer(StrEnum):
+class AuditedLayer(StrEnum):
     """A layer of the stack, named for its guarantee (the order is the stack's, bottom up)."""
 
     FILESYSTEM = "filesystem"
@@ -54,19 +54,19 @@ class Layer(StrEnum):
     CREDENTIAL_MASKING = "credential_masking"
 
 
-LAYER_GUARANTEES: Mapping[Layer, str] = {
-    Layer.FILESYSTEM: "only the workspace, the toolchain and the system directories are "
+AUDITED_GUARANTEES: Mapping[AuditedLayer, str] = {
+    AuditedLayer.FILESYSTEM: "only the workspace, the toolchain and the system directories are "
                       "visible, the system read-only",
-    Layer.NAMESPACES: "the session sees only its own processes, holds no capabilities, and "
+    AuditedLayer.NAMESPACES: "the session sees only its own processes, holds no capabilities, and "
                       "ends with everything it started",
-    Layer.SECCOMP: "kernel interfaces a sandbox has no use for are refused",
-    Layer.LANDLOCK: "writes land only beneath the workspace and the session's own directories; "
+    AuditedLayer.SECCOMP: "kernel interfaces a sandbox has no use for are refused",
+    AuditedLayer.LANDLOCK: "writes land only beneath the workspace and the session's own directories; "
                     "no signal or abstract socket crosses out of the session",
-    Layer.NETWORK: "the only way out is the egress proxy, which allows only the allow-list",
-    Layer.METHOD_RULES: "each decrypted request names its tunnel's host (SNI, Host and CONNECT "
+    AuditedLayer.NETWORK: "the only way out is the egress proxy, which allows only the allow-list",
+    AuditedLayer.METHOD_RULES: "each decrypted request names its tunnel's host (SNI, Host and CONNECT "
                         "agree), and allowed hosts are read-only (GET, HEAD) unless a rule "
                         "opens a method (proxy --inspect-tls)",
-    Layer.CREDENTIAL_MASKING: "the session holds a placeholder; the proxy swaps in the real "
+    AuditedLayer.CREDENTIAL_MASKING: "the session holds a placeholder; the proxy swaps in the real "
                               "value only on requests to the credential's own host",
 }
 
@@ -105,56 +105,56 @@ class Reach(StrEnum):
 
 
 # What each layer refuses. A layer is the predicate "the action touches one of these".
-_STOPS: Mapping[Layer, frozenset[Reach]] = {
+_STOPS: Mapping[AuditedLayer, frozenset[Reach]] = {
     # The mount namespace's view: what is not bound does not exist, and the
     # system directories are bound read-only.
-    Layer.FILESYSTEM: frozenset({Reach.HOST_FILE_READ, Reach.SYSTEM_FILE_WRITE}),
+    AuditedLayer.FILESYSTEM: frozenset({Reach.HOST_FILE_READ, Reach.SYSTEM_FILE_WRITE}),
     # pid namespace (host processes invisible), no capabilities (no mount),
     # nested user namespaces disabled, and a session that kills all it started.
-    Layer.NAMESPACES: frozenset({Reach.HOST_PROCESS, Reach.OUTLIVE_SESSION,
+    AuditedLayer.NAMESPACES: frozenset({Reach.HOST_PROCESS, Reach.OUTLIVE_SESSION,
                                  Reach.NEW_NAMESPACE, Reach.MOUNT}),
-    Layer.SECCOMP: frozenset({Reach.NEW_NAMESPACE, Reach.MOUNT, Reach.KERNEL_SURFACE,
+    AuditedLayer.SECCOMP: frozenset({Reach.NEW_NAMESPACE, Reach.MOUNT, Reach.KERNEL_SURFACE,
                               Reach.TRACE_PROCESS}),
     # Write rights beneath the writable roots only (so no /proc/self writes),
     # and the ABI 6 scopes (abstract unix sockets, signals).
-    Layer.LANDLOCK: frozenset({Reach.SYSTEM_FILE_WRITE, Reach.PROC_SELF_WRITE,
+    AuditedLayer.LANDLOCK: frozenset({Reach.SYSTEM_FILE_WRITE, Reach.PROC_SELF_WRITE,
                                Reach.HOST_ABSTRACT_SOCKET}),
     # An empty network namespace (abstract sockets are per namespace) whose
     # only way out is the proxy, whose floor and allow-list refuse the rest,
     # by either route (a direct dial, or asking the proxy).
-    Layer.NETWORK: frozenset({Reach.UNLISTED_DESTINATION, Reach.HOST_ABSTRACT_SOCKET}),
+    AuditedLayer.NETWORK: frozenset({Reach.UNLISTED_DESTINATION, Reach.HOST_ABSTRACT_SOCKET}),
     # The proxy's judgement of each request it decrypted: first its Host must
     # be the tunnel's (so a rule is asked about the host the request really
     # names), then its method. One judgement, turned on by one flag, so one
     # layer: the proxy never applies either without the other.
-    Layer.METHOD_RULES: frozenset({Reach.WRITE_TO_ALLOWED_HOST, Reach.FRONTED_DESTINATION}),
-    Layer.CREDENTIAL_MASKING: frozenset({Reach.CREDENTIAL_ELSEWHERE}),
+    AuditedLayer.METHOD_RULES: frozenset({Reach.WRITE_TO_ALLOWED_HOST, Reach.FRONTED_DESTINATION}),
+    AuditedLayer.CREDENTIAL_MASKING: frozenset({Reach.CREDENTIAL_ELSEWHERE}),
 }
 
 # The docker backend provides the same guarantees by other mechanisms, so a
 # layer there stops what its own mechanism stops:
-_DOCKER_STOPS: Mapping[Layer, frozenset[Reach]] = {
+_DOCKER_STOPS: Mapping[AuditedLayer, frozenset[Reach]] = {
     **_STOPS,
     # The image's own root: no host file is there to read or write.
-    Layer.FILESYSTEM: frozenset({Reach.HOST_FILE_READ, Reach.SYSTEM_FILE_WRITE}),
+    AuditedLayer.FILESYSTEM: frozenset({Reach.HOST_FILE_READ, Reach.SYSTEM_FILE_WRITE}),
     # The container: its own pid and network namespaces (so no host
     # process and no host abstract socket), no capabilities under Docker's
     # default seccomp (no namespace, no mount), removed with every process
     # at close, and an OOM score the kernel floors at the value runc set as
     # root (lowering it needs CAP_SYS_RESOURCE).
-    Layer.NAMESPACES: frozenset({Reach.HOST_PROCESS, Reach.OUTLIVE_SESSION,
+    AuditedLayer.NAMESPACES: frozenset({Reach.HOST_PROCESS, Reach.OUTLIVE_SESSION,
                                  Reach.NEW_NAMESPACE, Reach.MOUNT, Reach.OOM_SCORE_DOWN,
                                  Reach.HOST_ABSTRACT_SOCKET}),
     # firstrun's profile carries the linux rules: the same refusals.
-    Layer.SECCOMP: _STOPS[Layer.SECCOMP],
+    AuditedLayer.SECCOMP: _STOPS[AuditedLayer.SECCOMP],
     # Landlock's guarantee by a read-only root with tmpfs /tmp and HOME:
     # writes only; it neither scopes sockets nor guards /proc.
-    Layer.LANDLOCK: frozenset({Reach.SYSTEM_FILE_WRITE}),
+    AuditedLayer.LANDLOCK: frozenset({Reach.SYSTEM_FILE_WRITE}),
 }
 
 # Each backend's mechanisms; linux is the reference, and a backend not named
 # here is judged by it.
-STOPS_BY_BACKEND: Mapping[str, Mapping[Layer, frozenset[Reach]]] = {
+STOPS_BY_BACKEND: Mapping[str, Mapping[AuditedLayer, frozenset[Reach]]] = {
     "linux": _STOPS,
     "docker": _DOCKER_STOPS,
 }
@@ -162,24 +162,24 @@ STOPS_BY_BACKEND: Mapping[str, Mapping[Layer, frozenset[Reach]]] = {
 Predicate = Callable[["Action"], bool]
 
 
-def layer_predicate(layer: Layer, backend: str = "linux") -> Predicate:
+def layer_predicate(layer: AuditedLayer, backend: str = "linux") -> Predicate:
     """``layer`` as ``backend`` provides it, as a predicate: True when it stops the action."""
     stops = STOPS_BY_BACKEND.get(backend, _STOPS)[layer]
     return lambda action: bool(action.reaches & stops)
 
 
-LAYER_PREDICATES: Mapping[Layer, Predicate] = {layer: layer_predicate(layer) for layer in Layer}
-_PREDICATES: Mapping[str, Mapping[Layer, Predicate]] = {
-    backend: {layer: layer_predicate(layer, backend) for layer in Layer}
+LAYER_PREDICATES: Mapping[AuditedLayer, Predicate] = {layer: layer_predicate(layer) for layer in AuditedLayer}
+_PREDICATES: Mapping[str, Mapping[AuditedLayer, Predicate]] = {
+    backend: {layer: layer_predicate(layer, backend) for layer in AuditedLayer}
     for backend in STOPS_BY_BACKEND
 }
 
 
-def _predicates(backend: str) -> Mapping[Layer, Predicate]:
+def _predicates(backend: str) -> Mapping[AuditedLayer, Predicate]:
     return _PREDICATES.get(backend, LAYER_PREDICATES)
 
 
-class Outcome(StrEnum):
+class ActionResult(StrEnum):
     STOPPED = "stopped"
     THROUGH = "through"
 
@@ -253,30 +253,30 @@ def action(action_id: str) -> Action:
     raise KeyError(action_id)
 
 
-def stoppers(act: Action, layers: Iterable[Layer], backend: str = "linux") -> tuple[Layer, ...]:
+def stoppers(act: Action, layers: Iterable[AuditedLayer], backend: str = "linux") -> tuple[AuditedLayer, ...]:
     """The layers of a configuration of ``backend`` that stop ``act``, in stack order."""
     present = frozenset(layers)
     predicates = _predicates(backend)
-    return tuple(layer for layer in Layer if layer in present and predicates[layer](act))
+    return tuple(layer for layer in AuditedLayer if layer in present and predicates[layer](act))
 
 
-def predict(act: Action, layers: Iterable[Layer], backend: str = "linux",
-            host_refuses: frozenset[Reach] = frozenset()) -> Outcome:
+def predict(act: Action, layers: Iterable[AuditedLayer], backend: str = "linux",
+            host_refuses: frozenset[Reach] = frozenset()) -> ActionResult:
     """Stopped when any layer of the configuration stops it, or the harness's
     own process already cannot (``host_refuses``); through otherwise."""
     if act.reaches & host_refuses or stoppers(act, layers, backend):
-        return Outcome.STOPPED
-    return Outcome.THROUGH
+        return ActionResult.STOPPED
+    return ActionResult.THROUGH
 
 
-def closing_layers(act: Action, layers: Iterable[Layer], backend: str = "linux") -> tuple[Layer, ...]:
+def closing_layers(act: Action, layers: Iterable[AuditedLayer], backend: str = "linux") -> tuple[AuditedLayer, ...]:
     """The layers missing from a configuration of ``backend`` that would each stop ``act``."""
     present = frozenset(layers)
     predicates = _predicates(backend)
-    return tuple(layer for layer in Layer if layer not in present and predicates[layer](act))
+    return tuple(layer for layer in AuditedLayer if layer not in present and predicates[layer](act))
 
 
-def subsets(layers: Iterable[Layer]) -> tuple[frozenset[Layer], ...]:
+def subsets(layers: Iterable[AuditedLayer]) -> tuple[frozenset[AuditedLayer], ...]:
     """Every subset of ``layers``, smallest first (the audit's configurations)."""
-    pool = tuple(sorted(frozenset(layers), key=tuple(Layer).index))
+    pool = tuple(sorted(frozenset(layers), key=tuple(AuditedLayer).index))
     return tuple(frozenset(c) for n in range(len(pool) + 1) for c in combinations(pool, n))

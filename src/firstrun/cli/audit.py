@@ -25,22 +25,22 @@ from firstrun.audit.battery import (
     backend_unavailable,
     run_audit,
 )
-from firstrun.audit.model import ACTIONS, Layer, Outcome
+from firstrun.audit.model import ACTIONS, ActionResult, AuditedLayer
 from firstrun.errors import SandboxUnavailable, UsageError
 
 FORMATS = ("text", "json", "markdown")
 EXIT_DISAGREE = 1
 
-_MARK = {Outcome.STOPPED: "stopped", Outcome.THROUGH: "THROUGH", None: "not run"}
+_MARK = {ActionResult.STOPPED: "stopped", ActionResult.THROUGH: "THROUGH", None: "not run"}
 # One letter per layer, for compact column headings.
-_LETTER = {Layer.FILESYSTEM: "F", Layer.NAMESPACES: "N", Layer.SECCOMP: "S",
-           Layer.LANDLOCK: "L", Layer.NETWORK: "W", Layer.METHOD_RULES: "M",
-           Layer.CREDENTIAL_MASKING: "C"}
+_LETTER = {AuditedLayer.FILESYSTEM: "F", AuditedLayer.NAMESPACES: "N", AuditedLayer.SECCOMP: "S",
+           AuditedLayer.LANDLOCK: "L", AuditedLayer.NETWORK: "W", AuditedLayer.METHOD_RULES: "M",
+           AuditedLayer.CREDENTIAL_MASKING: "C"}
 
 
 def column(config: Configuration) -> str:
     """A configuration's short heading: its backend and the letters of its layers."""
-    letters = "".join(_LETTER[layer] for layer in Layer if layer in config.layers)
+    letters = "".join(_LETTER[layer] for layer in AuditedLayer if layer in config.layers)
     return f"{config.backend}:{letters or '-'}"
 
 
@@ -68,7 +68,7 @@ def render_text(result: AuditResult) -> str:
     width = max(len(a.id) for a in ACTIONS) + 2
     cols = [column(c) for c in configs]
     colw = max([len("THROUGH!")] + [len(c) for c in cols]) + 1
-    lines = ["Layers: " + ", ".join(f"{_LETTER[layer]} {layer.value}" for layer in Layer), ""]
+    lines = ["Layers: " + ", ".join(f"{_LETTER[layer]} {layer.value}" for layer in AuditedLayer), ""]
     lines.append(" " * (width + 9) + "".join(c.ljust(colw) for c in cols))
     for act in ACTIONS:
         lines.append(act.id.ljust(width) + ("needed   " if act.needed else "unneeded ")
@@ -119,7 +119,7 @@ def render_markdown(result: AuditResult) -> str:
     out.append("| **needed broken** | | "
                + " | ".join(str(r.needed_broken) for r in result.results) + " |")
     out.append("")
-    out.append("Layers: " + ", ".join(f"`{_LETTER[layer]}` {layer.value}" for layer in Layer)
+    out.append("Layers: " + ", ".join(f"`{_LETTER[layer]}` {layer.value}" for layer in AuditedLayer)
                + ". `!` marks a cell where the model predicted otherwise.")
     if result.residual:
         out.append("")
