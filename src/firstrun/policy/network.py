@@ -18,10 +18,13 @@ order and the first with an opinion decides:
 4. the allow-list, and the task's ``tcp`` rules (exact name and port);
 5. deny.
 
-The name rules are data: ``NAME_RULES`` is their order (docs channel, docs
-host on the shell, deny list, override, allow list, tcp rule, IP literal,
-another port of an allowed host, nothing allows it), each a small function
-that decides or passes, and report mode is applied once to what decided.
+The rules are data: ``NAME_RULES`` is the name rules' order (docs channel,
+docs host on the shell, deny list, override, allow list, tcp rule, IP
+literal, another port of an allowed host, nothing allows it) and
+``ADDRESS_RULES`` the address rules' (nothing resolved, the floor, then the
+ground an allowed connection is recorded with: override, docs channel, docs
+host on the shell, the lists), each a small function that decides or passes,
+and report mode is applied once to what decided.
 
 Every flow reaches these rules whether or not the program honours the proxy
 variables: on backends with transparent capture a DNS stub answers only the
@@ -255,7 +258,7 @@ def _allow(reason: Reason, layer: DecisionLayer, host: str, override: str | None
 
 
 def _refuse(reason: Reason, layer: DecisionLayer, host: str) -> Decision:
-    # Enforced as found; report mode lifts it once, in decide_name (_reported).
+    # Enforced as found; report mode lifts it once, in the rule walk (_reported).
     return Decision(verdict=Verdict.DENY, reason=reason, layer=layer, host=host)
 
 
@@ -404,49 +407,90 @@ def decide_stream(policy: NetworkPolicy, host: str, port: int, *, connect: bool)
     return _deny(policy, Reason.TCP_NOT_ALLOWED, DecisionLayer.ALLOWLIST, host)
 
 
+# An address rule decides a (canonical) host and port for a channel from
+# every address the name resolved to, or passes (None) to the next;
+# ADDRESS_RULES is their order: the floor's refusals, then the ground an
+# allowed connection is recorded with. The ground is not decide_name's: an
+# override outranks the docs channel here, because it is what let the
+# addresses through the floor.
+AddressRule = Callable[
+    ["NetworkPolicy", "Channel", str, int, "Sequence[IPAddress]"], "Decision | None"
+]
+
+
+def _resolved_nothing(policy: NetworkPolicy, channel: Channel, host: str, port: int,
+                      addresses: Sequence[IPAddress]) -> Decision | None:
+    if addresses:
+        return None
+    return _refuse(Reason.RESOLVE_FAILED, DecisionLayer.FLOOR, host)
+
+
+def _below_floor(policy: NetworkPolicy, channel: Channel, host: str, port: int,
+                 addresses: Sequence[IPAddress]) -> Decision | None:
+    # Any bad address refuses the lot (rather than dialling a good one): a name
+    # that answers with both a public and a private address is a rebinding
+    # attempt. The first bad one, in the order resolved, names the reason.
+    override = _override_for(policy, host, port)
+    for addr in addresses:
+        reason = _address_refusal(policy, port, override, addr)
+        if reason is not None:
+            return _refuse(reason, DecisionLayer.FLOOR, host)
+    return None
+
+
+def _address_refusal(policy: NetworkPolicy, port: int, override: Override | None,
+                     addr: IPAddress) -> Reason | None:
+    if any(parse_ip_literal(h) == addr and p == port for h, p in policy.proxy_addresses):
+        return Reason.PROXY_ITSELF
+    cls = address_class(addr)
+    if cls is AddressClass.PUBLIC:
+        return None
+    if override is not None and any(addr in net for net in override.networks):
+        return None
+    return _FLOOR_REASON[cls]
+
+
+def _override_ground(policy: NetworkPolicy, channel: Channel, host: str, port: int,
+                     addresses: Sequence[IPAddress]) -> Decision | None:
+    return _override_rule(policy, channel, host, port)
+
+
+def _docs_channel_ground(policy: NetworkPolicy, channel: Channel, host: str, port: int,
+                         addresses: Sequence[IPAddress]) -> Decision | None:
+    if channel is not Channel.DOCS:
+        return None
+    return _allow(Reason.ALLOWED_DOCS_CHANNEL, DecisionLayer.ATTRIBUTION, host)
+
+
+def _docs_host_on_shell_ground(policy: NetworkPolicy, channel: Channel, host: str, port: int,
+                               addresses: Sequence[IPAddress]) -> Decision | None:
+    if not (any(p.matches(host, port) for p in policy.docs) and _opened_to_shell(policy, host, port)):
+        return None
+    return _allow(Reason.ALLOWED_DOCS_HOST_ON_SHELL, DecisionLayer.ATTRIBUTION, host)
+
+
+def _list_ground(policy: NetworkPolicy, channel: Channel, host: str, port: int,
+                 addresses: Sequence[IPAddress]) -> Decision:
+    return _allow(Reason.ALLOWED_BY_LIST, DecisionLayer.ALLOWLIST, host)
+
+
+ADDRESS_RULES: tuple[AddressRule, ...] = (
+    _resolved_nothing, _below_floor, _override_ground, _docs_channel_ground,
+    _docs_host_on_shell_ground, _list_ground,
+)
+
+
 def decide_addresses(
     policy: NetworkPolicy, request: Request, addresses: Sequence[IPAddress]
 ) -> Decision:
-    """Decide on every address a name resolved to; any bad one refuses the lot.
-
-    Refusing the lot (rather than dialling a good one) matters: a name that
-    answers with both a public and a private address is a rebinding attempt.
-    """
+    """Decide on every address a name resolved to, by the first of ``ADDRESS_RULES`` that
+    decides; report mode is applied once, to that decision (and never lifts the floor)."""
     host = canonical_host(request.host)
-    if not addresses:
-        return _deny(policy, Reason.RESOLVE_FAILED, DecisionLayer.FLOOR, host)
-    override = _override_for(policy, host, request.port)
-    for addr in addresses:
-        if any(
-            parse_ip_literal(h) == addr and p == request.port for h, p in policy.proxy_addresses
-        ):
-            return _deny(policy, Reason.PROXY_ITSELF, DecisionLayer.FLOOR, host)
-        cls = address_class(addr)
-        if cls is AddressClass.PUBLIC:
-            continue
-        if override is not None and any(addr in net for net in override.networks):
-            continue
-        return _deny(policy, _FLOOR_REASON[cls], DecisionLayer.FLOOR, host)
-    if override is not None:
-        return Decision(
-            verdict=Verdict.ALLOW, reason=Reason.ALLOWED_BY_OVERRIDE, layer=DecisionLayer.OVERRIDE,
-            host=host, override=str(override.pattern),
-        )
-    if request.channel is Channel.DOCS:
-        return Decision(
-            verdict=Verdict.ALLOW, reason=Reason.ALLOWED_DOCS_CHANNEL, layer=DecisionLayer.ATTRIBUTION,
-            host=host,
-        )
-    if any(p.matches(host, request.port) for p in policy.docs) and _opened_to_shell(
-        policy, host, request.port
-    ):
-        return Decision(
-            verdict=Verdict.ALLOW, reason=Reason.ALLOWED_DOCS_HOST_ON_SHELL,
-            layer=DecisionLayer.ATTRIBUTION, host=host,
-        )
-    return Decision(
-        verdict=Verdict.ALLOW, reason=Reason.ALLOWED_BY_LIST, layer=DecisionLayer.ALLOWLIST, host=host
-    )
+    for rule in ADDRESS_RULES:
+        decision = rule(policy, request.channel, host, request.port, addresses)
+        if decision is not None:
+            return _reported(policy, decision)
+    raise AssertionError("the last address rule always decides")
 
 
 def _opened_to_shell(policy: NetworkPolicy, host: str, port: int) -> bool:
