@@ -23,8 +23,9 @@ docs host on the shell, deny list, override, allow list, tcp rule, IP
 literal, another port of an allowed host, nothing allows it) and
 ``ADDRESS_RULES`` the address rules' (nothing resolved, the floor, then the
 ground an allowed connection is recorded with: override, docs channel, docs
-host on the shell, the lists), each a small function that decides or passes,
-and report mode is applied once to what decided.
+host on the shell, the lists); ``DNS_RULES`` is the stub's. Each is a small
+function that decides or passes, and report mode is applied once to what
+decided.
 
 Every flow reaches these rules whether or not the program honours the proxy
 variables: on backends with transparent capture a DNS stub answers only the
@@ -357,33 +358,60 @@ def decide_name(policy: NetworkPolicy, request: Request) -> Decision:
     raise AssertionError("the last name rule always decides")
 
 
+# A DNS rule decides whether the stub answers a (canonical) name, or passes
+# (None) to the next; DNS_RULES is their order. A name is answered when some
+# port of it could be allowed, so these match the host alone.
+DnsRule = Callable[["NetworkPolicy", str], "Decision | None"]
+
+
+def _dns_ip_literal(policy: NetworkPolicy, host: str) -> Decision | None:
+    if parse_ip_literal(host) is not None:
+        return _refuse(Reason.DNS_NOT_ALLOWED, DecisionLayer.DEFAULT, host)
+    return None
+
+
+def _dns_docs_host(policy: NetworkPolicy, host: str) -> Decision | None:
+    # A docs host keeps its attribution, as decide_name would give it.
+    if not any(p.matches_host(host) for p in policy.docs):
+        return None
+    if any(p.matches_host(host) for p in policy.shell_docs) and \
+            any(p.matches_host(host) for p in policy.allow):
+        return _allow(Reason.ALLOWED_DOCS_HOST_ON_SHELL, DecisionLayer.ATTRIBUTION, host)
+    return _refuse(Reason.DOCS_HOST_ON_SHELL, DecisionLayer.ATTRIBUTION, host)
+
+
+def _dns_named(policy: NetworkPolicy, host: str) -> Decision | None:
+    # The deny list is the connection's to apply (decide_name): a name denied
+    # on one port may be allowed on another.
+    shell = (*policy.allow, *policy.tcp, *(o.pattern for o in policy.overrides))
+    if any(p.matches_host(host) for p in shell):
+        return _allow(Reason.ALLOWED_BY_LIST, DecisionLayer.ALLOWLIST, host)
+    return None
+
+
+def _dns_nothing_names(policy: NetworkPolicy, host: str) -> Decision:
+    return _refuse(Reason.DNS_NOT_ALLOWED, DecisionLayer.DEFAULT, host)
+
+
+DNS_RULES: tuple[DnsRule, ...] = (_dns_ip_literal, _dns_docs_host, _dns_named, _dns_nothing_names)
+
+
 def decide_dns(policy: NetworkPolicy, name: str) -> Decision:
-    """Whether the shell's DNS stub answers ``name``: when some port of it could be allowed.
+    """Whether the shell's DNS stub answers ``name``, by the first of ``DNS_RULES`` that
+    decides; report mode is applied once, to that decision, and so answers all.
 
     The stub never forwards a query, so answering leaks nothing; refusing is
-    what keeps a name nothing may reach from even looking reachable. The
-    reasons are the name rules' own (a docs host keeps its attribution), and
-    every other refusal is ``dns_not_allowed``. Report mode answers all.
+    what keeps a name nothing may reach from even looking reachable.
     """
     try:
         host = canonical_host(name)
     except PolicyError:
         return _deny(policy, Reason.DNS_NOT_ALLOWED, DecisionLayer.PROTOCOL, name)
-    if parse_ip_literal(host) is not None:
-        return _deny(policy, Reason.DNS_NOT_ALLOWED, DecisionLayer.DEFAULT, host)
-    shell = (*policy.allow, *policy.tcp, *(o.pattern for o in policy.overrides))
-    if any(p.matches_host(host) for p in policy.docs):
-        if any(p.matches_host(host) for p in policy.shell_docs) and \
-                any(p.matches_host(host) for p in policy.allow):
-            return Decision(verdict=Verdict.ALLOW, reason=Reason.ALLOWED_DOCS_HOST_ON_SHELL,
-                            layer=DecisionLayer.ATTRIBUTION, host=host)
-        return _deny(policy, Reason.DOCS_HOST_ON_SHELL, DecisionLayer.ATTRIBUTION, host)
-    # The deny list is the connection's to apply (decide_name): a name denied
-    # on one port may be allowed on another.
-    if any(p.matches_host(host) for p in shell):
-        return Decision(verdict=Verdict.ALLOW, reason=Reason.ALLOWED_BY_LIST,
-                        layer=DecisionLayer.ALLOWLIST, host=host)
-    return _deny(policy, Reason.DNS_NOT_ALLOWED, DecisionLayer.DEFAULT, host)
+    for rule in DNS_RULES:
+        decision = rule(policy, host)
+        if decision is not None:
+            return _reported(policy, decision)
+    raise AssertionError("the last DNS rule always decides")
 
 
 def decide_stream(policy: NetworkPolicy, host: str, port: int, *, connect: bool) -> Decision:
