@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import httpx
 
 from firstrun.errors import PolicyError, UsageError
+from firstrun.policy.filesystem import is_under
 from firstrun.policy.hosts import canonical_host, parse_ip_literal
 
 FLAG = "--docs-mirror"
@@ -191,7 +192,9 @@ def serve_directory(root: str, raw_path: bytes) -> httpx.Response:
 
 
 def _inside(real: str, real_root: str) -> bool:
-    return real == real_root or real.startswith(real_root + os.sep)
+    # A mirror of / holds only / itself: it would otherwise lend the docs
+    # reader, and so the agent, every file the harness may read.
+    return is_under(real, real_root) and (real_root != "/" or real == real_root)
 
 
 def _file(path: str) -> httpx.Response:
