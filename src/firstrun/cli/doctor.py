@@ -33,8 +33,12 @@ from firstrun.sandbox.select import (
     BackendOptions,
     probe_backend,
     resolve_backend,
-    select_backend,
 )
+
+# The backend whose verdict is doctor's exit status and its ``linux_*`` keys,
+# as documented: the one that needs nothing beyond the host's own kernel. Its
+# verdict is the registry's finding for it, so the two can never disagree.
+VERDICT_BACKEND = "linux"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,8 +70,6 @@ def _cap(c: Capability) -> dict[str, object]:
 @dataclass(frozen=True, kw_only=True)
 class Findings:
     linux_usable: bool
-    linux_refusal: str | None
-    linux_fix: str | None
     capabilities: tuple[Capability, ...]
     exposure: Exposure
     backends: tuple[BackendFinding, ...] = ()
@@ -76,8 +78,10 @@ class Findings:
     def to_data(self) -> dict[str, object]:
         return {
             "linux_usable": self.linux_usable,
-            "linux_refusal": self.linux_refusal,
-            "linux_fix": self.linux_fix,
+            # Kept for readers of the JSON: what keeps linux from being usable
+            # is now always a missing capability, each with its fix.
+            "linux_refusal": None,
+            "linux_fix": None,
             "capabilities": [_cap(c) for c in self.capabilities],
             "backends": [{"name": b.name, "available": b.available,
                           "capabilities": [_cap(c) for c in b.capabilities]}
@@ -127,31 +131,19 @@ def _auto_choice() -> str:
 
 
 def gather(env: Mapping[str, str]) -> Findings:
-    refusal: str | None = None
-    fix: str | None = None
-    capabilities: tuple[Capability, ...] = ()
-    try:
-        backend = select_backend("linux", allow_unenforced=False)
-        capabilities = backend.probe()
-    except SandboxUnavailable as exc:
-        refusal, fix = str(exc), exc.fix
+    backends = probe_backends()
+    verdict = next(b for b in backends if b.name == VERDICT_BACKEND)
     return Findings(
-        linux_usable=refusal is None and all(c.available for c in capabilities),
-        linux_refusal=refusal,
-        linux_fix=fix,
-        capabilities=capabilities,
+        linux_usable=verdict.available,
+        capabilities=verdict.capabilities,
         exposure=default_exposure(env),
-        backends=probe_backends(),
+        backends=backends,
         auto=_auto_choice(),
     )
 
 
 def _plain(findings: Findings) -> list[str]:
     lines = ["linux backend: " + ("usable" if findings.linux_usable else "NOT usable")]
-    if findings.linux_refusal:
-        lines.append(f"  refused: {findings.linux_refusal}")
-        if findings.linux_fix:
-            lines.append(f"  fix: {findings.linux_fix}")
 
     def section(title: str, caps: Sequence[Capability]) -> None:
         lines.append(title)
@@ -181,10 +173,6 @@ def _rich(findings: Findings) -> None:
     console = Console()
     verdict = "[green]usable[/]" if findings.linux_usable else "[red]NOT usable[/]"
     console.print(f"linux backend: {verdict}")
-    if findings.linux_refusal:
-        console.print(f"  refused: {findings.linux_refusal}", markup=False, highlight=False)
-        if findings.linux_fix:
-            console.print(f"  fix: {findings.linux_fix}", markup=False, highlight=False)
     for title, caps in (
         *((f"Backend {b.name}: {'available' if b.available else 'NOT available'}",
            b.capabilities) for b in findings.backends),
