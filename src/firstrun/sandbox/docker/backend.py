@@ -37,6 +37,12 @@ read-only at ``SANDBOX_CA_BUNDLE``, where every CA variable points. The
 credentials' real values travel to the sidecar on its stdin only; the run
 container's environment gets the placeholders the sidecar minted.
 
+Everything a session will be is decided before anything is created, so
+it can be golden-tested: ``start`` gathers the host's facts (the image, the
+uid, the CA files, the credentials' values), ``topology.prepare`` turns
+them into the plan, and the launch executes it, each resource registered
+with its undo on one ExitStack that becomes the session's close.
+
 The docker CLI is driven by subprocess rather than the Engine API: the CLI
 negotiates the API version with any daemon, and its ``exec -i`` and
 ``start --attach`` give plain pipes, where the API's hijacked, multiplexed
@@ -68,15 +74,15 @@ from cryptography.hazmat.primitives import hashes, serialization
 import firstrun
 from firstrun.errors import SandboxError, SandboxUnavailable, UsageError
 from firstrun.images.build import image_present, local_tag, missing_image, resolve_image
+from firstrun.policy.filesystem import FilesystemPolicy
 from firstrun.policy.methods import InspectionPolicy
-from firstrun.policy.process import CA_VARIABLES, SANDBOX_CA_BUNDLE, build_environment
+from firstrun.policy.process import CA_VARIABLES, SANDBOX_CA_BUNDLE
 from firstrun.policy.profile import LayerName, Provides, SandboxProfile, unprovided
 from firstrun.sandbox import attest as attestation
 from firstrun.sandbox import helper
 from firstrun.sandbox.base import (
     Capability,
     Check,
-    Enforcement,
     LayerStatus,
     ProxyEndpoint,
     SessionInfo,
@@ -102,10 +108,10 @@ from firstrun.sandbox.docker.topology import (
     PYTHON,
     SANDBOX_TMP,
     TRANSPARENT_PORT,
-    WRITE_WITNESS,
-    DockerHost,
+    DockerFacts,
+    DockerPlan,
     Topology,
-    build_topology,
+    prepare,
 )
 from firstrun.sandbox.ownership import give_back, lend, pick_uid, recover
 from firstrun.sandbox.protect import describe as describe_protection
@@ -402,20 +408,23 @@ def _ca_files() -> tuple[str, ...]:
     return tuple(found)
 
 
-class _Inspection:
-    """One session's TLS inspection, on the harness side: what is sent, and the bundle file."""
+def _credentials(policy: InspectionPolicy, env: Mapping[str, str]) -> dict[str, str]:
+    """Each credential's value, by the variable it is read from; the sidecar's alone."""
+    values: dict[str, str] = {}
+    for rule in policy.credentials:
+        value = env.get(rule.from_env)
+        if not value:
+            raise UsageError(
+                f"credential {rule.name}: ${rule.from_env} is not set in firstrun's "
+                "environment; export it (the sandbox only ever sees a placeholder)")
+        values[rule.from_env] = value
+    return values
 
-    def __init__(self, policy: InspectionPolicy, *, env: Mapping[str, str],
-                 cafiles: tuple[str, ...]) -> None:
-        self.cafiles = cafiles
-        self.values: dict[str, str] = {}
-        for rule in policy.credentials:
-            value = env.get(rule.from_env)
-            if not value:
-                raise UsageError(
-                    f"credential {rule.name}: ${rule.from_env} is not set in firstrun's "
-                    "environment; export it (the sandbox only ever sees a placeholder)")
-            self.values[rule.from_env] = value
+
+class _Inspection:
+    """One session's TLS inspection, on the harness side: the bundle file and the run CA."""
+
+    def __init__(self, policy: InspectionPolicy) -> None:
         self.names = tuple(rule.name for rule in policy.credentials)
         # Harness-private (0700); the bundle in it holds certificates only.
         self.directory = tempfile.mkdtemp(prefix="firstrun-docker-trust-")
@@ -425,10 +434,6 @@ class _Inspection:
         os.chmod(self.bundle, 0o644)
         self.ca: x509.Certificate | None = None
         self.placeholders: dict[str, str] = {}
-
-    def request(self) -> dict[str, object]:
-        """The part of the sidecar's stdin that inspection adds."""
-        return {"credentials": self.values, "cafiles": list(self.cafiles)}
 
     def take(self, ready: Mapping[str, object]) -> None:
         """Fill the bundle from the sidecar's ready line, in place (the bind names this inode)."""
@@ -590,97 +595,90 @@ class DockerBackend:
         owner = (st.st_uid, st.st_gid)
         lent = pick_uid(_UID_RANGE, who="docker") if owner[0] == 0 else None
         uid, gid = (lent, lent) if lent is not None else owner
-        strict = LayerName.SECCOMP in profile.required
         # Each resource is registered with its undo as it is acquired, so a
         # start that fails anywhere unwinds exactly what it took, in reverse,
         # and a session that starts takes the same stack as its close.
         with ExitStack() as acquired:
             inspection: _Inspection | None = None
+            credentials: dict[str, str] = {}
             if proxy is not None and profile.net.inspection is not None:
-                cafiles = tuple(dict.fromkeys((*_ca_files(), *self._upstream_cafiles)))
-                inspection = _Inspection(
-                    profile.net.inspection, cafiles=cafiles,
-                    env=os.environ if self._credential_env is None else self._credential_env)
+                # Read before anything is created: a missing value is the user's to fix.
+                credentials = _credentials(
+                    profile.net.inspection,
+                    os.environ if self._credential_env is None else self._credential_env)
+                inspection = _Inspection(profile.net.inspection)
                 acquired.callback(shutil.rmtree, inspection.directory, ignore_errors=True)
             # Harness-private (0700) and gone once the containers exist: the CLI
             # sends the profile's content with each create request.
             with tempfile.TemporaryDirectory(prefix="firstrun-docker-") as private:
-                topology = build_topology(profile, session=uuid.uuid4().hex[:12], host=DockerHost(
-                    workspace=fs.workspace, uid=uid, gid=gid, image=image, sidecar_image=image,
+                plan = prepare(profile, proxy, DockerFacts(
+                    session=uuid.uuid4().hex[:12], image=image, uid=uid, gid=gid,
                     lib_binds=sidecar_lib_binds(), harness=harness_identity(),
                     ca_files=_ca_files(),
-                    seccomp_profile=_seccomp_file(private) if strict else None,
+                    seccomp_profile=_seccomp_file(private)
+                    if LayerName.SECCOMP in profile.required else None,
                     sidecar_hosts=self._sidecar_hosts,
                     trust_bundle=inspection.bundle if inspection is not None else None,
-                    sidecar_ca_files=inspection.cafiles if inspection is not None else (),
-                    helper_source=HELPER_SOURCE, capture=proxy is not None))
-                placeholders = place_placeholders(fs, who="docker")
-                acquired.callback(remove_placeholders, fs.workspace, placeholders)
-                if lent is not None:
-                    # Undone whether or not the lend finished: give_back changes only
-                    # what the uid owns, and runs after the containers are gone.
-                    acquired.callback(give_back, fs.workspace, lent, owner)
-                    lend(fs.workspace, lent, who="docker")
-                sidecars: list[_Sidecar] = []
-                acquired.push(lambda kind, value, tb: _take_down(
-                    topology, sidecars, docker_bin, quiet=kind is not None))
-                for argv in topology.create:
-                    docker(*argv, docker_bin=docker_bin)
-            nonce: str | None = None
-            if proxy is not None:
-                # Unlinked: read only when the sidecar fails to start.
-                stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed by _Sidecar.finish)
-                sidecar = _Sidecar(subprocess.Popen(
-                    [docker_bin, "start", "--attach", "--interactive", topology.sidecar],
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
-                    text=True), self._on_record, stderr)
-                sidecars.append(sidecar)
-                assert sidecar.process.stdin is not None
-                request: dict[str, object] = {"policy": profile.net.to_data()}
-                if inspection is not None:
-                    request.update(inspection.request())
-                sidecar.process.stdin.write(json.dumps(request))
-                sidecar.process.stdin.close()
-                ready = sidecar.await_ready()
-                nonce = str(ready["nonce"])
-                if inspection is not None:
-                    # Before the run container starts: nothing in it ever sees an empty bundle.
-                    inspection.take(ready)
-            capturing = proxy is not None
-            sidecar_ip = docker(
-                "inspect", "--format",
-                '{{(index .NetworkSettings.Networks "%s").IPAddress}}' % topology.internal_network,
-                topology.sidecar, docker_bin=docker_bin).stdout.strip()
-            # The helper's stdin and stdout, through the attach client, are
-            # one socket here: the channel's own reader and deadlines apply.
-            control, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-            acquired.callback(control.close)
-            attach_stderr = tempfile.TemporaryFile()
-            acquired.callback(attach_stderr.close)
-            try:
-                attach = subprocess.Popen(
-                    [docker_bin, "start", "--attach", "--interactive", topology.run],
-                    stdin=child, stdout=child, stderr=attach_stderr)
-            finally:
-                child.close()
-            acquired.callback(_stop, attach)
-            env = build_environment(
-                os.environ, path=["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin",
-                                  "/sbin", "/bin"],
-                home=fs.sandbox_home, tmpdir=SANDBOX_TMP,
-                proxy_url=f"http://{sidecar_ip}:{PROXY_PORT}" if proxy is not None else None,
-                inspected=inspection is not None,
-                placeholders=inspection.placeholders if inspection is not None else None)
-            enforcement = Enforcement.ENFORCED if strict else Enforcement.DOWNGRADED
-            session = DockerSession(
-                topology=topology, profile=profile, env=env,
-                info=SessionInfo(backend=self.name, enforcement=enforcement,
-                                 policy_hash=profile.policy_hash()),
-                attach=attach, control=control, attach_stderr=attach_stderr,
-                docker_bin=docker_bin, cleanup=acquired.pop_all())
-        user = f"{uid}:{gid}"
+                    upstream_cafiles=self._upstream_cafiles, credentials=credentials,
+                    host_env=os.environ, helper_source=HELPER_SOURCE))
+                sidecars = _create(plan, fs, acquired, owner=owner, lent=lent,
+                                   docker_bin=docker_bin)
+            return self._launch(profile, plan, acquired, sidecars=sidecars, inspection=inspection,
+                                docker_bin=docker_bin)
+
+    def _launch(self, profile: SandboxProfile, plan: DockerPlan, acquired: ExitStack, *,
+                sidecars: list[_Sidecar], inspection: _Inspection | None,
+                docker_bin: str) -> DockerSession:
+        """Start the created containers as the plan says, attest, and return the session.
+
+        Whatever this takes joins ``acquired``; once the session holds the
+        stack, a failure closes the session instead.
+        """
+        topology = plan.topology
+        nonce: str | None = None
+        if plan.sidecar_request is not None:
+            # Unlinked: read only when the sidecar fails to start.
+            stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed by _Sidecar.finish)
+            sidecar = _Sidecar(subprocess.Popen(
+                [docker_bin, "start", "--attach", "--interactive", topology.sidecar],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                text=True), self._on_record, stderr)
+            sidecars.append(sidecar)
+            assert sidecar.process.stdin is not None
+            sidecar.process.stdin.write(json.dumps(plan.sidecar_request))
+            sidecar.process.stdin.close()
+            ready = sidecar.await_ready()
+            nonce = str(ready["nonce"])
+            if inspection is not None:
+                # Before the run container starts: nothing in it ever sees an empty bundle.
+                inspection.take(ready)
+        sidecar_ip = docker(
+            "inspect", "--format",
+            '{{(index .NetworkSettings.Networks "%s").IPAddress}}' % topology.internal_network,
+            topology.sidecar, docker_bin=docker_bin).stdout.strip()
+        # The helper's stdin and stdout, through the attach client, are
+        # one socket here: the channel's own reader and deadlines apply.
+        control, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        acquired.callback(control.close)
+        attach_stderr = tempfile.TemporaryFile()
+        acquired.callback(attach_stderr.close)
         try:
-            if capturing:
+            attach = subprocess.Popen(
+                [docker_bin, "start", "--attach", "--interactive", topology.run],
+                stdin=child, stdout=child, stderr=attach_stderr)
+        finally:
+            child.close()
+        acquired.callback(_stop, attach)
+        session = DockerSession(
+            topology=topology, profile=profile,
+            env=plan.environment(sidecar_ip=sidecar_ip, placeholders=inspection.placeholders
+                                 if inspection is not None else None),
+            info=SessionInfo(backend=self.name, enforcement=plan.enforcement,
+                             policy_hash=profile.policy_hash()),
+            attach=attach, control=control, attach_stderr=attach_stderr,
+            docker_bin=docker_bin, cleanup=acquired.pop_all())
+        try:
+            if plan.capture:
                 JsonLines(control, peer="the run container's helper").send({
                     "op": "endpoints",
                     "endpoints": {"t": [sidecar_ip, TRANSPARENT_PORT], "d": [sidecar_ip, DNS_PORT]}})
@@ -690,28 +688,21 @@ class DockerBackend:
                              docker_bin=docker_bin).stdout)
             # Without a proxy the firewall lets nothing but loopback out:
             # no address inside the sandbox is the sidecar's.
-            apply_firewall(pid, sidecar_ip if proxy is not None else "127.0.0.1",
-                           capture=CAPTURE_PORTS if capturing else None, host_address=gateway,
+            apply_firewall(pid, sidecar_ip if plan.sidecar_request is not None else "127.0.0.1",
+                           capture=CAPTURE_PORTS if plan.capture else None, host_address=gateway,
                            ipv6=bool(ready.get("capture_ipv6")))
             landlock_abi = int(ready.get("landlock_abi", 0))
-            checks = attestation.attest(session, attestation.AttestPlan(
-                python=PYTHON, workspace=fs.sandbox_workspace, real_homes=fs.real_homes,
-                exposed=(), proxy_port=PROXY_PORT if proxy is not None else None, nonce=nonce,
-                landlock=False, network="firewalled_captured" if capturing else "firewalled",
-                host_address=gateway,
-                proxy_host=sidecar_ip,
-                write_witness=WRITE_WITNESS if landlock_abi else None,
-                supervisor="foreign_uid", self_mem_sealed=bool(landlock_abi),
-                protected=fs.protected))
-            if strict:
+            checks = attestation.attest(session, plan.attestation(
+                nonce=nonce, sidecar_ip=sidecar_ip, gateway=gateway, landlock_abi=landlock_abi))
+            if plan.seccomp:
                 checks += _seccomp_checks(session)
             if inspection is not None:
                 checks += (_trust_check(session, inspection),)
             session.info = SessionInfo(
-                backend=self.name, enforcement=enforcement,
+                backend=self.name, enforcement=plan.enforcement,
                 policy_hash=profile.policy_hash(),
-                layers=_layers(profile, image=image, user=user, proxy=proxy is not None,
-                               landlock_abi=landlock_abi,
+                layers=_layers(profile, image=plan.image, user=plan.user,
+                               proxy=plan.sidecar_request is not None, landlock_abi=landlock_abi,
                                inspection=inspection.detail() if inspection is not None else None),
                 attestation=checks)
             attestation.require_passed(checks)
@@ -719,3 +710,25 @@ class DockerBackend:
             session.close()
             raise
         return session
+
+
+def _create(plan: DockerPlan, fs: FilesystemPolicy, acquired: ExitStack, *,
+            owner: tuple[int, int], lent: int | None, docker_bin: str) -> list[_Sidecar]:
+    """Place the protected entries, lend the workspace and create the plan's resources.
+
+    The list returned is where the launch puts the sidecar it starts, so the
+    take-down registered here stops it before the containers go.
+    """
+    placeholders = place_placeholders(fs, who="docker")
+    acquired.callback(remove_placeholders, fs.workspace, placeholders)
+    if lent is not None:
+        # Undone whether or not the lend finished: give_back changes only
+        # what the uid owns, and runs after the containers are gone.
+        acquired.callback(give_back, fs.workspace, lent, owner)
+        lend(fs.workspace, lent, who="docker")
+    sidecars: list[_Sidecar] = []
+    acquired.push(lambda kind, value, tb: _take_down(
+        plan.topology, sidecars, docker_bin, quiet=kind is not None))
+    for argv in plan.topology.create:
+        docker(*argv, docker_bin=docker_bin)
+    return sidecars

@@ -1,8 +1,12 @@
-"""A docker session's networks and containers, as data: a pure function of the profile.
+"""A docker session's networks, containers and launch, as data: a pure function of the profile.
 
-Guarantee: ``build_topology`` is pure (no I/O, no clock), so every docker
-command a session issues to create its resources is golden-tested. The
-shape it gives:
+Guarantee: ``build_topology`` and ``prepare`` are pure (no I/O, no clock),
+so every docker command a session issues to create its resources, what the
+sidecar reads on its stdin, every command's environment and what the
+attestation must prove are golden-tested. The values only the running
+session has (the address docker gave the sidecar, the placeholders it
+minted, the helper's Landlock ABI) are the parameters of the plan's pure
+``environment`` and ``attestation``. The shape it gives:
 
 - an **internal** network (``docker network create --internal``): no route
   off it, no NAT, no published ports;
@@ -45,10 +49,13 @@ import csv
 import io
 import json
 import posixpath
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
 
-from firstrun.policy.process import SANDBOX_CA_BUNDLE
-from firstrun.policy.profile import SandboxProfile
+from firstrun.policy.process import SANDBOX_CA_BUNDLE, build_environment
+from firstrun.policy.profile import LayerName, SandboxProfile
+from firstrun.sandbox.attest import AttestPlan
+from firstrun.sandbox.base import Enforcement, ProxyEndpoint
 from firstrun.sandbox.capture import CapturePorts
 from firstrun.sandbox.linux.spec import WRITABLE_DEVICE_DIRS, WRITABLE_DEVICE_FILES
 
@@ -72,6 +79,8 @@ CAPTURE_PORTS = CapturePorts()
 # The sidecar's listeners for the helper alone: redirected flows, and DNS.
 TRANSPARENT_PORT = PROXY_PORT + 1
 DNS_PORT = PROXY_PORT + 2
+# The images' (Debian's) PATH: nothing of the host's is inside.
+SANDBOX_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -274,3 +283,123 @@ def build_topology(profile: SandboxProfile, *, session: str, host: DockerHost) -
     )
     return Topology(session=session, internal_network=internal, egress_network=egress,
                     sidecar=sidecar, run=run, create=create)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DockerFacts:
+    """What ``start`` found on this host and set up for one session, so ``prepare`` is pure.
+
+    ``session`` names every resource. ``uid``/``gid``, ``lib_binds``,
+    ``harness``, ``ca_files``, ``seccomp_profile`` and ``sidecar_hosts`` are
+    ``DockerHost``'s. ``trust_bundle`` is set exactly when the session
+    inspects TLS (a proxy, and a policy with ``inspection``): the
+    harness-private file already created for the run's bundle. ``upstream_cafiles`` are the sidecar's upstream trust beyond the
+    host's ``ca_files``. ``credentials`` are the values read for the
+    inspection policy's credentials, by the variable they were read from;
+    they are sent to the sidecar only. ``host_env`` is the harness's
+    environment, which commands' environment is built from.
+    """
+
+    session: str
+    image: str
+    uid: int
+    gid: int
+    lib_binds: tuple[tuple[str, str], ...]
+    harness: str
+    ca_files: tuple[str, ...]
+    seccomp_profile: str | None
+    sidecar_hosts: tuple[tuple[str, str], ...]
+    trust_bundle: str | None
+    upstream_cafiles: tuple[str, ...]
+    credentials: Mapping[str, str] = field(repr=False)
+    host_env: Mapping[str, str] = field(repr=False)
+    helper_source: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class DockerPlan:
+    """A session's launch, whole: the resources, the sidecar's stdin, the enforcement, and
+    the environment and attestation once the sidecar's address is known.
+
+    ``seccomp``: firstrun's seccomp profile is in force, and its refusals
+    are proven. ``sidecar_request`` is None without a proxy: the sidecar is
+    created but never started. ``attest`` holds every check's input but the running
+    session's; ``attestation`` completes it.
+    """
+
+    topology: Topology
+    image: str
+    user: str
+    seccomp: bool
+    enforcement: Enforcement
+    capture: bool
+    inspected: bool
+    sidecar_request: Mapping[str, object] | None = field(repr=False)
+    attest: AttestPlan
+    home: str
+    host_env: Mapping[str, str] = field(repr=False)
+
+    def environment(self, *, sidecar_ip: str,
+                    placeholders: Mapping[str, str] | None) -> dict[str, str]:
+        """Every command's environment; ``placeholders`` are the sidecar's, under inspection."""
+        return build_environment(
+            self.host_env, path=SANDBOX_PATH, home=self.home, tmpdir=SANDBOX_TMP,
+            proxy_url=f"http://{sidecar_ip}:{PROXY_PORT}"
+            if self.sidecar_request is not None else None,
+            inspected=self.inspected, placeholders=placeholders)
+
+    def attestation(self, *, nonce: str | None, sidecar_ip: str, gateway: str,
+                    landlock_abi: int) -> AttestPlan:
+        """What to prove, given the sidecar's nonce and address, the bridge's gateway (where
+        the host is reached) and the Landlock ABI the helper applied (0: none)."""
+        return replace(self.attest, nonce=nonce, proxy_host=sidecar_ip, host_address=gateway,
+                       write_witness=WRITE_WITNESS if landlock_abi else None,
+                       self_mem_sealed=bool(landlock_abi))
+
+    def to_data(self) -> dict[str, object]:
+        return {"create": [list(argv) for argv in self.topology.create], "image": self.image,
+                "user": self.user, "seccomp": self.seccomp, "enforcement": self.enforcement.value, "capture": self.capture,
+                "inspected": self.inspected,
+                "sidecar_request": dict(self.sidecar_request)
+                if self.sidecar_request is not None else None,
+                "attest": asdict(self.attest)}
+
+
+def prepare(profile: SandboxProfile, proxy: ProxyEndpoint | None, facts: DockerFacts) -> DockerPlan:
+    """The launch of one docker session, as a pure function of the profile and the facts.
+
+    With a proxy the session captures transparently, and its sidecar is
+    told the policy (and, under inspection, the credentials' values and its
+    upstream CA files); without one the run container's firewall lets
+    nothing but loopback out. Leaving seccomp out of the profile (the
+    audit's) leaves Docker's default profile in place and the session
+    downgraded.
+    """
+    fs = profile.fs
+    inspected = facts.trust_bundle is not None
+    sidecar_ca_files = tuple(dict.fromkeys((*facts.ca_files, *facts.upstream_cafiles))) \
+        if inspected else ()
+    topology = build_topology(profile, session=facts.session, host=DockerHost(
+        workspace=fs.workspace, uid=facts.uid, gid=facts.gid, image=facts.image,
+        sidecar_image=facts.image, lib_binds=facts.lib_binds, harness=facts.harness,
+        ca_files=facts.ca_files, seccomp_profile=facts.seccomp_profile,
+        sidecar_hosts=facts.sidecar_hosts, trust_bundle=facts.trust_bundle,
+        sidecar_ca_files=sidecar_ca_files, helper_source=facts.helper_source,
+        capture=proxy is not None))
+    request: dict[str, object] | None = None
+    if proxy is not None:
+        request = {"policy": profile.net.to_data()}
+        if inspected:
+            request.update({"credentials": dict(facts.credentials),
+                            "cafiles": list(sidecar_ca_files)})
+    seccomp = LayerName.SECCOMP in profile.required
+    return DockerPlan(
+        topology=topology, image=facts.image, user=f"{facts.uid}:{facts.gid}", seccomp=seccomp,
+        enforcement=Enforcement.ENFORCED if seccomp else Enforcement.DOWNGRADED,
+        capture=proxy is not None, inspected=inspected, sidecar_request=request,
+        attest=AttestPlan(
+            python=PYTHON, workspace=fs.sandbox_workspace, real_homes=fs.real_homes,
+            exposed=(), proxy_port=PROXY_PORT if proxy is not None else None, nonce=None,
+            landlock=False, network="firewalled_captured" if proxy is not None else "firewalled",
+            supervisor="foreign_uid", protected=fs.protected),
+        home=fs.sandbox_home, host_env=facts.host_env)
