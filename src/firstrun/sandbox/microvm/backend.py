@@ -56,7 +56,6 @@ from firstrun.sandbox.linux import seccomp
 from firstrun.sandbox.microvm import probe, relay
 from firstrun.sandbox.microvm.image import MicrovmImage, find_image
 from firstrun.sandbox.microvm.spec import (
-    CA_PATH,
     HOST_ALIAS,
     PROXY_ADDRESS,
     PROXY_PORT,
@@ -411,7 +410,7 @@ class MicrovmBackend:
             proxy_url=f"http://{PROXY_ADDRESS}:{PROXY_PORT}" if proxy is not None else None)
         # The guest has one CA bundle (the host's, mounted over Debian's): point every CA
         # variable the host set at it, since the host's paths do not exist inside.
-        env.update({name: CA_PATH for name in CA_VARIABLES if name in env})
+        env.update({name: SANDBOX_CA_BUNDLE for name in CA_VARIABLES if name in env})
         session = MicrovmSession(
             process=process, channel=channel, env=env, profile=profile,
             info=SessionInfo(backend=self.name, enforcement=Enforcement.ENFORCED,

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from firstrun.policy.process import SANDBOX_CA_BUNDLE
+
 # The guest's network: one on-link subnet, the guest's address in it, and the
 # forwarded address where the proxy answers. 10.0.2.0/24 is user-mode
 # networking's own subnet; with restrict=on nothing in it but the forward answers.
@@ -33,7 +35,6 @@ HOST_ALIAS = "10.0.2.2"
 DNS_ALIAS = "10.0.2.3"
 
 SANDBOX_TMP = "/tmp"
-CA_PATH = "/etc/ssl/certs/ca-certificates.crt"
 
 # The guest kernel's command line; ``panic=-1 reboot=t`` turn a dead init
 # into a VM that exits at once.
@@ -126,7 +127,7 @@ def guest_config(*, uid: int, gid: int, workspace: str, home: str, real_homes: t
     return {
         "uid": uid, "gid": gid, "workspace": workspace, "home": home,
         "real_homes": list(real_homes), "tmpfs_bytes": tmpfs_bytes, "limits": limits,
-        "seccomp": seccomp, "ca_bundle": ca_bundle, "ca_path": CA_PATH,
+        "seccomp": seccomp, "ca_bundle": ca_bundle, "ca_path": SANDBOX_CA_BUNDLE,
         "protected": list(protected),
         "net": {"interface": GUEST_INTERFACE, "address": GUEST_ADDRESS,
                 "netmask": GUEST_NETMASK} if network else None,
