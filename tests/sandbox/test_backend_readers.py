@@ -16,7 +16,6 @@ other reader, of its proxy sidecar.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import tempfile
@@ -98,8 +97,7 @@ def _session(name: str, sock: socket.socket, workspace: str, stack: ExitStack, *
     else:
         session = microvm_backend.MicrovmSession(
             process=process, channel=sock, env={}, profile=profile, info=_info(name),
-            lent_uid=None, owner=(os.getuid(), os.getgid()), console=scratch, relay=None,
-            placeholders=())
+            console=scratch, relay=None, cleanup=ExitStack())
     return session, process
 
 

@@ -18,6 +18,13 @@ session's QEMU uid, to the egress proxy, so the same policy and records
 apply. ``close`` powers the VM off (or kills QEMU after a grace period);
 ``interrupt`` kills QEMU at once.
 
+What the VM is, is decided before QEMU runs, so it can be golden-tested:
+the launch gathers the facts (the uid, the descriptors it opened, the relay,
+the compiled filter, the host's CAs), ``spec.prepare`` turns them into the
+plan, and each resource is registered with its undo on one ExitStack as it
+is taken, which becomes the session's close: one cleanup path, whether the
+start fails or the session ends.
+
 ``accel`` is ``kvm`` unless FIRSTRUN_MICROVM_ACCEL=tcg asks for emulation,
 which is recorded as the namespaces layer's mechanism; KVM is never
 silently swapped for emulation.
@@ -25,7 +32,6 @@ silently swapped for emulation.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import secrets
@@ -36,12 +42,12 @@ import subprocess
 import tempfile
 import threading
 import time
-from dataclasses import replace
+from contextlib import ExitStack
 from pathlib import Path
 from typing import IO
 
 from firstrun.errors import SandboxError, SandboxUnavailable
-from firstrun.policy.process import CA_VARIABLES, SANDBOX_CA_BUNDLE, build_environment
+from firstrun.policy.process import CA_VARIABLES, SANDBOX_CA_BUNDLE
 from firstrun.policy.profile import LayerName, Provides, SandboxProfile, unprovided
 from firstrun.sandbox import attest as attestation
 from firstrun.sandbox.base import (
@@ -56,25 +62,20 @@ from firstrun.sandbox.linux import seccomp
 from firstrun.sandbox.microvm import probe, relay
 from firstrun.sandbox.microvm.image import MicrovmImage, find_image
 from firstrun.sandbox.microvm.spec import (
-    HOST_ALIAS,
     PROXY_ADDRESS,
     PROXY_PORT,
     SANDBOX_TMP,
+    MicrovmFacts,
     VmFiles,
-    VmSpec,
-    build_argv,
-    guest_config,
+    prepare,
 )
 from firstrun.sandbox.ownership import give_back, lend, pick_uid, recover
-from firstrun.sandbox.protect import Placeholder
 from firstrun.sandbox.protect import describe as describe_protection
 from firstrun.sandbox.protect import place as place_placeholders
 from firstrun.sandbox.protect import remove as remove_placeholders
 
 AGENT_SOURCE = Path(__file__).with_name("agent.py").read_bytes()
 ACCEL_VARIABLE = "FIRSTRUN_MICROVM_ACCEL"
-GUEST_PYTHON = "/usr/bin/python3"
-GUEST_PATH = ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"]
 # The launcher and the relay run as QEMU's uid, which may not reach the
 # harness's own interpreter (under a 0700 home); Debian's python3 is a
 # firstrun dependency.
@@ -85,8 +86,6 @@ _UID_RANGE = (1_600_000_000, 1_700_000_000)
 _READY_TIMEOUT_S = {"kvm": 30.0, "tcg": 180.0}
 _CLOSE_GRACE_S = 10.0
 _EXEC_GRACE_S = 30.0
-# Guest kernel, agent and page cache live beside the commands in the VM's RAM.
-_GUEST_OVERHEAD_MIB = 160
 
 PROVIDES: Provides = {
     LayerName.NAMESPACES: "separate guest kernel (QEMU microvm)",
@@ -174,18 +173,16 @@ class MicrovmSession(SupervisedSession):
 
     def __init__(self, *, process: subprocess.Popen[bytes], channel: socket.socket,
                  env: dict[str, str], profile: SandboxProfile, info: SessionInfo,
-                 lent_uid: int | None, owner: tuple[int, int], console: IO[bytes],
-                 relay: _ProxyRelay | None, placeholders: tuple[Placeholder, ...]) -> None:
+                 console: IO[bytes], relay: _ProxyRelay | None, cleanup: ExitStack) -> None:
         super().__init__(channel=JsonLines(channel, peer="the guest agent"), env=env,
                          profile=profile, info=info)
         self.pid = process.pid
         self._process = process
-        self._channel_sock = channel
-        self._lent_uid = lent_uid
-        self._owner = owner
         self._console = console
+        # Named here for the tests that knock on it; closed by the cleanup.
         self._relay = relay
-        self._placeholders = placeholders
+        # Everything the start acquired, each with its undo: the one cleanup path.
+        self._cleanup = cleanup
 
     def console_tail(self) -> str:
         """The end of the guest's console, its own lines first.
@@ -220,19 +217,19 @@ class MicrovmSession(SupervisedSession):
         except subprocess.TimeoutExpired:
             pass
         self._end()
-        self._channel_sock.close()
-        if self._relay is not None:
-            self._relay.close()
-        self._console.close()
 
     def _restore(self) -> None:
         try:
-            if self._lent_uid is not None:
-                give_back(self._profile.fs.workspace, self._lent_uid, self._owner)
+            self._cleanup.close()
         except OSError as exc:
-            raise SandboxError(f"restoring workspace ownership: {exc}", who="microvm") from exc
-        finally:
-            remove_placeholders(self._profile.fs.workspace, self._placeholders)
+            raise SandboxError(f"restoring the host after the session: {exc}",
+                               who="microvm") from exc
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.kill()
+    process.wait()
 
 
 def _ca_bundle() -> bytes:
@@ -347,90 +344,66 @@ class MicrovmBackend:
         if root and accel == "kvm":
             # The device's own group (kvm on Debian): QEMU opens it as the lent uid.
             groups = [os.stat("/dev/kvm").st_gid]
-        memory_mib = profile.limits.memory_bytes // (1 << 20) + _GUEST_OVERHEAD_MIB
-        opened: list[int] = []
-        channel, guest_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        console = tempfile.TemporaryFile()
-        relay_server: _ProxyRelay | None = None
-        process: subprocess.Popen[bytes] | None = None
-        placeholders: tuple[Placeholder, ...] = ()
-        try:
-            placeholders = place_placeholders(fs, who="microvm")
-            if lent is not None:
-                lend(fs.workspace, lent, who="microvm")
-            for path, flags in ((image.kernel, os.O_RDONLY), (image.initramfs, os.O_RDONLY),
-                                (image.rootfs, os.O_PATH | os.O_DIRECTORY),
-                                (fs.workspace, os.O_PATH | os.O_DIRECTORY)):
-                opened.append(os.open(path, flags | os.O_CLOEXEC))
-            relay_argv = None
-            if proxy is not None:
-                relay_server = _ProxyRelay(proxy.socket_path, uid)
-                relay_argv = relay.command(RELAY_PYTHON, relay_server.name)
-            spec = VmSpec(qemu=probe.QEMU, accel=accel, memory_mib=memory_mib,
-                          relay=relay_argv,
-                          files=VmFiles(kernel_fd=opened[0], initramfs_fd=opened[1],
-                                        rootfs_fd=opened[2], workspace_fd=opened[3],
-                                        channel_fd=guest_end.fileno()))
-            config = guest_config(
-                uid=uid, gid=gid, workspace=fs.sandbox_workspace, home=fs.sandbox_home,
-                real_homes=fs.real_homes, tmpfs_bytes=profile.limits.memory_bytes,
-                limits={"pids": profile.limits.pids, "open_files": profile.limits.open_files},
-                seccomp=base64.b64encode(_seccomp_bpf()).decode(),
-                ca_bundle=base64.b64encode(_ca_bundle()).decode(), network=proxy is not None,
-                protected=tuple(name for name, _ in fs.protected))
-            qemu = shutil.which(probe.QEMU) or probe.QEMU
-            spec = replace(spec, qemu=qemu)
-            process = subprocess.Popen(
-                [RELAY_PYTHON, "-I", "-S", "-c", _LAUNCHER, str(os.getpid()), *build_argv(spec)],
-                stdin=subprocess.DEVNULL, stdout=console, stderr=console,
-                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
-                pass_fds=[*opened, guest_end.fileno()], close_fds=True,
-                user=uid if root else None, group=gid if root else None,
-                extra_groups=groups if root else None, start_new_session=True)
-        except BaseException as exc:
-            if process is not None and process.poll() is None:
-                process.kill()
-                process.wait()
-            if relay_server is not None:
-                relay_server.close()
-            channel.close()
-            console.close()
-            if lent is not None:
-                give_back(fs.workspace, lent, owner)
-            remove_placeholders(fs.workspace, placeholders)
-            if isinstance(exc, OSError):
+        # Each resource is registered with its undo as it is acquired, so a
+        # launch that fails anywhere unwinds exactly what it took, in reverse,
+        # and a session that starts takes the same stack as its close.
+        with ExitStack() as acquired:
+            channel, guest_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            acquired.callback(channel.close)
+            console = tempfile.TemporaryFile()
+            acquired.callback(console.close)
+            try:
+                placeholders = place_placeholders(fs, who="microvm")
+                acquired.callback(remove_placeholders, fs.workspace, placeholders)
+                if lent is not None:
+                    # Undone whether or not the lend finished: give_back changes
+                    # only what the uid owns, and runs after QEMU is gone.
+                    acquired.callback(give_back, fs.workspace, lent, owner)
+                    lend(fs.workspace, lent, who="microvm")
+                # QEMU's own copies are all it needs: ours close once it runs, or failed to.
+                with ExitStack() as passed:
+                    passed.callback(guest_end.close)
+                    opened: list[int] = []
+                    for path, flags in ((image.kernel, os.O_RDONLY), (image.initramfs, os.O_RDONLY),
+                                        (image.rootfs, os.O_PATH | os.O_DIRECTORY),
+                                        (fs.workspace, os.O_PATH | os.O_DIRECTORY)):
+                        opened.append(os.open(path, flags | os.O_CLOEXEC))
+                        passed.callback(os.close, opened[-1])
+                    relay_server: _ProxyRelay | None = None
+                    if proxy is not None:
+                        relay_server = _ProxyRelay(proxy.socket_path, uid)
+                        acquired.callback(relay_server.close)
+                    plan = prepare(profile, proxy, MicrovmFacts(
+                        qemu=shutil.which(probe.QEMU) or probe.QEMU, accel=accel,
+                        launcher_python=RELAY_PYTHON, launcher_source=_LAUNCHER,
+                        harness_pid=os.getpid(), uid=uid, gid=gid,
+                        files=VmFiles(kernel_fd=opened[0], initramfs_fd=opened[1],
+                                      rootfs_fd=opened[2], workspace_fd=opened[3],
+                                      channel_fd=guest_end.fileno()),
+                        relay=relay.command(RELAY_PYTHON, relay_server.name)
+                        if relay_server is not None else None,
+                        seccomp=_seccomp_bpf(), ca_bundle=_ca_bundle(), host_env=os.environ))
+                    process = subprocess.Popen(
+                        plan.argv, stdin=subprocess.DEVNULL, stdout=console, stderr=console,
+                        env=dict(plan.qemu_env), pass_fds=plan.pass_fds, close_fds=True,
+                        user=uid if root else None, group=gid if root else None,
+                        extra_groups=groups if root else None, start_new_session=True)
+                acquired.callback(_stop, process)
+            except OSError as exc:
                 raise _error("cannot launch qemu", exc) from exc
-            raise
-        finally:
-            guest_end.close()
-            for fd in opened:
-                os.close(fd)
-        env = build_environment(
-            os.environ, path=GUEST_PATH, home=fs.sandbox_home, tmpdir=SANDBOX_TMP,
-            proxy_url=f"http://{PROXY_ADDRESS}:{PROXY_PORT}" if proxy is not None else None)
-        # The guest has one CA bundle (the host's, mounted over Debian's): point every CA
-        # variable the host set at it, since the host's paths do not exist inside.
-        env.update({name: SANDBOX_CA_BUNDLE for name in CA_VARIABLES if name in env})
-        session = MicrovmSession(
-            process=process, channel=channel, env=env, profile=profile,
-            info=SessionInfo(backend=self.name, enforcement=Enforcement.ENFORCED,
-                             policy_hash=profile.policy_hash()),
-            lent_uid=lent, owner=owner, console=console, relay=relay_server,
-            placeholders=placeholders)
+            session = MicrovmSession(
+                process=process, channel=channel, env=dict(plan.env), profile=profile,
+                info=SessionInfo(backend=self.name, enforcement=Enforcement.ENFORCED,
+                                 policy_hash=profile.policy_hash()),
+                console=console, relay=relay_server, cleanup=acquired.pop_all())
         try:
-            self._boot(session, channel, config, accel)
-            checks = attestation.attest(session, attestation.AttestPlan(
-                python=GUEST_PYTHON, workspace=fs.sandbox_workspace, real_homes=fs.real_homes,
-                exposed=(), proxy_port=PROXY_PORT if proxy is not None else None,
-                nonce=proxy.nonce if proxy is not None else None, landlock=False,
-                network="user_restricted" if proxy is not None else "loopback_only",
-                host_alias=HOST_ALIAS if proxy is not None else None,
-                proxy_host=PROXY_ADDRESS, supervisor="foreign_uid", protected=fs.protected))
+            self._boot(session, channel, dict(plan.config), accel)
+            checks = attestation.attest(session, plan.attest)
             session.info = SessionInfo(
                 backend=self.name, enforcement=Enforcement.ENFORCED,
                 policy_hash=profile.policy_hash(),
                 layers=_layers(profile, accel=accel, uid=uid, proxy=proxy is not None,
-                               memory_mib=memory_mib),
+                               memory_mib=plan.spec.memory_mib),
                 attestation=checks)
             attestation.require_passed(checks)
         except BaseException:

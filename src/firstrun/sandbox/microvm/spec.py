@@ -12,14 +12,21 @@ session's memory cap. Every host file QEMU opens is named
 ``/proc/self/fd/N`` of a descriptor the harness opened: QEMU, running as an
 unprivileged uid, needs no path to the cache or the workspace.
 
-Pure: builds data; ``build_argv`` is golden-tested.
+Pure: builds data, no I/O and no clock. ``build_argv`` and ``prepare`` are
+golden-tested: the same profile and facts give the same QEMU command line,
+launcher, guest configuration and command environment.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import base64
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 
-from firstrun.policy.process import SANDBOX_CA_BUNDLE
+from firstrun.policy.process import CA_VARIABLES, SANDBOX_CA_BUNDLE, build_environment
+from firstrun.policy.profile import SandboxProfile
+from firstrun.sandbox.attest import AttestPlan
+from firstrun.sandbox.base import ProxyEndpoint
 
 # The guest's network: one on-link subnet, the guest's address in it, and the
 # forwarded address where the proxy answers. 10.0.2.0/24 is user-mode
@@ -35,6 +42,10 @@ HOST_ALIAS = "10.0.2.2"
 DNS_ALIAS = "10.0.2.3"
 
 SANDBOX_TMP = "/tmp"
+GUEST_PYTHON = "/usr/bin/python3"
+GUEST_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+# Guest kernel, agent and page cache live beside the commands in the VM's RAM.
+GUEST_OVERHEAD_MIB = 160
 
 # The guest kernel's command line; ``panic=-1 reboot=t`` turn a dead init
 # into a VM that exits at once.
@@ -132,3 +143,93 @@ def guest_config(*, uid: int, gid: int, workspace: str, home: str, real_homes: t
         "net": {"interface": GUEST_INTERFACE, "address": GUEST_ADDRESS,
                 "netmask": GUEST_NETMASK} if network else None,
     }
+
+
+@dataclass(frozen=True, kw_only=True)
+class MicrovmFacts:
+    """What ``start`` found on this host and set up for one session, so ``prepare`` is pure.
+
+    ``qemu`` is the resolved emulator; ``launcher_python`` runs
+    ``launcher_source`` with the harness's pid (``harness_pid``), which
+    execs QEMU. ``uid``/``gid`` are who QEMU and the guest's commands run
+    as. ``files`` are the descriptors the harness opened for QEMU.
+    ``relay`` is the guestfwd command, set exactly when there is a proxy.
+    ``seccomp`` is the compiled filter the guest loads, ``ca_bundle`` the
+    host's CAs the guest trusts; ``host_env`` the harness's environment.
+    """
+
+    qemu: str
+    accel: str
+    launcher_python: str
+    launcher_source: str
+    harness_pid: int
+    uid: int
+    gid: int
+    files: VmFiles
+    relay: tuple[str, ...] | None
+    seccomp: bytes
+    ca_bundle: bytes
+    host_env: Mapping[str, str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class MicrovmPlan:
+    """A session's launch, whole: what the harness runs (the launcher, then QEMU), the fds it
+    passes and the environment it gives QEMU, the agent's configuration line, every command's
+    environment and what the attestation proves."""
+
+    spec: VmSpec
+    argv: tuple[str, ...]
+    pass_fds: tuple[int, ...]
+    qemu_env: Mapping[str, str]
+    config: Mapping[str, object]
+    env: Mapping[str, str]
+    attest: AttestPlan
+
+    def to_data(self) -> dict[str, object]:
+        return {"argv": list(self.argv), "pass_fds": list(self.pass_fds),
+                "qemu_env": dict(self.qemu_env), "config": dict(self.config),
+                "env": dict(self.env), "memory_mib": self.spec.memory_mib,
+                "attest": asdict(self.attest)}
+
+
+def prepare(profile: SandboxProfile, proxy: ProxyEndpoint | None,
+            facts: MicrovmFacts) -> MicrovmPlan:
+    """The launch of one micro-VM session, as a pure function of the profile and the facts.
+
+    The VM's memory is the session's cap plus what the guest itself needs;
+    without a proxy the VM has no NIC and nothing names a proxy.
+    """
+    fs = profile.fs
+    limits = profile.limits
+    spec = VmSpec(qemu=facts.qemu, accel=facts.accel,
+                  memory_mib=limits.memory_bytes // (1 << 20) + GUEST_OVERHEAD_MIB,
+                  relay=facts.relay, files=facts.files)
+    config = guest_config(
+        uid=facts.uid, gid=facts.gid, workspace=fs.sandbox_workspace, home=fs.sandbox_home,
+        real_homes=fs.real_homes, tmpfs_bytes=limits.memory_bytes,
+        limits={"pids": limits.pids, "open_files": limits.open_files},
+        seccomp=base64.b64encode(facts.seccomp).decode(),
+        ca_bundle=base64.b64encode(facts.ca_bundle).decode(), network=proxy is not None,
+        protected=tuple(name for name, _ in fs.protected))
+    env = build_environment(
+        facts.host_env, path=GUEST_PATH, home=fs.sandbox_home, tmpdir=SANDBOX_TMP,
+        proxy_url=f"http://{PROXY_ADDRESS}:{PROXY_PORT}" if proxy is not None else None)
+    # The guest has one CA bundle (the host's, mounted over Debian's): point every CA
+    # variable the host set at it, since the host's paths do not exist inside.
+    env.update({name: SANDBOX_CA_BUNDLE for name in CA_VARIABLES if name in env})
+    f = facts.files
+    return MicrovmPlan(
+        spec=spec,
+        argv=(facts.launcher_python, "-I", "-S", "-c", facts.launcher_source,
+              str(facts.harness_pid), *build_argv(spec)),
+        pass_fds=(f.kernel_fd, f.initramfs_fd, f.rootfs_fd, f.workspace_fd, f.channel_fd),
+        qemu_env={"PATH": facts.host_env.get("PATH", "/usr/bin:/bin")},
+        config=config, env=env,
+        attest=AttestPlan(
+            python=GUEST_PYTHON, workspace=fs.sandbox_workspace, real_homes=fs.real_homes,
+            exposed=(), proxy_port=PROXY_PORT if proxy is not None else None,
+            nonce=proxy.nonce if proxy is not None else None, landlock=False,
+            network="user_restricted" if proxy is not None else "loopback_only",
+            host_alias=HOST_ALIAS if proxy is not None else None,
+            proxy_host=PROXY_ADDRESS, supervisor="foreign_uid", protected=fs.protected))
