@@ -296,6 +296,19 @@ class Session(Protocol):
 
 
 class Backend(Protocol):
+    """A sandbox mechanism, to the harness: a probe, and a start that attests.
+
+    ``prepare`` is not part of the protocol, though linux, docker and
+    microvm each have one (``prepare(profile, proxy, facts) -> plan`` in
+    their pure module, golden-tested). No one signature fits them all: each
+    backend's facts are its own (fds and a stage directory, a trust bundle
+    file and credential values, descriptors QEMU inherits), gathered inside
+    ``start`` while the resources they name are acquired, so no caller
+    could build them; seatbelt's pure step is its profile
+    (``build_seatbelt_spec``) and local has nothing to plan. The protocol
+    keeps ``start``, the one step a caller can take.
+    """
+
     name: str
 
     def probe(self) -> tuple[Capability, ...]:
