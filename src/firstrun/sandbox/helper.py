@@ -66,6 +66,7 @@ import errno
 import json
 import os
 import resource
+import select
 import selectors
 import signal
 import socket
@@ -261,10 +262,22 @@ class _Channel:
         self.buf = b""
         self.queue: list[dict] = []
 
+    # Blocking whatever the descriptors' flags say: gVisor gives the guest
+    # the host's socket, which can answer a read or write with EAGAIN.
     def send(self, msg: dict) -> None:
         data = json.dumps(msg, separators=(",", ":")).encode() + b"\n"
         while data:
-            data = data[os.write(self.fd_out, data):]
+            try:
+                data = data[os.write(self.fd_out, data):]
+            except BlockingIOError:
+                select.select([], [self.fd_out], [])
+
+    def _read(self) -> bytes:
+        while True:
+            try:
+                return os.read(self.fd_in, 65536)
+            except BlockingIOError:
+                select.select([self.fd_in], [], [])
 
     def _split(self) -> None:
         while b"\n" in self.buf:
@@ -272,7 +285,10 @@ class _Channel:
             self.queue.append(json.loads(line))
 
     def pending(self) -> None:
-        chunk = os.read(self.fd_in, 65536)
+        try:
+            chunk = os.read(self.fd_in, 65536)
+        except BlockingIOError:
+            return  # readable, said the selector, but nothing was there after all
         if not chunk:
             raise Stop()
         self.buf += chunk
@@ -282,7 +298,7 @@ class _Channel:
 
     def recv(self) -> dict | None:
         while not self.queue:
-            chunk = os.read(self.fd_in, 65536)
+            chunk = self._read()
             if not chunk:
                 return None
             self.buf += chunk
@@ -297,17 +313,28 @@ class _Dialer:
     On linux the harness connects and hands each connection in over the dial
     socket (SCM_RIGHTS), so no socket path exists inside; on docker the
     helper dials the sidecar's ports, which the namespace firewall opens to
-    the helper's uid alone.
+    the helper's uid alone; under gVisor, whose network has no way out, it
+    connects to the proxy's own Unix sockets, bound in by path (an address
+    that is a string).
     """
 
-    def __init__(self, dial: socket.socket | None, addresses: dict[str, list] | None) -> None:
+    def __init__(self, dial: socket.socket | None, addresses: dict[str, list | str] | None) -> None:
         self._dial = dial
         self._addresses = addresses or {}
         self._lock = threading.Lock()
 
     def open(self, kind: str) -> socket.socket | None:
         if self._dial is None:
-            host, port = self._addresses[kind]
+            address = self._addresses[kind]
+            if isinstance(address, str):
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                try:
+                    sock.connect(address)
+                except OSError:
+                    sock.close()
+                    raise
+                return sock
+            host, port = address
             return socket.create_connection((host, port), timeout=10)
         with self._lock:
             self._dial.send(kind.encode())
@@ -720,7 +747,7 @@ class Helper:
         for pipe in streams:
             os.set_blocking(pipe.fileno(), False)
             sel.register(pipe, selectors.EVENT_READ)
-        pidfd = os.pidfd_open(proc.pid)
+        pidfd = _exit_fd(proc)
         sel.register(pidfd, selectors.EVENT_READ)
         sel.register(self.channel.fd_in, selectors.EVENT_READ)
         exited = False
@@ -766,6 +793,29 @@ class Helper:
             proc.stderr.close()
 
 
+def _exit_fd(proc: subprocess.Popen) -> int:
+    """A descriptor that becomes readable once ``proc`` has exited.
+
+    A pidfd where the kernel has them; gVisor's has none (ENOSYS), and there
+    a thread that waits for this one child writes to a pipe instead.
+    """
+    try:
+        return os.pidfd_open(proc.pid)
+    except OSError as exc:
+        if exc.errno != errno.ENOSYS:
+            raise
+    read_end, write_end = os.pipe2(os.O_CLOEXEC)
+
+    def wait() -> None:
+        try:
+            proc.wait()
+        finally:
+            os.close(write_end)
+
+    threading.Thread(target=wait, daemon=True).start()
+    return read_end
+
+
 def main(argv: list[str]) -> int:
     config = json.loads(argv[1])
     fd_in, fd_out = config["channel_fds"]
@@ -800,7 +850,7 @@ def main(argv: list[str]) -> int:
         if config.get("dial_fd") is not None:
             dial = socket.socket(fileno=config["dial_fd"])
             os.set_inheritable(config["dial_fd"], False)
-        endpoints = None
+        endpoints = config.get("endpoints")
         if config.get("await_endpoints"):
             # Docker: where the sidecar listens is known only once it runs;
             # the harness says so first, on the channel, before anything else.
