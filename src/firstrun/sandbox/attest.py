@@ -56,7 +56,9 @@ class AttestPlan:
     configuration without the network layer): nothing about the network is
     proven, nothing is dialled, and the checks say so. ``seccomp`` says
     whether the syscall filter must be proven; False only for a session
-    whose profile leaves that layer out (the audit's, again).
+    whose profile leaves that layer out (the audit's, again); ``"host"`` for
+    a kernel of the session's own whose host process carries the filter,
+    which the backend proves from the host instead.
 
     ``supervisor`` is how the process that runs every command is walled
     off from them: ``same_uid`` (the linux helper, which shares the
@@ -73,6 +75,11 @@ class AttestPlan:
     ``host_alias`` is where the host's ``host_address`` appears inside
     (user-mode networking's alias for the host loopback), which the probe
     dials while the canary listens on ``host_address``.
+
+    ``foreign_kernel`` is what the host's kernel answers (``attest_probe.
+    host_kernel``), for a session that claims a kernel of its own: the probe
+    must find a different version and release, and fail the probes only the
+    host kernel answers.
     """
 
     python: str
@@ -87,11 +94,12 @@ class AttestPlan:
     proxy_host: str = "127.0.0.1"
     kernel: str = "linux"
     write_witness: str | None = None
-    seccomp: bool = True
+    seccomp: bool | str = True
     host_alias: str | None = None
     supervisor: str = "same_uid"
     self_mem_sealed: bool = False
     protected: tuple[tuple[str, str], ...] = ()
+    foreign_kernel: dict[str, object] | None = None
 
 
 def attest(session: Session, plan: AttestPlan) -> tuple[Check, ...]:
@@ -117,6 +125,7 @@ def attest(session: Session, plan: AttestPlan) -> tuple[Check, ...]:
             "supervisor": plan.supervisor,
             "self_mem_sealed": plan.self_mem_sealed,
             "protected": [list(p) for p in plan.protected],
+            "foreign_kernel": plan.foreign_kernel,
         }
         # Read whole through on_output: the session's output cap is the
         # task's, and a small one must not truncate the probe's report.

@@ -62,7 +62,8 @@ def check_no_route() -> tuple[bool, str]:
             s.connect(addr)
         except OSError as exc:
             details.append(f"{addr[0]}: {errno.errorcode.get(exc.errno, exc.errno)}")
-            ok = ok and exc.errno in (errno.ENETUNREACH, errno.EADDRNOTAVAIL)
+            # gVisor's netstack says EHOSTUNREACH where Linux says ENETUNREACH.
+            ok = ok and exc.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH, errno.EADDRNOTAVAIL)
         else:
             details.append(f"{addr[0]}: connected")
             ok = False
@@ -324,10 +325,16 @@ def check_protected(workspace: str, protected: list[list[str]]) -> tuple[bool, s
     return ok, "; ".join(details)
 
 
+_PR_GET_NO_NEW_PRIVS = 39
+
+
 def check_privileges() -> tuple[bool, str]:
     st = _status()
-    ok = int(st["CapEff"], 16) == 0 and st["NoNewPrivs"].strip() == "1"
-    return ok, f"CapEff {st['CapEff']}, NoNewPrivs {st['NoNewPrivs'].strip()}"
+    # Asked of the kernel, not read from /proc: gVisor's status file has no
+    # NoNewPrivs line.
+    nnp = ctypes.CDLL(None, use_errno=True).prctl(_PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0)
+    ok = int(st["CapEff"], 16) == 0 and nnp == 1
+    return ok, f"CapEff {st['CapEff']}, NoNewPrivs {nnp}"
 
 
 def _refused(attempt: str, action) -> tuple[bool, str]:
@@ -350,6 +357,8 @@ def check_supervisor(mode: str, self_mem: bool) -> tuple[bool, str]:
     must not open for writing.
     """
     parent = os.getppid()
+    if mode == "sentry":
+        return _sentry_supervisor(parent)
     attempts = [
         (f"list /proc/{parent}/fd", lambda: os.listdir(f"/proc/{parent}/fd") and None),
         (f"read /proc/{parent}/environ", lambda: os.open(f"/proc/{parent}/environ", os.O_RDONLY)),
@@ -364,6 +373,53 @@ def check_supervisor(mode: str, self_mem: bool) -> tuple[bool, str]:
     return all(ok for ok, _ in results), "; ".join(detail for _, detail in results)
 
 
+# What a gVisor helper's environment holds: runsc's fixed launch variables, no secret.
+_LAUNCH_ENV = frozenset({"PATH", "LANG", "HOME"})
+
+
+def _sentry_supervisor(parent: int) -> tuple[bool, str]:
+    """gVisor's answer for a helper of another uid, which differs from Linux's.
+
+    The sentry lists a foreign process's descriptors and shows its
+    environment where Linux would refuse; what must hold is that none of its
+    descriptors (the channel to the harness among them) opens for writing,
+    its environment holds nothing but the launch's fixed variables, and its
+    memory and signals are refused.
+    """
+    # ENOENT: a descriptor closed between the listing and the open.
+    held = (errno.EACCES, errno.EPERM, errno.ENXIO, errno.ENODEV, errno.ENOENT)
+    details, ok = [], True
+    fds = sorted(os.listdir(f"/proc/{parent}/fd"), key=int)
+    for fd in fds:
+        try:
+            os.close(os.open(f"/proc/{parent}/fd/{fd}", os.O_WRONLY))
+        except OSError as exc:
+            if exc.errno not in held:
+                ok = False
+                details.append(f"/proc/{parent}/fd/{fd}: {errno.errorcode.get(exc.errno, exc.errno)}")
+            continue
+        ok = False
+        details.append(f"/proc/{parent}/fd/{fd} opened for writing")
+    details.append(f"none of its {len(fds)} descriptors opens for writing" if ok else "")
+    try:
+        with open(f"/proc/{parent}/environ", "rb") as f:
+            names = {entry.split(b"=", 1)[0].decode("utf-8", "replace")
+                     for entry in f.read().split(b"\0") if entry}
+    except OSError as exc:
+        details.append(f"read /proc/{parent}/environ: {errno.errorcode.get(exc.errno, exc.errno)}")
+    else:
+        extra = sorted(names - _LAUNCH_ENV)
+        ok = ok and not extra
+        details.append(f"its environment: {', '.join(sorted(names)) or 'empty'}")
+    for what, action in ((f"write /proc/{parent}/mem", lambda: os.open(f"/proc/{parent}/mem", os.O_RDWR)),
+                         ("write /proc/1/mem", lambda: os.open("/proc/1/mem", os.O_RDWR)),
+                         (f"signal {parent}", lambda: os.kill(parent, 0))):
+        refused, detail = _refused(what, action)
+        ok = ok and refused
+        details.append(detail)
+    return ok, "; ".join(d for d in details if d)
+
+
 def check_seccomp() -> tuple[bool, str]:
     mode = _status()["Seccomp"].strip()
     libc = ctypes.CDLL(None, use_errno=True)
@@ -371,6 +427,41 @@ def check_seccomp() -> tuple[bool, str]:
     err = ctypes.get_errno()
     ok = mode == "2" and rc != 0
     return ok, f"Seccomp {mode}, unshare(CLONE_NEWUSER): {errno.errorcode.get(err, err) if rc else 'succeeded'}"
+
+
+_SYS_LANDLOCK_CREATE_RULESET = 444
+_LANDLOCK_CREATE_RULESET_VERSION = 1
+
+
+def host_kernel() -> dict[str, object]:
+    """What only this kernel answers: its version banner, its release and its Landlock ABI.
+
+    Run on the host by the harness and inside by the probe; a session on a
+    kernel of its own must answer every one differently.
+    """
+    with open("/proc/version", encoding="utf-8", errors="replace") as f:
+        version = f.read().strip()
+    libc = ctypes.CDLL(None, use_errno=True)
+    abi = libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, None, 0, _LANDLOCK_CREATE_RULESET_VERSION)
+    return {"version": version, "release": os.uname().release,
+            "landlock_abi": abi if abi > 0 else -ctypes.get_errno(),
+            "osrelease": os.path.exists("/proc/sys/kernel/osrelease")}
+
+
+def check_foreign_kernel(host: dict[str, object]) -> tuple[bool, str]:
+    here = host_kernel()
+    same = [key for key in ("version", "release") if here[key] == host[key]]
+    # Where the host answers, this kernel must not: Landlock's ABI, and a
+    # sysctl every Linux kernel has but a user-space kernel need not.
+    if isinstance(host["landlock_abi"], int) and host["landlock_abi"] > 0 \
+            and here["landlock_abi"] == host["landlock_abi"]:
+        same.append("landlock_abi")
+    if host["osrelease"] and here["osrelease"]:
+        same.append("osrelease")
+    detail = (f"inside: {here['version']!r} (release {here['release']}, landlock "
+              f"{here['landlock_abi']}, /proc/sys/kernel/osrelease "
+              f"{'present' if here['osrelease'] else 'absent'}); host: release {host['release']}")
+    return not same, detail + (f"; the same as the host's: {', '.join(same)}" if same else "")
 
 
 def check_not_root() -> tuple[bool, str]:
@@ -435,15 +526,20 @@ def main(argv: list[str]) -> int:
         results.append(("supervisor_out_of_reach",
                         *check_supervisor(plan.get("supervisor", "same_uid"),
                                           plan.get("self_mem_sealed", False))))
+    if plan.get("foreign_kernel") is not None:
+        results.append(("kernel_not_the_hosts", *check_foreign_kernel(plan["foreign_kernel"])))
     if plan.get("kernel", "linux") == "darwin":
         results.append(("no_privileges", *check_not_root()))
         results.append(("seatbelt_applied", *check_seatbelt()))
     else:
         results.append(("no_privileges", *check_privileges()))
-        if plan.get("seccomp", True):
+        seccomp = plan.get("seccomp", True)
+        if seccomp is True:
             results.append(("seccomp_loaded", *check_seccomp()))
-        else:
+        elif seccomp is False:
             results.append(("seccomp_not_required", True, "the profile leaves seccomp out"))
+        # "host": a user-space kernel answers the probe's own calls; the
+        # filter is on that kernel's host process, and proven from the host.
     json.dump([{"name": n, "passed": p, "detail": d} for n, p, d in results], sys.stdout)
     return 0
 
