@@ -2,7 +2,7 @@
 
 At the end of the session, anything named ``firstrun-*`` in the temporary
 directory, any stage directory under ``/run/firstrun``, any lease (a lent
-workspace's or a sized workspace's) and any mount of a sized workspace that
+workspace's or a sized workspace's), any gVisor session's directory and any mount of a sized workspace that
 was not there when the session began is a leftover (a key, a socket
 directory, a workspace), and the session errors naming each one.
 """
@@ -22,7 +22,8 @@ def _ours() -> set[str]:
     found: set[str] = set()
     temp = tempfile.gettempdir()
     for root, prefix in ((temp, "firstrun-"), (_RUN, "firstrun-stage-"),
-                         (os.path.join(_RUN, "leases"), ""), (os.path.join(_RUN, "disks"), "")):
+                         (os.path.join(_RUN, "leases"), ""), (os.path.join(_RUN, "disks"), ""),
+                         (os.path.join(_RUN, "gvisor"), "")):
         try:
             names = os.listdir(root)
         except OSError:

@@ -10,11 +10,13 @@ naming the locally built ``firstrun/node:18`` passes.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -111,7 +113,7 @@ docs:
   path:
     - http://docs.greeter.test/
 replay:
-  - bash -c 'exec -a {marker} sleep 600'
+  - touch {marker}.started; bash -c 'exec -a {marker} sleep 600'
 success:
   script: |
     test -f never-made || qs_fail "the long step never finished"
@@ -142,12 +144,19 @@ def test_ctrl_c_mid_command_leaves_nothing_running_or_created(backend: str,
          "--backend", backend, "--out", str(tmp_path / "out")],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        # Polled, not timed: the command is running once the host sees its marker.
+        # Polled, not timed: the command is running once the host sees its
+        # marker, or under a kernel of its own, once its first file is in the
+        # (sized) workspace.
+        def started() -> bool:
+            return bool(_host_pids_with(marker) or glob.glob(
+                os.path.join(tempfile.gettempdir(), "firstrun-disk-*", "workspace",
+                             f"{marker}.started")))
+
         for _ in range(600):
-            if _host_pids_with(marker) or proc.poll() is not None:
+            if started() or proc.poll() is not None:
                 break
             time.sleep(0.2)
-        assert _host_pids_with(marker), "the replay step never started"
+        assert started(), "the replay step never started"
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=300)
     finally:

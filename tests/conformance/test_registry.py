@@ -95,7 +95,10 @@ def test_what_a_run_may_ask_of_a_backend_is_read_from_its_entry(monkeypatch) -> 
         select.select_backend("fresh", allow_unenforced=False)
     with pytest.raises(SandboxUnavailable, match="the linux backend shares the host's kernel") as shared:
         select.require_vm("linux", who="task t")
-    assert shared.value.fix == "run it with --backend microvm"
+    here = select.own_kernel_backend()
+    assert shared.value.fix == (f"run it with --backend {here}" if here else
+                                "run it with --backend gvisor or --backend microvm (neither can "
+                                "run here: firstrun doctor says why)")
     from firstrun.sandbox.microvm.probe import kvm
     if kvm().available:
         select.require_vm("fresh", who="task t")

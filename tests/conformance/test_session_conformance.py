@@ -19,6 +19,7 @@ from conformance_support import session_on
 
 from firstrun.policy.profile import LayerName
 from firstrun.sandbox.base import Enforcement
+from firstrun.sandbox.select import REGISTRY
 
 # The registries' address here (a TLS-intercepting proxy): reachable from the
 # host, so a failed direct dial from inside is the boundary, not the network.
@@ -155,7 +156,7 @@ def _host_pids_with(marker: str) -> list[int]:
 
 
 # Backends whose commands run under another kernel.
-VM_BACKENDS = frozenset({"microvm"})
+VM_BACKENDS = frozenset(e.name for e in REGISTRY if e.own_kernel)
 
 
 def test_a_process_left_behind_is_gone_after_close(backend: str, workspace: str) -> None:
@@ -174,7 +175,7 @@ def test_a_process_left_behind_is_gone_after_close(backend: str, workspace: str)
         assert started.stdout.text() == "started\n"
         if backend in VM_BACKENDS:
             # A guest's processes are not in the host's table: the control is
-            # the guest's own, and "gone" is the whole VM gone.
+            # the guest's own, and "gone" is the whole VM (or sentry) gone.
             seen = session.exec(f"pgrep -fxc '{marker} 360[01]'", timeout=60)
             assert seen.stdout.text().strip() == "2", seen.stderr.text()
             vm_pid = session.pid

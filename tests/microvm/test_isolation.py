@@ -14,7 +14,7 @@ import pytest
 from firstrun.errors import SandboxUnavailable, TaskError
 from firstrun.examples import find_example
 from firstrun.sandbox.microvm import probe
-from firstrun.sandbox.select import require_vm
+from firstrun.sandbox.select import own_kernel_backend, require_vm
 from firstrun.tasks.load import load_task
 
 
@@ -39,10 +39,11 @@ def test_an_unknown_isolation_is_refused_at_its_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("backend", ["linux", "docker", "local", "seatbelt"])
-def test_any_other_backend_is_refused(backend: str) -> None:
+def test_any_backend_that_shares_the_kernel_is_refused_naming_one_that_does_not(backend: str) -> None:
     with pytest.raises(SandboxUnavailable) as caught:
         require_vm(backend, who="task t")
-    assert caught.value.fix == "run it with --backend microvm"
+    here = own_kernel_backend()
+    assert caught.value.fix.startswith(f"run it with --backend {here or 'gvisor or --backend microvm'}")
 
 
 def test_microvm_without_kvm_is_refused_even_if_emulation_was_asked_for(monkeypatch) -> None:  # type: ignore[no-untyped-def]

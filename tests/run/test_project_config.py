@@ -19,6 +19,7 @@ from firstrun.run.project import (
     find_project_config,
     load_project_config,
 )
+from firstrun.sandbox.select import own_kernel_backend
 from firstrun.tasks.load import load_task
 
 FIRSTRUN = Path(sys.executable).parent / "firstrun"
@@ -166,22 +167,37 @@ def test_inspect_tls_in_the_config_applies_and_the_command_line_wins(tmp_path: P
     assert build_parser().parse_args(["run"]).inspect_tls is None
 
 
-@pytest.mark.parametrize("backend", ["linux", "auto"])
-def test_a_run_under_a_project_requiring_a_vm_is_refused_before_any_command(
-    tmp_path: Path, backend: str
-) -> None:
-    config = write(tmp_path, f"backend: {backend}\nisolation: vm\n")
+def test_a_run_under_a_project_requiring_a_vm_is_refused_before_any_command(tmp_path: Path) -> None:
+    config = write(tmp_path, "backend: linux\nisolation: vm\n")
     out = tmp_path / "out"
     done = subprocess.run([str(FIRSTRUN), "run", str(PASS), "--config", str(config),
                            "--out", str(out)], capture_output=True, text=True, check=False,
                           stdin=subprocess.DEVNULL, timeout=120)
     assert done.returncode == 2, done.stdout + done.stderr
     (line,) = done.stderr.splitlines()
-    assert line.startswith(f"firstrun: refused (microvm): the project config {config} "
-                           "requires isolation: vm"), line
-    assert "fix: run it with --backend microvm" in line
+    here = own_kernel_backend()
+    assert line.startswith(f"firstrun: refused ({here or 'gvisor or microvm'}): the project "
+                           f"config {config} requires isolation: vm"), line
+    assert f"fix: run it with --backend {here or 'gvisor'}" in line
     # Said once, before the sweep began: no run, no results document.
     assert not out.exists()
+
+
+def test_auto_under_a_project_requiring_a_vm_runs_where_the_kernel_is_its_own(tmp_path: Path) -> None:
+    config = write(tmp_path, "isolation: vm\n")
+    out = tmp_path / "out"
+    done = subprocess.run([str(FIRSTRUN), "run", str(PASS), "--config", str(config),
+                           "--out", str(out)], capture_output=True, text=True, check=False,
+                          stdin=subprocess.DEVNULL, timeout=300)
+    here = own_kernel_backend()
+    if here is None:
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert "isolation: vm needs a kernel of its own" in done.stderr
+        return
+    assert done.returncode == 0, done.stdout + done.stderr
+    meta = json.loads((out / "results.json").read_text(encoding="utf-8"))["meta"]
+    assert meta["backend"] == here
+    assert "they share the host's kernel, and isolation: vm asks for one of its own" in done.stderr
 
 
 def test_a_run_takes_the_config_in_cwd_and_a_flag_wins_over_it(tmp_path: Path) -> None:

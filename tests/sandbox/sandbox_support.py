@@ -123,7 +123,7 @@ def alive(pid: int, start: int) -> bool:
 
 
 def start_session(kind: str, profile: SandboxProfile) -> Iterator[Session]:
-    """One session of ``kind`` (linux, docker or microvm) over ``profile``, without a proxy;
+    """One session of ``kind`` (linux, docker, gvisor or microvm) over ``profile``, without a proxy;
     skipped where that backend cannot run here. Use as ``for session in start_session(...)``."""
     import shutil
 
@@ -135,6 +135,12 @@ def start_session(kind: str, profile: SandboxProfile) -> Iterator[Session]:
             pytest.skip("needs root, a running dockerd and the default image")
         from firstrun.sandbox.docker.backend import DockerBackend
         backend: object = DockerBackend(image=PYTHON.tag)
+    elif kind == "gvisor":
+        from firstrun.sandbox.gvisor.backend import GvisorBackend
+        missing = [c for c in GvisorBackend().probe() if not c.available]
+        if missing:
+            pytest.skip(f"gvisor: {missing[0].detail}")
+        backend = GvisorBackend()
     elif kind == "microvm":
         from firstrun.sandbox.microvm.backend import MicrovmBackend
         from firstrun.sandbox.microvm.image import find_image

@@ -39,7 +39,7 @@ def _mounts() -> set[str]:
         return {line.split()[4] for line in f}
 
 
-@pytest.mark.parametrize("kind", ["linux", "docker", "microvm"])
+@pytest.mark.parametrize("kind", ["linux", "docker", "gvisor", "microvm"])
 def test_the_sandbox_cannot_put_more_than_the_bound_on_the_hosts_disk(kind: str) -> None:
     with SizedWorkspace(BOUND) as sized:
         mount = sized.path

@@ -63,7 +63,7 @@ def _profile(workspace: str, **lift: tuple[str, ...]) -> SandboxProfile:
     return SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=True, **lift))
 
 
-@pytest.mark.parametrize("kind", ["linux", "docker", "microvm"])
+@pytest.mark.parametrize("kind", ["linux", "docker", "gvisor", "microvm"])
 def test_no_protected_entry_of_the_owners_checkout_changes_or_appears(
         checkout: Path, kind: str) -> None:
     before = _tree_hashes(checkout / ".git")

@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.escape,
               pytest.mark.skipif(os.geteuid() != 0, reason="a sized workspace needs root")]
 
 
-@pytest.mark.parametrize("kind", ["linux", "docker", "microvm"])
+@pytest.mark.parametrize("kind", ["linux", "docker", "gvisor", "microvm"])
 def test_the_mount_table_inside_names_no_host_path_of_a_workspace_firstrun_made(kind: str) -> None:
     with SizedWorkspace(32 * MIB) as sized:
         top = os.path.dirname(sized.path)

@@ -455,15 +455,17 @@ def _resolve(backend: str, allow_unenforced: bool, images: list[str | None],
     images the tasks use.
     """
     options = BackendOptions(allow_unenforced=allow_unenforced)
+    needs_kernel = project is not None and project.spec.isolation == "vm"
     try:
-        resolution = resolve_backend(backend, options, images or [None])
+        resolution = resolve_backend(backend, options, images or [None], own_kernel=needs_kernel)
         select_backend(resolution.backend, allow_unenforced=allow_unenforced)
         if backend != "auto":
             missing = unavailable(backend, options, images or [None])
             if missing is not None:
                 raise SandboxUnavailable(missing.detail, who=backend,
                                          fix=missing.fix)
-        if project is not None and project.spec.isolation == "vm":
+        if needs_kernel:
+            assert project is not None
             require_vm(resolution.backend, who=f"the project config {project.path}")
     except SandboxUnavailable as exc:
         fix = f"; fix: {exc.fix}" if exc.fix else ""

@@ -39,7 +39,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import (
     AfterValidator,
@@ -57,7 +57,7 @@ from firstrun.policy.permissions import RuleSet
 from firstrun.run.options import REFUSED_KEYS, RunOption
 from firstrun.sandbox.select import BACKENDS
 from firstrun.tasks.load import parse_yaml, read_text_file, validation_error
-from firstrun.tasks.model import Budgets, HostEntry, Permissions, Task
+from firstrun.tasks.model import Budgets, HostEntry, Isolation, Permissions, Task
 
 CONFIG_FILE = "firstrun.yaml"
 
@@ -102,9 +102,9 @@ class ProjectSpec(_Section):
     )
     workers: PositiveInt | None = None
     inspect_tls: bool | None = Field(None, description="--inspect-tls on every run.")
-    isolation: Literal["vm"] | None = Field(
-        None, description="vm: every task runs only in a micro-VM with its own kernel "
-        "(--backend microvm, KVM), whatever the task file says.")
+    isolation: Isolation | None = Field(
+        None, description="kernel (or vm): every task runs only where commands get a kernel "
+        "of their own (--backend gvisor, or microvm with KVM), whatever the task file says.")
     allow_write: tuple[Annotated[str, AfterValidator(_protected_entry)], ...] = Field(
         (), description="Protected workspace entries a sandbox over a directory of the user's "
         "own may write (--allow-write NAME).")

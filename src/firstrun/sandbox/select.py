@@ -74,7 +74,8 @@ class Entry:
     binds ``ProxyEndpoint.trust_bundle``; docker's sidecar makes the CA).
     ``own_kernel``: it runs commands on a kernel of their own, and names the
     probe (``module:function``, returning a ``Capability``) that says whether
-    it can here as ``isolation: vm`` asks. ``unenforced``: it enforces
+    it can here as ``isolation: vm`` asks, and ``kernel_rank`` its place
+    among such backends when ``auto`` must find one. ``unenforced``: it enforces
     nothing, and runs only when that is allowed.
     """
 
@@ -86,6 +87,7 @@ class Entry:
     captures: bool = False
     inspects_tls: bool = False
     own_kernel: str | None = None
+    kernel_rank: int | None = None
     unenforced: bool = False
 
     def load(self) -> type:
@@ -101,8 +103,10 @@ REGISTRY: tuple[Entry, ...] = (
     Entry(name="linux", cls="firstrun.sandbox.linux.backend:LinuxBackend", auto_rank=2,
           captures=True, inspects_tls=True),
     Entry(name="seatbelt", cls="firstrun.sandbox.seatbelt.backend:SeatbeltBackend", auto_rank=3),
+    Entry(name="gvisor", cls="firstrun.sandbox.gvisor.backend:GvisorBackend", auto_rank=None,
+          own_kernel="firstrun.sandbox.gvisor.probe:kernel", kernel_rank=2),
     Entry(name="microvm", cls="firstrun.sandbox.microvm.backend:MicrovmBackend", auto_rank=None,
-          own_kernel="firstrun.sandbox.microvm.probe:kvm"),
+          own_kernel="firstrun.sandbox.microvm.probe:kvm", kernel_rank=1),
     Entry(name="local", cls="firstrun.sandbox.local:LocalBackend", auto_rank=None,
           build=lambda cls, o: cls(allow_unenforced=o.allow_unenforced), unenforced=True),
 )
@@ -122,22 +126,43 @@ def inspecting() -> tuple[str, ...]:
     return tuple(e.name for e in REGISTRY if e.inspects_tls)
 
 
+def _own_kernel_here(candidate: Entry) -> Capability:
+    assert candidate.own_kernel is not None
+    module, _, attr = candidate.own_kernel.partition(":")
+    found: Capability = getattr(importlib.import_module(module), attr)()
+    return found
+
+
+def own_kernel_backend() -> str | None:
+    """The backend that gives a kernel of its own here, by ``kernel_rank``; None: none can.
+
+    The micro-VM with KVM is preferred (a hardware boundary); without KVM,
+    gVisor's user-space kernel, since the micro-VM would be emulated.
+    """
+    ranked = sorted((e for e in REGISTRY if e.own_kernel), key=lambda e: e.kernel_rank or 0)
+    return next((e.name for e in ranked if _own_kernel_here(e).available), None)
+
+
 def require_vm(name: str, *, who: str) -> None:
     """Refuse a run that asked for ``isolation: vm`` on a backend that cannot give it one.
 
-    A backend that shares the host's kernel is refused; so is one whose own
-    kernel cannot run here as asked (the micro-VM under emulation: the
-    requirement names KVM, and a task that asks for a VM should not
-    silently run a hundred times slower).
+    A backend that shares the host's kernel is refused, naming one that can
+    give a kernel of its own here; so is one whose own kernel cannot run
+    here as asked (the micro-VM under emulation: the requirement names KVM,
+    and a task that asks for a VM should not silently run a hundred times
+    slower).
     """
-    probe = entry(name).own_kernel
-    if probe is None:
-        with_kernel = next(e.name for e in REGISTRY if e.own_kernel)
+    chosen = entry(name)
+    if chosen.own_kernel is None:
+        kernels = [e.name for e in REGISTRY if e.own_kernel]
+        here = own_kernel_backend()
         raise SandboxUnavailable(
             f"{who} requires isolation: vm (a kernel of its own); the {name} backend "
-            "shares the host's kernel", who=with_kernel, fix=f"run it with --backend {with_kernel}")
-    module, _, attr = probe.partition(":")
-    found: Capability = getattr(importlib.import_module(module), attr)()
+            "shares the host's kernel", who=here or " or ".join(kernels),
+            fix=f"run it with --backend {here}" if here is not None else
+            f"run it with --backend {' or --backend '.join(kernels)} (neither can run here: "
+            "firstrun doctor says why)")
+    found = _own_kernel_here(chosen)
     if not found.available:
         raise SandboxUnavailable(f"{who} requires isolation: vm, which needs "
                                  f"{found.name.upper()}: {found.detail}", who=name, fix=found.fix)
@@ -184,15 +209,30 @@ class Resolution:
 
 
 def resolve_backend(name: str, options: BackendOptions,
-                    images: Sequence[str | None] = (None,)) -> Resolution:
+                    images: Sequence[str | None] = (None,), *,
+                    own_kernel: bool = False) -> Resolution:
     """``auto`` made concrete for a sweep whose tasks use ``images``; a named backend as is.
 
-    Raises ``SandboxUnavailable`` when ``auto`` finds nothing enforcing, with
-    every candidate's reason and fix.
+    ``own_kernel``: the project requires a kernel of its own, so ``auto``
+    picks among the backends that give one (``own_kernel_backend``), which
+    it otherwise never does. Raises ``SandboxUnavailable`` when ``auto``
+    finds nothing enforcing, with every candidate's reason and fix.
     """
     if name != "auto":
         entry(name)
         return Resolution(requested=name, backend=name)
+    if own_kernel:
+        chosen = own_kernel_backend()
+        if chosen is None:
+            kernels = [e.name for e in REGISTRY if e.own_kernel]
+            raise SandboxUnavailable(
+                "isolation: vm needs a kernel of its own, and neither "
+                f"{' nor '.join(kernels)} can give one here", who="select",
+                fix="; ".join(c.fix for e in REGISTRY if e.own_kernel
+                              for c in (_own_kernel_here(e),) if c.fix) or None)
+        shared = ", ".join(e.name for e in REGISTRY if e.auto_rank is not None and not e.own_kernel)
+        return Resolution(requested=name, backend=chosen, passed_over=(
+            f"{shared}: they share the host's kernel, and isolation: vm asks for one of its own",))
     passed: list[str] = []
     fixes: list[str] = []
     for candidate in sorted((e for e in REGISTRY if e.auto_rank is not None),

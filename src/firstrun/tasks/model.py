@@ -548,6 +548,16 @@ class Credential(_Model):
         return self
 
 
+
+def _isolation(value: object) -> object:
+    # ``kernel`` names what is asked for, a kernel of the run's own; ``vm`` is
+    # its first name, kept: both are the one requirement, saved as ``vm``.
+    return "vm" if value == "kernel" else value
+
+
+Isolation = Annotated[Literal["vm"], BeforeValidator(_isolation),
+                      WithJsonSchema({"type": "string", "enum": ["kernel", "vm"]})]
+
 class Extensions(_Model):
     """Settings only firstrun understands; quickstarted has no such key."""
 
@@ -562,10 +572,10 @@ class Extensions(_Model):
     credentials: tuple[Credential, ...] = Field(
         (), description="Secrets swapped in by the proxy for their host only; need --inspect-tls."
     )
-    isolation: Literal["vm"] | None = Field(
+    isolation: Isolation | None = Field(
         None,
-        description="vm: run only in a micro-VM with its own kernel (--backend microvm, KVM); "
-        "any other backend is refused.",
+        description="kernel (or vm): run only where commands get a kernel of their own "
+        "(--backend gvisor, or --backend microvm with KVM); any other backend is refused.",
     )
 
 

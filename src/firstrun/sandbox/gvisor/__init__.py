@@ -1,0 +1,1 @@
+"""The gvisor backend: gVisor's runsc, a user-space kernel per session (see ``backend``)."""

@@ -1,0 +1,426 @@
+"""The gvisor backend: one gVisor sandbox per session, on a kernel of its own, attested before use.
+
+Guarantee: ``GvisorBackend.start`` returns a session only after the probe,
+run inside as an ordinary command, proved the boundary: the kernel is not
+the host's (its version and release differ, and what only the host kernel
+answers, it does not), the network is loopback alone with the proxy the
+only way out, writes land only in the workspace and the session's tmpfs,
+the helper is out of every command's reach; and the harness saw, from the
+host, runsc's own seccomp filter and no_new_privs on the sentry. Otherwise
+it tears everything down and raises.
+
+Commands never run as root: the helper (the container's init) runs each as
+the workspace owner's uid, or for a root-owned workspace as a per-session
+uid lent the workspace for the session and given back at close. ``close``
+ends every process: the helper kills what commands left, runsc takes the
+sandbox down with its init, and ``runsc delete`` removes the container's
+state and cgroups. A harness that dies leaves the helper reading EOF on its
+channel, so the sandbox ends by itself; whatever a SIGKILL left anyway (a
+state directory, a stopped container, an empty cgroup, a lent workspace)
+the next start on this host reaps, by the dead harness's identity.
+
+Every OSError met while launching or talking to the sandbox becomes a
+``SandboxError``; an ``ExecResult`` with a non-zero exit is a command that
+failed, never a sandbox that failed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from contextlib import ExitStack
+from pathlib import Path
+from typing import IO
+
+from firstrun.errors import SandboxError, SandboxUnavailable
+from firstrun.policy.filesystem import SYSTEM_READONLY
+from firstrun.policy.profile import LayerName, Provides, SandboxProfile, unprovided
+from firstrun.sandbox import attest as attestation
+from firstrun.sandbox import attest_probe, helper
+from firstrun.sandbox.base import (
+    Capability,
+    Check,
+    Enforcement,
+    LayerStatus,
+    ProxyEndpoint,
+    SessionInfo,
+)
+from firstrun.sandbox.channel import JsonLines, SupervisedSession
+from firstrun.sandbox.gvisor import probe
+from firstrun.sandbox.gvisor.spec import (
+    CGROUP_PARENT,
+    PROXY_PORT,
+    SANDBOX_TMP,
+    GvisorFacts,
+    GvisorPlan,
+    prepare,
+)
+from firstrun.sandbox.linux.spec import HostView
+from firstrun.sandbox.ownership import alive, give_back, lend, pick_uid, process_identity, recover
+from firstrun.sandbox.protect import describe as describe_protection
+from firstrun.sandbox.protect import place as place_placeholders
+from firstrun.sandbox.protect import remove as remove_placeholders
+
+HELPER_SOURCE = Path(helper.__file__).read_text(encoding="utf-8")
+# One directory per session: its runsc state, its bundle and who owns it.
+SESSIONS_DIR = "/run/firstrun/gvisor"
+_OWNER_FILE = "owner"
+# Per-session uids for a root-owned workspace, as the linux backend's.
+_UID_RANGE = (1_500_000_000, 1_600_000_000)
+_READY_TIMEOUT_S = 30.0
+_CLOSE_GRACE_S = 5.0
+_EXEC_GRACE_S = 30.0
+_RUNSC_TIMEOUT_S = 30.0
+_CGROUP_ROOT = "/sys/fs/cgroup"
+
+PROVIDES: Provides = {
+    LayerName.NAMESPACES: "gVisor sandbox (its own kernel, the sentry)",
+    LayerName.LANDLOCK: "read-only root + tmpfs",
+    LayerName.SECCOMP: "gVisor's syscall surface + runsc's host seccomp filter",
+    LayerName.NETWORK: "no network (--network=none) + the proxy's sockets bound in",
+    LayerName.LIMITS: "container cgroup + rlimits",
+    LayerName.UNPRIVILEGED: "non-root uid, no capabilities",
+}
+
+
+def _sandbox_error(what: str, exc: BaseException) -> SandboxError:
+    return SandboxError(f"{what}: {exc}", who="gvisor")
+
+
+def _runsc(runsc: str, state_root: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([runsc, "--root", state_root, *args], capture_output=True, text=True,
+                          timeout=_RUNSC_TIMEOUT_S, check=False, stdin=subprocess.DEVNULL)
+
+
+def _remove_container(runsc: str, session_dir: str, container_id: str) -> None:
+    """Kill the container if it runs, delete its state, then its cgroups."""
+    state_root = os.path.join(session_dir, "state")
+    if os.path.isdir(state_root):
+        try:
+            listed = _runsc(runsc, state_root, "list", "-quiet").stdout.split()
+            for name in listed:
+                _runsc(runsc, state_root, "kill", name, "KILL")
+                _runsc(runsc, state_root, "delete", "--force", name)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise _sandbox_error(f"cannot remove gVisor container {container_id}", exc) from exc
+    _remove_cgroups(container_id)
+
+
+def _remove_cgroups(container_id: str) -> None:
+    try:
+        controllers = os.listdir(_CGROUP_ROOT)
+    except OSError:
+        return
+    for controller in controllers:
+        path = os.path.join(_CGROUP_ROOT, controller, CGROUP_PARENT.lstrip("/"), container_id)
+        try:
+            os.rmdir(path)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            # Still populated means still running: runsc delete is what ends it.
+            continue
+
+
+def reap(runsc: str) -> tuple[str, ...]:
+    """Remove every session a dead harness left: its container, state, cgroups and directory.
+
+    A workspace it had lent is given back by ``ownership.recover``, after this.
+    """
+    try:
+        names = os.listdir(SESSIONS_DIR)
+    except FileNotFoundError:
+        return ()
+    reaped = []
+    for name in names:
+        session_dir = os.path.join(SESSIONS_DIR, name)
+        try:
+            owner = Path(session_dir, _OWNER_FILE).read_text(encoding="utf-8").strip()
+        except OSError:
+            owner = ""
+        if owner and alive(owner):
+            continue
+        _remove_container(runsc, session_dir, name)
+        shutil.rmtree(session_dir, ignore_errors=True)
+        reaped.append(name)
+    return tuple(reaped)
+
+
+def _make_skeleton(plan: GvisorPlan) -> None:
+    """The root's mount points and symlinks, in a directory of the session's own.
+
+    runsc creates a missing mount point inside ``root.path`` on the host
+    even when the root is read-only, so the root is never a shared tree.
+    """
+    for path, kind, target in plan.skeleton:
+        where = os.path.join(plan.rootfs, path.lstrip("/"))
+        os.makedirs(os.path.dirname(where), exist_ok=True)
+        if kind == "link":
+            os.symlink(target, where)
+        elif kind == "dir":
+            os.makedirs(where, exist_ok=True)
+        else:
+            with open(where, "x"):
+                pass
+
+
+def sentry_pid(runsc: str, state_root: str, container_id: str) -> int:
+    """The sentry's host pid: the process that is the sandbox's kernel."""
+    # runsc saves the container's pid only once its start returns, which may
+    # be after the helper inside already said it is ready.
+    deadline = time.monotonic() + _READY_TIMEOUT_S
+    while True:
+        try:
+            done = _runsc(runsc, state_root, "state", container_id)
+            pid = json.loads(done.stdout or "{}").get("pid")
+        except (OSError, ValueError, AttributeError, subprocess.TimeoutExpired) as exc:
+            raise _sandbox_error("cannot find the sandbox's sentry", exc) from exc
+        if isinstance(pid, int) and pid > 0:
+            return pid
+        if time.monotonic() > deadline:
+            raise SandboxError(f"runsc never said which process is the sentry: "
+                               f"{(done.stdout + done.stderr).strip()[-300:]}", who="gvisor")
+        time.sleep(0.02)
+
+
+def _seccomp_check(pid: int) -> Check:
+    """From the host: the sentry runs under runsc's seccomp filter with no_new_privs."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="utf-8") as f:
+            status = dict(line.split(":\t", 1) for line in f.read().splitlines() if ":\t" in line)
+    except OSError as exc:
+        return Check(name="seccomp_loaded", passed=False, detail=f"cannot read the sentry: {exc}")
+    seccomp, nnp = status.get("Seccomp", "?").strip(), status.get("NoNewPrivs", "?").strip()
+    return Check(name="seccomp_loaded", passed=seccomp == "2" and nnp == "1",
+                 detail=f"the sentry (host pid {pid}, uid {status.get('Uid', '?').split()[0]}): "
+                        f"Seccomp {seccomp}, NoNewPrivs {nnp}")
+
+
+class GvisorSession(SupervisedSession):
+    """A running gVisor sandbox and the helper that is its init."""
+
+    who = "gvisor"
+    exec_grace_s = _EXEC_GRACE_S
+    close_grace_s = _CLOSE_GRACE_S
+
+    def __init__(self, *, process: subprocess.Popen[bytes], control: socket.socket,
+                 env: dict[str, str], profile: SandboxProfile, info: SessionInfo,
+                 stderr_file: IO[bytes], cleanup: ExitStack) -> None:
+        super().__init__(channel=JsonLines(control, peer="the gVisor helper"), env=env,
+                         profile=profile, info=info)
+        self._process = process
+        self._stderr = stderr_file
+        self._cleanup = cleanup
+        # The sentry's host pid, once the sandbox is up: gone when the session is.
+        self.pid: int | None = None
+
+    def stderr_tail(self) -> str:
+        try:
+            self._stderr.seek(0)
+            return self._stderr.read()[-2000:].decode("utf-8", "replace")
+        except (OSError, ValueError):
+            return ""
+
+    def _ended_detail(self) -> str:
+        return f"the sandbox ended during a command: {self.stderr_tail()}"
+
+    def _end(self) -> None:
+        # runsc's sentry and gofer die with it (their parent-death signal).
+        if self._process.poll() is None:
+            self._process.kill()
+        self._process.wait()
+
+    def interrupt(self) -> None:
+        if self._process.poll() is None:
+            self._process.kill()
+
+    def _teardown(self) -> None:
+        try:
+            self._process.wait(timeout=_CLOSE_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+        self._end()
+
+    def _restore(self) -> None:
+        try:
+            self._cleanup.close()
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise SandboxError(f"restoring the host after the session: {exc}", who="gvisor") from exc
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.kill()
+    process.wait()
+
+
+class GvisorBackend:
+    """runsc: gVisor's user-space kernel, no network but the proxy's sockets, a read-only root."""
+
+    name = "gvisor"
+
+    def probe(self) -> tuple[Capability, ...]:
+        return probe.probe()
+
+    def start(self, profile: SandboxProfile, *, proxy: ProxyEndpoint | None) -> GvisorSession:
+        missing = [c for c in self.probe() if not c.available]
+        if missing:
+            raise SandboxUnavailable("; ".join(f"{c.name}: {c.detail}" for c in missing),
+                                     who="gvisor", fix="; ".join(c.fix for c in missing if c.fix))
+        lacking = unprovided(profile, PROVIDES)
+        if lacking:
+            raise SandboxUnavailable(f"the gvisor backend cannot enforce {', '.join(lacking)}",
+                                     who="gvisor", fix="use a backend that provides it "
+                                     "(firstrun doctor), or --allow-downgrade it, recorded")
+        fs = profile.fs
+        if not os.path.isdir(fs.workspace):
+            raise SandboxError(f"workspace {fs.workspace} is not a directory", who="gvisor")
+        runsc = probe.find_runsc()
+        assert isinstance(runsc, probe.Runsc)  # the probe above said it is usable
+        reap(runsc.path)
+        # After the reap: a dead harness's sandbox is gone before its workspace
+        # changes owner again.
+        recover(who="gvisor")
+        interpreter = os.path.realpath(sys.executable)
+        prefix = os.path.realpath(sys.base_prefix)
+        paths = (*fs.readonly, *fs.hidden, prefix)
+        host = HostView(
+            symlinks=tuple((p, os.readlink(p)) for p in fs.readonly
+                           if p in SYSTEM_READONLY and os.path.islink(p)),
+            directories=frozenset(p for p in paths if os.path.isdir(p) and not os.path.islink(p)),
+            interpreter=interpreter, prefix=prefix)
+        st = os.lstat(fs.workspace)
+        owner = (st.st_uid, st.st_gid)
+        container_id = f"firstrun-{uuid.uuid4().hex[:12]}"
+        with ExitStack() as acquired:
+            os.makedirs(SESSIONS_DIR, mode=0o700, exist_ok=True)
+            session_dir = os.path.join(SESSIONS_DIR, container_id)
+            os.mkdir(session_dir, mode=0o700)
+            acquired.callback(shutil.rmtree, session_dir, ignore_errors=True)
+            identity = process_identity(os.getpid())
+            if identity is None:
+                raise SandboxError("cannot read this process's own /proc entry", who="gvisor")
+            Path(session_dir, _OWNER_FILE).write_text(identity + "\n", encoding="utf-8")
+            lent = pick_uid(_UID_RANGE, who="gvisor") if owner[0] == 0 else None
+            uid = lent if lent is not None else owner[0]
+            placeholders = place_placeholders(fs, who="gvisor")
+            acquired.callback(remove_placeholders, fs.workspace, placeholders)
+            if lent is not None:
+                # Undone whether or not the lend finished, after the sandbox is gone.
+                acquired.callback(give_back, fs.workspace, lent, owner)
+                lend(fs.workspace, lent, who="gvisor")
+            # Before the workspace is given back: nothing of the sandbox is left to write it.
+            acquired.callback(_remove_container, runsc.path, session_dir, container_id)
+            bundle = os.path.join(session_dir, "bundle")
+            state_root = os.path.join(session_dir, "state")
+            host_path = os.environ.get("PATH", "")
+            plan = prepare(profile, proxy, GvisorFacts(
+                runsc=runsc.path, platform=runsc.platform,
+                state_root=state_root, bundle=bundle,
+                container_id=container_id, uid=uid, host=host,
+                sockets=_sockets(proxy), host_env=os.environ,
+                path_dirs=frozenset(e for e in host_path.split(":") if os.path.isdir(e)),
+                cpus=float(os.cpu_count() or 1), helper_source=HELPER_SOURCE))
+            try:
+                os.mkdir(bundle, mode=0o700)
+                _make_skeleton(plan)
+                Path(bundle, "config.json").write_text(json.dumps(plan.config), encoding="utf-8")
+            except OSError as exc:
+                raise _sandbox_error("cannot write the sandbox's bundle", exc) from exc
+            control, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            acquired.callback(control.close)
+            # Appended to: the sentry writes a regular file at its own offset,
+            # over what runsc wrote, unless the file is opened to append.
+            stderr_file = tempfile.TemporaryFile(mode="a+b")  # noqa: SIM115 (closed by the stack)
+            acquired.callback(stderr_file.close)
+            try:
+                process = subprocess.Popen(plan.argv, stdin=child, stdout=child,
+                                           stderr=stderr_file, env={}, close_fds=True)
+            except OSError as exc:
+                raise _sandbox_error("cannot launch runsc", exc) from exc
+            finally:
+                child.close()
+            acquired.callback(_stop, process)
+            session = GvisorSession(
+                process=process, control=control, env=dict(plan.env), profile=profile,
+                info=SessionInfo(backend=self.name, enforcement=Enforcement.ENFORCED,
+                                 policy_hash=profile.policy_hash()),
+                stderr_file=stderr_file, cleanup=acquired.pop_all())
+        try:
+            self._await_ready(session, control)
+            session.pid = sentry_pid(runsc.path, state_root, container_id)
+            checks = attestation.attest(session, attestation.AttestPlan(
+                python=interpreter, workspace=fs.sandbox_workspace, real_homes=fs.real_homes,
+                exposed=plan.exposed, proxy_port=PROXY_PORT if proxy is not None else None,
+                nonce=proxy.nonce if proxy is not None else None, landlock=False,
+                network="loopback_only", supervisor="sentry", seccomp="host",
+                protected=fs.protected, foreign_kernel=attest_probe.host_kernel()))
+            checks += (_seccomp_check(session.pid),)
+            session.info = SessionInfo(
+                backend=self.name, enforcement=Enforcement.ENFORCED,
+                policy_hash=profile.policy_hash(),
+                layers=_layers(profile, runsc=runsc, uid=uid, lent=lent is not None,
+                               proxy=proxy is not None),
+                attestation=checks, exposed=plan.exposed)
+            attestation.require_passed(checks)
+        except BaseException:
+            session.close()
+            raise
+        return session
+
+    def _await_ready(self, session: GvisorSession, control: socket.socket) -> dict:
+        try:
+            ready = JsonLines(control, peer="the gVisor helper").recv(
+                time.monotonic() + _READY_TIMEOUT_S)
+        except (OSError, ValueError) as exc:
+            raise SandboxError(f"the sandbox did not start: {exc}: {session.stderr_tail()}",
+                               who="gvisor") from exc
+        if ready is None:
+            raise SandboxError(f"the sandbox did not start: {session.stderr_tail()}", who="gvisor")
+        if not ready.get("ok"):
+            raise SandboxError(f"the sandbox helper failed: {ready.get('error')}", who="gvisor")
+        return ready
+
+
+def _sockets(proxy: ProxyEndpoint | None) -> dict[str, str]:
+    """The proxy's listeners by the helper's kinds; capture's are not used (no capture here)."""
+    if proxy is None:
+        return {}
+    return {"c": proxy.socket_path}
+
+
+def _layers(profile: SandboxProfile, *, runsc: probe.Runsc, uid: int, lent: bool,
+            proxy: bool) -> tuple[LayerStatus, ...]:
+    fs = profile.fs
+    limits = profile.limits
+    writable = ", ".join([fs.sandbox_workspace, SANDBOX_TMP, fs.sandbox_home, "/dev/shm"])
+    details = {
+        LayerName.NAMESPACES: f"runsc {runsc.release.isoformat()} on the {runsc.platform} "
+                              "platform: commands' system calls are answered by gVisor's "
+                              "sentry, not the host kernel; pid, mount, ipc, uts and net "
+                              "namespaces" + describe_protection(fs),
+        LayerName.LANDLOCK: f"in place of Landlock (the sentry has none): the root is "
+                            f"read-only; writable only {writable}",
+        LayerName.SECCOMP: "every system call a command makes is the sentry's to answer; the "
+                           "sentry and gofer run under runsc's own seccomp filter (proven "
+                           "from the host: seccomp_loaded)",
+        LayerName.NETWORK: f"only 127.0.0.1:{PROXY_PORT}, relayed to the egress proxy's socket"
+                           if proxy else "no egress at all (no proxy)",
+        LayerName.LIMITS: f"memory {limits.memory_bytes} bytes and the host's CPUs, by the "
+                          f"container's cgroup (beneath {CGROUP_PARENT}); inside, rlimits per "
+                          f"process: nproc {limits.pids}, data {limits.memory_bytes} bytes, "
+                          f"open files {limits.open_files}; output {limits.output_bytes} bytes "
+                          "per stream",
+        LayerName.UNPRIVILEGED: (f"per-session uid {uid}, lent the workspace" if lent
+                                 else f"the workspace owner's uid {uid}")
+                                + "; no capabilities, no supplementary groups",
+    }
+    return tuple(LayerStatus(name=layer, applied=True, mechanism=PROVIDES[layer],
+                             detail=details[layer]) for layer in LayerName)

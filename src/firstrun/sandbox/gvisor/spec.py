@@ -1,0 +1,209 @@
+"""A gVisor session's launch, as a pure function of the profile and the host facts.
+
+Guarantee: ``prepare`` is pure (no I/O, no clock), so the whole launch, the
+runsc argv, the OCI bundle's ``config.json``, the root skeleton and every
+command's environment, is golden-tested. What it gives:
+
+- a kernel of the session's own: runsc's sentry answers every system call,
+  on the platform the probe chose; ``--network=none`` leaves the sandbox
+  only loopback, and the proxy's Unix sockets, bound in one by one, are the
+  only way out (``--host-uds=open`` lets a connect() reach exactly the
+  sockets that are bound, and nothing under the host's /run or /tmp is);
+- a read-only root: an empty skeleton whose mount points, and the merged-/usr
+  symlinks, the launch creates; the system directories and toolchain roots
+  bound read-only over it with their secrets masked; tmpfs ``/tmp``,
+  ``/dev/shm`` and HOME sized at the memory limit; exactly one host
+  directory writable, the workspace, with its protected entries bound
+  read-only on top;
+- the helper as the container's init, root inside the sandbox with only
+  the capabilities it needs to run each command as the session's uid and
+  kill what commands leave; its channel is the container's stdin and
+  stdout. No command shares its uid, so none can signal, trace or read it;
+- memory and CPU capped by the container's cgroup. Processes are capped by
+  RLIMIT_NPROC inside, because runsc's pids cgroup counts the sentry's host
+  threads (about thirty per guest process) and a cap there crashes it.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from firstrun.policy.filesystem import SYSTEM_READONLY, is_under
+from firstrun.policy.process import SANDBOX_CA_BUNDLE, build_environment
+from firstrun.policy.profile import SandboxProfile
+from firstrun.sandbox.base import ProxyEndpoint
+from firstrun.sandbox.linux.spec import HostView, helper_config, inside_path
+
+SANDBOX_TMP = "/tmp"
+PROXY_PORT = 3128
+# Where the proxy's sockets appear inside; the directory holds nothing else.
+EGRESS_DIR = "/run/firstrun-egress"
+# The capabilities of the helper, as on docker: change to the session's uid
+# and kill what it leaves behind. Commands drop them all before they exec.
+HELPER_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_KILL")
+# The container's cgroup, beneath each controller's root.
+CGROUP_PARENT = "/firstrun-gvisor"
+# A CPU period of 100 ms; the quota is the cores a session may use in it.
+_CPU_PERIOD_US = 100_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class GvisorFacts:
+    """What ``start`` found on this host and set up for one session, so ``prepare`` is pure.
+
+    ``uid``: the session's uid inside, which is also the owner of whatever
+    the session writes to the workspace on the host (the gofer writes as
+    the uid it is asked to, there being no user namespace between).
+    ``sockets``: the proxy's listeners by the helper's kind (``c`` for
+    proxy-aware clients), each a host socket path.
+    """
+
+    runsc: str
+    platform: str
+    state_root: str
+    bundle: str
+    container_id: str
+    uid: int
+    host: HostView
+    sockets: Mapping[str, str]
+    host_env: Mapping[str, str]
+    path_dirs: frozenset[str]
+    cpus: float
+    helper_source: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class GvisorPlan:
+    """One session's launch, whole. ``skeleton``: the root's mount points (``dir`` or
+    ``file``) and symlinks (``link``, with a target), to create beneath ``rootfs``."""
+
+    argv: tuple[str, ...]
+    rootfs: str
+    config: Mapping[str, object]
+    skeleton: tuple[tuple[str, str, str], ...]
+    exposed: tuple[str, ...]
+    env: Mapping[str, str]
+
+    def to_data(self) -> dict[str, object]:
+        return {"argv": list(self.argv), "rootfs": self.rootfs, "config": self.config,
+                "skeleton": [list(entry) for entry in self.skeleton],
+                "exposed": list(self.exposed), "env": dict(self.env)}
+
+
+def _bind(source: str, destination: str, *, writable: bool = False) -> dict[str, object]:
+    return {"destination": destination, "type": "bind", "source": source,
+            "options": ["rbind", "rw" if writable else "ro", "nosuid", "nodev"]}
+
+
+def _tmpfs(destination: str, *, size: int, mode: str, uid: int = 0) -> dict[str, object]:
+    return {"destination": destination, "type": "tmpfs", "source": "tmpfs",
+            "options": ["nosuid", "nodev", f"mode={mode}", f"size={size}",
+                        f"uid={uid}", f"gid={uid}"]}
+
+
+def prepare(profile: SandboxProfile, proxy: ProxyEndpoint | None, facts: GvisorFacts) -> GvisorPlan:
+    """The launch of one gVisor session, as a pure function of the profile and the facts."""
+    fs = profile.fs
+    limits = profile.limits
+    host = facts.host
+    symlinks = dict(host.symlinks)
+    readonly = list(fs.readonly)
+    if not any(is_under(host.prefix, r) for r in readonly):
+        readonly.append(host.prefix)
+    exposed = tuple(p for p in readonly if p not in SYSTEM_READONLY)
+
+    skeleton: list[tuple[str, str, str]] = []
+    mounts: list[dict[str, object]] = [
+        {"destination": "/proc", "type": "proc", "source": "proc"},
+        _tmpfs("/dev/shm", size=limits.memory_bytes, mode="1777"),
+        _tmpfs(SANDBOX_TMP, size=limits.memory_bytes, mode="1777"),
+    ]
+    skeleton += [("/proc", "dir", ""), ("/dev", "dir", ""), ("/dev/shm", "dir", ""),
+                 (SANDBOX_TMP, "dir", "")]
+    # Parents before children, so a nested bind lands on top of its parent's.
+    for path in sorted(readonly, key=lambda p: (p.count("/"), p)):
+        if path in symlinks:
+            skeleton.append((path, "link", symlinks[path]))
+        else:
+            kind = "dir" if path in host.directories else "file"
+            skeleton.append((path, kind, ""))
+            mounts.append(_bind(path, path))
+    if proxy is not None and proxy.trust_bundle is not None:
+        # After /etc, so it lands on top of the system bundle bound with it.
+        mounts.append(_bind(proxy.trust_bundle, SANDBOX_CA_BUNDLE))
+    for path in sorted(fs.hidden, key=lambda p: (p.count("/"), p)):
+        if path in host.directories:
+            mounts.append(_tmpfs(path, size=1 << 20, mode="0755"))
+        else:
+            mounts.append(_bind("/dev/null", path))
+    mounts.append(_tmpfs(fs.sandbox_home, size=limits.memory_bytes, mode="0700", uid=facts.uid))
+    skeleton.append((fs.sandbox_home, "dir", ""))
+    mounts.append(_bind(fs.workspace, fs.sandbox_workspace, writable=True))
+    skeleton.append((fs.sandbox_workspace, "dir", ""))
+    # On top of the workspace: read-only, and neither removable nor renamable (EBUSY).
+    for name, _kind in fs.protected:
+        mounts.append(_bind(posixpath.join(fs.workspace, name),
+                            posixpath.join(fs.sandbox_workspace, name)))
+    endpoints: dict[str, str] = {}
+    if proxy is not None:
+        skeleton.append((EGRESS_DIR, "dir", ""))
+        for kind, path in sorted(facts.sockets.items()):
+            inside = posixpath.join(EGRESS_DIR, f"{kind}.sock")
+            mounts.append(_bind(path, inside, writable=True))
+            endpoints[kind] = inside
+
+    config = helper_config(profile, control_fd=0, dial_fd=None)
+    config.update({
+        "channel_fds": [0, 1],
+        "proxy_port": PROXY_PORT if proxy is not None else None,
+        "user": {"uid": facts.uid, "gid": facts.uid},
+        # The sentry has no Landlock (ENOSYS); its guarantee is the read-only root here.
+        "landlock": {**config["landlock"], "apply": False, "required": False},  # type: ignore[dict-item]
+    })
+    if endpoints:
+        config["endpoints"] = endpoints
+    caps = list(HELPER_CAPS)
+    oci: dict[str, object] = {
+        "ociVersion": "1.0.0",
+        "process": {
+            "terminal": False,
+            "user": {"uid": 0, "gid": 0},
+            "args": [host.interpreter, "-I", "-S", "-c", facts.helper_source,
+                     json.dumps(config, sort_keys=True, separators=(",", ":"))],
+            "env": ["PATH=/usr/bin:/bin", "LANG=C.UTF-8"],
+            "cwd": "/",
+            "capabilities": {"bounding": caps, "effective": caps, "permitted": caps,
+                             "inheritable": [], "ambient": []},
+            "noNewPrivileges": True,
+        },
+        "root": {"path": facts.bundle + "/rootfs", "readonly": True},
+        "hostname": "sandbox",
+        "mounts": mounts,
+        "linux": {
+            "namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount")],
+            "cgroupsPath": f"{CGROUP_PARENT}/{facts.container_id}",
+            "resources": {
+                "memory": {"limit": limits.memory_bytes},
+                "cpu": {"quota": int(facts.cpus * _CPU_PERIOD_US), "period": _CPU_PERIOD_US},
+            },
+        },
+    }
+    argv = (facts.runsc, "--root", facts.state_root, f"--platform={facts.platform}",
+            "--network=none", *(("--host-uds=open",) if endpoints else ()), "--overlay2=none",
+            "run", "--bundle", facts.bundle, facts.container_id)
+    env = build_environment(
+        facts.host_env,
+        path=inside_path(facts.host_env.get("PATH", ""), (*fs.readonly, host.prefix),
+                         facts.path_dirs),
+        home=fs.sandbox_home,
+        tmpdir=SANDBOX_TMP,
+        proxy_url=f"http://127.0.0.1:{PROXY_PORT}" if proxy is not None else None,
+        inspected=proxy is not None and proxy.trust_bundle is not None,
+        placeholders=dict(proxy.placeholders) if proxy is not None else None,
+        toolchains=fs.toolchain_env,
+    )
+    return GvisorPlan(argv=argv, rootfs=facts.bundle + "/rootfs", config=oci,
+                      skeleton=tuple(skeleton), exposed=exposed, env=env)

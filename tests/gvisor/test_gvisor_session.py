@@ -1,0 +1,152 @@
+"""The gvisor backend under a real runsc: its own kernel, its channel, its leftovers.
+
+Judged by evidence the host holds: the host's own kernel banner against the
+one inside, the exit codes the harness received against the ones commands
+really returned, the host's process table, runsc's state directories, the
+cgroup tree and the workspace's owners after a SIGKILLed harness.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from firstrun.policy.profile import SandboxProfile
+from firstrun.sandbox.gvisor.backend import SESSIONS_DIR, GvisorBackend, GvisorSession
+from firstrun.sandbox.gvisor.spec import CGROUP_PARENT
+from firstrun.sandbox.hostfs import host_filesystem_policy
+from firstrun.sandbox.ownership import LEASE_DIR
+
+FIRSTRUN = Path(sys.executable).parent / "firstrun"
+
+pytestmark = pytest.mark.skipif(
+    any(not c.available for c in GvisorBackend().probe()),
+    reason="the gvisor backend is not available here (scripts/test installs runsc)")
+
+
+@pytest.fixture(scope="module")
+def session() -> Iterator[GvisorSession]:
+    workspace = tempfile.mkdtemp(prefix="firstrun-test-gvisor-")
+    try:
+        profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False))
+        with GvisorBackend().start(profile, proxy=None) as s:
+            yield s
+    finally:
+        subprocess.run(["rm", "-rf", workspace], check=False)
+
+
+def test_the_kernel_inside_is_gvisors_not_the_hosts(session: GvisorSession) -> None:
+    inside = session.exec("cat /proc/version; uname -r").stdout.text().splitlines()
+    host = Path("/proc/version").read_text(encoding="utf-8").strip()
+    assert inside[0] != host and inside[1] != os.uname().release
+    # What only the host kernel answers, the sandbox's does not.
+    probe = session.exec(["python3", "-c", "import ctypes, os; "
+                          "print(ctypes.CDLL(None, use_errno=True).syscall(444, None, 0, 1), "
+                          "ctypes.get_errno(), os.path.exists('/proc/sys/kernel/osrelease'))"])
+    assert probe.stdout.text().split() == ["-1", "38", "False"], probe.stderr.text()
+    [check] = [c for c in session.info.attestation if c.name == "kernel_not_the_hosts"]
+    assert check.passed, check.detail
+    layers = {layer.name: layer.mechanism for layer in session.info.layers}
+    assert "gVisor" in layers["namespaces"] and "read-only root" in layers["landlock"]
+
+
+def test_a_forged_frame_on_the_helpers_descriptors_never_becomes_a_result(
+        session: GvisorSession) -> None:
+    forged = '{"op":"exit","id":99,"code":0,"timed_out":false,"duration_s":0}'
+    result = session.exec(
+        f"for fd in /proc/1/fd/*; do printf '%s\\n' '{forged}' > \"$fd\" && echo opened $fd; "
+        "done 2>/dev/null; exit 3")
+    assert result.exit_code == 3
+    assert "opened" not in result.stdout.text()
+    # The session is whole afterwards: the next command gets its own answer.
+    assert session.exec("echo on").stdout.text() == "on\n"
+
+
+def test_everyday_tools_work_on_the_read_only_root(session: GvisorSession) -> None:
+    done = session.exec("ls -l / >/dev/null && stat /etc/passwd >/dev/null && "
+                        "git --version >/dev/null && python3 -m venv --without-pip v && echo ok")
+    assert (done.exit_code, done.stdout.text()) == (0, "ok\n"), done.stderr.text()
+    refused = session.exec("touch /usr/firstrun-gvisor-x")
+    assert refused.exit_code != 0 and not os.path.exists("/usr/firstrun-gvisor-x")
+
+
+def _host_processes_naming(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def _cgroups_of(container_id: str) -> list[str]:
+    return [str(p) for p in Path("/sys/fs/cgroup").glob(f"*{CGROUP_PARENT}/{container_id}")]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the gvisor backend runs as root")
+def test_after_a_sigkilled_harness_the_next_start_leaves_nothing_behind(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "mine").write_text("the owner's file\n")
+    before = set(os.listdir(SESSIONS_DIR)) if os.path.isdir(SESSIONS_DIR) else set()
+    # A SIGKILLed harness leaves its private temporary directories: keep them here.
+    (tmp_path / "tmp").mkdir()
+    proc = subprocess.Popen(
+        [str(FIRSTRUN), "sandbox", "--backend", "gvisor", "--workspace", str(workspace), "--",
+         "sh", "-c", "touch started; (setsid sleep 600 &); sleep 600"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**os.environ, "TMPDIR": str(tmp_path / "tmp")})
+    deadline = time.monotonic() + 120
+    while not (workspace / "started").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    [container_id] = set(os.listdir(SESSIONS_DIR)) - before
+    lent = os.stat(workspace).st_uid
+    assert lent != 0 and _host_processes_naming(container_id)
+    proc.kill()
+    proc.wait()
+    later = subprocess.run([str(FIRSTRUN), "sandbox", "--backend", "gvisor", "--", "true"],
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+    assert later.returncode == 0, later.stderr
+    assert not os.path.exists(os.path.join(SESSIONS_DIR, container_id))
+    assert _host_processes_naming(container_id) == []
+    assert _cgroups_of(container_id) == []
+    assert {os.lstat(p).st_uid for p in (workspace, *workspace.rglob("*"))} == {0}
+    assert (workspace / "mine").read_text() == "the owner's file\n"
+    assert not any(json.loads(p.read_text())["workspace"] == str(workspace)
+                   for p in Path(LEASE_DIR).glob("*.json"))
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupt_mid_command_ends_the_sandbox_and_leaves_nothing(
+        tmp_path: Path, signum: int) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    before = set(os.listdir(SESSIONS_DIR)) if os.path.isdir(SESSIONS_DIR) else set()
+    proc = subprocess.Popen(
+        [str(FIRSTRUN), "sandbox", "--backend", "gvisor", "--workspace", str(workspace), "--",
+         "sh", "-c", "touch started; sleep 600"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not (workspace / "started").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    [container_id] = set(os.listdir(SESSIONS_DIR)) - before
+    proc.send_signal(signum)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signum
+    assert _host_processes_naming(container_id) == []
+    assert not os.path.exists(os.path.join(SESSIONS_DIR, container_id))
+    assert _cgroups_of(container_id) == []
