@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import json
 import socket
+import subprocess
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -70,6 +71,14 @@ def decode_message(line: bytes | str, *, peer: str) -> dict:
     if not isinstance(msg, dict):
         raise ValueError(f"{peer} sent {type(msg).__name__}, not an object")
     return msg
+
+
+def kill_and_wait(process: subprocess.Popen[bytes]) -> None:
+    """Kill ``process`` if it still runs, and reap it: a session's undo for the process it
+    launched (bubblewrap, runsc, docker's attach client, QEMU)."""
+    if process.poll() is None:
+        process.kill()
+    process.wait()
 
 
 class Silent(TimeoutError):

@@ -87,7 +87,7 @@ from firstrun.sandbox.base import (
     ProxyEndpoint,
     SessionInfo,
 )
-from firstrun.sandbox.channel import JsonLines, SupervisedSession, decode_message
+from firstrun.sandbox.channel import JsonLines, SupervisedSession, decode_message, kill_and_wait
 from firstrun.sandbox.docker import seccomp_probe
 from firstrun.sandbox.docker.probe import probe_daemon
 from firstrun.sandbox.docker.resources import (
@@ -240,12 +240,6 @@ def _take_down(topology: Topology, sidecars: list[_Sidecar], docker_bin: str, *,
         raise SandboxError("; ".join(errors), who="docker")
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.kill()
-    process.wait()
-
-
 class DockerSession(SupervisedSession):
     """A running run container; its pid 1 is the helper, attached over one socket."""
 
@@ -281,9 +275,7 @@ class DockerSession(SupervisedSession):
         if not self._killed:
             self._killed = True
             docker("kill", self.topology.run, docker_bin=self._docker, check=False)
-        if self._attach.poll() is None:
-            self._attach.kill()
-        self._attach.wait()
+        kill_and_wait(self._attach)
 
     def interrupt(self) -> None:
         # The client's death closes the helper's stdin; killing the container
@@ -668,7 +660,7 @@ class DockerBackend:
                 stdin=child, stdout=child, stderr=attach_stderr)
         finally:
             child.close()
-        acquired.callback(_stop, attach)
+        acquired.callback(kill_and_wait, attach)
         session = DockerSession(
             topology=topology, profile=profile,
             env=plan.environment(sidecar_ip=sidecar_ip, placeholders=inspection.placeholders

@@ -52,7 +52,7 @@ from firstrun.sandbox.base import (
     ProxyEndpoint,
     SessionInfo,
 )
-from firstrun.sandbox.channel import JsonLines, SupervisedSession
+from firstrun.sandbox.channel import JsonLines, SupervisedSession, kill_and_wait
 from firstrun.sandbox.gvisor import probe
 from firstrun.sandbox.gvisor.spec import (
     CGROUP_PARENT,
@@ -233,9 +233,7 @@ class GvisorSession(SupervisedSession):
 
     def _end(self) -> None:
         # runsc's sentry and gofer die with it (their parent-death signal).
-        if self._process.poll() is None:
-            self._process.kill()
-        self._process.wait()
+        kill_and_wait(self._process)
 
     def interrupt(self) -> None:
         if self._process.poll() is None:
@@ -253,12 +251,6 @@ class GvisorSession(SupervisedSession):
             self._cleanup.close()
         except (OSError, subprocess.SubprocessError) as exc:
             raise SandboxError(f"restoring the host after the session: {exc}", who="gvisor") from exc
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.kill()
-    process.wait()
 
 
 class GvisorBackend:
@@ -347,7 +339,7 @@ class GvisorBackend:
                 raise _sandbox_error("cannot launch runsc", exc) from exc
             finally:
                 child.close()
-            acquired.callback(_stop, process)
+            acquired.callback(kill_and_wait, process)
             session = GvisorSession(
                 process=process, control=control, env=dict(plan.env), profile=profile,
                 info=SessionInfo(backend=self.name, enforcement=Enforcement.ENFORCED,

@@ -52,7 +52,7 @@ from firstrun.sandbox.base import (
     ProxyEndpoint,
     SessionInfo,
 )
-from firstrun.sandbox.channel import JsonLines, SupervisedSession
+from firstrun.sandbox.channel import JsonLines, SupervisedSession, kill_and_wait
 from firstrun.sandbox.linux import cgroup, launcher, probe, seccomp
 from firstrun.sandbox.linux.spec import (
     PROXY_PORT,
@@ -213,9 +213,7 @@ class LinuxSession(SupervisedSession):
     def _end(self) -> None:
         """Kill bubblewrap, everything in the session cgroup and, for a root harness,
         every process of the session's uid; then remove the cgroup."""
-        if self._process.poll() is None:
-            self._process.kill()
-        self._process.wait()
+        kill_and_wait(self._process)
         if self.cgroup is not None:
             self.cgroup.kill_and_remove()
         if self._sandbox_uid is not None:
@@ -356,7 +354,7 @@ class LinuxBackend:
                 control_child.close()
                 if dial_child is not None:
                     dial_child.close()
-            acquired.callback(_stop, process)
+            acquired.callback(kill_and_wait, process)
             session = LinuxSession(
                 process=process, control=control_parent, env=dict(plan.env), profile=profile,
                 info=SessionInfo(backend=self.name, enforcement=Enforcement.ENFORCED,
@@ -430,12 +428,6 @@ class LinuxBackend:
                 )
             raise SandboxError(f"the sandbox helper failed: {ready.get('error')}", who="linux")
         return ready
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.kill()
-    process.wait()
-
 
 def _session_cgroup(profile: SandboxProfile) -> tuple[cgroup.SessionCgroup | None, str]:
     """A session cgroup with the profile's caps, or None and why there is none.

@@ -57,7 +57,7 @@ from firstrun.sandbox.base import (
     ProxyEndpoint,
     SessionInfo,
 )
-from firstrun.sandbox.channel import JsonLines, SupervisedSession
+from firstrun.sandbox.channel import JsonLines, SupervisedSession, kill_and_wait
 from firstrun.sandbox.linux import seccomp
 from firstrun.sandbox.microvm import probe, relay
 from firstrun.sandbox.microvm.image import MicrovmImage, find_image
@@ -202,9 +202,7 @@ class MicrovmSession(SupervisedSession):
         return f"the VM ended during a command: {self.console_tail()}"
 
     def _end(self) -> None:
-        if self._process.poll() is None:
-            self._process.kill()
-        self._process.wait()
+        kill_and_wait(self._process)
 
     def interrupt(self) -> None:
         # The VM is one process: killing it ends every command in the guest at once.
@@ -224,12 +222,6 @@ class MicrovmSession(SupervisedSession):
         except OSError as exc:
             raise SandboxError(f"restoring the host after the session: {exc}",
                                who="microvm") from exc
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.kill()
-    process.wait()
 
 
 def _ca_bundle() -> bytes:
@@ -388,7 +380,7 @@ class MicrovmBackend:
                         env=dict(plan.qemu_env), pass_fds=plan.pass_fds, close_fds=True,
                         user=uid if root else None, group=gid if root else None,
                         extra_groups=groups if root else None, start_new_session=True)
-                acquired.callback(_stop, process)
+                acquired.callback(kill_and_wait, process)
             except OSError as exc:
                 raise _error("cannot launch qemu", exc) from exc
             session = MicrovmSession(
