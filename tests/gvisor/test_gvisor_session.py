@@ -150,3 +150,14 @@ def test_an_interrupt_mid_command_ends_the_sandbox_and_leaves_nothing(
     assert _host_processes_naming(container_id) == []
     assert not os.path.exists(os.path.join(SESSIONS_DIR, container_id))
     assert _cgroups_of(container_id) == []
+
+
+def test_a_sweep_on_gvisor_says_first_that_nothing_captures_there(tmp_path: Path) -> None:
+    task = Path(__file__).resolve().parents[1] / "cli" / "run_fixtures" / "tasks" / "greet-pass.yaml"
+    done = subprocess.run([str(FIRSTRUN), "run", str(task), "--backend", "gvisor",
+                           "--out", str(tmp_path / "out")], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stderr.splitlines()[0].startswith(
+        "firstrun: the gvisor backend does not capture: a program that ignores the proxy "
+        "variables reaches nothing"), done.stderr

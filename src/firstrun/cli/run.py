@@ -61,6 +61,7 @@ from firstrun.run.project import (
 from firstrun.sandbox.select import (
     BackendOptions,
     Resolution,
+    entry,
     require_vm,
     resolve_backend,
     select_backend,
@@ -263,6 +264,13 @@ def run_command(request: RunRequest) -> int:
         # Said when auto had to settle for less than its first choice; the
         # choice itself is always in results.json's meta.
         print(f"firstrun: {resolution.explain()}", file=sys.stderr)
+    chosen = entry(resolution.backend)
+    if not (chosen.captures or chosen.own_proxy or chosen.unenforced):
+        # Nothing records a dial that ignores the proxy variables there, so a
+        # run it broke cannot be told from a gap in the docs (blocked).
+        print(f"firstrun: the {chosen.name} backend does not capture: a program that ignores "
+              "the proxy variables reaches nothing and leaves no record, so a run it failed "
+              "reads as docs_gap; such tasks belong on linux or docker", file=sys.stderr)
     out = Path(request.out)
     config = RunConfig(
         out_dir=out,
