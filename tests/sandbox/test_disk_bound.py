@@ -11,15 +11,18 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 from sandbox_support import make_profile, start_session
 
+import firstrun
 from firstrun.sandbox.disk import DISK_LEASE_DIR, MIB, SizedWorkspace, open_sized_workspace, recover
 
 pytestmark = [pytest.mark.escape,
@@ -127,9 +130,17 @@ def test_a_harness_that_is_not_root_records_the_default_and_refuses_a_bound_it_w
               "except SandboxUnavailable as exc:\n"
               "    asked = str(exc)\n"
               "print(json.dumps([default.to_data(), asked]))\n")
-    done = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
-                           sys.executable, "-c", script],
-                          capture_output=True, text=True, timeout=60, cwd="/")
+    # The package as nobody can read it: a checkout may live in a 0700 directory.
+    readable = tempfile.mkdtemp(prefix="firstrun-test-src-")
+    try:
+        os.chmod(readable, 0o755)
+        shutil.copytree(Path(firstrun.__file__).parent, os.path.join(readable, "firstrun"))
+        done = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
+                               sys.executable, "-c", script],
+                              capture_output=True, text=True, timeout=60, cwd="/",
+                              env={**os.environ, "PYTHONPATH": readable})
+    finally:
+        shutil.rmtree(readable, ignore_errors=True)
     assert done.returncode == 0, done.stderr
     default, asked = json.loads(done.stdout)
     assert default["bound_bytes"] is None and "needs root" in default["mechanism"]
