@@ -11,8 +11,7 @@ from firstrun.cli.doctor import available_backends
 from firstrun.policy.network import Channel, NetworkPolicy
 from firstrun.policy.profile import SandboxProfile
 from firstrun.proxy.records import EgressRecord
-from firstrun.proxy.server import EgressProxy
-from firstrun.run.sandbox import capture_listeners
+from firstrun.proxy.server import EgressProxy, capture_listeners
 from firstrun.sandbox.base import ProxyEndpoint, Session
 from firstrun.sandbox.hostfs import host_filesystem_policy
 from firstrun.sandbox.select import OWN_PROXY, BackendOptions, entry, select_backend

@@ -79,8 +79,8 @@ def test_the_policy_hash_says_what_was_required_not_which_backend() -> None:
 def test_what_a_run_may_ask_of_a_backend_is_read_from_its_entry(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """A backend added to the registry gets inspection, isolation: vm and the local
     refusal from its entry alone: nothing in run/ or cli/ names it."""
-    from firstrun.run.sandbox import inspecting_backend
     from firstrun.sandbox import select
+    from firstrun.sandbox.select import inspecting_backend
 
     assert select.inspecting() == ("docker", "linux")
     fresh = select.Entry(name="fresh", cls="firstrun.sandbox.local:LocalBackend", auto_rank=None,

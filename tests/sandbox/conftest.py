@@ -11,8 +11,7 @@ import pytest
 from sandbox_support import make_profile
 
 from firstrun.policy.network import Channel, NetworkPolicy
-from firstrun.proxy.server import EgressProxy
-from firstrun.run.sandbox import capture_listeners
+from firstrun.proxy.server import EgressProxy, capture_listeners
 from firstrun.sandbox.base import ProxyEndpoint
 from firstrun.sandbox.linux.backend import LinuxBackend, LinuxSession
 

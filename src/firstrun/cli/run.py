@@ -250,7 +250,8 @@ def run_command(request: RunRequest) -> int:
     # Built once up front so an unknown --agent, a bad --model, a missing SDK
     # or key, or an unpriced --max-spend is refused before any run.
     spend = _spend_governor(new_agent(), request.max_spend, tasks)
-    from firstrun.run.sandbox import check_inspection, inspecting_backend
+    from firstrun.run.sandbox import check_inspection
+    from firstrun.sandbox.select import inspecting_backend
 
     inspect_tls = bool(request.inspect_tls)
     check_inspection(tasks, inspect_tls=inspect_tls, env=os.environ)
@@ -516,8 +517,9 @@ def check_command(
         tasks = apply_task_defaults(tasks, project.spec)
     from firstrun.run.check import recheck
     from firstrun.run.runner import RunConfig
-    from firstrun.run.sandbox import check_inspection, inspecting_backend
+    from firstrun.run.sandbox import check_inspection
     from firstrun.run.suite import suite_exit_code
+    from firstrun.sandbox.select import inspecting_backend
 
     check_inspection(tasks, inspect_tls=inspect_tls, env=os.environ)
     backend = inspecting_backend(backend, inspect_tls=inspect_tls, flag="--backend")

@@ -28,10 +28,8 @@ from firstrun.policy.methods import InspectionPolicy
 from firstrun.policy.network import DEFAULT_ALLOW, Channel, Mode, NetworkPolicy
 from firstrun.policy.process import DEFAULT_DISK_MB, Limits
 from firstrun.policy.profile import LayerName, SandboxProfile
-from firstrun.proxy.intercept import prepare_interception
 from firstrun.proxy.records import EgressRecord, RecordLog
-from firstrun.proxy.server import EgressProxy
-from firstrun.run.sandbox import capture_listeners, inspecting_backend
+from firstrun.proxy.server import EgressProxy, capture_listeners
 from firstrun.sandbox.base import ExecResult, ProxyEndpoint, Stream
 from firstrun.sandbox.disk import SizedWorkspace, open_sized_workspace, unbounded
 from firstrun.sandbox.hostfs import check_workspace, host_filesystem_policy
@@ -39,6 +37,7 @@ from firstrun.sandbox.select import (
     OWN_PROXY,
     BackendOptions,
     entry,
+    inspecting_backend,
     resolve_backend,
     select_backend,
 )
@@ -189,6 +188,9 @@ def run_sandbox(request: SandboxRequest) -> int:
             sockdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="firstrun-proxy-"))
             interception, trust_bundle = None, None
             if policy.inspection is not None:
+                # Imported here: only --inspect-tls needs X.509 (cryptography).
+                from firstrun.proxy.intercept import prepare_interception
+
                 interception, trust_bundle = prepare_interception(
                     policy.inspection, env=os.environ, bundle_dir=sockdir)
             proxy = stack.enter_context(EgressProxy(policy, record_path=request.record,

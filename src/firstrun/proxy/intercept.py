@@ -29,6 +29,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import h11
 
@@ -37,7 +38,6 @@ from firstrun.policy.hosts import parse_ip_literal
 from firstrun.policy.methods import InnerRequest, InspectionPolicy, decide_inner
 from firstrun.policy.network import Channel
 from firstrun.policy.process import SANDBOX_CA_BUNDLE
-from firstrun.proxy.ca import RunCA, upstream_context
 from firstrun.proxy.credentials import MaskedCredential, mint, substitute
 from firstrun.proxy.errors import (
     PeerGone,
@@ -55,6 +55,9 @@ from firstrun.proxy.request import (
     parse_authority,
 )
 from firstrun.proxy.tls import MAX_CLIENT_HELLO, Hello, HelloStatus, parse_client_hello
+
+if TYPE_CHECKING:
+    from firstrun.proxy.ca import RunCA
 
 _READ = 1 << 16
 
@@ -564,6 +567,9 @@ def new_interception(
     ``extra_cafiles`` are CA files trusted upstream besides the system store.
     Raises ``UsageError`` for a credential whose value is not in ``env``.
     """
+    # Imported here: X.509 (cryptography) costs a plain session's start nothing.
+    from firstrun.proxy.ca import RunCA, upstream_context
+
     return Interception(ca=RunCA(), upstream=upstream_context(extra_cafiles),
                         credentials=mint(inspection.credentials, env))
 

@@ -1047,3 +1047,13 @@ class EgressProxy:
 
     def denied(self) -> list[EgressRecord]:
         return [r for r in self._log.snapshot() if r.denied]
+
+
+def capture_listeners(proxy: EgressProxy, sockdir: str) -> dict[str, str]:
+    """The proxy's listeners for redirected flows and DNS, as ``ProxyEndpoint`` fields."""
+    return {
+        "transparent_path": proxy.listen_unix(os.path.join(sockdir, "transparent.sock"),
+                                              Channel.SHELL, ListenerKind.TRANSPARENT),
+        "dns_path": proxy.listen_unix(os.path.join(sockdir, "dns.sock"), Channel.SHELL,
+                                      ListenerKind.DNS),
+    }

@@ -40,7 +40,7 @@ from firstrun.policy.profile import SandboxProfile
 from firstrun.proxy.credentials import mint, sandbox_variables
 from firstrun.proxy.intercept import prepare_interception
 from firstrun.proxy.records import EgressRecord
-from firstrun.proxy.server import EgressProxy, ListenerKind
+from firstrun.proxy.server import EgressProxy, capture_listeners
 from firstrun.run.config import RunConfig
 from firstrun.sandbox.base import ProxyEndpoint, Session
 from firstrun.sandbox.hostfs import host_filesystem_policy
@@ -72,38 +72,12 @@ def check_inspection(tasks: Sequence[Task], *, inspect_tls: bool, env: Mapping[s
                 raise UsageError(f"{task.path}: {exc.args[0]}") from None
 
 
-def inspecting_backend(backend: str, *, inspect_tls: bool, flag: str) -> str:
-    """The backend to resolve: under --inspect-tls one that cannot inspect is refused.
-
-    ``auto`` stays ``auto``: it prefers docker, then linux, both inspecting;
-    should it land on another, ``open_sandbox`` refuses that run.
-    """
-    if not inspect_tls or backend == "auto":
-        return backend
-    if not entry(backend).inspects_tls:
-        raise UsageError(
-            f"{flag} {backend}: --inspect-tls needs the {' or '.join(inspecting())} backend; "
-            f"the {backend} backend cannot show the run's CA bundle in its sandbox"
-        )
-    return backend
-
-
 @dataclass(frozen=True, kw_only=True)
 class Enclosure:
     session: Session
     proxy: EgressProxy
     reader: DocsReader
     policy: NetworkPolicy
-
-
-def capture_listeners(proxy: EgressProxy, sockdir: str) -> dict[str, str]:
-    """The proxy's listeners for redirected flows and DNS, as ``ProxyEndpoint`` fields."""
-    return {
-        "transparent_path": proxy.listen_unix(os.path.join(sockdir, "transparent.sock"),
-                                              Channel.SHELL, ListenerKind.TRANSPARENT),
-        "dns_path": proxy.listen_unix(os.path.join(sockdir, "dns.sock"), Channel.SHELL,
-                                      ListenerKind.DNS),
-    }
 
 
 def task_policy(task: Task, config: RunConfig) -> NetworkPolicy:

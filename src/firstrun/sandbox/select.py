@@ -143,6 +143,22 @@ def own_kernel_backend() -> str | None:
     return next((e.name for e in ranked if _own_kernel_here(e).available), None)
 
 
+def inspecting_backend(backend: str, *, inspect_tls: bool, flag: str) -> str:
+    """The backend to resolve: under --inspect-tls one that cannot inspect is refused.
+
+    ``auto`` stays ``auto``: it prefers docker, then linux, both inspecting;
+    should it land on another, the run refuses itself (``run.sandbox.open_sandbox``).
+    """
+    if not inspect_tls or backend == "auto":
+        return backend
+    if not entry(backend).inspects_tls:
+        raise UsageError(
+            f"{flag} {backend}: --inspect-tls needs the {' or '.join(inspecting())} backend; "
+            f"the {backend} backend cannot show the run's CA bundle in its sandbox"
+        )
+    return backend
+
+
 def require_vm(name: str, *, who: str) -> None:
     """Refuse a run that asked for ``isolation: vm`` on a backend that cannot give it one.
 
