@@ -35,6 +35,7 @@ from pathlib import Path
 
 from firstrun.errors import SandboxError, SandboxUnavailable, UsageError
 from firstrun.policy.images import image_reference_error
+from firstrun.sandbox.base import apt_fix
 
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
@@ -135,7 +136,7 @@ def _run(argv: list[str], what: str, log: Callable[[str], None],
     except OSError as exc:
         package = _PROVIDED_BY.get(os.path.basename(argv[0]), os.path.basename(argv[0]))
         raise SandboxUnavailable(f"{what}: cannot run {argv[0]}: {exc}", who="images",
-                                 fix=f"apt-get install {package}") from exc
+                                 fix=apt_fix(package)) from exc
     if done.returncode != 0:
         # debootstrap reports on stdout and in its own log, not on stderr.
         detail = (done.stdout + done.stderr).strip()[-2000:]
@@ -213,7 +214,7 @@ def _image_recipe(tag: str, docker: str) -> str | None:
             stdin=subprocess.DEVNULL, capture_output=True, text=True)
     except OSError as exc:
         raise SandboxUnavailable(f"cannot run {docker}: {exc}", who="images",
-                                 fix="apt-get install docker.io") from exc
+                                 fix=apt_fix("docker.io")) from exc
     if done.returncode != 0:
         return None
     label = done.stdout.strip()

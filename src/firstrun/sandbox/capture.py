@@ -26,6 +26,7 @@ import subprocess
 from dataclasses import dataclass
 
 from firstrun.errors import SandboxError, SandboxUnavailable
+from firstrun.sandbox.base import apt_fix
 
 WHO = "capture"
 
@@ -70,7 +71,7 @@ def _tool(name: str) -> str:
     if found is None:
         raise SandboxUnavailable(
             f"transparent capture needs {name}, which is not installed", who=WHO,
-            fix="apt-get install iptables iproute2 util-linux")
+            fix=apt_fix("iptables", "iproute2", "util-linux"))
     return found
 
 

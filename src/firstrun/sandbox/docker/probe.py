@@ -20,7 +20,7 @@ from collections.abc import Mapping
 
 import h11
 
-from firstrun.sandbox.base import Capability
+from firstrun.sandbox.base import Capability, apt_fix, as_root
 
 DOCKER_SOCKET = "/var/run/docker.sock"
 _TIMEOUT_S = 3.0
@@ -91,7 +91,7 @@ def probe_daemon(env: Mapping[str, str]) -> Capability:
             status, body = _get(path, "/version")
     except FileNotFoundError:
         return Capability(name="docker daemon", available=False, detail=f"no socket at {path}",
-                          fix="apt-get install docker.io && systemctl start docker "
+                          fix=f"{apt_fix('docker.io')} && {as_root('systemctl start docker')} "
                               "(or start dockerd yourself)")
     except PermissionError:
         return Capability(

@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass
 
 from firstrun.errors import SandboxError, SandboxUnavailable
+from firstrun.sandbox.base import apt_fix
 from firstrun.sandbox.capture import CapturePorts, load, nat_rules
 from firstrun.sandbox.docker.topology import (
     DNS_PORT,
@@ -53,7 +54,7 @@ def docker_binary() -> str:
     path = shutil.which("docker")
     if path is None:
         raise SandboxUnavailable("the docker CLI is not installed", who="docker",
-                                 fix="apt-get install docker.io")
+                                 fix=apt_fix("docker.io"))
     return path
 
 

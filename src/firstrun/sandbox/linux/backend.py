@@ -51,6 +51,7 @@ from firstrun.sandbox.base import (
     LayerStatus,
     ProxyEndpoint,
     SessionInfo,
+    apt_fix,
 )
 from firstrun.sandbox.channel import JsonLines, SupervisedSession, kill_and_wait
 from firstrun.sandbox.linux import cgroup, launcher, probe, seccomp
@@ -261,7 +262,7 @@ class LinuxBackend:
         bwrap = probe.bwrap_path()
         if bwrap is None:
             raise SandboxUnavailable("bubblewrap is not installed", who="linux",
-                                     fix="apt-get install bubblewrap")
+                                     fix=apt_fix("bubblewrap"))
         if not os.path.isdir(profile.fs.workspace):
             raise SandboxError(f"workspace {profile.fs.workspace} is not a directory",
                                who="linux")
@@ -276,7 +277,7 @@ class LinuxBackend:
         except SandboxError as exc:
             if LayerName.SECCOMP not in profile.downgrades:
                 raise SandboxUnavailable(f"seccomp: {exc}", who="linux",
-                                         fix="apt-get install libseccomp2") from exc
+                                         fix=apt_fix("libseccomp2")) from exc
             downgrades.append(LayerName.SECCOMP.value)
         try:
             return self._launch(profile, proxy, bwrap, seccomp_fd, downgrades)

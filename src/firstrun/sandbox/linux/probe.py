@@ -13,7 +13,7 @@ import re
 import shutil
 import subprocess
 
-from firstrun.sandbox.base import Capability
+from firstrun.sandbox.base import Capability, apt_fix
 from firstrun.sandbox.helper import landlock_abi
 from firstrun.sandbox.linux import cgroup
 
@@ -71,13 +71,13 @@ def _bwrap() -> Capability:
     path = bwrap_path()
     if path is None:
         return Capability(name="bubblewrap", available=False, detail="bwrap not on PATH",
-                          fix="apt-get install bubblewrap")
+                          fix=apt_fix("bubblewrap"))
     version = bwrap_version(path)
     shown = ".".join(map(str, version)) if version else "unknown"
     if version is None or version < MIN_BWRAP:
         return Capability(name="bubblewrap", available=False,
                           detail=f"{path} version {shown}; need >= 0.8.0 (--disable-userns, --size)",
-                          fix="apt-get install bubblewrap (Debian 12 ships 0.8.0)")
+                          fix=f"{apt_fix('bubblewrap')} (Debian 12 ships 0.8.0)")
     return Capability(name="bubblewrap", available=True, detail=f"{path} {shown}")
 
 
@@ -105,7 +105,7 @@ def _seccomp() -> Capability:
         pyseccomp.SyscallFilter(pyseccomp.ALLOW)
     except (ImportError, OSError) as exc:
         return Capability(name="seccomp", available=False, detail=f"libseccomp unusable: {exc}",
-                          fix="apt-get install libseccomp2 && pip install pyseccomp")
+                          fix=f"{apt_fix('libseccomp2')} && pip install pyseccomp")
     return Capability(name="seccomp", available=True, detail="seccomp-bpf via libseccomp")
 
 
@@ -145,7 +145,7 @@ def _capture() -> Capability:
     if missing:
         return Capability(name="capture", available=False,
                           detail=f"transparent capture needs {', '.join(missing)}",
-                          fix="apt-get install iptables iproute2 util-linux")
+                          fix=apt_fix("iptables", "iproute2", "util-linux"))
     return Capability(name="capture", available=True,
                       detail="transparent capture: nat rules loaded with iptables-restore")
 

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from firstrun.errors import SandboxError, SandboxUnavailable
 from firstrun.images.build import PYTHON, SUITE, default_cache_dir, rootfs_tarball
+from firstrun.sandbox.base import apt_fix
 
 # The drivers the guest needs, in load order (each after what it depends on):
 # virtio over MMIO (the microvm machine has no PCI), 9p for the root and the
@@ -187,7 +188,7 @@ def _compile_init(work: str) -> bytes:
                               stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False)
     except OSError as exc:
         raise SandboxUnavailable(f"cannot run gcc: {exc}", who="microvm",
-                                 fix="apt-get install gcc libc6-dev") from exc
+                                 fix=apt_fix("gcc", "libc6-dev")) from exc
     if done.returncode != 0:
         raise SandboxError(f"compiling the guest init failed: {done.stderr[-1500:]}",
                            who="microvm")
@@ -215,7 +216,7 @@ def build_image(*, cache_dir: Path | None = None,
     kernel = host_kernel()
     if kernel is None:
         raise SandboxUnavailable("no Debian kernel with modules in /boot and /lib/modules",
-                                 who="microvm", fix="apt-get install linux-image-amd64")
+                                 who="microvm", fix=apt_fix("linux-image-amd64"))
     vmlinuz, release = kernel
     modules = module_files(release)
     cache = cache_dir or default_cache_dir()

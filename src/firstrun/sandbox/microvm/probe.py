@@ -14,7 +14,7 @@ import fcntl
 import os
 import shutil
 
-from firstrun.sandbox.base import Capability
+from firstrun.sandbox.base import Capability, apt_fix
 from firstrun.sandbox.microvm.image import find_image
 
 QEMU = "qemu-system-x86_64"
@@ -83,7 +83,7 @@ def qemu() -> Capability:
     path = shutil.which(QEMU)
     return Capability(name="qemu", available=path is not None,
                       detail=path or f"{QEMU} not found",
-                      fix=None if path else "apt-get install qemu-system-x86")
+                      fix=None if path else apt_fix("qemu-system-x86"))
 
 
 def image() -> Capability:
