@@ -105,3 +105,17 @@ def test_missing_or_bad_results_exit_3_naming_the_argument(tmp_path: Path) -> No
     junk = firstrun("diff", str(tmp_path / "junk"), before)
     assert junk.returncode == 3 and "BEFORE: " in junk.stderr and "not a readable results file" in junk.stderr
     assert firstrun("diff", before).returncode == 3
+
+
+def test_sweeps_run_through_different_readers_are_flagged_before_the_table(tmp_path: Path) -> None:
+    meta = {"agent": "replay", "model": None, "started_at": "2026-01-01T00:00:00+00:00"}
+    before = write_results(tmp_path / "before", runs("quick", 3, 1), traces=False, meta={
+        **meta, "versions": {"httpx": "0.28.1", "markdownify": "1.1.0", "beautifulsoup4": "4.13.0"}})
+    after = write_results(tmp_path / "after", runs("quick", 3, 1), traces=False, meta={
+        **meta, "versions": {"httpx": "0.28.1", "markdownify": "2.0.0", "beautifulsoup4": "4.13.0"}})
+    result = firstrun("diff", str(before), str(after))
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ("firstrun: the sweeps ran with different versions of what shapes the "
+                             "agent's view: markdownify 1.1.0 -> 2.0.0\n")
+    same = firstrun("diff", str(before), str(before))
+    assert same.stderr == ""

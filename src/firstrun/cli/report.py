@@ -23,6 +23,7 @@ from firstrun.reports.load import load_saved
 from firstrun.reports.markdown import render_markdown
 from firstrun.reports.output import append_text, write_text_atomic
 from firstrun.results.stats import compare
+from firstrun.results.versions import version_changes
 
 
 def diff_command(before: str, after: str, *, alpha: float, fail_on_regression: bool) -> int:
@@ -31,6 +32,11 @@ def diff_command(before: str, after: str, *, alpha: float, fail_on_regression: b
     old = load_saved(before, label="BEFORE")
     new = load_saved(after, label="AFTER")
     comparison = compare(old.records, new.records, alpha=alpha)
+    changed = version_changes(old.meta.get("versions") or {}, new.meta.get("versions") or {})
+    if changed:
+        # Said first: a change here may be what moved the pass rates, not the docs.
+        print("firstrun: the sweeps ran with different versions of what shapes the agent's "
+              f"view: {', '.join(changed)}", file=sys.stderr)
     if sys.stdout.isatty() and comparison.tasks:
         from rich.console import Console
         from rich.table import Table

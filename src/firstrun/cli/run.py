@@ -50,6 +50,7 @@ from firstrun.results.model import (
     incomparability,
 )
 from firstrun.results.store import RESULTS_FILE, SWEEP_KEY, ResultsStore, load_results
+from firstrun.results.versions import shaping_versions
 from firstrun.run.options import RUN_OPTION, RUN_OPTIONS, recorded_options
 from firstrun.run.project import (
     ProjectConfig,
@@ -291,6 +292,7 @@ def run_command(request: RunRequest) -> int:
         request, out, _sweep_identity(request, tasks, resolution.backend, project),
         meta={
             "firstrun": __version__,
+            "versions": shaping_versions(request.agent),
             **_recorded(request, resolution.backend, "meta"),
             "backend_resolution": resolution.to_data(),
             "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
