@@ -27,3 +27,16 @@ def test_the_wheel_carries_the_license_and_the_packages_own_version(tmp_path: Pa
     assert ["Version", __version__] in fields
     assert ["License-Expression", "Apache-2.0"] in fields
     assert any(key == "Classifier" for key, _ in fields)
+
+
+def test_the_installed_set_is_the_locked_set() -> None:
+    # scripts/install installs through constraints.txt; a drifted install would
+    # test another set than the one CI, the Action and users get.
+    from importlib import metadata
+
+    pins = [line.split("==", 1) for line in (ROOT / "constraints.txt").read_text().splitlines()
+            if line and not line.startswith("#")]
+    assert pins and all(len(pin) == 2 for pin in pins)
+    drifted = [(name, locked, metadata.version(name)) for name, locked in pins
+               if metadata.version(name) != locked]
+    assert drifted == []
