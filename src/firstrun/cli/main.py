@@ -194,7 +194,8 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
     check = sub.add_parser(
         "check",
         help="re-run only a task's success check against a kept workspace",
-        usage="firstrun check TASK --sandbox DIR [--backend B] [--allow-unenforced]",
+        usage="firstrun check TASK --sandbox DIR [--backend B] [--image IMAGE] [--allow-unenforced] "
+              "[--out DIR] [--allow-write NAME]... [--config FILE] [--[no-]inspect-tls]",
         description="Re-run only the success check of TASK in a fresh sandbox over a workspace "
         "kept by 'firstrun run --keep-sandbox'. Same backend rules as run. Exit status: 0 "
         "passed, 1 failed (a docs gap), 2 no evidence (the check could not run), 3 bad usage.",
