@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import json
 import os
 import signal
 import sys
@@ -249,6 +250,11 @@ def _add_task_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[
                           help="task files, directories or globs (default: tasks/)")
     validate.add_argument("--check-urls", action="store_true",
                           help="also fetch every page of each documented route")
+    validate.add_argument("--format", dest="validate_format", choices=("text", "json", "github"),
+                          default="text",
+                          help="text (one line per finding), json (a list of findings) or github "
+                               "(workflow commands that annotate each file's line in a pull "
+                               "request); default: text")
 
     init = sub.add_parser(
         "init",
@@ -422,8 +428,14 @@ def _cmd_validate(args: argparse.Namespace, _argv: Sequence[str]) -> int:
     from firstrun.tasks.cli_support import validate_paths
 
     findings, code = validate_paths(args.tasks, check_urls=args.check_urls)
-    for finding in findings:
-        print(_one_line(str(finding)))
+    if args.validate_format == "json":
+        print(json.dumps([finding.to_data() for finding in findings], indent=2))
+    elif args.validate_format == "github":
+        for finding in findings:
+            print(finding.github_annotation())
+    else:
+        for finding in findings:
+            print(_one_line(str(finding)))
     return code
 
 
