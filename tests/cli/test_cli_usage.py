@@ -83,3 +83,15 @@ def test_a_reader_that_closed_the_pipe_early_is_no_error(argv: list[str]) -> Non
     finally:
         os.close(write)
     assert proc.stderr == "" and proc.returncode == 141, proc.stderr
+
+
+def test_every_commands_help_ends_with_examples_of_it(firstrun: Run) -> None:
+    from firstrun.cli.main import EXAMPLES
+
+    for command, examples in EXAMPLES.items():
+        shown = firstrun(command, "--help")
+        assert shown.returncode == 0, shown.stderr
+        tail = shown.stdout.rstrip("\n").splitlines()[-len(examples) - 1:]
+        assert tail == ["examples:", *(f"  {line}" for line in examples)], (command, tail)
+        assert all(line.startswith(f"firstrun {command}") or command == "examples"
+                   for line in examples)

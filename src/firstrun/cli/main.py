@@ -43,11 +43,50 @@ EXIT_USAGE = 3
 EXIT_SANDBOX = 125
 
 
+class _Help(argparse.HelpFormatter):
+    """argparse's wrapping for descriptions; an epilog of examples keeps its lines as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith(_EXAMPLES_HEAD):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
 class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors become a ``UsageError`` instead of exiting."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Help)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:
         raise UsageError(message)
+
+
+_EXAMPLES_HEAD = "examples:\n"
+# Every command's help ends with these (build_parser fails on a command without).
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "sandbox": ("firstrun sandbox -- python3 -c 'print(1)'",
+                "firstrun sandbox --workspace . --allow pypi.org --allow files.pythonhosted.org "
+                "-- pip install tabulate"),
+    "doctor": ("firstrun doctor", "firstrun doctor --json"),
+    "run": ("firstrun run --example all",
+            "firstrun run tasks/ --agent claude --repeat 10 --workers 2 --out results/claude"),
+    "check": ("firstrun check tasks/quickstart.yaml --sandbox results/runs/quickstart/1/workspace",),
+    "show": ("firstrun show results/runs/quickstart/1",),
+    "schema": ("firstrun schema > task.schema.json",),
+    "validate": ("firstrun validate tasks/", "firstrun validate tasks/ --format github"),
+    "init": ("firstrun init https://docs.example.com/quickstart/",),
+    "examples": ("firstrun examples", "firstrun run --example python-tabulate"),
+    "diff": ("firstrun diff results/before results/after --fail-on-regression",),
+    "report": ("firstrun report results --out report.html --markdown -",),
+    "audit": ("firstrun audit --backend linux", "firstrun audit --format markdown"),
+    "images": ("firstrun images build", "firstrun images build --microvm"),
+}
+
+
+def _examples(lines: Sequence[str]) -> str:
+    return _EXAMPLES_HEAD + "".join(f"  {line}\n" for line in lines)
 
 
 def _positive_seconds(text: str) -> float:
@@ -76,7 +115,12 @@ def _disk_mb(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="firstrun",
-        description="Run commands inside an enforced sandbox whose only way out is a recording egress proxy.",
+        description="Run documentation quickstarts with an agent (or their documented commands) "
+        "in an enforced sandbox whose only way out is a recording egress proxy, let each task's "
+        "check decide, and report pass rates and where readers got stuck. 'firstrun sandbox' "
+        "runs any one command in the same sandbox.",
+        epilog=_examples(("firstrun run --example all", "firstrun doctor",
+                          "firstrun sandbox -- npm install")),
         allow_abbrev=False,
     )
     parser.add_argument("-V", "--version", action="version", version=f"firstrun {__version__}")
@@ -128,6 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_task_parsers(sub)
     _add_report_parsers(sub)
     add_images_parser(sub)
+    for name, command in sub.choices.items():
+        command.epilog = _examples(EXAMPLES[name])
     return parser
 
 
