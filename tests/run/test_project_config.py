@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -237,3 +238,29 @@ def test_a_refused_key_stops_the_run_before_anything_starts(tmp_path: Path) -> N
 def test_allow_write_names_protected_entries_a_recheck_may_write(tmp_path: Path) -> None:
     config = load_project_config(write(tmp_path, "allow_write: [.vscode, .idea]\n"))
     assert config.spec.allow_write == (".vscode", ".idea")
+
+
+def test_the_nearest_config_above_cwd_is_found_up_to_the_projects_root(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    (project / "docs" / "deep").mkdir(parents=True)
+    (project / ".git").mkdir()
+    write(project, "workers: 3\n")
+    found = find_project_config(None, project / "docs" / "deep")
+    assert found is not None and found.spec.workers == 3
+    assert os.path.abspath(found.path) == str(project / "firstrun.yaml")
+    # Above the project's root is another project's: not looked at.
+    write(tmp_path, "workers: 5\n")
+    inner = project / "vendored"
+    (inner / ".git").mkdir(parents=True)
+    assert find_project_config(None, inner) is None
+
+
+def test_a_config_found_above_cwd_is_named_on_stderr(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    (project / "sub").mkdir(parents=True)
+    (project / ".git").mkdir()
+    write(project, "backend: linux\n")
+    done = subprocess.run([str(FIRSTRUN), "run", str(PASS), "--out", str(tmp_path / "out")],
+                          cwd=project / "sub", capture_output=True, text=True, check=False,
+                          stdin=subprocess.DEVNULL, timeout=300)
+    assert done.stderr.splitlines()[0] == f"firstrun: project config {project / 'firstrun.yaml'}"

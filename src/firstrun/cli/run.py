@@ -110,6 +110,13 @@ class RunRequest:
     argv: tuple[str, ...] = ()
 
 
+def _say_where(project: ProjectConfig | None, *, given: str | None) -> None:
+    """Name the project config when it was found above the current directory, not given."""
+    if project is not None and given is None \
+            and os.path.dirname(os.path.abspath(project.path)) != os.getcwd():
+        print(f"firstrun: project config {project.path}", file=sys.stderr)
+
+
 def _check_paths(request: RunRequest) -> None:
     out = Path(request.out)
     flag = "--resume" if request.resume is not None else "--out"
@@ -229,6 +236,7 @@ def run_command(request: RunRequest) -> int:
     from firstrun.run.suite import run_suite, suite_exit_code
 
     project = find_project_config(request.config)
+    _say_where(project, given=request.config)
     request = _with_project(request, project)
     _check_paths(request)
     summary = None
@@ -498,6 +506,7 @@ def check_command(
     check reads no docs and makes no tool calls.
     """
     project = find_project_config(config)
+    _say_where(project, given=config)
     spec = project.spec if project is not None else None
     backend = option_value(RUN_OPTION["backend"], backend, project)
     out = option_value(RUN_OPTION["out"], out, project)

@@ -149,17 +149,29 @@ class ProjectConfig:
 
 
 def find_project_config(explicit: str | None, cwd: str | os.PathLike[str] = ".") -> ProjectConfig | None:
-    """``--config FILE`` when given, else ``firstrun.yaml`` in ``cwd`` when there is one."""
+    """``--config FILE`` when given, else the nearest ``firstrun.yaml`` from ``cwd`` up.
+
+    As ruff and pytest look: ``cwd``, then each parent, stopping at the
+    project's root (the first directory holding ``.git``), since a file
+    above it belongs to another project.
+    """
     if explicit is not None:
         if not os.path.isfile(explicit):
             raise UsageError(f"--config: {explicit!r} is not a file")
         return load_project_config(explicit)
-    candidate = Path(cwd) / CONFIG_FILE
-    if os.path.lexists(candidate) and not candidate.is_file():
-        # A directory, FIFO or dangling link by that name is a mistake, not "no config".
-        raise UsageError(f"{os.fspath(candidate)} is not a file; the project config must be "
-                         "one (or name another with --config)")
-    return load_project_config(candidate) if candidate.is_file() else None
+    here = Path(cwd)
+    for directory in (here, *here.resolve().parents):
+        # Named as given in cwd itself, so its messages read as before.
+        candidate = directory / CONFIG_FILE
+        if os.path.lexists(candidate):
+            if not candidate.is_file():
+                # A directory, FIFO or dangling link by that name is a mistake, not "no config".
+                raise UsageError(f"{os.fspath(candidate)} is not a file; the project config "
+                                 "must be one (or name another with --config)")
+            return load_project_config(candidate)
+        if (directory / ".git").exists():
+            return None
+    return None
 
 
 def load_project_config(path: str | os.PathLike[str]) -> ProjectConfig:
