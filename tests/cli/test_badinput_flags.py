@@ -61,3 +61,16 @@ def test_junit_name_too_long_is_refused_before_any_run(firstrun: Run, tmp_path: 
     err = one_error(firstrun("run", "--example", "all", "--junit", name, cwd=str(tmp_path), timeout=60))
     assert "--junit: the file name" in err and "too long" in err
     assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize(("flags", "says"), [
+    (["--offline"], "--offline: there is no docs cache; give --cache-dir DIR"),
+    (["--refresh"], "--refresh: there is no docs cache; give --cache-dir DIR"),
+    (["--refresh", "--offline", "--cache-dir", "c"], "--refresh and --offline: one fetches every "
+     "page, the other none; give one"),
+])
+def test_a_cache_flag_without_a_cache_or_with_its_opposite_is_one_line(
+        firstrun: Run, tmp_path: Path, flags: list[str], says: str) -> None:
+    err = one_error(firstrun("run", "--example", "all", *flags, cwd=str(tmp_path), timeout=60))
+    assert says in err
+    assert not (tmp_path / "results").exists()

@@ -10,6 +10,7 @@ import pytest
 from docsite import FakeClock, Route
 
 from firstrun.docs import (
+    CacheMode,
     DocsReader,
     Mirror,
     Page,
@@ -17,7 +18,7 @@ from firstrun.docs import (
     ReadFailure,
     default_user_agent,
 )
-from firstrun.errors import ProxyError, UsageError
+from firstrun.errors import DocsError, ProxyError, UsageError
 from firstrun.policy.hosts import HostPattern
 
 QUICKSTART = b"""<!doctype html><html><head><title>Quickstart | Foo</title>
@@ -399,3 +400,31 @@ def test_bad_configuration_is_refused():
             min_delay_s=0.0,
             **{**base, "mirrors": {"a.example": Mirror(host="b.example", base_url="http://127.0.0.1:1")}},
         )
+
+
+def test_refresh_fetches_every_page_anew_and_stores_it(serve, tmp_path):
+    site = serve({"/p": Route(body=b"<p>first</p>")})
+    with make_reader(site, cache_dir=str(tmp_path)) as reader:
+        reader.read(site.url("/p"))
+    site.routes["/p"] = Route(body=b"<p>second</p>")
+    with make_reader(site, cache_dir=str(tmp_path), cache_mode=CacheMode.REFRESH) as reader:
+        refreshed = reader.read(site.url("/p"))
+    assert "second" in refreshed.markdown and not refreshed.from_cache
+    with make_reader(site, cache_dir=str(tmp_path)) as reader:
+        later = reader.read(site.url("/p"))
+    assert "second" in later.markdown and later.from_cache
+
+
+def test_offline_serves_the_cache_only_and_a_miss_is_the_harnesss_failure(serve, tmp_path):
+    site = serve({"/p": Route(body=b"<p>kept</p>"), "/q": Route(body=b"<p>never read</p>")})
+    with make_reader(site, cache_dir=str(tmp_path)) as reader:
+        reader.read(site.url("/p"))
+    asked = len(site.seen)
+    with make_reader(site, cache_dir=str(tmp_path), cache_mode=CacheMode.OFFLINE) as reader:
+        kept = reader.read(site.url("/p"))
+        with pytest.raises(DocsError, match=r"/q is not in the docs cache, and --offline fetches nothing"):
+            reader.read(site.url("/q"))
+    assert kept.from_cache and "kept" in kept.markdown
+    assert len(site.seen) == asked
+    with pytest.raises(UsageError, match="cache mode offline needs a cache directory"):
+        make_reader(site, cache_mode=CacheMode.OFFLINE)

@@ -57,7 +57,8 @@ def test_every_flag_reaches_its_own_field() -> None:
             "--max-spend", "2", "--price-file", "p", "--backend", "linux", "--image", "img:1",
             "--out", "o", "--resume", "o", "--config", "c", "--keep-sandbox", "--repeat", "3",
             "--workers", "2", "--junit", "j", "--github-summary=g", "--docs-mirror", "h=d",
-            "--cache-dir", "cd", "--affordances", "none", "--probe-affordances",
+            "--cache-dir", "cd", "--refresh", "--offline", "--affordances", "none",
+            "--probe-affordances",
             "--allow-unenforced", "--allow-downgrade", "seccomp", "--no-inspect-tls"]
     args = build_parser().parse_args(argv)
     request = RunRequest(**{o.field: o.request_value(getattr(args, o.field)) for o in RUN_OPTIONS})

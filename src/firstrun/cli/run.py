@@ -37,7 +37,7 @@ from firstrun.agents.base import Agent
 from firstrun.agents.spend import DEFAULT_RUN_TOKENS, SpendGovernor
 from firstrun.cli.interrupt import Signalled, signals_unwind
 from firstrun.cli.progress import ProgressBoard, live_board
-from firstrun.docs import Affordances, Mirror, parse_mirrors
+from firstrun.docs import Affordances, CacheMode, Mirror, parse_mirrors
 from firstrun.errors import SandboxUnavailable, UsageError
 from firstrun.policy.profile import LayerName
 from firstrun.reports.junit import write_junit
@@ -101,6 +101,8 @@ class RunRequest:
     github_summary: str | None = None
     docs_mirrors: tuple[str, ...] = ()
     cache_dir: str | None = None
+    refresh: bool = False
+    offline: bool = False
     affordances: str = "all"
     probe_affordances: bool = False
     allow_unenforced: bool = False
@@ -152,6 +154,12 @@ def _check_paths(request: RunRequest) -> None:
         raise UsageError(f"--price-file: {request.price_file!r} is not a regular file")
     if request.cache_dir is not None and os.path.exists(request.cache_dir) and not os.path.isdir(request.cache_dir):
         raise UsageError(f"--cache-dir: {request.cache_dir!r} exists and is not a directory")
+    if request.refresh and request.offline:
+        raise UsageError("--refresh and --offline: one fetches every page, the other none; give one")
+    for flag, given in (("--refresh", request.refresh), ("--offline", request.offline)):
+        if given and request.cache_dir is None:
+            raise UsageError(f"{flag}: there is no docs cache; give --cache-dir DIR "
+                             "(or cache_dir in firstrun.yaml)")
 
 
 def _with_project(request: RunRequest, project: ProjectConfig | None) -> RunRequest:
@@ -291,6 +299,8 @@ def run_command(request: RunRequest) -> int:
         keep_sandbox=request.keep_sandbox,
         docs_mirrors=mirrors,
         cache_dir=Path(request.cache_dir) if request.cache_dir is not None else None,
+        cache_mode=CacheMode.REFRESH if request.refresh
+        else CacheMode.OFFLINE if request.offline else CacheMode.USE,
         affordances=Affordances(request.affordances),
         probe_affordances=request.probe_affordances,
         inspect_tls=inspect_tls,

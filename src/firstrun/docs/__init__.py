@@ -10,6 +10,7 @@ from .affordances import (
     Affordances,
     probe_affordances,
 )
+from .cache import CacheMode
 from .mirror import Mirror, parse_mirrors
 from .page import Page, ReadFailure
 from .politeness import Politeness
@@ -19,6 +20,7 @@ __all__ = [
     "AffordanceFilter",
     "AffordanceProbe",
     "Affordances",
+    "CacheMode",
     "DocsReader",
     "Mirror",
     "Page",

@@ -6,7 +6,8 @@ miss, never a wrong page. Writes are atomic (a temporary file in the same
 directory, then ``os.replace``), so concurrent readers and an interrupted run
 never see half an entry. One entry is one response, a redirect included, so a
 cached chain is walked hop by hop under the same allow-list and robots checks
-as a live one.
+as a live one. Pages never expire: a cached page is served until the cache
+is refreshed (``CacheMode.REFRESH``) or deleted.
 """
 
 from __future__ import annotations
@@ -18,10 +19,22 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 
 from firstrun.errors import DocsError
 
 _FORMAT = 1
+
+
+class CacheMode(StrEnum):
+    """How a reader with a cache uses it: ``use`` serves an entry while it is fresh (pages
+    forever, robots.txt for a day) and stores what it fetched; ``refresh`` fetches every
+    page anew and stores it; ``offline`` serves only what is stored, however old, and
+    never fetches: a miss is the harness's failure, not the docs'."""
+
+    USE = "use"
+    REFRESH = "refresh"
+    OFFLINE = "offline"
 
 
 @dataclass(frozen=True, kw_only=True)

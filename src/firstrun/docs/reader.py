@@ -13,7 +13,8 @@ none``), every hop to an affordance URL is refused before it is requested
 (``firstrun.docs.affordances``); ``probe`` reads as ``read`` does with
 hiding off, for the harness's own probes. A page problem never raises: it is a
 ``Page`` with ``error`` set. Only a harness failure raises (``DocsError``
-for the cache, ``ProxyError`` when the proxy cannot be reached,
+for the cache, a page missing from it under ``CacheMode.OFFLINE`` included,
+``ProxyError`` when the proxy cannot be reached,
 ``UsageError`` for a bad configuration).
 """
 
@@ -28,11 +29,11 @@ from dataclasses import dataclass
 import httpx
 
 from firstrun import __version__
-from firstrun.errors import PolicyError, ProxyError, UsageError
+from firstrun.errors import DocsError, PolicyError, ProxyError, UsageError
 from firstrun.policy.hosts import HostPattern, canonical_host
 
 from .affordances import AffordanceFilter
-from .cache import DiskCache, Entry
+from .cache import CacheMode, DiskCache, Entry
 from .convert import charset_of, convert, media_type
 from .mirror import Mirror, MirrorTransport
 from .page import Page, ReadFailure
@@ -118,11 +119,14 @@ class DocsReader:
         max_markdown_chars: int = MAX_MARKDOWN_CHARS,
         max_redirects: int = MAX_REDIRECTS,
         hidden: AffordanceFilter | None = None,
+        cache_mode: CacheMode = CacheMode.USE,
     ) -> None:
         if min_delay_s < 0 or timeout_s <= 0 or max_bytes <= 0 or max_markdown_chars <= 0:
             raise UsageError("docs reader: delays, timeouts and limits must be positive")
         if not 0 <= max_redirects <= 20:
             raise UsageError("docs reader: max_redirects must be between 0 and 20")
+        if cache_mode is not CacheMode.USE and cache_dir is None:
+            raise UsageError(f"docs reader: cache mode {cache_mode.value} needs a cache directory")
         if transport is not None and proxy is not None:
             raise UsageError("docs reader: give a proxy or a transport, not both")
         if not user_agent.strip():
@@ -138,6 +142,7 @@ class DocsReader:
         self._proxy = proxy
         self._mirrors = {m.host: m for m in mirrors.values()}
         self._cache = DiskCache(cache_dir) if cache_dir is not None else None
+        self._cache_mode = cache_mode
         self._max_bytes = max_bytes
         self._max_chars = max_markdown_chars
         self._max_redirects = max_redirects
@@ -334,10 +339,14 @@ class DocsReader:
         # Mirrors are not cached: an author editing a mirrored docs tree sees
         # every change on the next run.
         cache = self._cache if target.host not in self._mirrors else None
-        if cache is not None:
-            hit = cache.get(key, max_age_s=max_age_s)
+        if cache is not None and self._cache_mode is not CacheMode.REFRESH:
+            offline = self._cache_mode is CacheMode.OFFLINE
+            hit = cache.get(key, max_age_s=None if offline else max_age_s)
             if hit is not None:
                 return _Fetched(entry=hit, from_cache=True)
+            if offline:
+                raise DocsError(f"{key} is not in the docs cache, and --offline fetches nothing; "
+                                "run once without --offline to fill it")
         with self.politeness.turn(target.host, delay_s):
             result = self._request(target)
         if isinstance(result, _Failed):

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from firstrun.docs import Affordances, Mirror, Politeness
+from firstrun.docs import Affordances, CacheMode, Mirror, Politeness
 from firstrun.errors import UsageError
 from firstrun.policy.permissions import RuleSet
 from firstrun.policy.profile import LayerName
@@ -38,6 +38,8 @@ class RunConfig:
     keep_sandbox: bool = False
     docs_mirrors: Mapping[str, Mirror] = field(default_factory=dict)
     cache_dir: Path | None = None
+    # ``--refresh`` or ``--offline``: how the reader uses ``cache_dir``.
+    cache_mode: CacheMode = CacheMode.USE
     politeness: Politeness | None = None
     report_only: bool = False
     affordances: Affordances = Affordances.ALL

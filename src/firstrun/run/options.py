@@ -208,6 +208,14 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
     RunOption(field="cache_dir", flag="--cache-dir", kind="value", metavar="DIR",
               help="cache fetched docs pages in DIR (default: firstrun.yaml's, else none)",
               project="cache_dir", exempt=_WHERE),
+    RunOption(field="refresh", flag="--refresh", kind="switch", default=False,
+              help="fetch every docs page anew and store it in the cache (cached pages never "
+              "expire otherwise)",
+              exempt="where the same pages are read from, not what a run measures"),
+    RunOption(field="offline", flag="--offline", kind="switch", default=False,
+              help="read docs pages from the cache only and fetch nothing; a page it lacks "
+              "ends the run as infra_error, naming the page",
+              exempt="where the same pages are read from, not what a run measures"),
     # The values of firstrun.docs.Affordances, named here so parsing imports no docs code.
     RunOption(field="affordances", flag="--affordances", kind="value", choices=("all", "none"),
               default="all",

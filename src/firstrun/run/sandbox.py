@@ -174,6 +174,7 @@ def open_sandbox(
                 allow=policy.docs,
                 proxy=docs_address,
                 cache_dir=os.fspath(config.cache_dir) if config.cache_dir is not None else None,
+                cache_mode=config.cache_mode,
                 user_agent=default_user_agent(),
                 min_delay_s=DOCS_MIN_DELAY_S,
                 mirrors=config.docs_mirrors,
