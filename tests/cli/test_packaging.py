@@ -2,21 +2,30 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
+
+import pytest
 
 from firstrun import __version__
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_wheel_carries_the_license_and_the_packages_own_version(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet",
-                    "--disable-pip-version-check", "-w", str(tmp_path), str(ROOT)],
+                    "--disable-pip-version-check", "-w", str(out), str(ROOT)],
                    check=True, timeout=600, capture_output=True)
-    [wheel] = tmp_path.glob("firstrun-*.whl")
+    [built] = out.glob("firstrun-*.whl")
+    return built
+
+
+def test_the_wheel_carries_the_license_and_the_packages_own_version(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         info = next(n for n in names if n.endswith(".dist-info/METADATA"))
@@ -40,3 +49,23 @@ def test_the_installed_set_is_the_locked_set() -> None:
     drifted = [(name, locked, metadata.version(name)) for name, locked in pins
                if metadata.version(name) != locked]
     assert drifted == []
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+def test_the_wheel_alone_runs_a_bundled_example_from_a_clean_venv(wheel: Path, tmp_path: Path) -> None:
+    # What a user gets from PyPI: the wheel and its locked dependencies, no
+    # test extras, no checkout on sys.path (run from elsewhere, isolated).
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
+                    "--disable-pip-version-check", "-c", str(ROOT / "constraints.txt"), str(wheel)],
+                   check=True, timeout=900, capture_output=True)
+    cli = str(venv / "bin" / "firstrun")
+    listed = subprocess.run([cli, "examples"], capture_output=True, text=True, timeout=120,
+                            cwd=tmp_path, check=False)
+    assert listed.returncode == 0 and "python-tabulate" in listed.stdout, listed.stderr
+    ran = subprocess.run([cli, "run", "--example", "python-tabulate", "--backend", "linux",
+                          "--out", str(tmp_path / "out")], capture_output=True, text=True,
+                         timeout=900, cwd=tmp_path, stdin=subprocess.DEVNULL, check=False)
+    assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
+    assert "1/1 (100%" in ran.stdout
