@@ -31,14 +31,18 @@ import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from firstrun.policy.filesystem import SYSTEM_READONLY, is_under
-from firstrun.policy.process import SANDBOX_CA_BUNDLE, build_environment
+from firstrun.policy.process import SANDBOX_CA_BUNDLE
 from firstrun.policy.profile import SandboxProfile
 from firstrun.sandbox.base import ProxyEndpoint
-from firstrun.sandbox.linux.spec import HostView, helper_config, inside_path
+from firstrun.sandbox.linux.spec import (
+    PROXY_PORT,
+    SANDBOX_TMP,
+    HostView,
+    command_environment,
+    helper_config,
+    readonly_roots,
+)
 
-SANDBOX_TMP = "/tmp"
-PROXY_PORT = 3128
 # Where the proxy's sockets appear inside; the directory holds nothing else.
 EGRESS_DIR = "/run/firstrun-egress"
 # The capabilities of the helper, as on docker: change to the session's uid
@@ -110,10 +114,7 @@ def prepare(profile: SandboxProfile, proxy: ProxyEndpoint | None, facts: GvisorF
     limits = profile.limits
     host = facts.host
     symlinks = dict(host.symlinks)
-    readonly = list(fs.readonly)
-    if not any(is_under(host.prefix, r) for r in readonly):
-        readonly.append(host.prefix)
-    exposed = tuple(p for p in readonly if p not in SYSTEM_READONLY)
+    readonly, exposed = readonly_roots(profile, host)
 
     skeleton: list[tuple[str, str, str]] = []
     mounts: list[dict[str, object]] = [
@@ -194,16 +195,7 @@ def prepare(profile: SandboxProfile, proxy: ProxyEndpoint | None, facts: GvisorF
     argv = (facts.runsc, "--root", facts.state_root, f"--platform={facts.platform}",
             "--network=none", *(("--host-uds=open",) if endpoints else ()), "--overlay2=none",
             "run", "--bundle", facts.bundle, facts.container_id)
-    env = build_environment(
-        facts.host_env,
-        path=inside_path(facts.host_env.get("PATH", ""), (*fs.readonly, host.prefix),
-                         facts.path_dirs),
-        home=fs.sandbox_home,
-        tmpdir=SANDBOX_TMP,
-        proxy_url=f"http://127.0.0.1:{PROXY_PORT}" if proxy is not None else None,
-        inspected=proxy is not None and proxy.trust_bundle is not None,
-        placeholders=dict(proxy.placeholders) if proxy is not None else None,
-        toolchains=fs.toolchain_env,
-    )
+    env = command_environment(profile, proxy, host_env=facts.host_env, prefix=host.prefix,
+                              path_dirs=facts.path_dirs)
     return GvisorPlan(argv=argv, rootfs=facts.bundle + "/rootfs", config=oci,
                       skeleton=tuple(skeleton), exposed=exposed, env=env)

@@ -143,10 +143,7 @@ def build_launch_spec(
         stage.append(StagedBind(source=path, staged=staged, directory=directory))
         return staged
 
-    readonly = list(fs.readonly)
-    if not any(is_under(host.prefix, r) for r in readonly):
-        readonly.append(host.prefix)
-    exposed = tuple(p for p in readonly if p not in SYSTEM_READONLY)
+    readonly, exposed = readonly_roots(profile, host)
 
     unshare_net = ["--unshare-net"] if LayerName.NETWORK in profile.required else []
     argv = [
@@ -236,6 +233,33 @@ class LinuxPlan:
                 "exposed": list(self.spec.exposed)}
 
 
+def readonly_roots(profile: SandboxProfile, host: HostView) -> tuple[list[str], tuple[str, ...]]:
+    """The trees bound read-only (the profile's, plus the helper's Python installation when
+    none covers it), and those of them beyond the system directories (``exposed``)."""
+    readonly = list(profile.fs.readonly)
+    if not any(is_under(host.prefix, r) for r in readonly):
+        readonly.append(host.prefix)
+    return readonly, tuple(p for p in readonly if p not in SYSTEM_READONLY)
+
+
+def command_environment(profile: SandboxProfile, proxy: ProxyEndpoint | None, *,
+                        host_env: Mapping[str, str], prefix: str,
+                        path_dirs: frozenset[str]) -> dict[str, str]:
+    """Every command's environment where the proxy relay is 127.0.0.1:``PROXY_PORT`` inside
+    (linux, and gvisor, which runs the same helper)."""
+    fs = profile.fs
+    return build_environment(
+        host_env,
+        path=inside_path(host_env.get("PATH", ""), (*fs.readonly, prefix), path_dirs),
+        home=fs.sandbox_home,
+        tmpdir=SANDBOX_TMP,
+        proxy_url=f"http://127.0.0.1:{PROXY_PORT}" if proxy is not None else None,
+        inspected=proxy is not None and proxy.trust_bundle is not None,
+        placeholders=dict(proxy.placeholders) if proxy is not None else None,
+        toolchains=fs.toolchain_env,
+    )
+
+
 def inside_path(host_path: str, visible: Sequence[str], dirs: frozenset[str]) -> list[str]:
     """The host PATH, kept to the directories (``dirs``) that exist inside the sandbox."""
     kept: list[str] = []
@@ -253,7 +277,6 @@ def prepare(profile: SandboxProfile, proxy: ProxyEndpoint | None, facts: LinuxFa
     joins the cgroup, stages the sources the uid cannot walk to and drops to
     that uid before it execs bubblewrap; any other runs bubblewrap itself.
     """
-    fs = profile.fs
     config = helper_config(profile, control_fd=facts.control_fd, dial_fd=facts.dial_fd,
                            landlock_min_abi=facts.landlock_min_abi, capture=facts.capture)
     spec = build_launch_spec(profile, host=facts.host, helper_source=facts.helper_source,
@@ -273,15 +296,6 @@ def prepare(profile: SandboxProfile, proxy: ProxyEndpoint | None, facts: LinuxFa
         argv = spec.argv
     pass_fds = tuple(fd for fd in (facts.control_fd, facts.dial_fd, facts.seccomp_fd)
                      if fd is not None)
-    env = build_environment(
-        facts.host_env,
-        path=inside_path(facts.host_env.get("PATH", ""), (*fs.readonly, facts.host.prefix),
-                         facts.path_dirs),
-        home=fs.sandbox_home,
-        tmpdir=SANDBOX_TMP,
-        proxy_url=f"http://127.0.0.1:{PROXY_PORT}" if proxy is not None else None,
-        inspected=proxy is not None and proxy.trust_bundle is not None,
-        placeholders=dict(proxy.placeholders) if proxy is not None else None,
-        toolchains=fs.toolchain_env,
-    )
+    env = command_environment(profile, proxy, host_env=facts.host_env, prefix=facts.host.prefix,
+                              path_dirs=facts.path_dirs)
     return LinuxPlan(spec=spec, argv=argv, pass_fds=pass_fds, env=env)
