@@ -267,3 +267,17 @@ def test_progress_is_drawn_on_a_terminal(tmp_path: Path) -> None:
     text = drawn.decode("utf-8", "replace")
     assert re.search(r"greet-pass #1  \d\d:\d\d  passed  pages 2  blocked egress 0", text), text
     assert b"greet-pass #1" not in stdout and b"1/1 (100%, 95% CI 21-100%)" in stdout
+
+
+@pytest.mark.parametrize(("backend", "warned"), [
+    ("microvm", True), ("seatbelt", True), ("linux", False), ("docker", False), ("gvisor", False),
+    ("local", False)])
+def test_a_sweep_says_first_when_its_backend_cannot_capture(backend: str, warned: bool) -> None:
+    from firstrun.cli.run import capture_warning
+
+    warning = capture_warning(backend)
+    assert (warning is not None) == warned
+    if warning is not None:
+        assert warning.startswith(f"firstrun: the {backend} backend does not capture")
+        # Every backend it points to does capture.
+        assert warning.endswith("such tasks belong on docker, linux or gvisor")

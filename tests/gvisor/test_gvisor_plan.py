@@ -10,6 +10,7 @@ from firstrun.policy.filesystem import FilesystemPolicy
 from firstrun.policy.process import SANDBOX_CA_BUNDLE, Limits
 from firstrun.policy.profile import SandboxProfile
 from firstrun.sandbox.base import ProxyEndpoint
+from firstrun.sandbox.capture import CapturePorts, GvisorTools, capture_rules
 from firstrun.sandbox.gvisor.spec import EGRESS_DIR, GvisorFacts, prepare
 from firstrun.sandbox.linux.spec import HostView
 
@@ -91,3 +92,29 @@ def test_with_a_proxy_its_socket_is_the_one_way_out() -> None:
     assert config["endpoints"] == {"c": f"{EGRESS_DIR}/c.sock"} and config["proxy_port"] == 3128
     assert plan.env["https_proxy"] == "http://127.0.0.1:3128"
     _golden("gvisor_plan_proxy.json", plan.to_data())
+
+
+def test_under_capture_the_helper_loads_the_rules_and_only_it_may() -> None:
+    proxy = ProxyEndpoint(socket_path="/tmp/p/proxy.sock", nonce="n",
+                          transparent_path="/tmp/p/transparent.sock", dns_path="/tmp/p/dns.sock")
+    tools = GvisorTools(ip="/usr/sbin/ip", restore="/usr/sbin/iptables-legacy-restore",
+                        restore6="/usr/sbin/ip6tables-legacy-restore")
+    plan = prepare(PROFILE, proxy, _facts(sockets={"c": "/tmp/p/proxy.sock",
+                                                   "t": "/tmp/p/transparent.sock",
+                                                   "d": "/tmp/p/dns.sock"}, capture=tools))
+    # Raw sockets are the xtables tools' way to the sentry's netstack, which
+    # has no interface but lo: nothing a raw socket sends can leave.
+    assert "--net-raw" in plan.argv and "--network=none" in plan.argv
+    config = json.loads(plan.config["process"]["args"][-1])
+    assert config["endpoints"] == {kind: f"{EGRESS_DIR}/{kind}.sock" for kind in "cdt"}
+    v4, v6 = capture_rules(CapturePorts())
+    steps = config["capture"]["load"]
+    assert [s.get("stdin") for s in steps["v4"] + steps["v6"]] == [None, v4, None, v6]
+    assert steps["v4"][0]["argv"][-5:] == ["default", "via", "127.0.0.1", "dev", "lo"]
+    # The network capabilities are the helper's, for the rules; commands drop all.
+    assert {"CAP_NET_ADMIN", "CAP_NET_RAW"} <= set(plan.config["process"]["capabilities"]["bounding"])
+    _golden("gvisor_plan_capture.json", plan.to_data())
+    # Control: the same proxy without the tools in the facts loads nothing.
+    plain = prepare(PROFILE, proxy, _facts(sockets={"c": "/tmp/p/proxy.sock"}))
+    assert "--net-raw" not in plain.argv
+    assert "capture" not in json.loads(plain.config["process"]["args"][-1])

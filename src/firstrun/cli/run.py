@@ -60,6 +60,7 @@ from firstrun.run.project import (
     option_value,
 )
 from firstrun.sandbox.select import (
+    REGISTRY,
     BackendOptions,
     Resolution,
     entry,
@@ -282,13 +283,9 @@ def run_command(request: RunRequest) -> int:
         # Said when auto had to settle for less than its first choice; the
         # choice itself is always in results.json's meta.
         print(f"firstrun: {resolution.explain()}", file=sys.stderr)
-    chosen = entry(resolution.backend)
-    if not (chosen.captures or chosen.own_proxy or chosen.unenforced):
-        # Nothing records a dial that ignores the proxy variables there, so a
-        # run it broke cannot be told from a gap in the docs (blocked).
-        print(f"firstrun: the {chosen.name} backend does not capture: a program that ignores "
-              "the proxy variables reaches nothing and leaves no record, so a run it failed "
-              "reads as docs_gap; such tasks belong on linux or docker", file=sys.stderr)
+    warning = capture_warning(resolution.backend)
+    if warning is not None:
+        print(warning, file=sys.stderr)
     out = Path(request.out)
     config = RunConfig(
         out_dir=out,
@@ -362,6 +359,19 @@ def run_command(request: RunRequest) -> int:
     if signum is not None:
         return 128 + signum
     return suite_exit_code(records)
+
+
+def capture_warning(backend: str) -> str | None:
+    """What ``firstrun run`` says first on a backend where nothing records a dial that
+    ignores the proxy variables, so a run it broke cannot be told from a gap in the docs."""
+    chosen = entry(backend)
+    if chosen.captures or chosen.own_proxy or chosen.unenforced:
+        return None
+    capturing = [e.name for e in REGISTRY if e.captures or e.own_proxy]
+    return (f"firstrun: the {chosen.name} backend does not capture: a program that ignores "
+            "the proxy variables reaches nothing and leaves no record, so a run it failed "
+            f"reads as docs_gap; such tasks belong on {', '.join(capturing[:-1])} or "
+            f"{capturing[-1]}")
 
 
 def _print_summary(records: list[RunRecord], out: Path, *, interrupted: bool,

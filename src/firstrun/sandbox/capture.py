@@ -15,7 +15,11 @@ On linux the namespace has no interface but ``lo``; a default route through
 ``lo`` gives a connection to any address a route, and the nat rule
 rewrites it before it could be delivered anywhere. On docker the run
 container's namespace firewall (``docker.resources``) loads the same nat
-rules beside its own filter rules.
+rules beside its own filter rules. On gvisor the network stack is the
+sentry's, which nothing outside can enter: the helper loads the same rules
+and routes from inside, as the container's init and before it reports ready
+(``gvisor_steps``), with the legacy xtables tools, since the sentry's
+netstack speaks their socket options and not nftables' netlink.
 """
 
 from __future__ import annotations
@@ -64,6 +68,50 @@ def capture_rules(ports: CapturePorts) -> tuple[str, str]:
                  *nat_rules(ports, loopback=loopback), "COMMIT"]
         return "\n".join(lines) + "\n"
     return table("127.0.0.0/8"), table("::1/128")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GvisorTools:
+    """Host paths of the tools the helper runs inside (the host's /usr is bound read-only)."""
+
+    ip: str
+    restore: str
+    restore6: str
+
+
+GVISOR_TOOLS = ("ip", "iptables-legacy-restore", "ip6tables-legacy-restore")
+
+
+# xtables locks a file under /run, which is read-only inside; removed once loaded.
+GVISOR_LOCKFILE = "/dev/shm/.firstrun-xtables.lock"
+
+
+def gvisor_steps(ports: CapturePorts, tools: GvisorTools) -> dict[str, object]:
+    """What the helper runs inside a gVisor sandbox, per family, before any command.
+
+    The sentry has no ``ip route replace`` but starts with no default route,
+    so ``add`` is exact. IPv6's steps run only where the sandbox has ``::1``.
+    """
+    v4, v6 = capture_rules(ports)
+    return {
+        "lockfile": GVISOR_LOCKFILE,
+        "v4": [{"argv": [tools.ip, "route", "add", "default", "via", "127.0.0.1", "dev", "lo"]},
+               {"argv": [tools.restore, "-w"], "stdin": v4}],
+        "v6": [{"argv": [tools.ip, "-6", "route", "add", "default", "via", "::1", "dev", "lo"]},
+               {"argv": [tools.restore6, "-w"], "stdin": v6}],
+    }
+
+
+def find_gvisor_tools() -> GvisorTools | str:
+    """The tools ``gvisor_steps`` runs, or which are missing."""
+    path = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
+    found = {t: shutil.which(t, path=path) for t in GVISOR_TOOLS}
+    missing = [t for t, where in found.items() if where is None]
+    if missing:
+        return f"transparent capture needs {', '.join(missing)}"
+    # Not resolved: xtables-legacy-multi is one binary that acts on the name it was run by.
+    ip, restore, restore6 = (found[t] or "" for t in GVISOR_TOOLS)
+    return GvisorTools(ip=ip, restore=restore, restore6=restore6)
 
 
 def _tool(name: str) -> str:

@@ -467,6 +467,26 @@ class _Capture:
                  self._datagram),
             ]
 
+    def load(self, steps: dict) -> None:
+        """Run the rule and route steps of a sandbox whose network stack only it can reach
+        (gVisor's sentry: ``capture.gvisor_steps``); the first that fails is raised."""
+        env = {"PATH": "/usr/sbin:/usr/bin", "XTABLES_LOCKFILE": steps["lockfile"]}
+        try:
+            for step in steps["v4"] + (steps["v6"] if self.ipv6 else []):
+                try:
+                    done = subprocess.run(step["argv"], input=step.get("stdin"), text=True,
+                                          capture_output=True, env=env, timeout=30, check=False)
+                except subprocess.TimeoutExpired as exc:
+                    raise OSError(f"{' '.join(step['argv'])} did not finish") from exc
+                if done.returncode != 0:
+                    raise OSError(f"{' '.join(step['argv'])} failed: "
+                                  f"{done.stderr.strip()[-300:]}")
+        finally:
+            try:
+                os.unlink(steps["lockfile"])
+            except FileNotFoundError:
+                pass
+
     def start(self) -> None:
         for sock, serve in self.sockets:
             if sock.type == socket.SOCK_STREAM:
@@ -864,6 +884,8 @@ def main(argv: list[str]) -> int:
         if config.get("capture") is not None:
             capture = _Capture(config["capture"], dialer)
             report["capture_ipv6"] = capture.ipv6
+            if config["capture"].get("load") is not None:
+                capture.load(config["capture"]["load"])
     except (OSError, LandlockError) as exc:
         channel.send({"op": "ready", "ok": False, "error": f"{type(exc).__name__}: {exc}",
                       "landlock": isinstance(exc, LandlockError)})

@@ -43,7 +43,7 @@ from firstrun.errors import SandboxError, SandboxUnavailable
 from firstrun.policy.filesystem import SYSTEM_READONLY
 from firstrun.policy.profile import LayerName, Provides, SandboxProfile, unprovided
 from firstrun.sandbox import attest as attestation
-from firstrun.sandbox import attest_probe, helper
+from firstrun.sandbox import attest_probe, capture, helper
 from firstrun.sandbox.base import (
     Capability,
     Check,
@@ -84,7 +84,8 @@ PROVIDES: Provides = {
     LayerName.NAMESPACES: "gVisor sandbox (its own kernel, the sentry)",
     LayerName.LANDLOCK: "read-only root + tmpfs",
     LayerName.SECCOMP: "gVisor's syscall surface + runsc's host seccomp filter",
-    LayerName.NETWORK: "no network (--network=none) + the proxy's sockets bound in",
+    LayerName.NETWORK: "no network (--network=none) + the proxy's sockets bound in, "
+                       "+ nat capture in the sentry's netstack",
     LayerName.LIMITS: "container cgroup + rlimits",
     LayerName.UNPRIVILEGED: "non-root uid, no capabilities",
 }
@@ -276,6 +277,9 @@ class GvisorBackend:
             raise SandboxError(f"workspace {fs.workspace} is not a directory", who="gvisor")
         runsc = probe.find_runsc()
         assert isinstance(runsc, probe.Runsc)  # the probe above said it is usable
+        capturing = proxy is not None and proxy.captures
+        tools = capture.find_gvisor_tools() if capturing else None
+        assert not isinstance(tools, str)  # the probe above found them
         reap(runsc.path)
         # After the reap: a dead harness's sandbox is gone before its workspace
         # changes owner again.
@@ -319,7 +323,7 @@ class GvisorBackend:
                 container_id=container_id, uid=uid, host=host,
                 sockets=_sockets(proxy), host_env=os.environ,
                 path_dirs=frozenset(e for e in host_path.split(":") if os.path.isdir(e)),
-                cpus=float(os.cpu_count() or 1), helper_source=HELPER_SOURCE))
+                cpus=float(os.cpu_count() or 1), helper_source=HELPER_SOURCE, capture=tools))
             try:
                 os.mkdir(bundle, mode=0o700)
                 _make_skeleton(plan)
@@ -352,14 +356,15 @@ class GvisorBackend:
                 python=interpreter, workspace=fs.sandbox_workspace, real_homes=fs.real_homes,
                 exposed=plan.exposed, proxy_port=PROXY_PORT if proxy is not None else None,
                 nonce=proxy.nonce if proxy is not None else None, landlock=False,
-                network="loopback_only", supervisor="sentry", seccomp="host",
+                network="captured" if capturing else "loopback_only", supervisor="sentry",
+                seccomp="host",
                 protected=fs.protected, foreign_kernel=attest_probe.host_kernel()))
             checks += (_seccomp_check(session.pid),)
             session.info = SessionInfo(
                 backend=self.name, enforcement=Enforcement.ENFORCED,
                 policy_hash=profile.policy_hash(),
                 layers=_layers(profile, runsc=runsc, uid=uid, lent=lent is not None,
-                               proxy=proxy is not None),
+                               proxy=proxy is not None, capturing=capturing),
                 attestation=checks, exposed=plan.exposed)
             attestation.require_passed(checks)
         except BaseException:
@@ -382,14 +387,16 @@ class GvisorBackend:
 
 
 def _sockets(proxy: ProxyEndpoint | None) -> dict[str, str]:
-    """The proxy's listeners by the helper's kinds; capture's are not used (no capture here)."""
+    """The proxy's listeners by the helper's kinds, capture's too when the proxy offers them."""
     if proxy is None:
         return {}
+    if proxy.transparent_path is not None and proxy.dns_path is not None:
+        return {"c": proxy.socket_path, "t": proxy.transparent_path, "d": proxy.dns_path}
     return {"c": proxy.socket_path}
 
 
 def _layers(profile: SandboxProfile, *, runsc: probe.Runsc, uid: int, lent: bool,
-            proxy: bool) -> tuple[LayerStatus, ...]:
+            proxy: bool, capturing: bool) -> tuple[LayerStatus, ...]:
     fs = profile.fs
     limits = profile.limits
     writable = ", ".join([fs.sandbox_workspace, SANDBOX_TMP, fs.sandbox_home, "/dev/shm"])
@@ -403,7 +410,10 @@ def _layers(profile: SandboxProfile, *, runsc: probe.Runsc, uid: int, lent: bool
         LayerName.SECCOMP: "every system call a command makes is the sentry's to answer; the "
                            "sentry and gofer run under runsc's own seccomp filter (proven "
                            "from the host: seccomp_loaded)",
-        LayerName.NETWORK: f"only 127.0.0.1:{PROXY_PORT}, relayed to the egress proxy's socket"
+        LayerName.NETWORK: ("every flow and DNS query captured by nat rules in the sentry's "
+                            "netstack and relayed to the egress proxy's sockets"
+                            if capturing else
+                            f"only 127.0.0.1:{PROXY_PORT}, relayed to the egress proxy's socket")
                            if proxy else "no egress at all (no proxy)",
         LayerName.LIMITS: f"memory {limits.memory_bytes} bytes and the host's CPUs, by the "
                           f"container's cgroup (beneath {CGROUP_PARENT}); inside, rlimits per "

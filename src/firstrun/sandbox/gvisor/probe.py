@@ -18,7 +18,8 @@ import subprocess
 from dataclasses import dataclass
 from datetime import date
 
-from firstrun.sandbox.base import Capability
+from firstrun.sandbox import capture
+from firstrun.sandbox.base import Capability, apt_fix
 
 _TIMEOUT_S = 10.0
 # The oldest build firstrun has run its conformance suite on. Older ones
@@ -124,6 +125,10 @@ def probe() -> tuple[Capability, ...]:
     runsc = Capability(name="runsc", available=True,
                        detail=f"{found.path}, release {found.release.isoformat()}, platform "
                               f"{found.platform}{stale}")
+    tools = capture.find_gvisor_tools()
+    if isinstance(tools, str):
+        return (runsc, Capability(name="capture", available=False, detail=tools,
+                                  fix=apt_fix("iptables", "iproute2")))
     if os.geteuid() != 0:
         # Rootless runsc applies no cgroup, so the memory and CPU caps a
         # profile asks for would be silently ignored.

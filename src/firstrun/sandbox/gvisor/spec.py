@@ -9,6 +9,10 @@ command's environment, is golden-tested. What it gives:
   only loopback, and the proxy's Unix sockets, bound in one by one, are the
   only way out (``--host-uds=open`` lets a connect() reach exactly the
   sockets that are bound, and nothing under the host's /run or /tmp is);
+  under transparent capture the helper first loads linux's nat rules and a
+  default route through ``lo`` into the sentry's netstack (``--net-raw``
+  lets it: xtables speaks through a raw socket), so every flow and DNS
+  query reaches the proxy whatever the program honours;
 - a read-only root: an empty skeleton whose mount points, and the merged-/usr
   symlinks, the launch creates; the system directories and toolchain roots
   bound read-only over it with their secrets masked; tmpfs ``/tmp``,
@@ -17,7 +21,8 @@ command's environment, is golden-tested. What it gives:
   read-only on top;
 - the helper as the container's init, root inside the sandbox with only
   the capabilities it needs to run each command as the session's uid and
-  kill what commands leave; its channel is the container's stdin and
+  kill what commands leave (and, under capture, to load the rules); its
+  channel is the container's stdin and
   stdout. No command shares its uid, so none can signal, trace or read it;
 - memory and CPU capped by the container's cgroup. Processes are capped by
   RLIMIT_NPROC inside, because runsc's pids cgroup counts the sentry's host
@@ -34,6 +39,7 @@ from dataclasses import dataclass
 from firstrun.policy.process import SANDBOX_CA_BUNDLE
 from firstrun.policy.profile import SandboxProfile
 from firstrun.sandbox.base import ProxyEndpoint
+from firstrun.sandbox.capture import CapturePorts, GvisorTools, gvisor_steps
 from firstrun.sandbox.linux.spec import (
     PROXY_PORT,
     SANDBOX_TMP,
@@ -48,6 +54,9 @@ EGRESS_DIR = "/run/firstrun-egress"
 # The capabilities of the helper, as on docker: change to the session's uid
 # and kill what it leaves behind. Commands drop them all before they exec.
 HELPER_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_KILL")
+# Under capture, the rules' tools need these too; commands never hold them.
+CAPTURE_CAPS = ("CAP_NET_ADMIN", "CAP_NET_RAW")
+CAPTURE_PORTS = CapturePorts()
 # The container's cgroup, beneath each controller's root.
 CGROUP_PARENT = "/firstrun-gvisor"
 # A CPU period of 100 ms; the quota is the cores a session may use in it.
@@ -62,7 +71,9 @@ class GvisorFacts:
     the session writes to the workspace on the host (the gofer writes as
     the uid it is asked to, there being no user namespace between).
     ``sockets``: the proxy's listeners by the helper's kind (``c`` for
-    proxy-aware clients), each a host socket path.
+    proxy-aware clients, ``t`` and ``d`` for captured flows and DNS), each
+    a host socket path. ``capture``: the tools the helper loads the rules
+    with, when the session captures; None when it does not.
     """
 
     runsc: str
@@ -77,6 +88,7 @@ class GvisorFacts:
     path_dirs: frozenset[str]
     cpus: float
     helper_source: str
+    capture: GvisorTools | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -167,6 +179,10 @@ def prepare(profile: SandboxProfile, proxy: ProxyEndpoint | None, facts: GvisorF
     if endpoints:
         config["endpoints"] = endpoints
     caps = list(HELPER_CAPS)
+    if facts.capture is not None:
+        config["capture"] = {**CAPTURE_PORTS.to_config(ipv6=True),
+                             "load": gvisor_steps(CAPTURE_PORTS, facts.capture)}
+        caps += CAPTURE_CAPS
     oci: dict[str, object] = {
         "ociVersion": "1.0.0",
         "process": {
@@ -193,7 +209,8 @@ def prepare(profile: SandboxProfile, proxy: ProxyEndpoint | None, facts: GvisorF
         },
     }
     argv = (facts.runsc, "--root", facts.state_root, f"--platform={facts.platform}",
-            "--network=none", *(("--host-uds=open",) if endpoints else ()), "--overlay2=none",
+            "--network=none", *(("--host-uds=open",) if endpoints else ()),
+            *(("--net-raw",) if facts.capture is not None else ()), "--overlay2=none",
             "run", "--bundle", facts.bundle, facts.container_id)
     env = command_environment(profile, proxy, host_env=facts.host_env, prefix=host.prefix,
                               path_dirs=facts.path_dirs)
