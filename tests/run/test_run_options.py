@@ -58,7 +58,7 @@ def test_every_flag_reaches_its_own_field() -> None:
             "--out", "o", "--resume", "o", "--config", "c", "--keep-sandbox", "--repeat", "3",
             "--workers", "2", "--junit", "j", "--github-summary=g", "--docs-mirror", "h=d",
             "--cache-dir", "cd", "--refresh", "--offline", "--affordances", "none",
-            "--probe-affordances",
+            "--probe-affordances", "--engine", "ray", "--ray-address", "h:6379", "--retry-infra",
             "--allow-unenforced", "--allow-downgrade", "seccomp", "--no-inspect-tls"]
     args = build_parser().parse_args(argv)
     request = RunRequest(**{o.field: o.request_value(getattr(args, o.field)) for o in RUN_OPTIONS})
@@ -81,8 +81,10 @@ def test_project_keys_are_keys_of_the_project_config_and_the_refused_ones_are_no
 
 def test_unset_options_take_the_project_configs_value_then_their_fallback() -> None:
     filled = _with_project(RunRequest(), None)
-    assert (filled.backend, filled.out, filled.workers, filled.cache_dir, filled.inspect_tls) == (
-        "auto", "results", 1, None, False)
+    # --workers has no fallback: the engine decides (1 here, the nodes' CPUs on Ray).
+    assert (filled.backend, filled.out, filled.workers, filled.cache_dir, filled.inspect_tls,
+            filled.engine, filled.ray_address) == ("auto", "results", None, None, False, "local",
+                                                   None)
 
 
 def test_the_image_is_part_of_the_identity_and_an_older_sweep_is_comparable_with_neither() -> None:

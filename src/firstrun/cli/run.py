@@ -38,7 +38,7 @@ from firstrun.agents.spend import DEFAULT_RUN_TOKENS, SpendGovernor
 from firstrun.cli.interrupt import Signalled, signals_unwind
 from firstrun.cli.progress import ProgressBoard, live_board
 from firstrun.docs import Affordances, CacheMode, Mirror, parse_mirrors
-from firstrun.errors import SandboxUnavailable, UsageError
+from firstrun.errors import UsageError
 from firstrun.policy.profile import LayerName
 from firstrun.reports.junit import write_junit
 from firstrun.reports.summary import route_finding_text, table_lines
@@ -61,13 +61,9 @@ from firstrun.run.project import (
 )
 from firstrun.sandbox.select import (
     REGISTRY,
-    BackendOptions,
     Resolution,
     entry,
-    require_vm,
-    resolve_backend,
-    select_backend,
-    unavailable,
+    sweep_backend,
 )
 from firstrun.tasks.allowlist import AllowEntries, allow_snippet
 from firstrun.tasks.load import DEFAULT_TASK_DIR, expand_task_paths, load_tasks
@@ -98,6 +94,9 @@ class RunRequest:
     keep_sandbox: bool = False
     repeat: int = 1
     workers: int | None = None
+    engine: str | None = None
+    ray_address: str | None = None
+    retry_infra: bool = False
     junit: str | None = None
     github_summary: str | None = None
     docs_mirrors: tuple[str, ...] = ()
@@ -121,6 +120,9 @@ def _say_where(project: ProjectConfig | None, *, given: str | None) -> None:
 
 
 def _check_paths(request: RunRequest) -> None:
+    if request.retry_infra and request.resume is None:
+        raise UsageError("--retry-infra: only with --resume DIR, whose infra_error attempts it "
+                         "runs again")
     out = Path(request.out)
     flag = "--resume" if request.resume is not None else "--out"
     if out.exists() and not out.is_dir():
@@ -239,6 +241,16 @@ def _select(request: RunRequest) -> tuple[list[Task], dict[str, Mirror]]:
 
 def run_command(request: RunRequest) -> int:
     """Run the suite; return the exit status (0/1/2, or 128+N after signal N)."""
+    try:
+        return _run_command(request)
+    finally:
+        # Left only once every run in flight has ended on its node.
+        ray_engine = sys.modules.get("firstrun.run.ray_engine")
+        if ray_engine is not None:
+            ray_engine.leave()
+
+
+def _run_command(request: RunRequest) -> int:
     from firstrun.agents import make_agent
     from firstrun.agents.spend import load_price_file
     from firstrun.run.runner import RunConfig
@@ -274,8 +286,13 @@ def run_command(request: RunRequest) -> int:
     inspect_tls = bool(request.inspect_tls)
     check_inspection(tasks, inspect_tls=inspect_tls, env=os.environ)
     backend = inspecting_backend(request.backend, inspect_tls=inspect_tls, flag="--backend")
-    resolution = _resolve(backend, request.allow_unenforced,
-                          [task.spec.image or request.image for task in tasks], project)
+    images = [task.spec.image or request.image for task in tasks]
+    cluster = None
+    if request.engine == "ray":
+        cluster = _ray_cluster(request, backend, images, project)
+        resolution: Resolution | str = cluster.plan.resolution
+    else:
+        resolution = _resolve(backend, request.allow_unenforced, images, project)
     if isinstance(resolution, str):
         print(resolution, file=sys.stderr)
         return EXIT_NO_EVIDENCE
@@ -323,15 +340,18 @@ def run_command(request: RunRequest) -> int:
         try:
             outcome = run_suite(
                 tasks,
-                agent_factory=new_agent,
+                agent_factory=new_agent if cluster is None else None,
+                engine=None if cluster is None else cluster.engine(
+                    agent=request.agent, model=request.model, base_url=request.base_url,
+                    prices=prices, mirrors=mirrors),
                 config=config,
                 store=store,
                 repeat=request.repeat,
-                workers=request.workers,
+                workers=request.workers or (1 if cluster is None else cluster.plan.cpus),
                 stop=stop,
                 on_event=board.update,
                 spend=spend,
-                done=store.finished(),
+                done=store.finished(retry_infra=request.retry_infra),
             )
             spend_reached = outcome.spend_reached
             if outcome.backend_lost is not None:
@@ -482,34 +502,34 @@ def _spend_governor(agent: Agent, max_spend: Decimal | None,
 EXIT_NO_EVIDENCE = 2
 
 
+def _ray_cluster(request: RunRequest, backend: str, images: list[str | None],
+                 project: ProjectConfig | None) -> Any:
+    """The cluster this sweep runs on, its nodes probed; each excluded node said, with why."""
+    if request.keep_sandbox:
+        raise UsageError("--keep-sandbox: under --engine ray a run's workspace stays on its "
+                         "node; keep workspaces with --engine local")
+    try:
+        from firstrun.run import ray_engine
+    except ImportError as exc:
+        raise UsageError(f"--engine ray: Ray is not installed ({exc.name or 'ray'}): "
+                         "pip install 'firstrun[ray]'") from None
+    cluster = ray_engine.Cluster.join(request.ray_address)
+    needs_kernel = project is not None and project.spec.isolation == "vm"
+    cluster.probe(backend, allow_unenforced=request.allow_unenforced, images=images,
+                  needs_kernel=needs_kernel)
+    for node, why in cluster.plan.excluded:
+        print(f"firstrun: node {node.label} excluded: {why}", file=sys.stderr)
+    print(f"firstrun: running on {len(cluster.plan.nodes)} Ray node"
+          f"{'s' if len(cluster.plan.nodes) != 1 else ''} ({cluster.plan.cpus} CPUs): "
+          + ", ".join(node.label for node in cluster.plan.nodes), file=sys.stderr)
+    return cluster
+
+
 def _resolve(backend: str, allow_unenforced: bool, images: list[str | None],
              project: ProjectConfig | None) -> Resolution | str:
-    """The sweep's one concrete backend, or why every run would be refused, said once.
-
-    A backend that cannot enforce (``local`` without --allow-unenforced, a
-    machine without bubblewrap, docker without the image) would refuse each
-    run alike; recording that as one infra_error per run would only bury the
-    one line that matters. So would a project config's ``isolation: vm`` on
-    a backend that cannot give it. ``auto`` is resolved here, once, for the
-    images the tasks use.
-    """
-    options = BackendOptions(allow_unenforced=allow_unenforced)
     needs_kernel = project is not None and project.spec.isolation == "vm"
-    try:
-        resolution = resolve_backend(backend, options, images or [None], own_kernel=needs_kernel)
-        select_backend(resolution.backend, allow_unenforced=allow_unenforced)
-        if backend != "auto":
-            missing = unavailable(backend, options, images or [None])
-            if missing is not None:
-                raise SandboxUnavailable(missing.detail, who=backend,
-                                         fix=missing.fix)
-        if needs_kernel:
-            assert project is not None
-            require_vm(resolution.backend, who=f"the project config {project.path}")
-    except SandboxUnavailable as exc:
-        fix = f"; fix: {exc.fix}" if exc.fix else ""
-        return f"firstrun: refused ({exc.who}): {' '.join(exc.args[0].split())}{fix}"
-    return resolution
+    return sweep_backend(backend, allow_unenforced, images, needs_kernel=needs_kernel,
+                         required_by=f"the project config {project.path}" if project else None)
 
 
 def check_command(

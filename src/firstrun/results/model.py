@@ -58,6 +58,8 @@ class RunRecord:
     backend: str | None
     enforcement: str | None
     policy_hash: str | None
+    # The Ray node that carried the run out (``HOST (NODE-ID)``); None: this machine.
+    node: str | None = None
     attestation: tuple[dict[str, Any], ...] = ()
     layers: tuple[dict[str, Any], ...] = ()
     pages: tuple[PageRead, ...] = ()

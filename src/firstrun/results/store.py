@@ -116,17 +116,22 @@ class ResultsStore:
             self._meta.update(changes)
             write_json_atomic(self.path, self._document())
 
-    def finished(self) -> frozenset[tuple[str, int]]:
-        """``(task, attempt)`` of every stored run; only finished runs are ever stored."""
+    def finished(self, *, retry_infra: bool = False) -> frozenset[tuple[str, int]]:
+        """``(task, attempt)`` of every stored run; only finished runs are ever stored.
+        ``retry_infra``: not those stored as ``infra_error`` (``--retry-infra``)."""
         with self._lock:
-            return frozenset((str(r["task"]), int(r["attempt"])) for r in self._runs)
+            return frozenset((str(r["task"]), int(r["attempt"])) for r in self._runs
+                             if not (retry_infra and r.get("classification") == "infra_error"))
 
     def runs(self) -> list[dict[str, Any]]:
         with self._lock:
             return list(self._runs)
 
     def add(self, run: Mapping[str, Any]) -> None:
+        """Store ``run``; one stored before for the same attempt (retried) is replaced."""
+        key = (str(run["task"]), int(run["attempt"]))
         with self._lock:
+            self._runs = [r for r in self._runs if (str(r["task"]), int(r["attempt"])) != key]
             self._runs.append(dict(run))
             write_json_atomic(self.path, self._document())
 

@@ -102,6 +102,8 @@ class RunReason(StrEnum):
     DOCS_FAILED = "docs_failed"
     AGENT_INFRA = "agent_infra_error"
     HARNESS_ERROR = "harness_error"
+    # The Ray node that carried the run out was lost under it (run.ray_engine).
+    NODE_LOST = "node_lost"
     NO_CHECK = "no_check"
     INTERRUPTED = "interrupted"
 

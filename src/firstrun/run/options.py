@@ -29,6 +29,9 @@ from firstrun.sandbox.select import BACKENDS
 # fill memory instead of running; this is days of runs for even one task.
 MAX_REPEAT = 10_000
 
+# Where runs are carried out (``--engine``).
+ENGINES = ("local", "ray")
+
 # ``--github-summary`` given with no FILE: the file $GITHUB_STEP_SUMMARY names.
 GITHUB_SUMMARY_FROM_ENV = "$GITHUB_STEP_SUMMARY"
 
@@ -189,8 +192,25 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
               default=1, help=f"run each task N times (default: 1, at most {MAX_REPEAT})",
               identity="repeat"),
     RunOption(field="workers", flag="--workers", kind="value", metavar="N", parse=positive_int,
-              help="run up to N runs at once (default: firstrun.yaml's, else 1)",
-              project="workers", fallback=1, exempt=_HOW_FAST),
+              help="run up to N runs at once, cluster-wide under --engine ray (default: "
+              "firstrun.yaml's, else 1; under --engine ray, the eligible nodes' CPUs)",
+              project="workers", exempt=_HOW_FAST),
+    RunOption(field="engine", flag="--engine", kind="value", choices=ENGINES,
+              help="where runs are carried out: local (threads on this machine) or ray (one "
+              "Ray task per run on a cluster's nodes; pip install 'firstrun[ray]') (default: "
+              "firstrun.yaml's, else local)",
+              project="engine", fallback="local",
+              exempt="where each run is carried out; every node runs the sweep's one backend "
+              "at this firstrun version", meta=True),
+    RunOption(field="ray_address", flag="--ray-address", kind="value", metavar="ADDR",
+              help="the Ray cluster to join: HOST:PORT of its head, auto (the cluster this "
+              "machine belongs to), or local (a new one on this machine) (default: "
+              "firstrun.yaml's, else $RAY_ADDRESS, else auto)",
+              project="ray_address", exempt=_WHERE),
+    RunOption(field="retry_infra", flag="--retry-infra", kind="switch", default=False,
+              help="with --resume: run again the attempts stored as infra_error (a lost node's "
+              "node_lost among them); each new record replaces the old",
+              exempt="which stored attempts count as finished, not what a run measures"),
     RunOption(field="junit", flag="--junit", kind="value", metavar="FILE",
               help="also write JUnit XML: a docs gap is a failure, trouble that kept a run from "
               "judging is an error, a skip is skipped",

@@ -1,8 +1,9 @@
 """The project config, ``firstrun.yaml``: the flags a project would repeat on every run, kept in one file.
 
 Guarantee: a project config can only change where and how fast a sweep runs
-(``backend``, ``out``, ``cache_dir``, ``docs_mirrors``, ``workers``) and the
-defaults its tasks start from (``task_defaults``), never who is measured or
+(``backend``, ``out``, ``cache_dir``, ``docs_mirrors``, ``workers``,
+``engine``, ``ray_address``) and the defaults its tasks start from
+(``task_defaults``), never who is measured or
 how often: ``agent``, ``model``, ``base_url``, ``repeat`` and ``affordances``
 are refused with the file and line, because a file that quietly changed them
 would make two runs of the same command incomparable. Every problem in the
@@ -39,7 +40,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -101,6 +102,10 @@ class ProjectSpec(_Section):
         {}, description="HOST: DIR or loopback URL, as --docs-mirror HOST=SRC."
     )
     workers: PositiveInt | None = None
+    engine: Literal["local", "ray"] | None = Field(
+        None, description="Where runs are carried out (--engine): local, or ray.")
+    ray_address: str | None = Field(
+        None, description="The Ray cluster to join under engine: ray (--ray-address).")
     inspect_tls: bool | None = Field(None, description="--inspect-tls on every run.")
     isolation: Isolation | None = Field(
         None, description="kernel (or vm): every task runs only where commands get a kernel "

@@ -27,6 +27,11 @@ never switches to another backend.
 ``done`` names attempts already finished (a resumed sweep's stored runs,
 ``ResultsStore.finished``); they are not run again, so a sweep resumed any
 number of times ends with each attempt stored once.
+
+Where each run is carried out is the ``Engine``'s: ``LocalEngine`` runs it
+on the worker thread itself; ``run.ray_engine.RayEngine`` on a node of a
+Ray cluster, while the worker thread waits for it. Either way the driver
+keeps the record: the queue, the spend ledger and the store are here.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import threading
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
+from typing import Protocol
 
 from firstrun.agents.base import Agent
 from firstrun.agents.spend import SpendGovernor
@@ -70,10 +76,44 @@ class SuiteOutcome:
     backend_lost: str | None = None
 
 
+class Engine(Protocol):
+    """Carries out one run where it runs, and says when the sweep's backend is gone there."""
+
+    def unavailable(self, task: Task, config: RunConfig) -> str | None:
+        """Why no run of ``task`` can start now (the backend is lost); None: it can."""
+
+    def execute(self, task: Task, *, attempt: int, config: RunConfig,
+                on_event: Callable[[Event], None] | None, stop: threading.Event,
+                max_spend: Decimal | None) -> RunRecord:
+        """The run's record, its trace written under ``config.out_dir`` (``run_task``'s)."""
+
+
+@dataclass(frozen=True)
+class LocalEngine:
+    """Each run on this machine, on the worker thread that asked for it."""
+
+    agent_factory: Callable[[], Agent]
+
+    def unavailable(self, task: Task, config: RunConfig) -> str | None:
+        missing = unavailable(config.backend, BackendOptions(
+            allow_unenforced=config.allow_unenforced), (run_image(task, config),))
+        if missing is None:
+            return None
+        return (f"backend {config.backend} is not available now: {missing.name}: "
+                f"{missing.detail}" + (f" (fix: {missing.fix})" if missing.fix else ""))
+
+    def execute(self, task: Task, *, attempt: int, config: RunConfig,
+                on_event: Callable[[Event], None] | None, stop: threading.Event,
+                max_spend: Decimal | None) -> RunRecord:
+        return run_task(task, attempt=attempt, agent=self.agent_factory(), config=config,
+                        on_event=on_event, stop=stop, max_spend=max_spend)
+
+
 def run_suite(
     tasks: Sequence[Task],
     *,
-    agent_factory: Callable[[], Agent],
+    agent_factory: Callable[[], Agent] | None = None,
+    engine: Engine | None = None,
     config: RunConfig,
     store: ResultsStore,
     repeat: int = 1,
@@ -85,8 +125,12 @@ def run_suite(
 ) -> SuiteOutcome:
     """Run every task ``repeat`` times on ``workers`` threads; records in finishing order.
 
+    ``engine`` carries out each run (default: ``LocalEngine(agent_factory)``).
     ``on_event(task_name, attempt, event)`` is called from worker threads.
     """
+    if (engine is None) == (agent_factory is None):
+        raise ValueError("run_suite takes exactly one of agent_factory and engine")
+    engine = engine if engine is not None else LocalEngine(agent_factory)  # type: ignore[arg-type]
     if repeat < 1:
         raise UsageError("--repeat must be at least 1")
     if workers < 1:
@@ -122,11 +166,10 @@ def run_suite(
                 task, attempt = jobs.get_nowait()
             except queue.Empty:
                 return
-            missing = unavailable(config.backend, options, (run_image(task, config),))
+            missing = engine.unavailable(task, config)
             if missing is not None:
                 with lock:
-                    lost.append(f"backend {config.backend} is not available now: {missing.name}: "
-                                f"{missing.detail}" + (f" (fix: {missing.fix})" if missing.fix else ""))
+                    lost.append(missing)
                 return
             reservation = None
             if spend is not None:
@@ -139,9 +182,9 @@ def run_suite(
                     on_event(name, n, event)
             record = None
             try:
-                record = run_task(task, attempt=attempt, agent=agent_factory(), config=config,
-                                  on_event=forward, stop=stop,
-                                  max_spend=None if reservation is None else reservation.amount)
+                record = engine.execute(task, attempt=attempt, config=config, on_event=forward,
+                                        stop=stop, max_spend=None if reservation is None
+                                        else reservation.amount)
             except BaseException as exc:
                 # run_task maps everything inside a run; this is the store or
                 # the trace directory failing. Stop the sweep, keep what finished.

@@ -281,3 +281,32 @@ def select_backend(name: str, *, allow_unenforced: bool,
         raise SandboxUnavailable(f"the {name} backend enforces nothing; refused",
                                  who=name, fix=cap.fix)
     return backend
+
+
+def sweep_backend(backend: str, allow_unenforced: bool, images: Sequence[str | None], *,
+                  needs_kernel: bool = False,
+                  required_by: str | None = None) -> Resolution | str:
+    """The sweep's one concrete backend here, or why every run would be refused, said once.
+
+    A backend that cannot enforce (``local`` without --allow-unenforced, a
+    machine without bubblewrap, docker without the image) would refuse each
+    run alike; recording that as one infra_error per run would only bury the
+    one line that matters. So would ``isolation: vm`` (``needs_kernel``, set
+    by ``required_by``) on a backend that cannot give it. ``auto`` is
+    resolved here, once, for the images the tasks use. A Ray sweep asks the
+    same of every node (``run.ray_engine.plan``).
+    """
+    options = BackendOptions(allow_unenforced=allow_unenforced)
+    try:
+        resolution = resolve_backend(backend, options, images or [None], own_kernel=needs_kernel)
+        select_backend(resolution.backend, allow_unenforced=allow_unenforced)
+        if backend != "auto":
+            missing = unavailable(backend, options, images or [None])
+            if missing is not None:
+                raise SandboxUnavailable(missing.detail, who=backend, fix=missing.fix)
+        if needs_kernel:
+            require_vm(resolution.backend, who=required_by or "isolation: vm")
+    except SandboxUnavailable as exc:
+        fix = f"; fix: {exc.fix}" if exc.fix else ""
+        return f"firstrun: refused ({exc.who}): {' '.join(exc.args[0].split())}{fix}"
+    return resolution
