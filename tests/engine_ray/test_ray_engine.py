@@ -107,8 +107,10 @@ def test_a_replay_sweep_across_two_nodes_saves_what_a_local_one_does(
     assert set(mine["meta"]) == set(theirs["meta"])
 
     def what(document: dict) -> dict:
-        return {(r["task"], r["attempt"]): {k: v for k, v in r.items() if k not in CIRCUMSTANTIAL}
-                for r in document["runs"]}
+        return {(r["task"], r["attempt"]): {
+            **{k: v for k, v in r.items() if k not in CIRCUMSTANTIAL},
+            "extra": {k: v for k, v in r["extra"].items() if k != "ray"}}
+            for r in document["runs"]}
 
     assert what(mine) == what(theirs)
     assert {r["classification"] for r in theirs["runs"]} == {"passed"}
@@ -116,7 +118,11 @@ def test_a_replay_sweep_across_two_nodes_saves_what_a_local_one_does(
     nodes = {r["node"] for r in theirs["runs"]}
     assert {n.split("(")[1].rstrip(")") for n in nodes} == {
         cluster.node_id(i)[:12] for i in range(2)}
-    assert all(r["node"] is None for r in mine["runs"])
+    assert all(r["node"] is None and "ray" not in r["extra"] for r in mine["runs"])
+    # Where each run waited before its node started it, from submit (the driver's clock).
+    for run in theirs["runs"]:
+        placed = run["extra"]["ray"]
+        assert placed["scheduled_s"] >= 0 and placed["submitted_at"] <= placed["started_on_node_at"]
     for run in theirs["runs"]:
         trace = (tmp_path / "ray" / run["trace"]).read_text().splitlines()
         assert json.loads(trace[0])["kind"] == "run_started"

@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -317,8 +318,16 @@ def _carry_out_here(task: Task, attempt: int, agent: AgentSpec, config: RunConfi
             raise outcome["error"]
         record: RunRecord = outcome["record"]
         trace = (here.out_dir / record.trace).read_bytes()
-    return {"record": replace(record, node=node).to_data(), "trace": trace,
-            "scheduled_s": max(0.0, started - submitted)}
+    # Submit (the driver's clock) to the task's start here: Ray's scheduling and
+    # the wait for a free CPU, which the trace's own times do not show.
+    placed = {"submitted_at": _iso(submitted), "started_on_node_at": _iso(started),
+              "scheduled_s": round(max(0.0, started - submitted), 6)}
+    record = replace(record, node=node, extra={**record.extra, "ray": placed})
+    return {"record": record.to_data(), "trace": trace}
+
+
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds")
 
 
 _carry_out = ray.remote(num_cpus=1, max_retries=0)(_carry_out_here)
@@ -335,8 +344,6 @@ class RayEngine:
         self._lock = threading.Lock()
         self._load = {node.node_id: 0 for node in cluster.nodes}
         self._lost: set[str] = set()
-        # Submit to sandbox start, per run, for the benchmark and the trace.
-        self.scheduling: list[float] = []
 
     def unavailable(self, task: Task, config: RunConfig) -> str | None:
         with self._lock:
@@ -380,7 +387,6 @@ class RayEngine:
                 self._give(node, lost=lost)
             if answer is None:
                 return _interrupted(task, attempt, self.agent, config)
-            self.scheduling.append(answer["scheduled_s"])
             record = RunRecord.from_data(answer["record"])
             # Where a local run would have left it: the attempt's directory anew.
             where = run_dir(config, task.name, attempt)
