@@ -369,6 +369,21 @@ class RayEngine:
     def execute(self, task: Task, *, attempt: int, config: RunConfig,
                 on_event: Callable[[Event], None] | None, stop: threading.Event,
                 max_spend: Decimal | None) -> RunRecord:
+        # The node's events stay on the node; a progress board sees each run
+        # start (queued or running) and finish.
+        if on_event is not None:
+            on_event(RunStarted(task=task.name, attempt=attempt, agent=self.agent.name,
+                                model=self.agent.model, task_file=task.path,
+                                task_sha256=task.sha256))
+        record = self._execute(task, attempt=attempt, config=config, stop=stop,
+                               max_spend=max_spend)
+        if on_event is not None:
+            on_event(RunFinished(classification=record.classification.value,
+                                 reason=record.reason))
+        return record
+
+    def _execute(self, task: Task, *, attempt: int, config: RunConfig, stop: threading.Event,
+                 max_spend: Decimal | None) -> RunRecord:
         last: NodeReport | None = None
         while (node := self._take()) is not None:
             last = node
