@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from firstrun.docs.cache import DiskCache, Entry
 from firstrun.docs.convert import code_language, convert, media_type
+from firstrun.docs.reader import default_user_agent
 from firstrun.docs.robots import rules_from_response
 
 UA = "firstrun/0.1.0 (+docs reading for quickstart tests)"
@@ -46,6 +47,83 @@ def test_robots_matching(text, path, allowed):
 
 
 @pytest.mark.parametrize(
+    ("text", "path", "allowed"),
+    [
+        # RFC 9309 §2.2.1: two groups for firstrun are one, wherever they are.
+        ("User-agent: firstrun\nDisallow: /a\n\nUser-agent: otherbot\nDisallow: /\n\n"
+         "User-agent: firstrun\nDisallow: /b\n", "/a/x", False),
+        ("User-agent: firstrun\nDisallow: /a\n\nUser-agent: otherbot\nDisallow: /\n\n"
+         "User-agent: firstrun\nDisallow: /b\n", "/b/x", False),
+        ("User-agent: firstrun\nDisallow: /a\n\nUser-agent: otherbot\nDisallow: /\n\n"
+         "User-agent: firstrun\nDisallow: /b\n", "/c", True),
+        # ... merged before matching, so the longest rule wins across them.
+        ("User-agent: firstrun\nDisallow: /docs/\n\nUser-agent: FIRSTRUN\nAllow: /docs/public/\n",
+         "/docs/public/a", True),
+        ("User-agent: firstrun\nDisallow: /docs/\n\nUser-agent: FIRSTRUN\nAllow: /docs/public/\n",
+         "/docs/other", False),
+        # One group naming several robots, firstrun among them.
+        ("User-agent: otherbot\nUser-agent: firstrun\nDisallow: /a\n", "/a", False),
+        # The * groups, merged too, bind us only when no group names firstrun.
+        ("User-agent: otherbot\nDisallow: /\n\nUser-agent: *\nDisallow: /private\n", "/private/x", False),
+        ("User-agent: otherbot\nDisallow: /\n\nUser-agent: *\nDisallow: /private\n", "/public", True),
+        ("User-agent: *\nDisallow: /a\n\nUser-agent: otherbot\nAllow: /\n\nUser-agent: *\nDisallow: /b\n",
+         "/b", False),
+        ("User-agent: *\nDisallow: /\n\nUser-agent: firstrun\nAllow: /\n", "/page", True),
+        ("User-agent: *\nDisallow: /\n\nUser-agent: firstrun\nDisallow: /x\n", "/page", True),
+        # Only the product token is matched: not a longer name, nor a word of our UA's comment.
+        ("User-agent: firstrun-canary\nDisallow: /\n", "/page", True),
+        ("User-agent: docs\nDisallow: /\n\nUser-agent: tests\nDisallow: /\n", "/page", True),
+        # No group at all (empty or garbage, e.g. an HTML page): nothing binds us.
+        ("", "/page", True),
+        ("<!doctype html>\n<html><body><p style=\"color: red\">Disallow: /</p></body></html>\n", "/page", True),
+        ("\ufffd\x00\ufffdPNG\n\x1a\n", "/page", True),
+    ],
+)
+def test_robots_groups(text, path, allowed):
+    assert robots(text).allows(f"https://docs.example.test{path}", UA) is allowed
+
+
+@pytest.mark.parametrize(
+    ("rules", "path", "allowed"),
+    [
+        # RFC 9309 §2.2.3: '*' is any run of characters, in the middle or at the end.
+        ("Disallow: /*/private/\n", "/en/private/page", False),
+        ("Disallow: /*/private/\n", "/private/page", True),
+        ("Disallow: /a*b*c\n", "/axxbyyc/d", False),
+        ("Disallow: /a*b*c\n", "/axxcyyb", True),
+        ("Disallow: /private*\n", "/private", False),
+        ("Disallow: *.json\n", "/api/v1/spec.json", False),
+        # '$' anchors the end of path and query; elsewhere it is a character.
+        ("Disallow: /index$\n", "/index", False),
+        ("Disallow: /index$\n", "/index.html", True),
+        ("Disallow: /*.php$\n", "/a/b.php", False),
+        ("Disallow: /*.php$\n", "/a/b.php?x=1", True),
+        ("Disallow: /$\n", "/", False),
+        ("Disallow: /$\n", "/page", True),
+        ("Disallow: /a$b\n", "/a$b/c", False),
+        # §2.2.2: the longest match wins between Allow and Disallow, wildcards counted.
+        ("Disallow: /\nAllow: /$\n", "/", True),
+        ("Disallow: /\nAllow: /$\n", "/page", False),
+        ("Allow: /p\nDisallow: /\n", "/page", True),
+        ("Disallow: /docs/\nAllow: /*.html\n", "/docs/a.html", True),
+        ("Disallow: /docs/*.html\nAllow: /docs/\n", "/docs/a.html", False),
+        ("Disallow: /docs/*.html\nAllow: /docs/\n", "/docs/a.txt", True),
+        # Equal length, one with a wildcard: Allow, the least restrictive.
+        ("Disallow: /a*\nAllow: /ab\n", "/abc", True),
+    ],
+)
+def test_robots_patterns(rules, path, allowed):
+    assert robots(f"User-agent: firstrun\n{rules}").allows(f"https://docs.example.test{path}", UA) is allowed
+
+
+def test_robots_match_firstruns_own_user_agent():
+    # The header the reader sends, whatever the version: its product token is firstrun.
+    rules = robots("User-agent: *\nAllow: /\n\nUser-agent: FirstRun\nDisallow: /\n")
+    assert rules.allows("https://docs.example.test/page", default_user_agent()) is False
+    assert rules.allows("https://docs.example.test/page", "otherbot/1.0") is True
+
+
+@pytest.mark.parametrize(
     ("status", "allowed"), [(404, True), (410, True), (401, True), (429, False), (500, False), (503, False)]
 )
 def test_robots_status(status, allowed):
@@ -55,6 +133,20 @@ def test_robots_status(status, allowed):
 def test_crawl_delay():
     assert robots("User-agent: *\nCrawl-delay: 7\n").crawl_delay(UA) == 7.0
     assert robots("User-agent: *\nDisallow: /x\n").crawl_delay(UA) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "delay"),
+    [
+        # From the merged group of firstrun's groups, not from the * group.
+        ("User-agent: firstrun\nDisallow: /a\n\nUser-agent: firstrun\nCrawl-delay: 4\n", 4.0),
+        ("User-agent: *\nCrawl-delay: 9\n\nUser-agent: firstrun\nDisallow: /x\n", None),
+        ("User-agent: firstrun\nCrawl-delay: 2.5\n", 2.5),
+        ("User-agent: firstrun\nCrawl-delay: soon\n", None),
+    ],
+)
+def test_crawl_delay_groups(text, delay):
+    assert robots(text).crawl_delay(UA) == delay
 
 
 @pytest.mark.parametrize(
