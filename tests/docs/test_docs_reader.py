@@ -6,6 +6,7 @@ import json
 import threading
 from itertools import pairwise
 
+import httpx
 import pytest
 from docsite import FakeClock, Route
 
@@ -428,3 +429,26 @@ def test_offline_serves_the_cache_only_and_a_miss_is_the_harnesss_failure(serve,
     assert len(site.seen) == asked
     with pytest.raises(UsageError, match="cache mode offline needs a cache directory"):
         make_reader(site, cache_mode=CacheMode.OFFLINE)
+
+
+def test_a_unicode_host_is_checked_as_the_name_httpx_dials():
+    dialled: list[bytes] = []
+
+    def answer(request):
+        dialled.append(request.url.raw_host)
+        return httpx.Response(404 if request.url.path == "/robots.txt" else 200,
+                              headers={"content-type": "text/markdown"}, text="# faß")
+
+    def reader(entry: str) -> DocsReader:
+        return make_reader(allow=[HostPattern.parse(entry)], transport=httpx.MockTransport(answer))
+
+    # IDNA 2003 read faß.de as fass.de, so an allowed fass.de let xn--fa-hia.de be dialled.
+    with reader("fass.de") as r:
+        assert r.read("https://faß.de/").error is ReadFailure.NOT_ALLOWED
+    assert dialled == []
+    with reader("faß.de") as r:
+        assert r.read("https://xn--fa-hia.de/").error is None
+        assert r.read("https://FAß.de/").error is None
+        # httpx takes any ASCII name; one that is no A-label names no allowed host.
+        assert r.read("https://xn--zz.de/").error is ReadFailure.NOT_ALLOWED
+    assert set(dialled) == {b"xn--fa-hia.de"}

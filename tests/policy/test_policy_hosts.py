@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import ipaddress
 
+import httpx
 import pytest
-from hypothesis import assume, given
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from firstrun.errors import PolicyError
@@ -88,6 +89,15 @@ def test_matching_is_on_label_boundaries(pattern: str, host: str, port: int, mat
         ("[::ffff:127.0.0.1]", "127.0.0.1"),
         ("[::1]", "::1"),
         ("BÜCHER.example", "xn--bcher-kva.example"),
+        # UTS-46, non-transitional: the deviation characters are kept, not mapped away.
+        ("faß.de", "xn--fa-hia.de"),
+        ("xn--fa-hia.de", "xn--fa-hia.de"),
+        ("XN--FA-HIA.de.", "xn--fa-hia.de"),
+        ("βόλος.com", "xn--nxasmm1c.com"),
+        # Width and the ideographic full stop are mapped, as browsers map them.
+        ("ｅｘａｍｐｌｅ。com", "example.com"),
+        # An ASCII name is dialled as written, an underscore label included.
+        ("_acme.example.org", "_acme.example.org"),
     ],
 )
 def test_canonical_host(raw: str, canonical: str) -> None:
@@ -98,6 +108,62 @@ def test_canonical_host(raw: str, canonical: str) -> None:
 def test_not_hosts(raw: str) -> None:
     with pytest.raises(PolicyError):
         canonical_host(raw)
+
+
+def test_fass_de_is_checked_as_the_name_httpx_dials() -> None:
+    # IDNA 2003 (Python's ``idna`` codec) said ``fass.de``: another domain, another owner.
+    assert canonical_host("faß.de") == httpx.URL("https://faß.de/").raw_host.decode() == "xn--fa-hia.de"
+    assert HostPattern.parse("faß.de").matches("xn--fa-hia.de", 443)
+    assert not HostPattern.parse("faß.de").matches("fass.de", 443)
+
+
+@pytest.mark.parametrize(
+    ("raw", "code"),
+    [
+        # Not the Punycode of anything, and a non-canonical spelling of ``xn--bbk``.
+        ("xn--zz.com", "invalid_alabel"),
+        ("xn---bbk.com", "non_canonical_alabel"),
+        # CONTEXTJ: a zero-width joiner only after a virama.
+        ("a\u200db.com", "contextj"),
+        # An ``_`` label is kept in an ASCII name, as httpx keeps it, but IDNA
+        # has no ``_``, and httpx too refuses it in a Unicode name.
+        ("a_b.faß.de", "disallowed_codepoint"),
+    ],
+)
+def test_bad_internationalised_names_say_why_in_one_line(raw: str, code: str) -> None:
+    with pytest.raises(PolicyError) as caught:
+        canonical_host(raw)
+    message = str(caught.value)
+    assert message.startswith(f"policy: not a valid internationalised host name: {raw!r} (")
+    assert "\n" not in message
+    # idna's error codes are stable where its wording is not.
+    assert getattr(caught.value.__cause__, "code", None) == code
+
+
+_uchar = st.one_of(
+    st.characters(categories=("Ll", "Lu", "Lo", "Lm", "Mn", "Mc", "Nd")),
+    # Where IDNA 2003, transitional UTS-46 and case mapping part ways, and the
+    # context rules (ZWNJ, ZWJ, middle dot, keraia, geresh, katakana middle dot).
+    st.sampled_from("ßςσΣİıẞ\u200c\u200d\u00b7\u0375\u05f3\u30fb-_aZ09ＡｚＯ０"),
+)
+_uname = st.tuples(
+    st.lists(st.text(_uchar, min_size=1, max_size=10), min_size=1, max_size=3),
+    st.sampled_from(["com", "de", "рф", "中国", "XN--P1AI"]),
+).map(lambda parts: ".".join([*parts[0], parts[1]]))
+
+
+@settings(max_examples=300)
+@given(name=_uname)
+def test_the_name_checked_is_the_name_httpx_dials(name: str) -> None:
+    try:
+        checked = canonical_host(name)
+        dialled = httpx.URL(f"https://{name}/").raw_host.decode("ascii")
+    except (PolicyError, httpx.InvalidURL):
+        assume(False)
+        return
+    assert checked == dialled
+    # The proxy sees the dialled name: it canonicalises to itself.
+    assert canonical_host(dialled) == checked
 
 
 @pytest.mark.parametrize("raw", ["256.0.0.1", "1.2.3.4.5", "0x1g", "pypi.org", "09.0.0.1"])

@@ -62,6 +62,9 @@ def _refusal(fn, *args, **kwargs) -> Reason:  # type: ignore[no-untyped-def]
         ("0177.0.0.1:80", ("127.0.0.1", 80)),
         ("0x7f000001:80", ("127.0.0.1", 80)),
         ("bücher.example:443", ("xn--bcher-kva.example", 443)),
+        # The name the client dials, not IDNA 2003's fass.de.
+        ("faß.de:443", ("xn--fa-hia.de", 443)),
+        ("xn--fa-hia.de:443", ("xn--fa-hia.de", 443)),
     ],
 )
 def test_authority_canonical_forms(text: str, expected: tuple[str, int]) -> None:
@@ -96,7 +99,9 @@ def test_authority_refusals(text: str) -> None:
     assert _refusal(parse_authority, text, default_port=None) is Reason.MALFORMED_REQUEST
 
 
-@pytest.mark.parametrize("text", ["pypi..org:443", "-pypi.org:443", "py_pi!.org:443"])
+@pytest.mark.parametrize(
+    "text", ["pypi..org:443", "-pypi.org:443", "py_pi!.org:443", "xn--zz.org:443"]
+)
 def test_invalid_host_names(text: str) -> None:
     assert _refusal(parse_authority, text, default_port=None) is Reason.INVALID_HOST
 

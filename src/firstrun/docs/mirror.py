@@ -116,7 +116,7 @@ class MirrorTransport(httpx.BaseTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         try:
-            mirror = self._mirrors.get(canonical_host(request.url.host))
+            mirror = self._mirrors.get(canonical_host(request.url.raw_host.decode("ascii")))
         except PolicyError:
             mirror = None
         if mirror is None:

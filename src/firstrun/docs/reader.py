@@ -276,7 +276,8 @@ class DocsReader:
         if url.userinfo:
             return "the URL carries credentials"
         try:
-            host = canonical_host(url.host)
+            # The name httpx dials (``url.host`` is its Unicode display form).
+            host = canonical_host(url.raw_host.decode("ascii"))
         except PolicyError:
             return "the URL has no valid host"
         port = url.port or (443 if url.scheme == "https" else 80)

@@ -2,12 +2,14 @@
 
 Guarantee: two spellings of the same destination (case, trailing dot,
 Unicode vs. IDNA, userinfo, IP literals written in decimal, octal, hex or as
-an IPv6-mapped address) canonicalise to the same string, and a pattern matches
+an IPv6-mapped address) canonicalise to the same string, a Unicode name
+canonicalises to the name httpx and browsers dial for it (UTS-46,
+non-transitional: ``faß.de`` is ``xn--fa-hia.de``), and a pattern matches
 on label boundaries only, so ``a.com`` never matches ``a.com.evil`` nor
 ``evila.com``. Patterns broad enough to defeat an allow-list (``*``, ``*.com``,
 ``*.co.uk``) are refused when the list is built, not at match time.
 
-Pure: stdlib only, no I/O.
+Pure: no I/O; the one third-party import, ``idna``, is itself pure.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass
+
+import idna
 
 from firstrun.errors import PolicyError
 
@@ -90,10 +94,14 @@ def _parse_inet_aton(h: str) -> ipaddress.IPv4Address | None:
 def canonical_host(raw: str) -> str:
     """Canonical form of a host as a client wrote it.
 
-    Lowercase, IDNA (UTS-46-style via Python's ``idna`` codec after
-    lowercasing), no trailing dot, no userinfo, no port, and IP literals in
-    their normal form (IPv6 without brackets). Raises PolicyError for
-    anything that is not a valid host.
+    Lowercase, IDNA by UTS-46 processing (non-transitional, as httpx and
+    browsers encode a name to dial it: ``faß.de`` is ``xn--fa-hia.de``, never
+    IDNA 2003's ``fass.de``), no trailing dot, no userinfo, no port, and IP
+    literals in their normal form (IPv6 without brackets). An ASCII name is
+    dialled as written, so it is kept as written (an ``_`` label included),
+    but an ``xn--`` label in it must be a valid A-label. Every host firstrun
+    checks, in the policy, the proxy and the docs reader, is read by this one
+    function. Raises PolicyError for anything that is not a valid host.
     """
     h = raw.strip()
     if "@" in h:
@@ -105,15 +113,22 @@ def canonical_host(raw: str) -> str:
         return str(ip)
     if ":" in h or "/" in h or "\\" in h or " " in h:
         raise PolicyError(f"not a host name: {raw!r}")
+    # Lowercased before the mapping, as httpx does.
     h = h.lower()
     if h.endswith("."):
         h = h[:-1]
     if not h or ".." in h:
         raise PolicyError(f"not a host name: {raw!r}")
     try:
-        h = h.encode("idna").decode("ascii")
-    except UnicodeError as exc:
-        raise PolicyError(f"not a valid internationalised host name: {raw!r}") from exc
+        if h.isascii():
+            for label in h.split("."):
+                if label.startswith("xn--"):
+                    idna.ulabel(label)
+        else:
+            # The mapping may turn an ideographic full stop into a trailing dot.
+            h = idna.encode(h, uts46=True).decode("ascii").removesuffix(".")
+    except idna.IDNAError as exc:
+        raise PolicyError(f"not a valid internationalised host name: {raw!r} ({exc})") from exc
     labels = h.split(".")
     if len(h) > 253 or not all(_LABEL.match(label) for label in labels):
         raise PolicyError(f"not a host name: {raw!r}")
