@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 
 import httpx
+import publicsuffixlist
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -13,6 +14,7 @@ from firstrun.errors import PolicyError
 from firstrun.policy.hosts import (
     HostPattern,
     canonical_host,
+    is_public_suffix,
     parse_ip_literal,
     parse_patterns,
 )
@@ -29,6 +31,56 @@ from firstrun.policy.hosts import (
 def test_broad_or_malformed_patterns_are_refused_at_load(entry: str) -> None:
     with pytest.raises(PolicyError):
         parse_patterns([entry], source="test")
+
+
+# Public suffixes the old hand list of thirty missed: ICANN ones (co.kr,
+# com.sg) and the private section's (a hosting platform's tenants).
+_PUBLIC = ["co.kr", "com.sg", "web.app", "fly.dev", "onrender.com", "githubusercontent.com"]
+
+
+@pytest.mark.parametrize("suffix", _PUBLIC + ["github.io", "foo.ck", "XN--55QX5D.CN.", "公司.香港"])
+def test_a_wildcard_over_any_public_suffix_is_refused(suffix: str) -> None:
+    with pytest.raises(PolicyError) as caught:
+        HostPattern.parse(f"*.{suffix}")
+    assert str(caught.value) == (
+        f"policy: pattern '*.{suffix}' covers a whole public suffix; name the registrable domain"
+    )
+    # The suffix itself names one host, and the list allows it as such.
+    assert not HostPattern.parse(suffix).wildcard
+
+
+@pytest.mark.parametrize(
+    "entry",
+    ["*.pythonhosted.org", "*.example.com", "*.example.co.kr", "*.myapp.web.app",
+     "*.files.pythonhosted.org", "*.www.ck", "*.corp.internal"],
+)
+def test_a_wildcard_over_a_registrable_domain_is_kept(entry: str) -> None:
+    assert HostPattern.parse(entry).wildcard
+
+
+def test_the_old_hand_list_is_still_refused() -> None:
+    # The thirty suffixes hosts.py listed by hand before it read the Public Suffix List.
+    old = ("co.uk org.uk ac.uk gov.uk com.au net.au org.au co.jp ne.jp or.jp com.br com.cn "
+           "com.tw co.in co.nz co.za com.mx github.io gitlab.io herokuapp.com netlify.app "
+           "vercel.app pages.dev workers.dev readthedocs.io appspot.com azurewebsites.net "
+           "cloudfront.net s3.amazonaws.com blogspot.com").split()
+    assert [suffix for suffix in old if not is_public_suffix(suffix)] == []
+
+
+def _plain_rules() -> list[str]:
+    with open(publicsuffixlist.PSLFILE, encoding="utf-8") as f:
+        rules = [line.split()[0] for line in f if line.strip() and not line.startswith("//")]
+    # ``*.ck`` and ``!www.ck`` are rules about the labels under a suffix, met above.
+    return [rule for rule in rules if rule[0] not in "*!"]
+
+
+def test_every_suffix_on_the_bundled_list_is_public_as_firstrun_spells_it() -> None:
+    # The list's Unicode rules are looked up in firstrun's UTS-46 form: a rule
+    # the two spell differently would be a wildcard let through.
+    rules = _plain_rules()
+    assert len(rules) > 9000
+    missed = [rule for rule in rules if not is_public_suffix(canonical_host(rule))]
+    assert missed == []
 
 
 def test_refusal_names_its_source() -> None:

@@ -101,6 +101,9 @@ def test_a_docs_site_on_a_port_is_that_port_only(write_task) -> None:
 def test_covering_patterns_never_widen_over_a_public_suffix() -> None:
     assert covering_patterns("docs.example.org") == ("docs.example.org", "*.docs.example.org")
     assert covering_patterns("github.io") == ("github.io",)
+    assert covering_patterns("fly.dev") == ("fly.dev",)
+    assert covering_patterns("co.kr") == ("co.kr",)
+    assert covering_patterns("myapp.fly.dev") == ("myapp.fly.dev", "*.myapp.fly.dev")
     assert covering_patterns("localhost") == ("localhost",)
     assert covering_patterns("10.0.0.1") == ("10.0.0.1",)
     assert covering_patterns("*.example.org") == ("*.example.org",)

@@ -289,3 +289,40 @@ def test_load_tasks_refuses_unmatched_paths_and_shared_names(tmp_path: Path, wri
     with pytest.raises(TaskError) as caught:
         load_tasks([first, second])
     assert caught.value.args[0] == f"{second}:1: task name 'same' is also the name of {first}"
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    ["*.co.kr", "*.com.sg", "*.web.app", "*.fly.dev", "*.onrender.com", "*.githubusercontent.com"],
+)
+def test_a_wildcard_over_a_public_suffix_is_refused_at_its_line(write_task, pattern: str) -> None:
+    path = write_task(f"""
+        name: t
+        goal: g
+        docs: {{entrypoint: https://docs.example.org/}}
+        network:
+          allow:
+            - pypi.org
+            - "{pattern}"
+        success: {{script: test -f a}}
+    """)
+    with pytest.raises(TaskError) as caught:
+        read_task(path)
+    assert caught.value.args[0] == (
+        f"{path}:7: network.allow[1]: pattern {pattern!r} covers a whole public suffix; "
+        "name the registrable domain"
+    )
+
+
+def test_a_wildcard_over_a_registrable_domain_loads(write_task) -> None:
+    task = read_task(
+        write_task("""
+        name: t
+        goal: g
+        docs: {entrypoint: https://docs.example.org/}
+        network:
+          allow: ["*.pythonhosted.org", "*.example.com", "*.myapp.fly.dev"]
+        success: {script: test -f a}
+    """)
+    )
+    assert task.spec.network.allow == ("*.pythonhosted.org", "*.example.com", "*.myapp.fly.dev")

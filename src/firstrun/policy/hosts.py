@@ -6,10 +6,14 @@ an IPv6-mapped address) canonicalise to the same string, a Unicode name
 canonicalises to the name httpx and browsers dial for it (UTS-46,
 non-transitional: ``faß.de`` is ``xn--fa-hia.de``), and a pattern matches
 on label boundaries only, so ``a.com`` never matches ``a.com.evil`` nor
-``evila.com``. Patterns broad enough to defeat an allow-list (``*``, ``*.com``,
-``*.co.uk``) are refused when the list is built, not at match time.
+``evila.com``. Patterns broad enough to defeat an allow-list (``*``, and a
+wildcard over any public suffix of the Public Suffix List, its private section
+included: ``*.com``, ``*.co.uk``, ``*.github.io``, ``*.web.app``) are refused
+when the list is built, not at match time.
 
-Pure: no I/O; the one third-party import, ``idna``, is itself pure.
+Pure: no I/O but reading, once, the Public Suffix List bundled in the pinned
+``publicsuffixlist`` package (data shipped with the code, as a module is);
+``idna`` is pure too.
 """
 
 from __future__ import annotations
@@ -17,26 +21,31 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass
+from functools import cache
 
 import idna
+from publicsuffixlist import PublicSuffixList
 
 from firstrun.errors import PolicyError
 
 _LABEL = re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)$")
 
-# Suffixes under which anyone can register a name. A wildcard directly on one
-# of these would allow the whole internet's worth of strangers. This is a
-# deliberately small list of the common multi-label public suffixes; a single
-# label (``*.com``) is always refused on its own.
-_PUBLIC_MULTI_LABEL_SUFFIXES = frozenset(
-    {
-        "co.uk", "org.uk", "ac.uk", "gov.uk", "com.au", "net.au", "org.au", "co.jp",
-        "ne.jp", "or.jp", "com.br", "com.cn", "com.tw", "co.in", "co.nz", "co.za",
-        "com.mx", "github.io", "gitlab.io", "herokuapp.com", "netlify.app",
-        "vercel.app", "pages.dev", "workers.dev", "readthedocs.io", "appspot.com",
-        "azurewebsites.net", "cloudfront.net", "s3.amazonaws.com", "blogspot.com",
-    }
-)
+
+@cache
+def _public_suffix_list() -> PublicSuffixList:
+    # ICANN and private sections both: *.githubusercontent.com or *.web.app
+    # would let any stranger's site in as surely as *.co.uk would.
+    return PublicSuffixList(only_icann=False)
+
+
+def is_public_suffix(host: str) -> bool:
+    """Whether anyone can register a name directly under ``host`` (canonical).
+
+    By the Public Suffix List, private section included (``github.io`` and
+    ``web.app`` are public suffixes, ``pythonhosted.org`` is not); a single
+    label (``com``, ``internal``) always is, listed or not.
+    """
+    return "." not in host or _public_suffix_list().is_public(host)
 
 
 def parse_ip_literal(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
@@ -194,7 +203,7 @@ class HostPattern:
         if wildcard:
             if parse_ip_literal(host) is not None:
                 raise PolicyError(f"a wildcard cannot apply to an IP address: {text!r}")
-            if "." not in host or host in _PUBLIC_MULTI_LABEL_SUFFIXES:
+            if is_public_suffix(host):
                 raise PolicyError(
                     f"pattern {text!r} covers a whole public suffix; name the registrable domain"
                 )

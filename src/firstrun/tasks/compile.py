@@ -36,9 +36,10 @@ from firstrun.tasks.model import Task
 def covering_patterns(entry: str) -> tuple[str, ...]:
     """The patterns a quickstarted host entry means: the host, and its subdomains.
 
-    A name directly under a public suffix (``github.io``), a single label
-    and an IP literal cover only themselves, because the policy refuses a
-    wildcard over them; an entry already written ``*.suffix`` is kept as is.
+    A public suffix (``github.io``, ``co.kr``: the Public Suffix List's,
+    private section included), a single label and an IP literal cover only
+    themselves, because the policy refuses a wildcard over them; an entry
+    already written ``*.suffix`` is kept as is.
     """
     if entry.startswith("*."):
         return (entry,)
