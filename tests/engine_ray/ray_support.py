@@ -70,9 +70,6 @@ class LoopbackCluster:
         """SIGKILL the node's raylet and every worker of it, as a machine dying would."""
         self.cluster.remove_node(self.nodes[index], allow_graceful=False)
 
-    def raylet_pid(self, index: int) -> int:
-        return int(self.nodes[index].all_processes["raylet"][0].process.pid)
-
 
 @contextmanager
 def loopback_cluster(nodes: int = 2, *, env: Mapping[str, str] | None = None,

@@ -70,18 +70,6 @@ def _marked() -> list[int]:
     return found
 
 
-def _ancestors(pid: int) -> list[int]:
-    chain = []
-    while pid > 1:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            break
-        pid = int(stat[stat.rindex(")") + 2:].split()[1])
-        chain.append(pid)
-    return chain
-
-
 def _await(what, *, within: float = 120.0, proc: subprocess.Popen | None = None):  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + within
     while not (found := what()):
@@ -142,10 +130,10 @@ def test_a_lost_node_is_node_lost_the_rest_finish_and_retry_infra_runs_it_again(
              "--engine", "ray", "--ray-address", made.address, "--out", str(out)],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env={**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"})
-        # The replay's shell and its sleep: both descend from the node's raylet.
-        sleeper = _await(_marked, proc=proc)[0]
-        raylets = {made.raylet_pid(i): i for i in range(2)}
-        [dying] = [raylets[p] for p in _ancestors(sleeper) if p in raylets]
+        _await(_marked, proc=proc)
+        # The node whose run directory (under its own TMPDIR) holds the slow task's job.
+        [dying] = [i for i in range(2) for job in made.tmpdirs[i].glob("firstrun-ray-run-*/job*")
+                   if b"greet-slow" in job.read_bytes()]
         made.kill(dying)
         stdout, stderr = proc.communicate(timeout=300)
         survivor = 1 - dying
@@ -250,3 +238,20 @@ def test_without_ray_the_engine_is_refused_in_one_line_with_the_install(tmp_path
     [line] = done.stderr.strip().splitlines()
     assert "--engine ray" in line and "pip install 'firstrun[ray]'" in line
     assert "Traceback" not in done.stderr
+
+
+def test_a_driver_killed_outright_is_a_ctrl_c_to_every_node(
+        cluster: LoopbackCluster, tmp_path: Path) -> None:
+    slow = _task(tmp_path, "greet-slow", replay=f"sleep {SLOW_MARK.decode()}1")
+    proc = subprocess.Popen(
+        [str(FIRSTRUN), "run", str(slow), *MIRROR, "--backend", "linux", "--engine", "ray",
+         "--ray-address", cluster.address, "--out", str(tmp_path / "out")],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"})
+    _await(_marked, proc=proc)
+    assert cluster.left_on(0) + cluster.left_on(1), "control: a running run holds files"
+    proc.kill()  # SIGKILL: no handler runs, the connection to the cluster just ends
+    proc.communicate()
+    # Ray kills the driver's tasks' workers outright; each run, detached from
+    # its worker, sees it gone and closes its session as a Ctrl-C would.
+    _await(lambda: not _marked() and not cluster.left_on(0) and not cluster.left_on(1))

@@ -11,7 +11,10 @@ and its trace, which the driver writes where a local sweep would before
 ledger and ``results.json``. A run whose node is lost is recorded
 ``infra_error``/``node_lost`` and never retried, since a retry would spend
 twice. A stop cancels the Ray task, and the driver waits until the node has
-closed the run's session before it goes on.
+closed the run's session before it goes on. On the node the run is carried
+out detached from its Ray worker (``run.node_run``), so a driver that goes
+away without a word, whose workers Ray then kills outright, still stops
+each run as a Ctrl-C would.
 
 What crosses the network: the task (its file's text, parsed), the options,
 the docs mirrors' directories packed, and back the record and the trace.
@@ -24,8 +27,12 @@ from __future__ import annotations
 
 import io
 import os
+import pickle
+import select
 import shutil
 import socket
+import subprocess
+import sys
 import tarfile
 import tempfile
 import threading
@@ -38,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import ray
+import ray.cloudpickle
 import ray.exceptions
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -46,11 +54,12 @@ from firstrun.docs import Mirror
 from firstrun.errors import UsageError
 from firstrun.results.model import Classification, RunRecord
 from firstrun.results.store import write_atomic
+from firstrun.run import node_run
 from firstrun.run.classify import RunReason, classify_run
 from firstrun.run.config import RunConfig
 from firstrun.run.events import Event, Failure, RunFinished, RunStarted, Trace
 from firstrun.run.record import build_record, now_iso
-from firstrun.run.runner import TRACE_FILE, run_dir, run_task
+from firstrun.run.runner import TRACE_FILE, run_dir
 from firstrun.sandbox.select import REGISTRY, Resolution, sweep_backend
 from firstrun.tasks.model import Task
 
@@ -287,43 +296,63 @@ def _unpack_mirrors(mirrors: Mapping[str, Mirror], packed: Mapping[str, bytes],
 def _carry_out_here(task: Task, attempt: int, agent: AgentSpec, config: RunConfig,
                     max_spend: Decimal | None, packed: Mapping[str, bytes],
                     submitted: float) -> dict[str, Any]:
-    """One run on this node, in a thread that outlives its session; a cancel (Ray's
-    KeyboardInterrupt) stops it at its next call boundary and waits for it."""
+    """One run on this node, in a process of its own (``run.node_run``): a cancel (Ray's
+    KeyboardInterrupt) stops it at its next call boundary and waits for it, and if Ray
+    kills this worker outright (the driver gone) the run stops the same way by itself."""
     started = time.time()
     node = f"{socket.gethostname()} ({ray.get_runtime_context().get_node_id()[:12]})"
-    with tempfile.TemporaryDirectory(prefix="firstrun-ray-run-") as scratch:
-        here = replace(config, out_dir=Path(scratch) / "out",
-                       docs_mirrors=_unpack_mirrors(config.docs_mirrors, packed, Path(scratch)))
-        stop = threading.Event()
-        outcome: dict[str, Any] = {}
-
-        def run() -> None:
-            try:
-                outcome["record"] = run_task(task, attempt=attempt, agent=agent.build(),
-                                             config=here, stop=stop, max_spend=max_spend)
-            except BaseException as exc:  # noqa: BLE001 (sent back whole to the driver)
-                outcome["error"] = exc
-
-        worker = threading.Thread(target=run, name="firstrun-ray-run")
-        worker.start()
+    scratch = Path(tempfile.mkdtemp(prefix="firstrun-ray-run-"))
+    try:
+        here = replace(config, out_dir=scratch / "out",
+                       docs_mirrors=_unpack_mirrors(config.docs_mirrors, packed, scratch))
+        # Ray's own pickler, as for the task's arguments (frozen mappings included).
+        (scratch / node_run.JOB).write_bytes(ray.cloudpickle.dumps(
+            {"task": task, "attempt": attempt, "agent": agent, "config": here,
+             "max_spend": max_spend}))
+        alive_r, alive_w = os.pipe()
+        done_r, done_w = os.pipe()
         try:
-            while worker.is_alive():
-                worker.join(_POLL_S)
+            subprocess.run([sys.executable, "-m", "firstrun.run.node_run", str(scratch),
+                            str(alive_r), str(done_w)], stdin=subprocess.DEVNULL,
+                           pass_fds=(alive_r, done_w), start_new_session=True, check=True)
+        finally:
+            os.close(alive_r)
+            os.close(done_w)
+        try:
+            _await_end(done_r)
         except BaseException:
-            # Ray's cancel (KeyboardInterrupt) or its worker's SIGTERM (SystemExit).
-            stop.set()
-            worker.join()
+            # Ray's cancel (KeyboardInterrupt) or its worker's SIGTERM (SystemExit):
+            # the run sees ALIVE end, stops, and closes its session before DONE ends.
+            os.close(alive_w)
+            alive_w = -1
+            _await_end(done_r, poll=None)
             raise
-        if "error" in outcome:
-            raise outcome["error"]
-        record: RunRecord = outcome["record"]
+        finally:
+            if alive_w >= 0:
+                os.close(alive_w)
+            os.close(done_r)
+        answer = pickle.loads((scratch / node_run.ANSWER).read_bytes())
+        if "error" in answer:
+            raise answer["error"]
+        record: RunRecord = answer["record"]
         trace = (here.out_dir / record.trace).read_bytes()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     # Submit (the driver's clock) to the task's start here: Ray's scheduling and
     # the wait for a free CPU, which the trace's own times do not show.
     placed = {"submitted_at": _iso(submitted), "started_on_node_at": _iso(started),
               "scheduled_s": round(max(0.0, started - submitted), 6)}
     record = replace(record, node=node, extra={**record.extra, "ray": placed})
     return {"record": record.to_data(), "trace": trace}
+
+
+def _await_end(fd: int, *, poll: float | None = _POLL_S) -> None:
+    """Until the pipe's writer is gone; in short waits, so a cancel can land between them."""
+    while True:
+        if poll is not None and not select.select([fd], [], [], poll)[0]:
+            continue
+        if not os.read(fd, 4096):
+            return
 
 
 def _iso(epoch: float) -> str:
