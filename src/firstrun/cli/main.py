@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from firstrun import __version__
+from firstrun.cli.completion import SHELLS, completion_script
 from firstrun.cli.flags import github_summary_flag
 from firstrun.cli.images import add_images_parser, images_command
 from firstrun.cli.interrupt import Signalled
@@ -82,6 +83,9 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "report": ("firstrun report results --out report.html --markdown -",),
     "audit": ("firstrun audit --backend linux", "firstrun audit --format markdown"),
     "images": ("firstrun images build", "firstrun images build --microvm"),
+    "completion": ("firstrun completion bash > ~/.local/share/bash-completion/completions/firstrun",
+                   "firstrun completion zsh > ~/.zfunc/_firstrun",
+                   "firstrun completion fish > ~/.config/fish/completions/firstrun.fish"),
 }
 
 
@@ -172,6 +176,17 @@ def build_parser() -> argparse.ArgumentParser:
     _add_task_parsers(sub)
     _add_report_parsers(sub)
     add_images_parser(sub)
+    completion = sub.add_parser(
+        "completion",
+        help="print a shell completion script (bash, zsh or fish)",
+        description="Print the completion script for SHELL, made from this firstrun's own parser: "
+        "its commands, their flags and the choices of flags that have them. Install it where "
+        "the shell loads completions (see the examples; for zsh, a directory in $fpath), or "
+        "load it in the shell's startup file: eval \"$(firstrun completion bash)\", "
+        "source <(firstrun completion zsh), firstrun completion fish | source.",
+        allow_abbrev=False,
+    )
+    completion.add_argument("shell", metavar="SHELL", choices=SHELLS, help="bash, zsh or fish")
     for name, command in sub.choices.items():
         command.epilog = _examples(EXAMPLES[name])
     return parser
@@ -524,7 +539,13 @@ def _cmd_audit(args: argparse.Namespace, _argv: Sequence[str]) -> int:
     return audit_command(args.backend, args.audit_format)
 
 
+def _cmd_completion(args: argparse.Namespace, _argv: Sequence[str]) -> int:
+    sys.stdout.write(completion_script(build_parser(), args.shell))
+    return 0
+
+
 _COMMANDS = {
+    "completion": _cmd_completion,
     "audit": _cmd_audit,
     "run": _cmd_run,
     "check": _cmd_check,
