@@ -166,11 +166,12 @@ def _plain(findings: Findings) -> list[str]:
 
 
 def _rich(findings: Findings) -> None:
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    console = Console()
+    from firstrun.cli.color import rich_console
+
+    console = rich_console(sys.stdout, color=True)
     verdict = "[green]usable[/]" if findings.linux_usable else "[red]NOT usable[/]"
     console.print(f"linux backend: {verdict}")
     for title, caps in (
@@ -201,11 +202,13 @@ def _rich(findings: Findings) -> None:
     console.print(table)
 
 
-def run_doctor(*, as_json: bool) -> int:
+def run_doctor(*, as_json: bool, color: str = "auto") -> int:
+    from firstrun.cli.color import colors
+
     findings = gather(os.environ)
     if as_json:
         sys.stdout.write(json.dumps(findings.to_data(), indent=2) + "\n")
-    elif sys.stdout.isatty():
+    elif colors(color, sys.stdout):
         _rich(findings)
     else:
         print("\n".join(_plain(findings)))

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from firstrun.errors import UsageError
-from firstrun.run.options import GITHUB_SUMMARY_FROM_ENV
+from firstrun.run.options import COLOR_HELP, COLORS, GITHUB_SUMMARY_FROM_ENV
 
 GITHUB_ENV = "GITHUB_STEP_SUMMARY"
 
@@ -21,6 +21,11 @@ def github_summary_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--github-summary", nargs="?", const=GITHUB_SUMMARY_FROM_ENV, metavar="FILE",
                         help="append a markdown summary to FILE (default: the file named by "
                         "$GITHUB_STEP_SUMMARY); write --github-summary=FILE when TASK arguments follow")
+
+
+def color_flag(parser: argparse.ArgumentParser) -> None:
+    """``--color`` on a command that styles its output (``run`` declares its own in RUN_OPTIONS)."""
+    parser.add_argument("--color", choices=COLORS, default="auto", help=COLOR_HELP)
 
 
 def summary_target(value: str) -> Path:

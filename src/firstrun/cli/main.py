@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 
 from firstrun import __version__
 from firstrun.cli.completion import SHELLS, completion_script
-from firstrun.cli.flags import github_summary_flag
+from firstrun.cli.flags import color_flag, github_summary_flag
 from firstrun.cli.images import add_images_parser, images_command
 from firstrun.cli.interrupt import Signalled
 from firstrun.errors import (
@@ -171,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     doc.add_argument("--json", action="store_true", help="print the findings as JSON")
+    color_flag(doc)
 
     _add_run_parser(sub)
     _add_task_parsers(sub)
@@ -291,6 +292,7 @@ def _add_task_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[
         allow_abbrev=False,
     )
     show.add_argument("trace", metavar="TRACE")
+    color_flag(show)
 
     sub.add_parser(
         "schema",
@@ -352,7 +354,7 @@ def _add_report_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignor
     diff = sub.add_parser(
         "diff",
         help="compare two sweeps task by task (Fisher exact test)",
-        usage="firstrun diff BEFORE AFTER [--alpha A] [--fail-on-regression]",
+        usage="firstrun diff BEFORE AFTER [--alpha A] [--fail-on-regression] [--color WHEN]",
         description="Compare the pass rates of two sweeps per task with a two-sided Fisher exact "
         "test over evidential runs. A task whose samples are too small for any outcome to be "
         "significant says so, with the sample per side that could. BEFORE and AFTER are results "
@@ -366,6 +368,7 @@ def _add_report_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignor
                       help="significance level of each test (default: 0.05)")
     diff.add_argument("--fail-on-regression", action="store_true",
                       help="exit 1 when any task's pass rate dropped significantly (the CI form)")
+    color_flag(diff)
 
     report = sub.add_parser(
         "report",
@@ -420,7 +423,7 @@ def _run(argv: Sequence[str]) -> int:
     if args.subcommand == "doctor":
         from firstrun.cli.doctor import run_doctor
 
-        return run_doctor(as_json=args.json)
+        return run_doctor(as_json=args.json, color=args.color)
     if args.subcommand in _COMMANDS:
         return _COMMANDS[args.subcommand](args, argv)
     if args.subcommand == "images":
@@ -475,7 +478,7 @@ def _cmd_check(args: argparse.Namespace, _argv: Sequence[str]) -> int:
 def _cmd_show(args: argparse.Namespace, _argv: Sequence[str]) -> int:
     from firstrun.cli.show import show
 
-    return show(args.trace)
+    return show(args.trace, color=args.color)
 
 
 def _cmd_schema(_args: argparse.Namespace, _argv: Sequence[str]) -> int:
@@ -523,7 +526,7 @@ def _cmd_diff(args: argparse.Namespace, _argv: Sequence[str]) -> int:
     from firstrun.cli.report import diff_command
 
     return diff_command(args.before, args.after, alpha=args.alpha,
-                        fail_on_regression=args.fail_on_regression)
+                        fail_on_regression=args.fail_on_regression, color=args.color)
 
 
 def _cmd_report(args: argparse.Namespace, _argv: Sequence[str]) -> int:

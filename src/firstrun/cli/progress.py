@@ -6,17 +6,21 @@ line shows the run's elapsed time, its current step (starting the sandbox,
 setup, agent step n, check, then the classification), pages read and blocked
 egress. The board is drawn on stderr only when stderr is a terminal; on a
 pipe or a file nothing is drawn, and the final summary is all that is
-printed. Events arrive from worker threads; the board takes a lock.
+printed. Its colour follows ``--color`` (``cli.color``). Events arrive from
+worker threads; the board takes a lock.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TextIO
 
+from firstrun.cli.color import rich_console
 from firstrun.run.events import (
     AgentFinished,
     CheckFinished,
@@ -131,22 +135,26 @@ def _step(run: _Run) -> str:
 _STYLES = {"passed": "green", "docs_gap": "red"}
 
 
+def _style(classification: str | None) -> str:
+    """Green for a pass, red for a docs gap, yellow for any run that could not judge."""
+    return _STYLES.get(classification or "", "yellow" if classification else "")
+
+
 @contextmanager
-def live_board(board: ProgressBoard, *, enabled: bool) -> Iterator[None]:
-    """Draw ``board`` on stderr while the block runs, when ``enabled`` (stderr is a terminal)."""
+def live_board(board: ProgressBoard, *, enabled: bool, color: bool = True,
+               stream: TextIO | None = None) -> Iterator[None]:
+    """Draw ``board`` on ``stream`` (stderr) while the block runs, when ``enabled`` (a terminal),
+    coloured when ``color``."""
     if not enabled:
         yield
         return
-    from rich.console import Console, Group
+    from rich.console import Group
     from rich.live import Live
     from rich.text import Text
 
     def render() -> Group:
-        texts = []
-        for line in board.lines():
-            style = _STYLES.get(line.classification or "", "yellow" if line.classification else "")
-            texts.append(Text(line.text(), style=style))
-        return Group(*texts)
+        return Group(*(Text(line.text(), style=_style(line.classification)) for line in board.lines()))
 
-    with Live(get_renderable=render, console=Console(stderr=True), refresh_per_second=4, transient=False):
+    console = rich_console(stream or sys.stderr, color=color)
+    with Live(get_renderable=render, console=console, refresh_per_second=4, transient=False):
         yield

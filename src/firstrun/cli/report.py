@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import sys
 
+from firstrun.cli.color import colors, rich_console
 from firstrun.cli.flags import summary_target, writable_file
 from firstrun.errors import UsageError
 from firstrun.reports.diff import HEADER, diff_lines, diff_notes, diff_rows
@@ -26,7 +27,8 @@ from firstrun.results.stats import compare
 from firstrun.results.versions import version_changes
 
 
-def diff_command(before: str, after: str, *, alpha: float, fail_on_regression: bool) -> int:
+def diff_command(before: str, after: str, *, alpha: float, fail_on_regression: bool,
+                 color: str = "auto") -> int:
     if not 0 < alpha < 1:
         raise UsageError(f"--alpha: must be between 0 and 1 (exclusive), got {alpha}")
     old = load_saved(before, label="BEFORE")
@@ -37,8 +39,7 @@ def diff_command(before: str, after: str, *, alpha: float, fail_on_regression: b
         # Said first: a change here may be what moved the pass rates, not the docs.
         print("firstrun: the sweeps ran with different versions of what shapes the agent's "
               f"view: {', '.join(changed)}", file=sys.stderr)
-    if sys.stdout.isatty() and comparison.tasks:
-        from rich.console import Console
+    if colors(color, sys.stdout) and comparison.tasks:
         from rich.table import Table
 
         table = Table(title=f"firstrun diff (alpha {alpha:g})", title_justify="left")
@@ -46,7 +47,7 @@ def diff_command(before: str, after: str, *, alpha: float, fail_on_regression: b
             table.add_column(name)
         for row in diff_rows(comparison):
             table.add_row(*row, style="bold red" if row[-1].startswith("REGRESSED") else None)
-        console = Console(highlight=False)
+        console = rich_console(sys.stdout, color=True, highlight=False)
         console.print(table)
         for note in diff_notes(comparison):
             console.print(note, markup=False)

@@ -35,6 +35,7 @@ from typing import Any, Literal
 from firstrun import __version__
 from firstrun.agents.base import Agent
 from firstrun.agents.spend import DEFAULT_RUN_TOKENS, SpendGovernor
+from firstrun.cli.color import colors, rich_console
 from firstrun.cli.interrupt import Signalled, signals_unwind
 from firstrun.cli.progress import ProgressBoard, live_board
 from firstrun.docs import Affordances, CacheMode, Mirror, parse_mirrors
@@ -109,6 +110,7 @@ class RunRequest:
     downgrades: frozenset[LayerName] = frozenset()
     image: str | None = None
     inspect_tls: bool | None = None
+    color: str = "auto"
     argv: tuple[str, ...] = ()
 
 
@@ -336,7 +338,8 @@ def _run_command(request: RunRequest) -> int:
     stop = threading.Event()
     signum: int | None = None
     spend_reached = False
-    with signals_unwind(), live_board(board, enabled=sys.stderr.isatty()):
+    with signals_unwind(), live_board(board, enabled=sys.stderr.isatty(),
+                                      color=colors(request.color, sys.stderr)):
         try:
             outcome = run_suite(
                 tasks,
@@ -375,7 +378,8 @@ def _run_command(request: RunRequest) -> int:
         from firstrun.reports.output import append_text
 
         append_text(summary, render_markdown(records, meta={"agent": request.agent, "model": request.model}))
-    _print_summary(records, out, interrupted=signum is not None, report_only=config.report_only)
+    _print_summary(records, out, interrupted=signum is not None, report_only=config.report_only,
+                   color=colors(request.color, sys.stdout))
     if signum is not None:
         return 128 + signum
     return suite_exit_code(records)
@@ -395,7 +399,9 @@ def capture_warning(backend: str) -> str | None:
 
 
 def _print_summary(records: list[RunRecord], out: Path, *, interrupted: bool,
-                   report_only: bool = False) -> None:
+                   report_only: bool = False, color: bool = False) -> None:
+    """The end of ``run`` on stdout (the interruption notice on stderr); ``color`` draws the
+    table with rich instead of plain text."""
     if interrupted:
         print(
             f"firstrun: interrupted: {len(records)} finished run{'s' if len(records) != 1 else ''} "
@@ -404,7 +410,7 @@ def _print_summary(records: list[RunRecord], out: Path, *, interrupted: bool,
         )
     if not records:
         print("no run finished")
-    elif sys.stdout.isatty():
+    elif color:
         _rich_table(records)
     else:
         print("\n".join(table_lines(records)))
@@ -454,7 +460,6 @@ def _detail(record: RunRecord) -> str:
 
 
 def _rich_table(records: list[RunRecord]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     from firstrun.reports.summary import columns, summarize
@@ -472,7 +477,7 @@ def _rich_table(records: list[RunRecord]) -> None:
             row.task, str(row.runs), *(str(row.counts.get(c, 0)) for c in cols), row.pass_rate_text(),
             end_section=row is rows[-1],
         )
-    Console(highlight=False).print(table)
+    rich_console(sys.stdout, color=True, highlight=False).print(table)
 
 
 def _spend_governor(agent: Agent, max_spend: Decimal | None,

@@ -2,26 +2,27 @@
 
 Guarantee: what is printed is exactly ``firstrun.reports.narrate`` of the
 saved trace; styling (colour for blocked egress and failures) is added only
-when stdout is a terminal, so piped output is the same text without escapes.
+when ``--color`` decides so (by default, when stdout is a terminal; see
+``cli.color``), so unstyled output is the same text without escapes.
 """
 
 from __future__ import annotations
 
 import sys
 
+from firstrun.cli.color import colors, rich_console
 from firstrun.reports.narrate import Line, Style, narrate_file, trace_paths
 
 _COLOURS = {Style.HEADING: "bold", Style.OK: "green", Style.BAD: "bold red", Style.DIM: "dim"}
 
 
-def show(target: str) -> int:
+def show(target: str, *, color: str = "auto") -> int:
     paths = trace_paths(target)
     narrations = [(path, narrate_file(path)) for path in paths]
-    if sys.stdout.isatty():
-        from rich.console import Console
+    if colors(color, sys.stdout):
         from rich.text import Text
 
-        console = Console(highlight=False)
+        console = rich_console(sys.stdout, color=True, highlight=False)
 
         def emit(line: Line) -> None:
             console.print(Text(line.text, style=_COLOURS.get(line.style, "")), soft_wrap=True)

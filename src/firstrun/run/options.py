@@ -35,6 +35,12 @@ ENGINES = ("local", "ray")
 # ``--github-summary`` given with no FILE: the file $GITHUB_STEP_SUMMARY names.
 GITHUB_SUMMARY_FROM_ENV = "$GITHUB_STEP_SUMMARY"
 
+# ``--color``, for every command that styles its output (``cli.color`` decides).
+COLORS = ("auto", "always", "never")
+COLOR_HELP = ("style the output with tables and colour: auto on a terminal (off when $NO_COLOR "
+              "is set, on anywhere when $FORCE_COLOR is), always, or never (the plain text a pipe "
+              "gets); default: auto")
+
 
 def positive_int(text: str) -> int:
     """Raises ``ValueError`` naming what is wrong (the parser shows it beside the flag)."""
@@ -135,6 +141,7 @@ INSPECT_TLS_HELP = (
 
 _WHERE = "where the sweep runs or keeps its files, not what it measures"
 _HOW_FAST = "how fast the sweep goes, not what one run measures"
+_WHAT_IS_PRINTED = "what the command prints and how, not what a run measures"
 
 RUN_OPTIONS: tuple[RunOption, ...] = (
     RunOption(field="tasks", flag=None, kind="positional", metavar="TASK", convert=tuple, default=(),
@@ -257,6 +264,8 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
     RunOption(field="inspect_tls", flag="--inspect-tls", kind="toggle",
               help=INSPECT_TLS_HELP + "; default: firstrun.yaml's inspect_tls, else off",
               project="inspect_tls", fallback=False, identity="inspect_tls", recorded=bool),
+    RunOption(field="color", flag="--color", kind="value", choices=COLORS, default="auto",
+              help=COLOR_HELP, exempt=_WHAT_IS_PRINTED),
 )
 
 RUN_OPTION: Mapping[str, RunOption] = {option.field: option for option in RUN_OPTIONS}
