@@ -59,8 +59,8 @@ def test_every_flag_reaches_its_own_field() -> None:
             "--workers", "2", "--junit", "j", "--github-summary=g", "--docs-mirror", "h=d",
             "--cache-dir", "cd", "--refresh", "--offline", "--affordances", "none",
             "--probe-affordances", "--engine", "ray", "--ray-address", "h:6379", "--retry-infra",
-            "--allow-unenforced", "--allow-downgrade", "seccomp", "--no-inspect-tls", "--color",
-            "never"]
+            "--allow-unenforced", "--allow-downgrade", "seccomp", "--no-inspect-tls", "-q", "--verbose",
+            "--color", "never"]
     args = build_parser().parse_args(argv)
     request = RunRequest(**{o.field: o.request_value(getattr(args, o.field)) for o in RUN_OPTIONS})
     unset = [f for f, default in dataclasses.asdict(RunRequest()).items()

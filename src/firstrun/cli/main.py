@@ -218,7 +218,8 @@ def _add_run_option(parser: argparse.ArgumentParser, option: RunOption) -> None:
         kwargs.update(nargs="?", const=option.const)
     else:
         kwargs.update(default=option.default)
-    parser.add_argument(option.flag, **kwargs)
+    names = (option.flag,) if option.short is None else (option.short, option.flag)
+    parser.add_argument(*names, **kwargs)
 
 
 def _argument_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:

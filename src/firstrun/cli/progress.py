@@ -4,10 +4,13 @@ Guarantee: the board only reads the typed events the runner emits (the same
 ones written to the trace), so what it shows is what is being recorded. Each
 line shows the run's elapsed time, its current step (starting the sandbox,
 setup, agent step n, check, then the classification), pages read and blocked
-egress. The board is drawn on stderr only when stderr is a terminal; on a
-pipe or a file nothing is drawn, and the final summary is all that is
-printed. Its colour follows ``--color`` (``cli.color``). Events arrive from
-worker threads; the board takes a lock.
+egress. The board is drawn on stderr only when stderr is a terminal and
+``run -q`` was not given; on a pipe or a file nothing is drawn. With
+``run -v``, each run that finishes also gets one line on stderr (task,
+attempt, classification, reason), above the board when one is drawn and
+in the order the runs finished. Colour follows ``--color`` (``cli.color``).
+Events arrive from worker threads; the board takes a lock, and so does
+each line.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from firstrun.cli.color import rich_console
 from firstrun.run.events import (
@@ -32,6 +35,9 @@ from firstrun.run.events import (
     SandboxStarted,
     Source,
 )
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,13 +146,18 @@ def _style(classification: str | None) -> str:
     return _STYLES.get(classification or "", "yellow" if classification else "")
 
 
+def finished_line(task: str, attempt: int, event: RunFinished) -> str:
+    """``run -v``'s line for one finished run."""
+    return f"{task} #{attempt} {event.classification} ({event.reason})"
+
+
 @contextmanager
 def live_board(board: ProgressBoard, *, enabled: bool, color: bool = True,
-               stream: TextIO | None = None) -> Iterator[None]:
+               stream: TextIO | None = None) -> Iterator[Console | None]:
     """Draw ``board`` on ``stream`` (stderr) while the block runs, when ``enabled`` (a terminal),
-    coloured when ``color``."""
+    coloured when ``color``; yields the console drawing it, or None when nothing is drawn."""
     if not enabled:
-        yield
+        yield None
         return
     from rich.console import Group
     from rich.live import Live
@@ -157,4 +168,49 @@ def live_board(board: ProgressBoard, *, enabled: bool, color: bool = True,
 
     console = rich_console(stream or sys.stderr, color=color)
     with Live(get_renderable=render, console=console, refresh_per_second=4, transient=False):
-        yield
+        yield console
+
+
+class SweepProgress:
+    """What ``run`` shows on stderr while a sweep runs: the board, and with ``verbose`` a line
+    per run as it finishes. ``update`` takes the runner's events, from any thread."""
+
+    def __init__(self, *, draw: bool, verbose: bool, color: bool, stream: TextIO | None = None,
+                 board: ProgressBoard | None = None) -> None:
+        self.board = board or ProgressBoard()
+        self.draw = draw
+        self._verbose = verbose
+        self._color = color
+        self._stream = stream
+        self._lock = threading.Lock()
+        self._console: Console | None = None
+
+    def update(self, task: str, attempt: int, event: Event) -> None:
+        self.board.update(task, attempt, event)
+        if self._verbose and isinstance(event, RunFinished):
+            self._say(finished_line(task, attempt, event), _style(event.classification))
+
+    def _say(self, text: str, style: str) -> None:
+        stream = self._stream or sys.stderr
+        with self._lock:
+            if self._console is None and self._color:
+                self._console = rich_console(stream, color=True, highlight=False)
+            if self._console is None:
+                print(text, file=stream, flush=True)
+                return
+            from rich.text import Text
+
+            # Through the board's own console, the line goes above the board.
+            self._console.print(Text(text, style=style if self._color else ""), soft_wrap=True)
+
+    @contextmanager
+    def shown(self) -> Iterator[None]:
+        """The board drawn while the block runs (when ``draw``)."""
+        with live_board(self.board, enabled=self.draw, color=self._color, stream=self._stream) as console:
+            with self._lock:
+                self._console = console
+            try:
+                yield
+            finally:
+                with self._lock:
+                    self._console = None

@@ -30,19 +30,19 @@ from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TextIO
 
 from firstrun import __version__
 from firstrun.agents.base import Agent
 from firstrun.agents.spend import DEFAULT_RUN_TOKENS, SpendGovernor
 from firstrun.cli.color import colors, rich_console
 from firstrun.cli.interrupt import Signalled, signals_unwind
-from firstrun.cli.progress import ProgressBoard, live_board
+from firstrun.cli.progress import SweepProgress
 from firstrun.docs import Affordances, CacheMode, Mirror, parse_mirrors
 from firstrun.errors import UsageError
 from firstrun.policy.profile import LayerName
 from firstrun.reports.junit import write_junit
-from firstrun.reports.summary import route_finding_text, table_lines
+from firstrun.reports.summary import route_finding_text, table_lines, total_line
 from firstrun.results.model import (
     Classification,
     RunRecord,
@@ -110,6 +110,8 @@ class RunRequest:
     downgrades: frozenset[LayerName] = frozenset()
     image: str | None = None
     inspect_tls: bool | None = None
+    quiet: bool = False
+    verbose: bool = False
     color: str = "auto"
     argv: tuple[str, ...] = ()
 
@@ -122,6 +124,8 @@ def _say_where(project: ProjectConfig | None, *, given: str | None) -> None:
 
 
 def _check_paths(request: RunRequest) -> None:
+    if request.quiet and request.verbose:
+        raise UsageError("-q/--quiet and -v/--verbose: one prints less, the other more; give one")
     if request.retry_infra and request.resume is None:
         raise UsageError("--retry-infra: only with --resume DIR, whose infra_error attempts it "
                          "runs again")
@@ -334,12 +338,11 @@ def _run_command(request: RunRequest) -> int:
             "config": None if project is None else project.to_record(),
         },
     )
-    board = ProgressBoard()
+    progress = sweep_progress(request, sys.stderr)
     stop = threading.Event()
     signum: int | None = None
     spend_reached = False
-    with signals_unwind(), live_board(board, enabled=sys.stderr.isatty(),
-                                      color=colors(request.color, sys.stderr)):
+    with signals_unwind(), progress.shown():
         try:
             outcome = run_suite(
                 tasks,
@@ -352,7 +355,7 @@ def _run_command(request: RunRequest) -> int:
                 repeat=request.repeat,
                 workers=request.workers or (1 if cluster is None else cluster.plan.cpus),
                 stop=stop,
-                on_event=board.update,
+                on_event=progress.update,
                 spend=spend,
                 done=store.finished(retry_infra=request.retry_infra),
             )
@@ -379,10 +382,17 @@ def _run_command(request: RunRequest) -> int:
 
         append_text(summary, render_markdown(records, meta={"agent": request.agent, "model": request.model}))
     _print_summary(records, out, interrupted=signum is not None, report_only=config.report_only,
-                   color=colors(request.color, sys.stdout))
+                   quiet=request.quiet, color=colors(request.color, sys.stdout))
     if signum is not None:
         return 128 + signum
     return suite_exit_code(records)
+
+
+def sweep_progress(request: RunRequest, stderr: TextIO) -> SweepProgress:
+    """What the sweep shows on ``stderr`` as it runs: the board on a terminal unless ``-q``, a
+    line per finished run with ``-v``, coloured as ``--color`` decides for ``stderr``."""
+    return SweepProgress(draw=stderr.isatty() and not request.quiet, verbose=request.verbose,
+                         color=colors(request.color, stderr), stream=stderr)
 
 
 def capture_warning(backend: str) -> str | None:
@@ -399,9 +409,11 @@ def capture_warning(backend: str) -> str | None:
 
 
 def _print_summary(records: list[RunRecord], out: Path, *, interrupted: bool,
-                   report_only: bool = False, color: bool = False) -> None:
-    """The end of ``run`` on stdout (the interruption notice on stderr); ``color`` draws the
-    table with rich instead of plain text."""
+                   report_only: bool = False, quiet: bool = False, color: bool = False) -> None:
+    """The end of ``run`` on stdout (the interruption notice on stderr): the table, where the
+    results and traces are, a line per run that did not pass; with ``quiet`` (``-q``) only the
+    whole sweep in one line, where the results are, and the warning on checks that ran
+    beside the agent. ``color`` draws the table with rich instead of plain text."""
     if interrupted:
         print(
             f"firstrun: interrupted: {len(records)} finished run{'s' if len(records) != 1 else ''} "
@@ -410,11 +422,16 @@ def _print_summary(records: list[RunRecord], out: Path, *, interrupted: bool,
         )
     if not records:
         print("no run finished")
+    elif quiet:
+        print(total_line(records))
     elif color:
         _rich_table(records)
     else:
         print("\n".join(table_lines(records)))
     print(f"results: {out / RESULTS_FILE}")
+    if quiet:
+        _print_shared(records)
+        return
     print(f"traces:  {out / 'runs'}/TASK/ATTEMPT/trace.jsonl (narrate one: firstrun show DIR)")
     for record in records:
         if record.classification is not Classification.PASSED and record.trace:
@@ -434,15 +451,19 @@ def _print_summary(records: list[RunRecord], out: Path, *, interrupted: bool,
             print(_indented(allow_snippet(learnt), 2))
         else:
             print("firstrun: report mode: the runs reached nothing their tasks do not allow")
+    _print_shared(records)
+    for record in records:
+        # Recorded, never classified: the check alone decides, but a reader hit this page.
+        for finding in record.route_findings:
+            print(f"  {record.task} #{record.attempt} route page not read: {route_finding_text(finding)}")
+
+
+def _print_shared(records: list[RunRecord]) -> None:
     shared = [r for r in records if r.check_isolation == "shared"]
     if shared:
         print(f"  {len(shared)} run{'s' if len(shared) != 1 else ''} checked beside the agent's "
               "own processes (wait_http with no serve; check_isolation: shared): such a pass "
               "could be forged")
-    for record in records:
-        # Recorded, never classified: the check alone decides, but a reader hit this page.
-        for finding in record.route_findings:
-            print(f"  {record.task} #{record.attempt} route page not read: {route_finding_text(finding)}")
 
 
 def _indented(text: str, width: int) -> str:
@@ -524,6 +545,8 @@ def _ray_cluster(request: RunRequest, backend: str, images: list[str | None],
                   needs_kernel=needs_kernel)
     for node, why in cluster.plan.excluded:
         print(f"firstrun: node {node.label} excluded: {why}", file=sys.stderr)
+    if request.quiet:
+        return cluster
     print(f"firstrun: running on {len(cluster.plan.nodes)} Ray node"
           f"{'s' if len(cluster.plan.nodes) != 1 else ''} ({cluster.plan.cpus} CPUs): "
           + ", ".join(node.label for node in cluster.plan.nodes), file=sys.stderr)

@@ -106,6 +106,17 @@ def table_lines(records: Sequence[RunRecord]) -> list[str]:
     return [fmt(header), rule, *(fmt(cells) for cells in body[:-1]), rule, fmt(body[-1])]
 
 
+def total_line(records: Sequence[RunRecord]) -> str:
+    """The whole sweep in one line (``run -q``): runs by classification, then the pass rate.
+
+    ``4 runs: 3 passed, 1 docs_gap; pass rate 3/4 (75%, 95% CI 30-95%)``
+    """
+    _, total = summarize(records)
+    counts = ", ".join(f"{total.counts[c]} {c.value}" for c in ORDER if total.counts.get(c))
+    return (f"{total.runs} run{'s' if total.runs != 1 else ''}: {counts}; "
+            f"pass rate {total.pass_rate_text()}")
+
+
 def route_finding_text(finding: Mapping[str, Any]) -> str:
     """One unreadable page of the documented route, as a person reads it."""
     status = f", HTTP {finding['status']}" if finding.get("status") is not None else ""

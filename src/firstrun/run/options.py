@@ -99,6 +99,8 @@ class RunOption:
     flag: str | None
     kind: Kind
     help: str
+    # A one-letter spelling beside ``flag`` (-q for --quiet).
+    short: str | None = None
     metavar: str | None = None
     parse: Callable[[str], Any] | None = None
     choices: tuple[str, ...] | None = None
@@ -118,6 +120,8 @@ class RunOption:
             raise ValueError(f"run option {self.field}: give exactly one of identity and exempt")
         if (self.flag is None) != (self.kind == "positional"):
             raise ValueError(f"run option {self.field}: only the positional arguments have no flag")
+        if self.short is not None and (self.flag is None or len(self.short) != 2):
+            raise ValueError(f"run option {self.field}: a short spelling is one letter beside a flag")
         if self.fallback is not None and self.project is None:
             raise ValueError(f"run option {self.field}: a fallback needs a project key")
 
@@ -264,6 +268,14 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
     RunOption(field="inspect_tls", flag="--inspect-tls", kind="toggle",
               help=INSPECT_TLS_HELP + "; default: firstrun.yaml's inspect_tls, else off",
               project="inspect_tls", fallback=False, identity="inspect_tls", recorded=bool),
+    RunOption(field="quiet", flag="--quiet", short="-q", kind="switch", default=False,
+              help="print only the sweep's results line, errors and warnings: no progress board, "
+              "no line per run",
+              exempt=_WHAT_IS_PRINTED),
+    RunOption(field="verbose", flag="--verbose", short="-v", kind="switch", default=False,
+              help="also print a line per run on stderr as it finishes: task, attempt, "
+              "classification and reason",
+              exempt=_WHAT_IS_PRINTED),
     RunOption(field="color", flag="--color", kind="value", choices=COLORS, default="auto",
               help=COLOR_HELP, exempt=_WHAT_IS_PRINTED),
 )
