@@ -47,3 +47,14 @@ def test_an_unreadable_identity_is_a_usage_error(tmp_path: Path) -> None:
         {"schema_version": 1, "meta": {"sweep": {"tasks": "nope"}}, "runs": []}))
     with pytest.raises(UsageError, match="unreadable sweep identity"):
         ResultsStore.reopen(tmp_path).identity()
+
+
+def test_a_retried_attempt_replaces_its_stored_record(tmp_path: Path) -> None:
+    store = ResultsStore(tmp_path, meta={})
+    store.add({"task": "t", "attempt": 1, "classification": "infra_error"})
+    store.add({"task": "t", "attempt": 2, "classification": "passed"})
+    assert store.finished(retry_infra=True) == {("t", 2)}
+    store.add({"task": "t", "attempt": 1, "classification": "passed"})
+    assert sorted((r["attempt"], r["classification"]) for r in store.runs()) == [
+        (1, "passed"), (2, "passed")]
+    assert len(load_results(tmp_path / RESULTS_FILE)["runs"]) == 2

@@ -129,9 +129,9 @@ class ResultsStore:
 
     def add(self, run: Mapping[str, Any]) -> None:
         """Store ``run``; one stored before for the same attempt (retried) is replaced."""
-        key = (str(run["task"]), int(run["attempt"]))
+        key = (run.get("task"), run.get("attempt"))
         with self._lock:
-            self._runs = [r for r in self._runs if (str(r["task"]), int(r["attempt"])) != key]
+            self._runs = [r for r in self._runs if (r.get("task"), r.get("attempt")) != key]
             self._runs.append(dict(run))
             write_json_atomic(self.path, self._document())
 
