@@ -1,23 +1,26 @@
-"""One run carried out in a process of its own, that ends like Ctrl-C when whoever asked is gone.
+"""Runs carried out in processes of their own, that end like Ctrl-C when whoever asked is gone.
 
-Guarantee: ``python -m firstrun.run.node_run ALIVE DONE JOB`` detaches (a
-double fork: it is nobody's child, so no process-tree kill of its starter
-reaches it), imports what a run needs while it waits, then reads a
-directory's path from the pipe JOB, carries out the run ``DIR/job.pickle``
+Guarantee: ``python -m firstrun.run.node_run SOCKET`` detaches (a double
+fork: it is nobody's child, so no process-tree kill of its starter reaches
+it), imports what a run needs, and serves runs as a fork server: for each
+message on the Unix socket SOCKET (a directory's path, with two pipe ends
+passed along) it forks a child that carries out the run ``DIR/job.pickle``
 describes with ``run_task`` and writes ``DIR/answer.pickle`` (the record, or
-the exception) atomically; then it closes DONE, a pipe's write end its
-starter reads to its end. ALIVE is a pipe's read end whose writer is the
-starter: its end (the starter closed it, or died), SIGINT or SIGTERM sets
-the run's stop, and the run ends at its next call boundary with its session
-closed and its workspace removed, exactly as an interrupted local run; before
-a job it just exits. With its starter gone it removes DIR too, since nobody
-is left to read it.
+the exception) atomically, then closes DONE, the write end of a pipe the
+starter reads to its end. ALIVE is the read end of a pipe whose writer is
+the starter: its end (the starter closed it, or died), SIGINT or SIGTERM
+sets that run's stop, and the run ends at its next call boundary with its
+session closed and its workspace removed, exactly as an interrupted local
+run; with its starter gone it removes DIR too, since nobody is left to read
+it. The server stays single-threaded, so a fork copies no lock another
+thread held, and it exits when SOCKET's other end is gone; runs in flight
+finish on their own.
 
 A Ray node runs each run this way (``run.ray_engine``), because Ray kills a
 task's worker and its children outright when the driver goes away; the run,
-detached, outlives that kill just long enough to close its sandbox. The
-worker starts the next one when a run ends, so the next run on it does not
-wait for the imports.
+detached, outlives that kill just long enough to close its sandbox. Forked
+from a parent that has the modules already, a run starts as fast as it
+would inside the worker.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import os
 import pickle
 import shutil
 import signal
+import socket
 import sys
 import threading
 from pathlib import Path
@@ -35,6 +39,8 @@ from firstrun.results.store import write_atomic
 
 JOB = "job.pickle"
 ANSWER = "answer.pickle"
+# A directory's path, and the two pipe ends that come with it.
+_MESSAGE_BYTES = 4096
 
 
 def carry_out(job: dict[str, Any], stop: threading.Event) -> dict[str, Any]:
@@ -60,7 +66,7 @@ def carry_out(job: dict[str, Any], stop: threading.Event) -> dict[str, Any]:
 
 
 def _warm() -> None:
-    # What a run imports on its way, loaded before it is asked for.
+    # What a run imports on its way, loaded once, before any run is asked for.
     import firstrun.docs.reader  # noqa: F401
     import firstrun.proxy.intercept  # noqa: F401
     import firstrun.proxy.server  # noqa: F401
@@ -74,38 +80,20 @@ def _warm() -> None:
             pass  # a backend this machine cannot load is one no run here uses
 
 
-def _read_all(fd: int) -> bytes:
-    data = b""
-    while chunk := os.read(fd, 4096):
-        data += chunk
-    return data
-
-
-def main(argv: list[str]) -> int:
-    alive, done, job = int(argv[1]), int(argv[2]), int(argv[3])
-    if os.fork() != 0:
-        os._exit(0)  # the starter's child ends at once; the run is its grandchild
+def _one_run(where: Path, alive: int, done: int) -> None:
+    """In the forked child: the run, its answer, and DONE's end."""
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     starter_gone = threading.Event()
-    running = threading.Event()
 
     def watch() -> None:
         while os.read(alive, 1):
             pass
         starter_gone.set()
         stop.set()
-        if not running.is_set():
-            os._exit(0)  # no job yet, and nobody left to give one
 
     threading.Thread(target=watch, daemon=True, name="firstrun-node-watch").start()
-    _warm()
-    path = _read_all(job).decode()
-    if not path:
-        return 0
-    running.set()
-    where = Path(path)
     answer = carry_out(pickle.loads((where / JOB).read_bytes()), stop)
     try:
         data = pickle.dumps(answer)
@@ -116,6 +104,40 @@ def main(argv: list[str]) -> int:
     if starter_gone.is_set():
         shutil.rmtree(where, ignore_errors=True)
     os.close(done)
+
+
+def serve(sock: socket.socket) -> None:
+    """Fork a child per message until the starter's end of ``sock`` is gone."""
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(sock, _MESSAGE_BYTES, 2)
+        except OSError:
+            return
+        if not data:
+            return
+        if len(fds) != 2:
+            for fd in fds:
+                os.close(fd)
+            continue
+        alive, done = fds
+        if os.fork() == 0:
+            sock.close()
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            try:
+                _one_run(Path(data.decode()), alive, done)
+            finally:
+                os._exit(0)
+        os.close(alive)
+        os.close(done)
+
+
+def main(argv: list[str]) -> int:
+    sock = socket.socket(fileno=int(argv[1]))
+    if os.fork() != 0:
+        os._exit(0)  # the starter's child ends at once; the server is its grandchild
+    _warm()
+    serve(sock)
     return 0
 
 

@@ -309,19 +309,27 @@ def _carry_out_here(task: Task, attempt: int, agent: AgentSpec, config: RunConfi
         (scratch / node_run.JOB).write_bytes(ray.cloudpickle.dumps(
             {"task": task, "attempt": attempt, "agent": agent, "config": here,
              "max_spend": max_spend}))
-        runner = _Runner.take()
+        alive_r, alive_w = os.pipe()
+        done_r, done_w = os.pipe()
         try:
-            runner.give(scratch)
             try:
-                _await_end(runner.done)
+                _ForkServer.send(str(scratch).encode(), [alive_r, done_w])
+            finally:
+                os.close(alive_r)
+                os.close(done_w)
+            try:
+                _await_end(done_r)
             except BaseException:
                 # Ray's cancel (KeyboardInterrupt) or its worker's SIGTERM (SystemExit):
                 # the run sees ALIVE end, stops, and closes its session before DONE ends.
-                runner.abandon()
-                _await_end(runner.done, poll=None)
+                os.close(alive_w)
+                alive_w = -1
+                _await_end(done_r, poll=None)
                 raise
         finally:
-            runner.close()
+            for fd in (alive_w, done_r):
+                if fd >= 0:
+                    os.close(fd)
         answer = pickle.loads((scratch / node_run.ANSWER).read_bytes())
         if "error" in answer:
             raise answer["error"]
@@ -334,52 +342,39 @@ def _carry_out_here(task: Task, attempt: int, agent: AgentSpec, config: RunConfi
     placed = {"submitted_at": _iso(submitted), "started_on_node_at": _iso(started),
               "scheduled_s": round(max(0.0, started - submitted), 6)}
     record = replace(record, node=node, extra={**record.extra, "ray": placed})
-    _Runner.prepare()
     return {"record": record.to_data(), "trace": trace}
 
 
-class _Runner:
-    """A detached ``node_run`` process and its three pipes, started before it is needed."""
+class _ForkServer:
+    """This worker's ``node_run`` server: started on its first run, detached from it."""
 
-    _spare: _Runner | None = None
+    _sock: socket.socket | None = None
 
-    def __init__(self) -> None:
-        alive_r, self.alive = os.pipe()
-        self.done, done_w = os.pipe()
-        job_r, self.job = os.pipe()
+    @classmethod
+    def send(cls, path: bytes, fds: list[int]) -> None:
+        for fresh in (False, True):
+            if cls._sock is None or fresh:
+                cls._start()
+            assert cls._sock is not None
+            try:
+                socket.send_fds(cls._sock, [path], fds)
+                return
+            except OSError:
+                if fresh:
+                    raise
+
+    @classmethod
+    def _start(cls) -> None:
+        if cls._sock is not None:
+            cls._sock.close()
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            subprocess.run([sys.executable, "-m", "firstrun.run.node_run", str(alive_r),
-                            str(done_w), str(job_r)], stdin=subprocess.DEVNULL,
-                           pass_fds=(alive_r, done_w, job_r), start_new_session=True,
-                           check=True)
+            subprocess.run([sys.executable, "-m", "firstrun.run.node_run", str(theirs.fileno())],
+                           stdin=subprocess.DEVNULL, pass_fds=(theirs.fileno(),),
+                           start_new_session=True, check=True)
         finally:
-            for fd in (alive_r, done_w, job_r):
-                os.close(fd)
-
-    @classmethod
-    def prepare(cls) -> None:
-        """Start the next run's process now, while this worker is idle."""
-        if cls._spare is None:
-            cls._spare = cls()
-
-    @classmethod
-    def take(cls) -> _Runner:
-        runner, cls._spare = cls._spare, None
-        return runner if runner is not None else cls()
-
-    def give(self, scratch: Path) -> None:
-        os.write(self.job, str(scratch).encode())
-        os.close(self.job)
-        self.job = -1
-
-    def abandon(self) -> None:
-        os.close(self.alive)
-        self.alive = -1
-
-    def close(self) -> None:
-        for fd in (self.alive, self.done, self.job):
-            if fd >= 0:
-                os.close(fd)
+            theirs.close()
+        cls._sock = mine
 
 
 def _await_end(fd: int, *, poll: float | None = _POLL_S) -> None:
