@@ -490,10 +490,12 @@ def _trust_check(session: DockerSession, inspection: _Inspection) -> Check:
 
 
 # What the proxy module imports beyond the standard library: h11 and dnspython
-# always, and cryptography (with its cffi backend) for TLS interception. Bound from the
+# always, idna and publicsuffixlist (with its bundled list) for host names, and
+# cryptography (with its cffi backend) for TLS interception. Bound from the
 # harness's own environment, so the sidecar runs exactly the harness's proxy;
 # the abi3 extension modules load in the image's Python 3 on the same libc.
-_SIDECAR_MODULES = ("h11", "dns", "cryptography", "cffi", "_cffi_backend")
+_SIDECAR_MODULES = ("h11", "dns", "idna", "publicsuffixlist", "cryptography", "cffi",
+                    "_cffi_backend")
 
 
 def sidecar_lib_binds() -> tuple[tuple[str, str], ...]:
