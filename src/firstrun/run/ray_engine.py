@@ -59,8 +59,8 @@ from firstrun.run.classify import RunReason, classify_run
 from firstrun.run.config import RunConfig
 from firstrun.run.events import Event, Failure, RunFinished, RunStarted, Trace
 from firstrun.run.record import build_record, now_iso
-from firstrun.run.runner import TRACE_FILE, run_dir
-from firstrun.sandbox.select import REGISTRY, Resolution, sweep_backend
+from firstrun.run.runner import TRACE_FILE, fresh_run_dir, run_dir
+from firstrun.sandbox.select import Resolution, ranked, sweep_backend
 from firstrun.tasks.model import Task
 
 # How long a node may take to answer the probe (docker's can take seconds).
@@ -168,13 +168,7 @@ def candidates(backend: str, *, needs_kernel: bool) -> tuple[str, ...]:
     """The backends a node is asked about: the named one, or ``auto``'s, strongest first."""
     if backend != "auto":
         return (backend,)
-    if needs_kernel:
-        ranked = sorted((e for e in REGISTRY if e.kernel_rank is not None),
-                        key=lambda e: e.kernel_rank or 0)
-    else:
-        ranked = sorted((e for e in REGISTRY if e.auto_rank is not None),
-                        key=lambda e: e.auto_rank or 0)
-    return tuple(e.name for e in ranked)
+    return tuple(e.name for e in ranked(own_kernel=needs_kernel))
 
 
 def _probe_here(names: Sequence[str], allow_unenforced: bool, images: Sequence[str | None],
@@ -464,10 +458,7 @@ class RayEngine:
                 return _interrupted(task, attempt, self.agent, config)
             record = RunRecord.from_data(answer["record"])
             # Where a local run would have left it: the attempt's directory anew.
-            where = run_dir(config, task.name, attempt)
-            if where.exists():
-                shutil.rmtree(where)
-            where.mkdir(parents=True)
+            fresh_run_dir(config, task.name, attempt).mkdir(parents=True)
             write_atomic(config.out_dir / record.trace, answer["trace"])
             return record
         assert last is not None or self.cluster.nodes

@@ -134,14 +134,23 @@ def _own_kernel_here(candidate: Entry) -> Capability:
     return found
 
 
+def ranked(*, own_kernel: bool) -> tuple[Entry, ...]:
+    """The backends ``auto`` considers, strongest first: by ``kernel_rank`` among those
+    with a kernel of their own, else by ``auto_rank``."""
+    if own_kernel:
+        return tuple(sorted((e for e in REGISTRY if e.own_kernel),
+                            key=lambda e: e.kernel_rank or 0))
+    return tuple(sorted((e for e in REGISTRY if e.auto_rank is not None),
+                        key=lambda e: e.auto_rank or 0))
+
+
 def own_kernel_backend() -> str | None:
     """The backend that gives a kernel of its own here, by ``kernel_rank``; None: none can.
 
     The micro-VM with KVM is preferred (a hardware boundary); without KVM,
     gVisor's user-space kernel, since the micro-VM would be emulated.
     """
-    ranked = sorted((e for e in REGISTRY if e.own_kernel), key=lambda e: e.kernel_rank or 0)
-    return next((e.name for e in ranked if _own_kernel_here(e).available), None)
+    return next((e.name for e in ranked(own_kernel=True) if _own_kernel_here(e).available), None)
 
 
 def inspecting_backend(backend: str, *, inspect_tls: bool, flag: str) -> str:
@@ -252,8 +261,7 @@ def resolve_backend(name: str, options: BackendOptions,
             f"{shared}: they share the host's kernel, and isolation: vm asks for one of its own",))
     passed: list[str] = []
     fixes: list[str] = []
-    for candidate in sorted((e for e in REGISTRY if e.auto_rank is not None),
-                            key=lambda e: e.auto_rank or 0):
+    for candidate in ranked(own_kernel=False):
         try:
             missing = unavailable(candidate.name, options, images)
         except ImportError as exc:
