@@ -67,6 +67,15 @@ def run_dir(config: RunConfig, task_name: str, attempt: int) -> Path:
     return config.out_dir / "runs" / task_name / str(attempt)
 
 
+def fresh_run_dir(config: RunConfig, task_name: str, attempt: int) -> Path:
+    """The attempt's directory, with whatever an earlier sweep into the same --out left
+    there removed (rmtree removes symlinks a kept workspace holds, never follows them)."""
+    where = run_dir(config, task_name, attempt)
+    if where.exists():
+        shutil.rmtree(where)
+    return where
+
+
 def run_task(
     task: Task,
     *,
@@ -82,11 +91,7 @@ def run_task(
     ``max_spend`` is the run's spend limit in USD (its ``--max-spend``
     reservation), handed to the agent in its brief.
     """
-    where = run_dir(config, task.name, attempt)
-    if where.exists():
-        # A fresh sweep into the same --out replaces this attempt; rmtree
-        # removes symlinks a kept workspace holds and never follows them.
-        shutil.rmtree(where)
+    where = fresh_run_dir(config, task.name, attempt)
     trace = Trace(where / TRACE_FILE)
     recorder = Recorder(trace, on_event)
     started_at, started = now_iso(), time.monotonic()
