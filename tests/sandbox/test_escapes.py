@@ -22,6 +22,7 @@ from sandbox_support import (
     has_ipv6_loopback,
     host_processes_with,
     make_profile,
+    records_until,
     wait_for_processes_with,
 )
 
@@ -206,7 +207,9 @@ def test_a_client_ignoring_the_proxy_variables_still_goes_through_the_proxy(
                       "--max-time 30 https://pypi.org/simple/six/ -o /dev/null; echo rc=$?")
     first, second = (line for line in out.splitlines() if line.startswith("rc="))
     assert first != "rc=0" and second == "rc=0", out
-    transparent = [(r.host, r.decision.value, r.reason.value) for r in hostile.proxy.records()
+    records = records_until(hostile.proxy, lambda rs: any(
+        r.host == "pypi.org" and r.capture == "transparent" for r in rs))
+    transparent = [(r.host, r.decision.value, r.reason.value) for r in records
                    if r.capture == "transparent" and r.host != "attest.firstrun.invalid"]
     assert ("203.0.113.80", "deny", "ip_literal") in transparent
     assert ("pypi.org", "allow", "allowed_by_list") in transparent
