@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
+from docker_support import records_until
 
 from firstrun.audit.battery import docker_bridge_address
 from firstrun.audit.fixtures import PACKAGE, REGISTRY_HOST, Registry
@@ -165,8 +166,10 @@ def test_an_upload_is_refused_and_the_registry_saw_nothing(inspected: Inspected)
                       f"https://{inspected.named}/legacy/")
     assert status == 405
     assert [s for s in inspected.registry.seen() if s.method == "POST"] == []
-    refused = [r for r in inspected.records
-               if r.get("method") == "POST" and r.get("scheme") == "https"]
+    def posts(records: list) -> list:
+        return [r for r in records if r.get("method") == "POST" and r.get("scheme") == "https"]
+
+    refused = posts(records_until(lambda: list(inspected.records), posts))
     assert refused and refused[-1]["decision"] == "deny"
 
 
