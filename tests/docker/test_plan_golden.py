@@ -40,7 +40,7 @@ def _facts(**overrides: object) -> DockerFacts:
         "trust_bundle": None, "upstream_cafiles": (), "credentials": {},
         "host_env": {"PATH": "/HOME/.cargo/bin:/usr/bin", "SSL_CERT_FILE": "/CA/corp.pem",
                      "HOST_PYPI_TOKEN": SECRET, "OPENAI_API_KEY": "sk-never"},
-        "helper_source": "<HELPER>",
+        "helper_source": "<HELPER>", "libs_python": "3.11",
     }
     facts.update(overrides)
     return DockerFacts(**facts)  # type: ignore[arg-type]

@@ -401,3 +401,32 @@ def test_under_inspection_plain_http_is_judged_by_the_same_rules(upstream: HttpU
         "allowed_by_override", "method_not_allowed", "body_too_large"]
     # Judged before anything went upstream: the server saw only the read.
     assert [(req.method, req.target) for req in upstream.seen.requests] == [(b"GET", b"/simple/")]
+
+
+def test_a_sidecar_on_another_python_refuses_inspection_before_loading_cryptography() -> None:
+    policy = NetworkPolicy.build().with_inspection(InspectionPolicy.build())
+    other = f"{sys.version_info[0]}.{sys.version_info[1] + 1}"
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "firstrun.proxy",
+                           "127.0.0.1", "0"],
+                          input=json.dumps({"policy": policy.to_data(), "libs_python": other}),
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 3, proc.stderr
+    (line,) = proc.stdout.splitlines()
+    refused = json.loads(line)
+    here = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    assert refused == {
+        "event": "refused",
+        "error": f"--inspect-tls on docker: the image's Python is {here}, and the proxy sidecar "
+                 f"cannot load the harness's cryptography, built for Python {other}",
+        "fix": f"run the harness on Python {here}, or give the run an image whose python3 is "
+               f"{other} (firstrun images build makes firstrun/python:3.11)"}
+    imported = {row.split("|")[-1].strip() for row in proc.stderr.splitlines() if "|" in row}
+    assert "cryptography" not in imported and "_cffi_backend" not in imported
+
+
+def test_only_another_python_than_the_libraries_is_refused() -> None:
+    from firstrun.proxy.sidecar import libs_mismatch
+
+    assert libs_mismatch(None, (3, 11)) is None
+    assert libs_mismatch("3.11", (3, 11)) is None
+    assert libs_mismatch("3.12", (3, 11)) is not None

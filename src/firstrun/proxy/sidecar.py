@@ -19,6 +19,9 @@ are verified against the image's trust store plus the ``cafiles`` the
 harness names (bound read-only into the container). Credential values
 arrive on stdin only (``credentials``: harness variable name to value),
 never through the environment, and are minted into placeholders here.
+Under inspection, a sidecar whose Python is not the one the harness's
+bound libraries were built for says ``refused`` (reason and fix) instead of
+``ready``, and loads nothing it could not.
 """
 from __future__ import annotations
 
@@ -116,9 +119,33 @@ def _strings(value: object, what: str) -> list[str]:
     return value
 
 
+class Refusal(Exception):
+    """A session this sidecar cannot serve as asked; ``args`` are the reason and the fix."""
+
+
+def libs_mismatch(libs_python: object, here: tuple[int, int]) -> Refusal | None:
+    """The refusal when the harness's compiled libraries were built for another Python.
+
+    The harness binds its own cryptography into this container, and its cffi
+    backend is an extension module of one Python minor version: a sidecar on
+    another cannot import it, so it says so before trying.
+    """
+    ours = f"{here[0]}.{here[1]}"
+    if libs_python is None or libs_python == ours:
+        return None
+    return Refusal(f"--inspect-tls on docker: the image's Python is {ours}, and the proxy "
+                   f"sidecar cannot load the harness's cryptography, built for Python "
+                   f"{libs_python}",
+                   f"run the harness on Python {ours}, or give the run an image whose python3 "
+                   f"is {libs_python} (firstrun images build makes firstrun/python:3.11)")
+
+
 def _interception(request: Mapping[str, object], policy: NetworkPolicy) -> Interception | None:
     if policy.inspection is None:
         return None
+    refusal = libs_mismatch(request.get("libs_python"), sys.version_info[:2])
+    if refusal is not None:
+        raise refusal
     values = request.get("credentials", {})
     if not isinstance(values, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in values.items()):
@@ -131,7 +158,8 @@ def main(argv: list[str]) -> int:
     """``python -m firstrun.proxy HOST PORT`` with ``{"policy": ...}`` as JSON on stdin.
 
     Under inspection stdin may also carry ``credentials`` (harness variable
-    name to value) and ``cafiles`` (paths inside this container).
+    name to value), ``cafiles`` (paths inside this container) and
+    ``libs_python`` (the Python the bound libraries were built for).
     """
     if len(argv) != 2 or not argv[1].isdigit():
         print("usage: python -m firstrun.proxy HOST PORT < policy.json", file=sys.stderr)
@@ -140,6 +168,10 @@ def main(argv: list[str]) -> int:
         request = json.load(sys.stdin)
         policy = policy_from_data(request["policy"])
         interception = _interception(request, policy)
+    except Refusal as refusal:
+        reason, fix = refusal.args
+        print(json.dumps({"event": "refused", "error": reason, "fix": fix}), flush=True)
+        return 3
     except (ValueError, KeyError, TypeError, FirstrunError) as exc:
         print(f"firstrun.proxy: cannot read the policy from stdin: {exc}", file=sys.stderr)
         return 3

@@ -58,6 +58,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -163,6 +164,10 @@ class _Sidecar:
         reader = threading.Thread(target=read, daemon=True)
         reader.start()
         reader.join(_READY_TIMEOUT_S)
+        if ready.get("event") == "refused":
+            # The sidecar's own check, made before it loads anything it cannot.
+            raise SandboxUnavailable(str(ready.get("error")), who="docker",
+                                     fix=str(ready.get("fix")) if ready.get("fix") else None)
         if ready.get("event") != "ready":
             # Its own words (a policy or credential it refused names no value).
             self._stderr.seek(0)
@@ -493,9 +498,16 @@ def _trust_check(session: DockerSession, inspection: _Inspection) -> Check:
 # always, idna and publicsuffixlist (with its bundled list) for host names, and
 # cryptography (with its cffi backend) for TLS interception. Bound from the
 # harness's own environment, so the sidecar runs exactly the harness's proxy;
-# the abi3 extension modules load in the image's Python 3 on the same libc.
+# cryptography's abi3 module loads in any Python 3 on the same libc, but
+# cffi's backend only in the harness's minor version, which the sidecar
+# checks (``libs_python``) before it loads it.
 _SIDECAR_MODULES = ("h11", "dns", "idna", "publicsuffixlist", "cryptography", "cffi",
                     "_cffi_backend")
+
+
+def libs_python() -> str:
+    """The Python (``3.11``) the bound libraries' extension modules were built for: this one."""
+    return f"{sys.version_info[0]}.{sys.version_info[1]}"
 
 
 def sidecar_lib_binds() -> tuple[tuple[str, str], ...]:
@@ -614,7 +626,8 @@ class DockerBackend:
                     sidecar_hosts=self._sidecar_hosts,
                     trust_bundle=inspection.bundle if inspection is not None else None,
                     upstream_cafiles=self._upstream_cafiles, credentials=credentials,
-                    host_env=os.environ, helper_source=HELPER_SOURCE))
+                    host_env=os.environ, helper_source=HELPER_SOURCE,
+                    libs_python=libs_python()))
                 sidecars = _create(plan, fs, acquired, owner=owner, lent=lent,
                                    docker_bin=docker_bin)
             return self._launch(profile, plan, acquired, sidecars=sidecars, inspection=inspection,

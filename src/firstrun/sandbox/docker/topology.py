@@ -297,7 +297,10 @@ class DockerFacts:
     host's ``ca_files``. ``credentials`` are the values read for the
     inspection policy's credentials, by the variable they were read from;
     they are sent to the sidecar only. ``host_env`` is the harness's
-    environment, which commands' environment is built from.
+    environment, which commands' environment is built from. ``libs_python``
+    is the Python (``3.11``) the harness's bound libraries were built for:
+    under inspection the sidecar loads compiled ones (cryptography's cffi
+    backend), which only that Python can import.
     """
 
     session: str
@@ -314,6 +317,7 @@ class DockerFacts:
     credentials: Mapping[str, str] = field(repr=False)
     host_env: Mapping[str, str] = field(repr=False)
     helper_source: str
+    libs_python: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -391,7 +395,8 @@ def prepare(profile: SandboxProfile, proxy: ProxyEndpoint | None, facts: DockerF
         request = {"policy": profile.net.to_data()}
         if inspected:
             request.update({"credentials": dict(facts.credentials),
-                            "cafiles": list(sidecar_ca_files)})
+                            "cafiles": list(sidecar_ca_files),
+                            "libs_python": facts.libs_python})
     seccomp = LayerName.SECCOMP in profile.required
     return DockerPlan(
         topology=topology, image=facts.image, user=f"{facts.uid}:{facts.gid}", seccomp=seccomp,
