@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import http.client
 import json
 import os
 import socket
@@ -184,18 +183,32 @@ def check_no_dns() -> tuple[bool, str]:
     return ok, "; ".join(details)
 
 
+def _attest_get(address: tuple[str, int], target: str) -> tuple[int, bytes]:
+    """One ``GET target`` for the attestation host over a fresh connection: (status, body).
+
+    A plain socket rather than http.client, whose import (the email package)
+    is most of the probe's own start on gVisor; the proxy closes after its
+    answer, so everything up to EOF is the response.
+    """
+    with socket.create_connection(address, timeout=10) as conn:
+        conn.sendall(f"GET {target} HTTP/1.1\r\nHost: attest.firstrun.invalid\r\n"
+                     "Connection: close\r\n\r\n".encode("ascii"))
+        response = b""
+        while chunk := conn.recv(65536):
+            response += chunk
+    head, _, body = response.partition(b"\r\n\r\n")
+    parts = head.split(b"\r\n", 1)[0].split(b" ", 2)
+    status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+    return status, body
+
+
 def check_proxy(port: int, nonce: str, host: str = "127.0.0.1") -> tuple[bool, str]:
-    conn = http.client.HTTPConnection(host, port, timeout=10)
     try:
-        conn.request("GET", "http://attest.firstrun.invalid/",
-                     headers={"Host": "attest.firstrun.invalid"})
-        resp = conn.getresponse()
-        body = resp.read(65536).decode("utf-8", "replace")
+        status, body = _attest_get((host, port), "http://attest.firstrun.invalid/")
     except OSError as exc:
         return False, f"proxy unreachable through the relay: {exc}"
-    finally:
-        conn.close()
-    return nonce in body, f"status {resp.status}, nonce {'present' if nonce in body else 'absent'}"
+    present = nonce.encode() in body
+    return present, f"status {status}, nonce {'present' if present else 'absent'}"
 
 
 SYNTHETIC_NETWORK = "198.18.0.0/15"
@@ -222,11 +235,7 @@ def check_captured(nonce: str) -> tuple[bool, str]:
         refused = exc.errno in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", -5))
         details.append(f"refused.firstrun.invalid: {exc.strerror}")
     try:
-        with socket.create_connection((address, 80), timeout=10) as conn:
-            conn.sendall(b"GET / HTTP/1.1\r\nHost: attest.firstrun.invalid\r\n\r\n")
-            body = b""
-            while chunk := conn.recv(65536):
-                body += chunk
+        _, body = _attest_get((address, 80), "/")
         answered = nonce.encode() in body
         details.append(f"plain dial: nonce {'present' if answered else 'absent'}")
     except OSError as exc:
