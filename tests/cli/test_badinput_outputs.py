@@ -2,7 +2,7 @@
 
 ``run --out`` over a directory holding a ``results.json`` firstrun did not
 write used to replace it; an ``--out`` that cannot be created ended in a
-traceback; ``--junit``, ``--github-summary`` and ``report``'s outputs could
+traceback; ``--junit``, the GitHub summary and ``report``'s outputs could
 name the very results file they are made from. Each is now one
 ``firstrun: error:`` line, exit 3, with every file as it was. Refusals all
 come before any sandbox starts.
@@ -11,6 +11,7 @@ come before any sandbox starts.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -49,26 +50,34 @@ def test_resume_of_a_file_names_resume(firstrun: Run, tmp_path: Path) -> None:
     assert err.startswith("firstrun: error: --resume: ")
 
 
-@pytest.mark.parametrize("flag", ["--junit", "--github-summary"])
+def _naming(flag: str, path: Path) -> tuple[list[str], dict[str, str]]:
+    """The arguments and environment by which ``flag`` names ``path`` as its output."""
+    env = {**os.environ, "GITHUB_STEP_SUMMARY": str(path)}
+    # --github-summary takes no value: its file is the one GitHub Actions names.
+    return ([flag] if flag == "--github-summary" else [f"{flag}={path}"]), env
+
+
+@pytest.mark.parametrize("flag", ["--junit", "--github-summary", "--github-summary-file"])
 def test_run_outputs_cannot_be_the_sweeps_own_results(firstrun: Run, tmp_path: Path, flag: str) -> None:
     out = tmp_path / "out"
     out.mkdir()
     saved = json.dumps(SAVED)
     (out / "results.json").write_text(saved)
-    err = one_error(firstrun("run", _task(tmp_path), "--out", str(out),
-                              f"{flag}={out / 'results.json'}", cwd=str(tmp_path)))
+    given, env = _naming(flag, out / "results.json")
+    err = one_error(firstrun("run", _task(tmp_path), "--out", str(out), *given, env=env, cwd=str(tmp_path)))
     assert f"{flag}: " in err and "own results.json" in err
     assert (out / "results.json").read_text() == saved
 
 
-@pytest.mark.parametrize("flag", ["--out", "--markdown", "--github-summary"])
+@pytest.mark.parametrize("flag", ["--out", "--markdown", "--github-summary", "--github-summary-file"])
 def test_report_outputs_cannot_be_the_results_being_reported(firstrun: Run, tmp_path: Path,
                                                              flag: str) -> None:
     out = tmp_path / "out"
     out.mkdir()
     saved = json.dumps(SAVED)
     (out / "results.json").write_text(saved)
-    err = one_error(firstrun("report", str(out), f"{flag}={out / 'results.json'}"))
+    given, env = _naming(flag, out / "results.json")
+    err = one_error(firstrun("report", str(out), *given, env=env))
     assert f"{flag}: " in err and "is the results file being reported" in err
     assert (out / "results.json").read_text() == saved
 

@@ -54,21 +54,52 @@ def test_github_summary_appends_to_the_file_the_environment_names(tmp_path: Path
     assert text.startswith("earlier step\n## firstrun") and "| t | 2 | 2 | 0 | 0 |" in text
 
 
+def test_github_summary_file_appends_to_the_file_it_names(tmp_path: Path) -> None:
+    out = write_results(tmp_path / "res", runs("t", 1, 0), traces=False)
+    summary = tmp_path / "mine.md"
+    summary.write_text("mine\n")
+    env = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}
+    result = firstrun("report", str(out), "--github-summary-file", str(summary), env=env)
+    assert result.returncode == 0, result.stderr
+    text = summary.read_text()
+    assert text.startswith("mine\n## firstrun") and "| t | 1 | 1 | 0 | 0 |" in text
+
+
 def test_github_summary_without_the_variable_is_one_line_exit_3(tmp_path: Path) -> None:
     out = write_results(tmp_path / "res", runs("t", 1, 0), traces=False)
     env = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}
     result = firstrun("report", str(out), "--github-summary", env=env)
     assert result.returncode == 3
-    assert result.stderr == ("firstrun: error: --github-summary: no FILE given and "
-                             "$GITHUB_STEP_SUMMARY is not set\n")
+    assert result.stderr == ("firstrun: error: --github-summary: $GITHUB_STEP_SUMMARY is not set "
+                             "(it is in GitHub Actions); to name the file, use --github-summary-file FILE\n")
     nothing = firstrun("report", str(out))
     assert nothing.returncode == 3 and "say what to write" in nothing.stderr
 
 
-def test_run_refuses_a_task_file_as_the_summary_before_any_run(tmp_path: Path) -> None:
+def test_both_summary_flags_are_refused_in_one_line(tmp_path: Path) -> None:
+    out = write_results(tmp_path / "res", runs("t", 1, 0), traces=False)
+    summary, mine = tmp_path / "step_summary", tmp_path / "mine.md"
+    env = {**os.environ, "GITHUB_STEP_SUMMARY": str(summary)}
+    result = firstrun("report", str(out), "--github-summary", "--github-summary-file", str(mine), env=env)
+    assert result.returncode == 3
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith("firstrun: error: --github-summary and --github-summary-file: ")
+    assert not summary.exists() and not mine.exists()
+
+
+def test_a_path_after_github_summary_is_read_as_the_commands_argument(tmp_path: Path) -> None:
+    summary = tmp_path / "step_summary"
+    env = {**os.environ, "GITHUB_STEP_SUMMARY": str(summary)}
+    out = write_results(tmp_path / "res", runs("t", 1, 0), traces=False)
+    report = firstrun("report", "--github-summary", str(out), env=env)
+    assert report.returncode == 0, report.stderr
+    assert "| t | 1 | 1 | 0 | 0 |" in summary.read_text()
+    # A task that does not load: the refusal names it as a task, before any run.
     task = tmp_path / "task.yaml"
     task.write_text("name: t\n")
-    result = firstrun("run", "--github-summary", str(task), "--out", str(tmp_path / "out"))
-    assert result.returncode == 3 and "looks like a task file" in result.stderr
-    assert task.read_text() == "name: t\n"
+    summary.write_text("earlier step\n")
+    run = firstrun("run", "--github-summary", str(task), "--out", str(tmp_path / "out"), env=env)
+    assert run.returncode == 3
+    assert run.stderr == f"firstrun: error: {task}:1: missing required key 'goal'\n"
+    assert task.read_text() == "name: t\n" and summary.read_text() == "earlier step\n"
     assert not (tmp_path / "out").exists()

@@ -13,7 +13,7 @@ from report_support import firstrun
 @pytest.mark.e2e
 def test_real_run_summary_and_report(tmp_path: Path) -> None:
     out, summary = tmp_path / "results", tmp_path / "step_summary"
-    run = firstrun("run", "--example", "python-tabulate", "--out", str(out), f"--github-summary={summary}")
+    run = firstrun("run", "--example", "python-tabulate", "--out", str(out), "--github-summary-file", str(summary))
     assert run.returncode == 0, run.stdout + run.stderr
     assert "| python-tabulate | 1 | 1 | 0 | 0 | 1/1 (100%; 95% CI 21%\u2013100%) |" in summary.read_text()
     (saved,) = json.loads((out / "results.json").read_text())["runs"]

@@ -81,7 +81,8 @@ def test_the_run_step_with_defaults_builds_a_valid_command(tmp_path: Path) -> No
     assert (args.subcommand, args.tasks, args.agent, args.repeat) == ("run", [], "replay", 1)
     assert args.backend is None and args.model is None
     assert args.junit == "firstrun-results/junit.xml"
-    assert args.github_summary == str(tmp_path / "summary.md")
+    # The job summary: the file GitHub Actions names in $GITHUB_STEP_SUMMARY.
+    assert args.github_summary is True and args.github_summary_file is None
 
 
 def test_the_run_step_passes_every_input_through(tmp_path: Path) -> None:

@@ -56,7 +56,7 @@ def test_every_flag_reaches_its_own_field() -> None:
     argv = ["run", "a.yaml", "--example", "e", "--agent", "claude", "--model", "m", "--base-url", "u",
             "--max-spend", "2", "--price-file", "p", "--backend", "linux", "--image", "img:1",
             "--out", "o", "--resume", "o", "--config", "c", "--keep-sandbox", "--repeat", "3",
-            "--workers", "2", "--junit", "j", "--github-summary=g", "--docs-mirror", "h=d",
+            "--workers", "2", "--junit", "j", "--github-summary", "--github-summary-file=g", "--docs-mirror", "h=d",
             "--cache-dir", "cd", "--refresh", "--offline", "--affordances", "none",
             "--probe-affordances", "--engine", "ray", "--ray-address", "h:6379", "--retry-infra",
             "--allow-unenforced", "--allow-downgrade", "seccomp", "--no-inspect-tls", "-q", "--verbose",

@@ -59,7 +59,6 @@ class Value:
     metavar: str
     choices: tuple[str, ...] = ()
     completes: Completes = "nothing"
-    optional: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,7 +146,7 @@ def _value(action: argparse.Action, metavar: str) -> Value:
     completes: Completes = "nothing"
     if not choices:
         completes = "files" if metavar in PATHS else "dirs" if metavar in DIRECTORIES else "nothing"
-    return Value(metavar=metavar, choices=choices, completes=completes, optional=action.nargs == "?")
+    return Value(metavar=metavar, choices=choices, completes=completes)
 
 
 def _summary(text: str, limit: int = 100) -> str:
@@ -347,13 +346,8 @@ def _zsh_flag(flag: Flag) -> list[str]:
         spec = f"{excludes}{star}{name}"
         arg = ""
         if flag.value is not None:
-            long = name.startswith("--")
-            if flag.value.optional:
-                spec += "=-" if long else "-"
-            else:
-                spec += "=" if long else "+"
-            colons = "::" if flag.value.optional else ":"
-            arg = f"{colons}{_zsh_message(flag.value.metavar)}:{_zsh_action(flag.value)}"
+            spec += "=" if name.startswith("--") else "+"
+            arg = f":{_zsh_message(flag.value.metavar)}:{_zsh_action(flag.value)}"
         specs.append(_sq(f"{spec}[{_zsh_text(flag.help)}]{arg}"))
     return specs
 

@@ -10,17 +10,22 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 from firstrun.errors import UsageError
-from firstrun.run.options import COLOR_HELP, COLORS, GITHUB_SUMMARY_FROM_ENV
+from firstrun.run.options import COLOR_HELP, COLORS, GITHUB_SUMMARY_FILE_HELP, GITHUB_SUMMARY_HELP
 
 GITHUB_ENV = "GITHUB_STEP_SUMMARY"
 
 
-def github_summary_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--github-summary", nargs="?", const=GITHUB_SUMMARY_FROM_ENV, metavar="FILE",
-                        help="append a markdown summary to FILE (default: the file named by "
-                        "$GITHUB_STEP_SUMMARY); write --github-summary=FILE when TASK arguments follow")
+def github_summary_flags(parser: argparse.ArgumentParser) -> None:
+    """The summary's two flags on a command that writes it (``run`` declares its own in RUN_OPTIONS).
+
+    ``--github-summary`` takes no value, so a TASK after it is never read as
+    the summary's file; a file of one's own is named by ``--github-summary-file``.
+    """
+    parser.add_argument("--github-summary", action="store_true", help=GITHUB_SUMMARY_HELP)
+    parser.add_argument("--github-summary-file", metavar="FILE", help=GITHUB_SUMMARY_FILE_HELP)
 
 
 def color_flag(parser: argparse.ArgumentParser) -> None:
@@ -28,19 +33,31 @@ def color_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--color", choices=COLORS, default="auto", help=COLOR_HELP)
 
 
-def summary_target(value: str) -> Path:
-    """The file ``--github-summary`` appends to, checked before any run or report starts."""
-    if value == GITHUB_SUMMARY_FROM_ENV:
-        named = os.environ.get(GITHUB_ENV)
-        if not named:
-            raise UsageError(f"--github-summary: no FILE given and ${GITHUB_ENV} is not set")
-        return writable_file("--github-summary", named)
-    if Path(value).suffix.lower() in (".yaml", ".yml"):
-        # ``run --github-summary tasks/a.yaml`` reads the task as FILE; appending
-        # markdown to a task file would corrupt it.
-        raise UsageError(f"--github-summary: {value!r} looks like a task file; to name the summary "
-                         "file write --github-summary=FILE, or put TASK arguments before the flag")
-    return writable_file("--github-summary", value)
+class SummaryFile(NamedTuple):
+    """The file the summary is appended to, and the flag that named it (for refusals)."""
+
+    flag: str
+    path: Path
+
+
+def summary_target(to_env: bool, file: str | None) -> SummaryFile | None:
+    """Where ``--github-summary`` or ``--github-summary-file`` appends the summary; None for neither.
+
+    Both flags together are refused rather than one ignored: each names a
+    different file, and a summary silently missing from either is a surprise.
+    """
+    if to_env and file is not None:
+        raise UsageError("--github-summary and --github-summary-file: each names the file the summary "
+                         f"goes to (${GITHUB_ENV}'s, or FILE); give one")
+    if file is not None:
+        return SummaryFile("--github-summary-file", writable_file("--github-summary-file", file))
+    if not to_env:
+        return None
+    named = os.environ.get(GITHUB_ENV)
+    if not named:
+        raise UsageError(f"--github-summary: ${GITHUB_ENV} is not set (it is in GitHub Actions); "
+                         "to name the file, use --github-summary-file FILE")
+    return SummaryFile("--github-summary", writable_file("--github-summary", named))
 
 
 def writable_file(flag: str, value: str) -> Path:

@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 
 from firstrun import __version__
 from firstrun.cli.completion import SHELLS, completion_script
-from firstrun.cli.flags import color_flag, github_summary_flag
+from firstrun.cli.flags import color_flag, github_summary_flags
 from firstrun.cli.images import add_images_parser, images_command
 from firstrun.cli.interrupt import Signalled
 from firstrun.errors import (
@@ -214,8 +214,6 @@ def _add_run_option(parser: argparse.ArgumentParser, option: RunOption) -> None:
         kwargs.update(action=argparse.BooleanOptionalAction, default=None)
     elif option.kind == "repeated":
         kwargs.update(action="append", default=[])
-    elif option.kind == "optional_value":
-        kwargs.update(nargs="?", const=option.const)
     else:
         kwargs.update(default=option.default)
     names = (option.flag,) if option.short is None else (option.short, option.flag)
@@ -374,17 +372,19 @@ def _add_report_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignor
     report = sub.add_parser(
         "report",
         help="write an HTML report (and/or a markdown summary) of saved results",
-        usage="firstrun report RESULTS_DIR [--out FILE.html] [--markdown FILE|-] [--github-summary [FILE]]",
+        usage="firstrun report RESULTS_DIR [--out FILE.html] [--markdown FILE|-] "
+        "[--github-summary | --github-summary-file FILE]",
         description="Render saved results: --out writes one self-contained HTML page (no network "
         "needed to view it); --markdown writes a markdown summary ('-' for stdout); "
-        "--github-summary appends that summary to FILE or to $GITHUB_STEP_SUMMARY. "
+        "--github-summary appends that summary to the file $GITHUB_STEP_SUMMARY names (the job "
+        "summary in GitHub Actions), --github-summary-file to FILE; give one of the two. "
         "Exit status: 0, or 3 bad usage.",
         allow_abbrev=False,
     )
     report.add_argument("results", metavar="RESULTS_DIR", help="a results directory or its results.json")
     report.add_argument("--out", metavar="FILE", help="write the HTML report to FILE")
     report.add_argument("--markdown", metavar="FILE", help="write the markdown summary to FILE ('-': stdout)")
-    github_summary_flag(report)
+    github_summary_flags(report)
 
     audit = sub.add_parser(
         "audit",
@@ -534,7 +534,8 @@ def _cmd_report(args: argparse.Namespace, _argv: Sequence[str]) -> int:
     from firstrun.cli.report import report_command
 
     return report_command(args.results, out=args.out, markdown=args.markdown,
-                          github_summary=args.github_summary)
+                          github_summary=args.github_summary,
+                          github_summary_file=args.github_summary_file)
 
 
 def _cmd_audit(args: argparse.Namespace, _argv: Sequence[str]) -> int:

@@ -2,9 +2,9 @@
 
 Guarantee: both read saved results only, and every bad input (a missing
 results file, an unwritable output, an output that is the results file
-itself, an ``--alpha`` outside (0, 1), a bare
-``--github-summary`` with ``$GITHUB_STEP_SUMMARY`` unset) is refused in one
-line naming the flag or argument before anything is written. ``diff`` exits
+itself, an ``--alpha`` outside (0, 1), ``--github-summary`` with
+``$GITHUB_STEP_SUMMARY`` unset or beside ``--github-summary-file``) is
+refused in one line naming the flag or argument before anything is written. ``diff`` exits
 0, or 1 with ``--fail-on-regression`` when some task's pass rate dropped
 significantly; a task whose samples are too small to show anything is never
 counted as a regression, and says so.
@@ -56,14 +56,19 @@ def diff_command(before: str, after: str, *, alpha: float, fail_on_regression: b
     return 1 if fail_on_regression and comparison.regressions else 0
 
 
-def report_command(results: str, *, out: str | None, markdown: str | None, github_summary: str | None) -> int:
-    if out is None and markdown is None and github_summary is None:
-        raise UsageError("report: say what to write: --out FILE.html, --markdown FILE, or --github-summary")
+def report_command(results: str, *, out: str | None, markdown: str | None, github_summary: bool,
+                   github_summary_file: str | None) -> int:
+    summary = summary_target(github_summary, github_summary_file)
+    if out is None and markdown is None and summary is None:
+        raise UsageError("report: say what to write: --out FILE.html, --markdown FILE, --github-summary "
+                         "or --github-summary-file FILE")
     html_path = writable_file("--out", out) if out is not None else None
     md_path = writable_file("--markdown", markdown) if markdown not in (None, "-") else None
-    summary = summary_target(github_summary) if github_summary is not None else None
     saved = load_saved(results, label="RESULTS_DIR")
-    for flag, target in (("--out", html_path), ("--markdown", md_path), ("--github-summary", summary)):
+    outputs = [("--out", html_path), ("--markdown", md_path)]
+    if summary is not None:
+        outputs.append((summary.flag, summary.path))
+    for flag, target in outputs:
         # Writing the report over the results it is made from would lose them.
         if target is not None and os.path.realpath(target) == os.path.realpath(saved.path):
             raise UsageError(f"{flag}: {os.fspath(target)!r} is the results file being reported")
@@ -79,5 +84,5 @@ def report_command(results: str, *, out: str | None, markdown: str | None, githu
         write_text_atomic(md_path, text)
         print(f"markdown: {md_path}", file=status)
     if summary is not None:
-        append_text(summary, text)
+        append_text(summary.path, text)
     return 0

@@ -3,9 +3,10 @@
 Guarantee: every bad input (a flag, a task file, a mirror) is refused before
 any run starts. Nothing firstrun did not write is replaced: an ``--out``
 whose ``results.json`` is not a results document is refused, and so is a
-``--junit`` or ``--github-summary`` naming the sweep's own results file. Every finished run is in ``OUT/results.json`` the moment it
-finishes (the store writes it atomically), so whatever ends the command, a
-signal included, what finished is kept. The first SIGINT or SIGTERM stops
+``--junit``, ``--github-summary`` or ``--github-summary-file`` naming the
+sweep's own results file. Every finished run is in ``OUT/results.json`` the
+moment it finishes (the store writes it atomically), so whatever ends the
+command, a signal included, what finished is kept. The first SIGINT or SIGTERM stops
 the suite from starting new runs and lets the running ones end cleanly
 (their sessions closed, nothing left running); further signals are ignored
 until that is done, then the command exits 128+N. The summary, the JUnit
@@ -99,7 +100,8 @@ class RunRequest:
     ray_address: str | None = None
     retry_infra: bool = False
     junit: str | None = None
-    github_summary: str | None = None
+    github_summary: bool = False
+    github_summary_file: str | None = None
     docs_mirrors: tuple[str, ...] = ()
     cache_dir: str | None = None
     refresh: bool = False
@@ -259,6 +261,7 @@ def run_command(request: RunRequest) -> int:
 def _run_command(request: RunRequest) -> int:
     from firstrun.agents import make_agent
     from firstrun.agents.spend import load_price_file
+    from firstrun.cli.flags import summary_target
     from firstrun.run.runner import RunConfig
     from firstrun.run.suite import run_suite, suite_exit_code
 
@@ -266,13 +269,10 @@ def _run_command(request: RunRequest) -> int:
     _say_where(project, given=request.config)
     request = _with_project(request, project)
     _check_paths(request)
-    summary = None
-    if request.github_summary is not None:
-        from firstrun.cli.flags import summary_target
-
-        summary = summary_target(request.github_summary)
-        if os.path.realpath(summary) == os.path.realpath(Path(request.out) / RESULTS_FILE):
-            raise UsageError(f"--github-summary: {os.fspath(summary)!r} is the sweep's own {RESULTS_FILE}")
+    summary = summary_target(request.github_summary, request.github_summary_file)
+    if summary is not None \
+            and os.path.realpath(summary.path) == os.path.realpath(Path(request.out) / RESULTS_FILE):
+        raise UsageError(f"{summary.flag}: {os.fspath(summary.path)!r} is the sweep's own {RESULTS_FILE}")
     tasks, mirrors = _select(request)
     if project is not None:
         tasks = apply_task_defaults(tasks, project.spec)
@@ -380,7 +380,7 @@ def _run_command(request: RunRequest) -> int:
         from firstrun.reports.markdown import render_markdown
         from firstrun.reports.output import append_text
 
-        append_text(summary, render_markdown(records, meta={"agent": request.agent, "model": request.model}))
+        append_text(summary.path, render_markdown(records, meta={"agent": request.agent, "model": request.model}))
     _print_summary(records, out, interrupted=signum is not None, report_only=config.report_only,
                    quiet=request.quiet, color=colors(request.color, sys.stdout))
     if signum is not None:

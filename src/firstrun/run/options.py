@@ -32,8 +32,11 @@ MAX_REPEAT = 10_000
 # Where runs are carried out (``--engine``).
 ENGINES = ("local", "ray")
 
-# ``--github-summary`` given with no FILE: the file $GITHUB_STEP_SUMMARY names.
-GITHUB_SUMMARY_FROM_ENV = "$GITHUB_STEP_SUMMARY"
+# ``--github-summary`` and ``--github-summary-file``, for every command that writes the summary.
+GITHUB_SUMMARY_HELP = ("append a markdown summary to the file $GITHUB_STEP_SUMMARY names (the "
+                       "job summary in GitHub Actions); takes no value, and is refused together "
+                       "with --github-summary-file")
+GITHUB_SUMMARY_FILE_HELP = "append a markdown summary to FILE (refused together with --github-summary)"
 
 # ``--color``, for every command that styles its output (``cli.color`` decides).
 COLORS = ("auto", "always", "never")
@@ -78,9 +81,8 @@ def image_reference(text: str) -> str:
 
 # How a flag takes its value: ``value`` (one, the last given wins), ``switch``
 # (present or not), ``toggle`` (--x and --no-x, unset when neither is given),
-# ``repeated`` (each use adds one), ``positional`` (the bare arguments) and
-# ``optional_value`` (--x alone means ``const``, --x=V means V).
-Kind = Literal["value", "switch", "toggle", "repeated", "positional", "optional_value"]
+# ``repeated`` (each use adds one) and ``positional`` (the bare arguments).
+Kind = Literal["value", "switch", "toggle", "repeated", "positional"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,7 +106,6 @@ class RunOption:
     metavar: str | None = None
     parse: Callable[[str], Any] | None = None
     choices: tuple[str, ...] | None = None
-    const: str | None = None
     # What the request holds from the parsed arguments (a list becomes a tuple).
     convert: Callable[[Any], Any] | None = None
     default: Any = None
@@ -226,11 +227,10 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
               help="also write JUnit XML: a docs gap is a failure, trouble that kept a run from "
               "judging is an error, a skip is skipped",
               exempt="a report written from the saved runs"),
-    RunOption(field="github_summary", flag="--github-summary", kind="optional_value", metavar="FILE",
-              const=GITHUB_SUMMARY_FROM_ENV,
-              help="append a markdown summary to FILE (default: the file named by "
-              "$GITHUB_STEP_SUMMARY); write --github-summary=FILE when TASK arguments follow",
-              exempt="a report written from the saved runs"),
+    RunOption(field="github_summary", flag="--github-summary", kind="switch", default=False,
+              help=GITHUB_SUMMARY_HELP, exempt="a report written from the saved runs"),
+    RunOption(field="github_summary_file", flag="--github-summary-file", kind="value", metavar="FILE",
+              help=GITHUB_SUMMARY_FILE_HELP, exempt="a report written from the saved runs"),
     RunOption(field="docs_mirrors", flag="--docs-mirror", kind="repeated", metavar="HOST=SRC",
               convert=tuple, default=(),
               help="serve docs host HOST from directory SRC or a loopback server URL; repeatable",
