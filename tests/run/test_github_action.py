@@ -1,9 +1,10 @@
-"""action.yml and the documented workflow: they parse, every input is used, and every firstrun
-command they would run is one the real CLI parser accepts.
+"""action.yml and the documented workflow: they parse, every input is used and documented,
+every firstrun command they would run is one the real CLI parser accepts, and the install
+step installs the release ``version`` pins (or the checkout), under the constraints.
 
-The action's run step is executed for real by bash, with a recording
-``firstrun`` first on PATH, so the argv under test is the one the shell
-builds from the inputs (word splitting and quoting included), not a copy.
+The action's install and run steps are executed for real by bash, with recording
+``firstrun``, ``python`` and ``sudo`` first on PATH, so the argv under test is the one the
+shell builds from the inputs (word splitting and quoting included), not a copy.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import os
 import re
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -73,6 +75,69 @@ def _argv_of_run_step(tmp_path: Path, inputs: dict[str, str]) -> list[str]:
     subprocess.run(["bash", "-c", step["run"]], env=env, check=True, cwd=tmp_path)
     assert (tmp_path / "output").read_text() == "exit-code=0\n"
     return json.loads(record.read_text())
+
+
+def _install_step(tmp_path: Path, inputs: dict[str, str]) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """The action's install step run by bash with ``inputs``, every command it runs a recorder.
+
+    Returns the step's outcome and the file each recorded command line is appended to.
+    """
+    values = {f"inputs.{k}": str(v.get("default", "")) for k, v in ACTION["inputs"].items()}
+    values.update({f"inputs.{k}": v for k, v in inputs.items()})
+    (step,) = [s for s in _steps() if s.get("name") == "Install firstrun and bubblewrap"]
+    shim = tmp_path / "bin"
+    shim.mkdir(exist_ok=True)
+    record = tmp_path / "commands.jsonl"
+    for name in ("sudo", "python", "firstrun"):
+        (shim / name).write_text(
+            f"#!{sys.executable}\nimport json, os, sys\n"
+            f"open({str(record)!r}, 'a').write(json.dumps([os.path.basename(sys.argv[0]), *sys.argv[1:]]) + '\\n')\n")
+        (shim / name).chmod(0o755)
+    env = {k: _evaluate(v, values) for k, v in step["env"].items()}
+    env.update(PATH=f"{shim}:{os.environ['PATH']}", GITHUB_ACTION_PATH=str(tmp_path / "action"))
+    proc = subprocess.run(["bash", "-c", step["run"]], env=env, capture_output=True, text=True, cwd=tmp_path)
+    return proc, record
+
+
+def _pip_install(record: Path) -> list[str]:
+    (pip,) = [argv for argv in map(json.loads, record.read_text().splitlines()) if argv[0] == "python"]
+    return pip
+
+
+@pytest.mark.parametrize(("inputs", "spec"), [
+    ({}, "{action}"),
+    ({"extras": "claude"}, "{action}[claude]"),
+    ({"version": "0.2.0"}, "firstrun==0.2.0"),
+    ({"version": "1.0rc1", "extras": "claude,openai"}, "firstrun[claude,openai]==1.0rc1"),
+    ({"version": "1!2.0.post1.dev3"}, "firstrun==1!2.0.post1.dev3"),
+], ids=["checkout", "checkout-extras", "release", "pre-release-extras", "epoch-post-dev"])
+def test_the_install_step_installs_the_pinned_release_or_the_checkout(tmp_path: Path, inputs: dict[str, str],
+                                                                      spec: str) -> None:
+    proc, record = _install_step(tmp_path, inputs)
+    assert proc.returncode == 0, proc.stderr
+    action = tmp_path / "action"
+    # The action's constraints hold the dependencies whichever firstrun is installed.
+    assert _pip_install(record) == ["python", "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                                    "-c", f"{action}/constraints.txt", spec.format(action=action)]
+
+
+@pytest.mark.parametrize("version", ["latest", "v0.2.0", ">=0.2", "0.2.0 ", "0.2.0+local", "01.0", "1.0-rc1",
+                                     "0.2.0; touch x", "$(touch x)", "0.2.0\n::warning::forged"])
+def test_a_version_that_is_not_pep_440_is_refused_in_one_line_before_any_install(tmp_path: Path,
+                                                                                 version: str) -> None:
+    proc, record = _install_step(tmp_path, {"version": version})
+    assert proc.returncode == 3
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("firstrun: error: version: ") and "PEP 440" in line
+    assert not record.exists() and not (tmp_path / "x").exists()
+
+
+def test_every_input_is_documented_in_the_doc_and_the_readme_names_the_version() -> None:
+    rows = set(re.findall(r"^\| `([\w-]+)` \|", DOC, re.MULTILINE))
+    assert rows == set(ACTION["inputs"]), rows ^ set(ACTION["inputs"])
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## GitHub Actions"):readme.index("## CLI reference")]
+    assert "`version: 0.2.0`" in section and "constraints.txt" in section
 
 
 def test_the_run_step_with_defaults_builds_a_valid_command(tmp_path: Path) -> None:
