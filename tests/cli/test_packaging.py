@@ -1,7 +1,11 @@
-"""The built wheel carries the license, its SPDX expression and the one version the package says."""
+"""The built wheel carries the license, its SPDX expression and the one version the package says.
+
+Its project URLs name the one repository the README and the Actions guide use the Action from.
+"""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -36,6 +40,21 @@ def test_the_wheel_carries_the_license_and_the_packages_own_version(wheel: Path)
     assert ["Version", __version__] in fields
     assert ["License-Expression", "Apache-2.0"] in fields
     assert any(key == "Classifier" for key, _ in fields)
+
+
+def test_the_wheels_project_urls_are_the_repository_the_action_is_used_from(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as archive:
+        info = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        metadata = archive.read(info).decode()
+    urls = dict(line.removeprefix("Project-URL: ").split(", ", 1) for line in metadata.splitlines()
+                if line.startswith("Project-URL: "))
+    assert set(urls) == {"Homepage", "Documentation", "Repository", "Issues"}
+    used = {m for doc in (ROOT / "README.md", ROOT / "docs" / "github-actions.md")
+            for m in re.findall(r"uses: ([\w.-]+/firstrun)@", doc.read_text())}
+    (repository,) = {f"https://github.com/{name}" for name in used}
+    assert urls["Repository"] == urls["Homepage"] == repository
+    assert urls["Issues"] == f"{repository}/issues"
+    assert urls["Documentation"].startswith(repository)
 
 
 def test_the_installed_set_is_the_locked_set() -> None:
