@@ -7,25 +7,33 @@ and its interval are ``None``, never 0%, because 0% would claim that every
 documented route failed. A comparison of two sweeps is a two-sided Fisher
 exact test per task, and it refuses to report a result when the samples are
 too small for any outcome at all to reach significance: it says so, and
-names the smallest sample per side that could. The numerics are scipy's
-(``binomtest(...).proportion_ci(method="wilson")`` and ``fisher_exact``),
-checked in the tests against published values, not reimplemented here.
+names the smallest sample per side that could. The numerics are
+standard-library implementations of scipy's definitions, the interval of
+``binomtest(...).proportion_ci(method="wilson")`` and the two-sided p of
+``fisher_exact``, checked in the tests against scipy and against published
+values; the Fisher p is summed in exact integer arithmetic and rounded once.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-
-from scipy.stats import binomtest, fisher_exact
+from fractions import Fraction
+from statistics import NormalDist
 
 from firstrun.results.model import EVIDENTIAL, Classification, RunRecord
 
 CONFIDENCE = 0.95
 ALPHA = 0.05
 ALL_TASKS = "all tasks"
+
+# fisher_exact's relative tolerance, the very float scipy multiplies by: a
+# table within it of the observed one's probability counts as no more likely,
+# so a near tie is counted exactly where scipy counts it.
+_FISHER_GAMMA = Fraction(1 + 1e-14)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,10 +49,22 @@ def wilson_interval(successes: int, trials: int, *, confidence: float = CONFIDEN
     """The Wilson score interval for ``successes`` of ``trials``; None for no trials."""
     if not 0 <= successes <= trials:
         raise ValueError(f"successes must be within 0..trials, got {successes} of {trials}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be within (0, 1), got {confidence}")
     if trials == 0:
         return None
-    ci = binomtest(successes, trials).proportion_ci(confidence_level=confidence, method="wilson")
-    return Interval(low=float(ci.low), high=float(ci.high), confidence=confidence)
+    # Newcombe's method 3 (no continuity correction) in scipy's terms and
+    # order, so both round alike; an end is set to exactly 0 (or 1) when no
+    # trial passed (or every one did), where the formula lands only near it.
+    z = NormalDist().inv_cdf(0.5 + 0.5 * confidence)
+    p = successes / trials
+    q = 1 - p
+    denom = 2 * (trials + z**2)
+    center = (2 * trials * p + z**2) / denom
+    delta = z / denom * math.sqrt(4 * trials * p * q + z**2)
+    low = 0.0 if successes == 0 else center - delta
+    high = 1.0 if successes == trials else center + delta
+    return Interval(low=low, high=high, confidence=confidence)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,9 +132,27 @@ def pass_rates(records: Sequence[RunRecord], *, confidence: float = CONFIDENCE) 
 
 
 def fisher_p(before_passed: int, before_failed: int, after_passed: int, after_failed: int) -> float:
-    """The two-sided Fisher exact p-value of the 2x2 table (rows: before, after)."""
-    table = [[before_passed, before_failed], [after_passed, after_failed]]
-    return float(fisher_exact(table, alternative="two-sided").pvalue)
+    """The two-sided Fisher exact p-value of the 2x2 table (rows: before, after).
+
+    With the margins fixed, the top-left cell x has the hypergeometric
+    weight C(n1, x) * C(n2, m - x) (n1, n2 the row totals, m the first
+    column's); p is the summed weight of every table no more likely than the
+    observed one, over the sum of all, C(n1 + n2, m).
+    """
+    if min(before_passed, before_failed, after_passed, after_failed) < 0:
+        raise ValueError("a table's counts must be nonnegative, got "
+                         f"{[before_passed, before_failed, after_passed, after_failed]}")
+    n1, n2 = before_passed + before_failed, after_passed + after_failed
+    m = before_passed + after_passed
+    lowest = max(0, m - n2)
+    weights = [math.comb(n1, lowest) * math.comb(n2, m - lowest)]
+    # Each weight from the one before by the ratio of neighbouring binomials:
+    # the division is exact, and it keeps long tables fast where a fresh
+    # C(n1, x) per cell costs seconds at a few thousand runs a side.
+    for x in range(lowest, min(n1, m)):
+        weights.append(weights[-1] * (n1 - x) * (m - x) // ((x + 1) * (n2 - m + x + 1)))
+    bound = weights[before_passed - lowest] * _FISHER_GAMMA
+    return float(Fraction(sum(w for w in weights if w <= bound), math.comb(n1 + n2, m)))
 
 
 def min_p_value(n_before: int, n_after: int) -> float:
