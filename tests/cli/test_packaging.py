@@ -1,6 +1,7 @@
 """The built wheel carries the license, its SPDX expression and the one version the package says.
 
 Its project URLs name the one repository the README and the Actions guide use the Action from.
+It requires scipy (and so numpy) in its test extra only: the statistics are the standard library's.
 """
 
 from __future__ import annotations
@@ -55,6 +56,16 @@ def test_the_wheels_project_urls_are_the_repository_the_action_is_used_from(whee
     assert urls["Repository"] == urls["Homepage"] == repository
     assert urls["Issues"] == f"{repository}/issues"
     assert urls["Documentation"].startswith(repository)
+
+
+def test_scipy_and_numpy_are_required_by_the_tests_only(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as archive:
+        info = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        metadata = archive.read(info).decode()
+    requires = [line.removeprefix("Requires-Dist: ") for line in metadata.splitlines()
+                if line.startswith("Requires-Dist: ")]
+    assert requires  # the metadata read is the real one
+    assert [r for r in requires if r.startswith(("scipy", "numpy"))] == ['scipy>=1.11; extra == "test"']
 
 
 def test_the_installed_set_is_the_locked_set() -> None:
