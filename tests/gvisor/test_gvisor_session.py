@@ -59,6 +59,14 @@ def test_the_kernel_inside_is_gvisors_not_the_hosts(session: GvisorSession) -> N
     assert "gVisor" in layers["namespaces"] and "read-only root" in layers["landlock"]
 
 
+def test_the_start_is_profiled_phase_by_phase(session: GvisorSession) -> None:
+    assert session.start_phases is not None
+    ends = session.start_phases.ends
+    assert list(ends) == ["probed", "reaped", "staged", "launched", "ready", "sentry_found",
+                          "attested"]
+    assert list(ends.values()) == sorted(ends.values())
+
+
 def test_a_forged_frame_on_the_helpers_descriptors_never_becomes_a_result(
         session: GvisorSession) -> None:
     forged = '{"op":"exit","id":99,"code":0,"timed_out":false,"duration_s":0}'

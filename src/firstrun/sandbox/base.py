@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -120,6 +121,29 @@ def apt_fix(*packages: str) -> str:
     """The command that installs ``packages``, for a fix hint, by Debian's and Ubuntu's names
     (the only systems firstrun is tested on)."""
     return as_root(f"apt-get install {' '.join(packages)}")
+
+
+class StartPhases:
+    """Where one session's start went: each phase's end, in seconds since the start began.
+
+    A backend marks each phase as it ends, in order, so a slower start shows
+    which phase grew; ``bench`` prints the phases, and nothing else reads
+    them (they are timing, not evidence, and never enter a result).
+    """
+
+    def __init__(self) -> None:
+        self._began = time.monotonic()
+        self.ends: dict[str, float] = {}
+
+    def mark(self, phase: str) -> None:
+        self.ends[phase] = time.monotonic() - self._began
+
+    def durations(self) -> dict[str, float]:
+        """Each phase's own length, from the end of the one before it."""
+        lengths, previous = {}, 0.0
+        for phase, end in self.ends.items():
+            lengths[phase], previous = end - previous, end
+        return lengths
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -28,7 +28,14 @@ from typing import Self
 
 from firstrun.errors import SandboxError
 from firstrun.policy.profile import SandboxProfile
-from firstrun.sandbox.base import ExecResult, OutputCallback, SessionInfo, Stream, prepare_command
+from firstrun.sandbox.base import (
+    ExecResult,
+    OutputCallback,
+    SessionInfo,
+    StartPhases,
+    Stream,
+    prepare_command,
+)
 from firstrun.sandbox.output import OutputCapture
 
 
@@ -161,6 +168,8 @@ class SupervisedSession(ABC):
     liveness_s: float | None = 10.0
     # How long ``kill_all`` may take: a fork bomb is killed round by round.
     kill_all_s: float = 60.0
+    # Where the start went, phase by phase, once the backend's start returned.
+    start_phases: StartPhases | None = None
 
     def __init__(self, *, channel: JsonLines, env: dict[str, str], profile: SandboxProfile,
                  info: SessionInfo) -> None:

@@ -51,6 +51,7 @@ from firstrun.sandbox.base import (
     LayerStatus,
     ProxyEndpoint,
     SessionInfo,
+    StartPhases,
 )
 from firstrun.sandbox.channel import JsonLines, SupervisedSession, kill_and_wait
 from firstrun.sandbox.gvisor import probe
@@ -263,6 +264,7 @@ class GvisorBackend:
         return probe.probe()
 
     def start(self, profile: SandboxProfile, *, proxy: ProxyEndpoint | None) -> GvisorSession:
+        phases = StartPhases()
         missing = [c for c in self.probe() if not c.available]
         if missing:
             raise SandboxUnavailable("; ".join(f"{c.name}: {c.detail}" for c in missing),
@@ -280,10 +282,12 @@ class GvisorBackend:
         capturing = proxy is not None and proxy.captures
         tools = capture.find_gvisor_tools() if capturing else None
         assert not isinstance(tools, str)  # the probe above found them
+        phases.mark("probed")
         reap(runsc.path)
         # After the reap: a dead harness's sandbox is gone before its workspace
         # changes owner again.
         recover(who="gvisor")
+        phases.mark("reaped")
         interpreter = os.path.realpath(sys.executable)
         prefix = os.path.realpath(sys.base_prefix)
         paths = (*fs.readonly, *fs.hidden, prefix)
@@ -330,6 +334,7 @@ class GvisorBackend:
                 Path(bundle, "config.json").write_text(json.dumps(plan.config), encoding="utf-8")
             except OSError as exc:
                 raise _sandbox_error("cannot write the sandbox's bundle", exc) from exc
+            phases.mark("staged")
             control, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             acquired.callback(control.close)
             # Appended to: the sentry writes a regular file at its own offset,
@@ -344,6 +349,7 @@ class GvisorBackend:
             finally:
                 child.close()
             acquired.callback(kill_and_wait, process)
+            phases.mark("launched")
             session = GvisorSession(
                 process=process, control=control, env=dict(plan.env), profile=profile,
                 info=SessionInfo(backend=self.name, enforcement=Enforcement.ENFORCED,
@@ -351,7 +357,9 @@ class GvisorBackend:
                 stderr_file=stderr_file, cleanup=acquired.pop_all())
         try:
             self._await_ready(session, control)
+            phases.mark("ready")
             session.pid = sentry_pid(runsc.path, state_root, container_id)
+            phases.mark("sentry_found")
             checks = attestation.attest(session, attestation.AttestPlan(
                 python=interpreter, workspace=fs.sandbox_workspace, real_homes=fs.real_homes,
                 exposed=plan.exposed, proxy_port=PROXY_PORT if proxy is not None else None,
@@ -367,6 +375,8 @@ class GvisorBackend:
                                proxy=proxy is not None, capturing=capturing),
                 attestation=checks, exposed=plan.exposed)
             attestation.require_passed(checks)
+            phases.mark("attested")
+            session.start_phases = phases
         except BaseException:
             session.close()
             raise

@@ -51,6 +51,7 @@ from firstrun.sandbox.base import (
     LayerStatus,
     ProxyEndpoint,
     SessionInfo,
+    StartPhases,
     apt_fix,
 )
 from firstrun.sandbox.channel import JsonLines, SupervisedSession, kill_and_wait
@@ -259,6 +260,7 @@ class LinuxBackend:
         return probe.probe()
 
     def start(self, profile: SandboxProfile, *, proxy: ProxyEndpoint | None) -> LinuxSession:
+        phases = StartPhases()
         bwrap = probe.bwrap_path()
         if bwrap is None:
             raise SandboxUnavailable("bubblewrap is not installed", who="linux",
@@ -279,14 +281,16 @@ class LinuxBackend:
                 raise SandboxUnavailable(f"seccomp: {exc}", who="linux",
                                          fix=apt_fix("libseccomp2")) from exc
             downgrades.append(LayerName.SECCOMP.value)
+        phases.mark("seccomp_compiled")
         try:
-            return self._launch(profile, proxy, bwrap, seccomp_fd, downgrades)
+            return self._launch(profile, proxy, bwrap, seccomp_fd, downgrades, phases)
         finally:
             if seccomp_fd is not None:
                 os.close(seccomp_fd)
 
     def _launch(self, profile: SandboxProfile, proxy: ProxyEndpoint | None, bwrap: str,
-                seccomp_fd: int | None, downgrades: list[str]) -> LinuxSession:
+                seccomp_fd: int | None, downgrades: list[str],
+                phases: StartPhases) -> LinuxSession:
         fs = profile.fs
         root = os.geteuid() == 0
         interpreter = os.path.realpath(sys.executable)
@@ -345,6 +349,7 @@ class LinuxBackend:
                 capture=CAPTURE_PORTS.to_config(ipv6=True) if capturing else None,
                 helper_source=HELPER_SOURCE, launcher_source=LAUNCHER_SOURCE,
             ))
+            phases.mark("staged")
             try:
                 process = subprocess.Popen(plan.argv, stdin=subprocess.DEVNULL,
                                            stdout=subprocess.DEVNULL, stderr=stderr_file, env={},
@@ -356,6 +361,7 @@ class LinuxBackend:
                 if dial_child is not None:
                     dial_child.close()
             acquired.callback(kill_and_wait, process)
+            phases.mark("launched")
             session = LinuxSession(
                 process=process, control=control_parent, env=dict(plan.env), profile=profile,
                 info=SessionInfo(backend=self.name, enforcement=Enforcement.ENFORCED,
@@ -365,6 +371,7 @@ class LinuxBackend:
             )
         try:
             ready = self._await_ready(session, control_parent)
+            phases.mark("ready")
             # Evidence, not intent: bubblewrap (the launcher, exec'd) is a
             # member, so the caps recorded below are the ones in force.
             if session_cgroup is not None and not session_cgroup.holds(process.pid):
@@ -381,6 +388,7 @@ class LinuxBackend:
                 capture.apply_linux(_sandbox_pid(process.pid), CAPTURE_PORTS,
                                     own_user_namespace=not root,
                                     ipv6=bool(ready.get("capture_ipv6")))
+                phases.mark("capture_loaded")
             abi = int(ready.get("landlock_abi", 0))
             if abi == 0 and LayerName.LANDLOCK.value not in downgrades:
                 downgrades.append(LayerName.LANDLOCK.value)
@@ -404,6 +412,8 @@ class LinuxBackend:
                 exposed=plan.spec.exposed, downgrades=tuple(downgrades),
             )
             attestation.require_passed(checks)
+            phases.mark("attested")
+            session.start_phases = phases
         except BaseException:
             session.close()
             raise
