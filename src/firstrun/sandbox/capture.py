@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from firstrun.errors import SandboxError, SandboxUnavailable
@@ -138,7 +139,7 @@ def apply_linux(pid: int, ports: CapturePorts, *, own_user_namespace: bool, ipv6
 def load(pid: int, *, v4: str, v6: str | None, default_via_lo: bool, v6_via_lo: bool,
          own_user_namespace: bool, who: str) -> None:
     """``iptables-restore`` ``v4`` (and ``ip6tables-restore`` ``v6``) in ``pid``'s network
-    namespace, from outside; ``default_via_lo`` first makes the default route go through
+    namespace, from outside; ``default_via_lo`` also makes the default route go through
     ``lo`` from the loopback address, so the nat table's REDIRECT lands on a listener
     there (a connection sourced from another interface's address cannot be delivered to
     127.0.0.1); ``v6_via_lo`` the same for IPv6, where the namespace has it. Any step
@@ -157,14 +158,24 @@ def load(pid: int, *, v4: str, v6: str | None, default_via_lo: bool, v6_via_lo: 
             steps.append(([ip, "-6", "route", "replace", "default", "dev", "lo", "src", "::1"],
                           None))
         steps.append(([restore6, "-w"], v6))
-    for argv, stdin in steps:
+    def run(step: tuple[list[str], str | None]) -> subprocess.CompletedProcess[str] | Exception:
+        argv, stdin = step
         try:
-            done = subprocess.run([*enter, "--", *argv], input=stdin, text=True,
+            return subprocess.run([*enter, "--", *argv], input=stdin, text=True,
                                   capture_output=True, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
                                   timeout=30)
         except (OSError, subprocess.TimeoutExpired) as exc:
+            return exc
+
+    # Each step touches its own route or table, and nothing in the namespace
+    # runs before all are in: they run at once, so a session's start waits
+    # for the slowest rather than for their sum.
+    with ThreadPoolExecutor(max_workers=len(steps)) as pool:
+        outcomes = list(pool.map(run, steps))
+    for (argv, _), done in zip(steps, outcomes, strict=True):
+        if isinstance(done, Exception):
             raise SandboxError(f"cannot run {argv[0]} in the sandbox's network namespace: "
-                               f"{exc}", who=who) from exc
+                               f"{done}", who=who) from done
         if done.returncode != 0:
             raise SandboxUnavailable(
                 f"{os.path.basename(argv[0])} {' '.join(argv[1:])} failed in the sandbox's "
