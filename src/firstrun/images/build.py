@@ -53,17 +53,20 @@ class ImageRecipe:
     ``packages`` are installed by debootstrap itself; ``apt_packages`` by
     apt inside the new root afterwards, for dependency trees debootstrap's
     own resolver cannot order (npm's hundreds of node-* packages).
+    ``suite`` is the Debian release (the default images are bookworm's; a
+    test builds one of another release, with another Python).
     """
 
     key: str
     tag: str
     packages: tuple[str, ...]
     apt_packages: tuple[str, ...] = ()
+    suite: str = SUITE
 
     @property
     def digest(self) -> str:
         """Twelve hex digits naming what the root filesystem is built from."""
-        shape = {"suite": SUITE, "packages": self.packages, "apt": self.apt_packages,
+        shape = {"suite": self.suite, "packages": self.packages, "apt": self.apt_packages,
                  "uid": SANDBOX_UID, "layout": _LAYOUT}
         return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:12]
 
@@ -97,7 +100,7 @@ def default_cache_dir() -> Path:
 def debootstrap_argv(recipe: ImageRecipe, target: str) -> list[str]:
     """The debootstrap command for one recipe (pure)."""
     return ["debootstrap", "--variant=minbase", f"--include={','.join(recipe.packages)}",
-            SUITE, target, MIRROR]
+            recipe.suite, target, MIRROR]
 
 
 def apt_argvs(recipe: ImageRecipe, root: str) -> list[list[str]]:
@@ -191,14 +194,14 @@ def rootfs_tarball(recipe: ImageRecipe, cache_dir: Path, log: Callable[[str], No
         os.replace(partial, tarball)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    for stale in cache_dir.glob(f"{recipe.key}-{SUITE}*.tar"):
+    for stale in cache_dir.glob(f"{recipe.key}-{recipe.suite}*.tar"):
         if stale != tarball:
             stale.unlink(missing_ok=True)
     return tarball
 
 
 def tarball_name(recipe: ImageRecipe) -> str:
-    return f"{recipe.key}-{SUITE}-{recipe.digest}.tar"
+    return f"{recipe.key}-{recipe.suite}-{recipe.digest}.tar"
 
 
 def image_present(tag: str, docker: str = "docker") -> bool:
