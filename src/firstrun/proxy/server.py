@@ -73,6 +73,7 @@ from firstrun.policy.methods import InnerRequest, InspectionPolicy, decide_inner
 from firstrun.policy.network import ATTESTATION_HOST, Channel, NetworkPolicy, Request, decide_addresses, decide_name
 from firstrun.proxy.dns import DnsAnswer, SyntheticNames
 from firstrun.proxy.dns import answer as dns_answer
+from firstrun.proxy.dns import preload as preload_dns
 from firstrun.proxy.errors import (
     PeerGone,
     Refused,
@@ -998,6 +999,10 @@ class EgressProxy:
         return bound_host, bound_port
 
     def _add_listener(self, listener: _Listener) -> None:
+        if listener.kind is ListenerKind.DNS:
+            # The sandbox's first query comes once it is up; until then the
+            # harness mostly waits, and dnspython imports in that time.
+            preload_dns()
         listener.sock.setblocking(False)
         task = asyncio.get_running_loop().create_task(self._accept(listener))
         self._listeners.append((listener, task))
