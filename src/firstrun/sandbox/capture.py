@@ -149,16 +149,18 @@ def load(pid: int, *, v4: str, v6: str | None, default_via_lo: bool, v6_via_lo: 
     enter = [nsenter, f"--target={pid}", "--net"]
     if own_user_namespace:
         enter += ["--user", "--preserve-credentials"]
-    steps: list[tuple[list[str], str | None]] = []
+    Step = tuple[list[str], str | None]
+    routes: list[Step] = []
+    tables: list[Step] = [([restore, "-w"], v4)]
     if default_via_lo:
-        steps.append(([ip, "route", "replace", "default", "dev", "lo", "src", "127.0.0.1"], None))
-    steps.append(([restore, "-w"], v4))
+        routes.append(([ip, "route", "replace", "default", "dev", "lo", "src", "127.0.0.1"], None))
     if v6 is not None:
         if v6_via_lo:
-            steps.append(([ip, "-6", "route", "replace", "default", "dev", "lo", "src", "::1"],
-                          None))
-        steps.append(([restore6, "-w"], v6))
-    def run(step: tuple[list[str], str | None]) -> subprocess.CompletedProcess[str] | Exception:
+            routes.append(([ip, "-6", "route", "replace", "default", "dev", "lo", "src", "::1"],
+                           None))
+        tables.append(([restore6, "-w"], v6))
+
+    def run(step: Step) -> subprocess.CompletedProcess[str] | Exception:
         argv, stdin = step
         try:
             return subprocess.run([*enter, "--", *argv], input=stdin, text=True,
@@ -167,11 +169,14 @@ def load(pid: int, *, v4: str, v6: str | None, default_via_lo: bool, v6_via_lo: 
         except (OSError, subprocess.TimeoutExpired) as exc:
             return exc
 
-    # Each step touches its own route or table, and nothing in the namespace
-    # runs before all are in: they run at once, so a session's start waits
-    # for the slowest rather than for their sum.
-    with ThreadPoolExecutor(max_workers=len(steps)) as pool:
-        outcomes = list(pool.map(run, steps))
+    # The routes and the tables touch different things, and nothing in the
+    # namespace runs before both are in: the two lanes run at once, so a
+    # session's start waits for the slower. The two tables stay one after
+    # the other: iptables-nft's restores can trip over each other's
+    # generation counter in one namespace.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        lanes = list(pool.map(lambda lane: [run(step) for step in lane], (routes, tables)))
+    steps, outcomes = [*routes, *tables], [*lanes[0], *lanes[1]]
     for (argv, _), done in zip(steps, outcomes, strict=True):
         if isinstance(done, Exception):
             raise SandboxError(f"cannot run {argv[0]} in the sandbox's network namespace: "
