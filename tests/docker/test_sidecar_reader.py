@@ -8,12 +8,13 @@ skipped (a lost record) and never escape as a bare ``KeyError``.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import tempfile
 
 import pytest
 
-from firstrun.errors import SandboxError
+from firstrun.errors import SandboxError, SandboxUnavailable
 from firstrun.sandbox.docker.backend import _Sidecar
 
 READY = '{"event": "ready", "nonce": "n"}'
@@ -57,3 +58,25 @@ def test_well_formed_lines_are_delivered_in_order() -> None:
     sidecar.await_ready()
     sidecar.finish()
     assert delivered == [{"id": "one"}, {"id": "two"}]
+
+
+def test_a_refusal_is_one_capped_line_whatever_the_sidecar_wrote() -> None:
+    refused = json.dumps({"event": "refused", "error": "bad\n\x1b[31mthing\r" + "x" * 900,
+                          "fix": "do\tthis\x07"})
+    sidecar, _ = _sidecar(refused)
+    with pytest.raises(SandboxUnavailable) as failed:
+        sidecar.await_ready()
+    message = str(failed.value)
+    assert "\n" not in message and "\x1b" not in message and "\r" not in message
+    assert message.startswith("docker: bad [31mthing xxx")
+    assert len(message) == len("docker: ") + 500 and failed.value.fix == "do this"
+    sidecar.finish()
+
+
+@pytest.mark.parametrize("refused", ['{"event": "refused"}',
+                                     '{"event": "refused", "error": 1, "fix": "f"}'])
+def test_a_refusal_without_its_words_is_a_sidecar_that_did_not_start(refused: str) -> None:
+    sidecar, _ = _sidecar(refused)
+    with pytest.raises(SandboxError, match="the proxy sidecar did not start"):
+        sidecar.await_ready()
+    sidecar.finish()

@@ -28,6 +28,8 @@ from firstrun.proxy.server import EgressProxy
 from firstrun.proxy.sidecar import policy_from_data
 
 SECRET = "s3cret-real-token-value"
+# The Python the harness's libraries were built for, as the docker backend says it.
+HERE = f"{sys.version_info[0]}.{sys.version_info[1]}"
 
 
 @pytest.fixture(scope="module")
@@ -305,7 +307,7 @@ def test_the_docker_sidecar_inspects_and_reports_only_public_things_on_its_ready
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert proc.stdin is not None and proc.stdout is not None
     try:
-        proc.stdin.write(json.dumps({"policy": policy.to_data(),
+        proc.stdin.write(json.dumps({"policy": policy.to_data(), "libs_python": HERE,
                                      "credentials": {"NPM_TOKEN_REAL": value}}))
         proc.stdin.close()
         line = proc.stdout.readline()
@@ -325,8 +327,8 @@ def test_the_docker_sidecar_refuses_inspection_without_a_credentials_value() -> 
     policy = NetworkPolicy.build().with_inspection(InspectionPolicy.build(
         credentials=[("NPM_TOKEN", "registry.test", "NPM_TOKEN_REAL")]))
     proc = subprocess.run([sys.executable, "-m", "firstrun.proxy", "127.0.0.1", "0"],
-                          input=json.dumps({"policy": policy.to_data()}), capture_output=True,
-                          text=True, timeout=60, check=False)
+                          input=json.dumps({"policy": policy.to_data(), "libs_python": HERE}),
+                          capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 3 and proc.stdout == ""
     assert "$NPM_TOKEN_REAL is not set" in proc.stderr
 
@@ -413,13 +415,13 @@ def test_a_sidecar_on_another_python_refuses_inspection_before_loading_cryptogra
     assert proc.returncode == 3, proc.stderr
     (line,) = proc.stdout.splitlines()
     refused = json.loads(line)
-    here = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    here = HERE
     assert refused == {
         "event": "refused",
         "error": f"--inspect-tls on docker: the image's Python is {here}, and the proxy sidecar "
                  f"cannot load the harness's cryptography, built for Python {other}",
         "fix": f"run the harness on Python {here}, or give the run an image whose python3 is "
-               f"{other} (firstrun images build makes firstrun/python:3.11)"}
+               f"{other}"}
     imported = {row.split("|")[-1].strip() for row in proc.stderr.splitlines() if "|" in row}
     assert "cryptography" not in imported and "_cffi_backend" not in imported
 
@@ -427,6 +429,11 @@ def test_a_sidecar_on_another_python_refuses_inspection_before_loading_cryptogra
 def test_only_another_python_than_the_libraries_is_refused() -> None:
     from firstrun.proxy.sidecar import libs_mismatch
 
-    assert libs_mismatch(None, (3, 11)) is None
     assert libs_mismatch("3.11", (3, 11)) is None
     assert libs_mismatch("3.12", (3, 11)) is not None
+    # Not said is refused, never taken for a match.
+    assert libs_mismatch(None, (3, 11)) is not None
+    assert libs_mismatch(311, (3, 11)) is not None
+    # The default image is named only where it is the one that fits.
+    assert "firstrun/python:3.11" in libs_mismatch("3.11", (3, 13)).args[1]
+    assert "firstrun/python:3.11" not in libs_mismatch("3.12", (3, 11)).args[1]

@@ -124,20 +124,27 @@ class Refusal(Exception):
 
 
 def libs_mismatch(libs_python: object, here: tuple[int, int]) -> Refusal | None:
-    """The refusal when the harness's compiled libraries were built for another Python.
+    """The refusal unless the harness's compiled libraries were built for this Python.
 
     The harness binds its own cryptography into this container, and its cffi
     backend is an extension module of one Python minor version: a sidecar on
-    another cannot import it, so it says so before trying.
+    another cannot import it, so it says so before trying. A request that
+    does not say which Python is refused too: the harness always says.
     """
     ours = f"{here[0]}.{here[1]}"
-    if libs_python is None or libs_python == ours:
+    if libs_python == ours:
         return None
+    if not isinstance(libs_python, str):
+        return Refusal("--inspect-tls on docker: the harness did not say which Python its "
+                       "libraries were built for", "use a firstrun of the same version as "
+                       "this image's sidecar modules (they are the harness's own, bound in)")
+    default = " (firstrun images build makes firstrun/python:3.11)" if libs_python == "3.11" \
+        else ""
     return Refusal(f"--inspect-tls on docker: the image's Python is {ours}, and the proxy "
                    f"sidecar cannot load the harness's cryptography, built for Python "
                    f"{libs_python}",
                    f"run the harness on Python {ours}, or give the run an image whose python3 "
-                   f"is {libs_python} (firstrun images build makes firstrun/python:3.11)")
+                   f"is {libs_python}{default}")
 
 
 def _interception(request: Mapping[str, object], policy: NetworkPolicy) -> Interception | None:

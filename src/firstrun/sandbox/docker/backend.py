@@ -164,10 +164,11 @@ class _Sidecar:
         reader = threading.Thread(target=read, daemon=True)
         reader.start()
         reader.join(_READY_TIMEOUT_S)
-        if ready.get("event") == "refused":
-            # The sidecar's own check, made before it loads anything it cannot.
-            raise SandboxUnavailable(str(ready.get("error")), who="docker",
-                                     fix=str(ready.get("fix")) if ready.get("fix") else None)
+        error, fix = ready.get("error"), ready.get("fix")
+        if ready.get("event") == "refused" and isinstance(error, str) and isinstance(fix, str):
+            # The sidecar's own check, made before it loads anything it cannot;
+            # its words come over a channel beside untrusted code: one line, capped.
+            raise SandboxUnavailable(_one_line(error), who="docker", fix=_one_line(fix))
         if ready.get("event") != "ready":
             # Its own words (a policy or credential it refused names no value).
             self._stderr.seek(0)
@@ -503,6 +504,11 @@ def _trust_check(session: DockerSession, inspection: _Inspection) -> Check:
 # checks (``libs_python``) before it loads it.
 _SIDECAR_MODULES = ("h11", "dns", "idna", "publicsuffixlist", "cryptography", "cffi",
                     "_cffi_backend")
+
+
+def _one_line(text: str, cap: int = 500) -> str:
+    """``text`` with every run of whitespace or control characters one space, at most ``cap``."""
+    return " ".join("".join(c if c.isprintable() else " " for c in text).split())[:cap]
 
 
 def libs_python() -> str:
