@@ -17,6 +17,7 @@ import json
 import os
 import socket
 import sys
+import time
 
 _CLONE_NEWUSER = 0x10000000
 
@@ -183,23 +184,39 @@ def check_no_dns() -> tuple[bool, str]:
     return ok, "; ".join(details)
 
 
+_ATTEST_MAX_BYTES = 65536
+_ATTEST_TIMEOUT_S = 10.0
+
+
 def _attest_get(address: tuple[str, int], target: str) -> tuple[int, bytes]:
     """One ``GET target`` for the attestation host over a fresh connection: (status, body).
 
     A plain socket rather than http.client, whose import (the email package)
-    is most of the probe's own start on gVisor; the proxy closes after its
-    answer, so everything up to EOF is the response.
+    is most of the probe's own start on gVisor. The proxy closes after its
+    answer, so what comes before EOF is the response, read for at most
+    ``_ATTEST_TIMEOUT_S`` in all and ``_ATTEST_MAX_BYTES``; a status line that
+    is not HTTP/1.x is status 0.
     """
-    with socket.create_connection(address, timeout=10) as conn:
+    deadline = time.monotonic() + _ATTEST_TIMEOUT_S
+    with socket.create_connection(address, timeout=_ATTEST_TIMEOUT_S) as conn:
         conn.sendall(f"GET {target} HTTP/1.1\r\nHost: attest.firstrun.invalid\r\n"
                      "Connection: close\r\n\r\n".encode("ascii"))
         response = b""
-        while chunk := conn.recv(65536):
+        while len(response) < _ATTEST_MAX_BYTES:
+            conn.settimeout(max(0.001, deadline - time.monotonic()))
+            chunk = conn.recv(_ATTEST_MAX_BYTES - len(response))
+            if not chunk:
+                break
             response += chunk
     head, _, body = response.partition(b"\r\n\r\n")
     parts = head.split(b"\r\n", 1)[0].split(b" ", 2)
-    status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
-    return status, body
+    http = len(parts) > 1 and parts[0].startswith(b"HTTP/1.") and parts[1].isdigit()
+    return (int(parts[1]) if http else 0), body
+
+
+def _answered(status: int, body: bytes, nonce: str) -> bool:
+    """The proxy's attestation answer: 200, and this run's (non-empty) nonce in the body."""
+    return status == 200 and bool(nonce) and nonce.encode() in body
 
 
 def check_proxy(port: int, nonce: str, host: str = "127.0.0.1") -> tuple[bool, str]:
@@ -207,8 +224,9 @@ def check_proxy(port: int, nonce: str, host: str = "127.0.0.1") -> tuple[bool, s
         status, body = _attest_get((host, port), "http://attest.firstrun.invalid/")
     except OSError as exc:
         return False, f"proxy unreachable through the relay: {exc}"
-    present = nonce.encode() in body
-    return present, f"status {status}, nonce {'present' if present else 'absent'}"
+    present = bool(nonce) and nonce.encode() in body
+    return _answered(status, body, nonce), \
+        f"status {status}, nonce {'present' if present else 'absent'}"
 
 
 SYNTHETIC_NETWORK = "198.18.0.0/15"
@@ -235,8 +253,8 @@ def check_captured(nonce: str) -> tuple[bool, str]:
         refused = exc.errno in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", -5))
         details.append(f"refused.firstrun.invalid: {exc.strerror}")
     try:
-        _, body = _attest_get((address, 80), "/")
-        answered = nonce.encode() in body
+        status, body = _attest_get((address, 80), "/")
+        answered = _answered(status, body, nonce)
         details.append(f"plain dial: nonce {'present' if answered else 'absent'}")
     except OSError as exc:
         answered = False
