@@ -68,10 +68,10 @@ def _measure(backend: Any, starts: int,
             profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False))
             began = time.perf_counter()
             session = backend.start(profile, proxy=None)
-            for phase, length in (session.start_phases.durations().items()
-                                  if session.start_phases is not None else ()):
-                phases.setdefault(phase, []).append(length)
             try:
+                for phase, length in (session.start_phases.durations().items()
+                                      if session.start_phases is not None else ()):
+                    phases.setdefault(phase, []).append(length)
                 if session.exec(["true"]).exit_code != 0:
                     raise RuntimeError(f"true failed on {backend.name}")
                 start_samples.append(time.perf_counter() - began)

@@ -74,10 +74,12 @@ def _phases(rounds: int) -> dict[str, float]:
                                                                    protect=False))
                 session = LinuxBackend().start(profile, proxy=endpoint)
                 try:
-                    assert session.start_phases is not None
+                    if session.start_phases is None:
+                        raise RuntimeError("the linux session did not profile its start")
                     lengths.update(session.start_phases.durations())
                     t = time.perf_counter()
-                    session.exec(["true"])
+                    if session.exec(["true"]).exit_code != 0:
+                        raise RuntimeError("true failed inside the sandbox")
                     lengths["first_command"] = time.perf_counter() - t
                 finally:
                     t = time.perf_counter()
