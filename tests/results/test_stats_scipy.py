@@ -51,8 +51,9 @@ def test_fisher_p_is_scipys(a: int, b: int, c: int, d: int) -> None:
 @settings(max_examples=300)
 @given(CELLS, CELLS)
 def test_fisher_p_counts_the_mirror_table_as_scipy_does(a: int, b: int) -> None:
-    # [[a, b], [b, a]] and [[b, a], [a, b]] are exactly as likely, while
-    # scipy's floats may round them apart: its tolerance counts both.
+    # [[a, b], [b, a]] and [[b, a], [a, b]] are exactly as likely: in exact
+    # integers both count without any tolerance, and scipy's floats, which
+    # may round them apart, count both through its tolerance; the two agree.
     theirs = float(fisher_exact([[a, b], [b, a]], alternative="two-sided").pvalue)
     assert fisher_p(a, b, b, a) == pytest.approx(theirs, rel=TOLERANCE, abs=0)
     assert fisher_p(a, b, b, a) == fisher_p(b, a, a, b)
