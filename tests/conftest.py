@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -43,3 +44,25 @@ def the_suite_leaves_nothing_behind() -> Iterator[None]:
     if left:
         pytest.fail(f"the suite left {len(left)} of firstrun's files behind: {', '.join(left[:20])}",
                     pytrace=False)
+
+
+def _records_until(read: Callable[[], list], done: Callable[[list], bool], *,
+                   deadline_s: float = 30.0) -> list:
+    """Poll ``read()`` until ``done`` holds of the records it gives, or give up at the deadline.
+
+    A proxy writes a tunnel's record when it sees the tunnel close, and the
+    docker sidecar's records reach the harness through a reader thread:
+    either can land a moment after the client inside already has its answer.
+    The deadline only bounds a broken run; it is not a timing assertion.
+    """
+    stop = time.monotonic() + deadline_s
+    records = read()
+    while not done(records) and time.monotonic() < stop:
+        time.sleep(0.05)
+        records = read()
+    return records
+
+
+@pytest.fixture
+def records_until() -> Callable[..., list]:
+    return _records_until

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from firstrun.policy.filesystem import FilesystemPolicy
@@ -85,19 +83,3 @@ def labelled(kind: str, session: str) -> list[str]:
     return docker(*listing, "--filter", f"label=org.firstrun.session={session}",
                   "--format", fmt).stdout.split()
 
-
-def records_until(read: Callable[[], list], done: Callable[[list], bool], *,
-                  deadline_s: float = 30.0) -> list:
-    """Poll ``read()`` until ``done`` holds of its records, or give up at the deadline.
-
-    The sidecar's records reach the harness on its stdout, read by a thread
-    of their own: one can arrive a moment after the response the client
-    already has. The deadline only bounds a broken run, it is not a timing
-    assertion.
-    """
-    stop = time.monotonic() + deadline_s
-    records = read()
-    while not done(records) and time.monotonic() < stop:
-        time.sleep(0.05)
-        records = read()
-    return records

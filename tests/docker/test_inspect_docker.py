@@ -23,7 +23,6 @@ from dataclasses import dataclass
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from docker_support import records_until
 
 from firstrun.audit.battery import docker_bridge_address
 from firstrun.audit.fixtures import PACKAGE, REGISTRY_HOST, Registry
@@ -161,7 +160,8 @@ def test_the_session_records_inspection_and_proves_the_run_ca_is_trusted(
     assert TOKEN in network.detail
 
 
-def test_an_upload_is_refused_and_the_registry_saw_nothing(inspected: Inspected) -> None:
+def test_an_upload_is_refused_and_the_registry_saw_nothing(inspected: Inspected,
+                                                           records_until) -> None:
     status, _ = _curl(inspected.session, "-X", "POST", "--data-binary", "wheel bytes",
                       f"https://{inspected.named}/legacy/")
     assert status == 405

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from firstrun.policy.profile import SandboxProfile
 from firstrun.sandbox.base import Session
@@ -110,23 +110,6 @@ def wait_for_processes_with(token: str, count: int, *, deadline_s: float = 30.0)
         time.sleep(0.05)
         found = host_processes_with(token)
     return found
-
-
-def records_until(proxy, done: Callable[[list], bool], *, deadline_s: float = 30.0) -> list:
-    """Poll the proxy's records until ``done(records)`` holds, or give up at the deadline.
-
-    A tunnel's record is written when the proxy sees the tunnel close, which
-    can be a moment after the client inside has exited; reading at once would
-    race it. The deadline only bounds a broken run, it is not a timing assertion.
-    """
-    import time
-
-    stop = time.monotonic() + deadline_s
-    records = proxy.records()
-    while not done(records) and time.monotonic() < stop:
-        time.sleep(0.05)
-        records = proxy.records()
-    return records
 
 
 def alive(pid: int, start: int) -> bool:

@@ -22,7 +22,6 @@ from sandbox_support import (
     has_ipv6_loopback,
     host_processes_with,
     make_profile,
-    records_until,
     wait_for_processes_with,
 )
 
@@ -197,7 +196,7 @@ def test_names_resolve_only_to_what_stands_for_them(hostile: Hostile) -> None:
 
 
 def test_a_client_ignoring_the_proxy_variables_still_goes_through_the_proxy(
-        hostile: Hostile) -> None:
+        hostile: Hostile, records_until) -> None:
     # Pinned to the registry's real address, curl reaches only the proxy, which
     # refuses an address that stands for no name; resolving by itself, it gets
     # the synthetic address, and the proxy carries it like a CONNECT, recorded.
@@ -207,7 +206,7 @@ def test_a_client_ignoring_the_proxy_variables_still_goes_through_the_proxy(
                       "--max-time 30 https://pypi.org/simple/six/ -o /dev/null; echo rc=$?")
     first, second = (line for line in out.splitlines() if line.startswith("rc="))
     assert first != "rc=0" and second == "rc=0", out
-    records = records_until(hostile.proxy, lambda rs: any(
+    records = records_until(hostile.proxy.records, lambda rs: any(
         r.host == "pypi.org" and r.capture == "transparent" for r in rs))
     transparent = [(r.host, r.decision.value, r.reason.value) for r in records
                    if r.capture == "transparent" and r.host != "attest.firstrun.invalid"]
