@@ -35,6 +35,7 @@ import sys
 import tempfile
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 from typing import IO
@@ -358,15 +359,19 @@ class GvisorBackend:
         try:
             self._await_ready(session, control)
             phases.mark("ready")
-            session.pid = sentry_pid(runsc.path, state_root, container_id)
-            phases.mark("sentry_found")
-            checks = attestation.attest(session, attestation.AttestPlan(
-                python=interpreter, workspace=fs.sandbox_workspace, real_homes=fs.real_homes,
-                exposed=plan.exposed, proxy_port=PROXY_PORT if proxy is not None else None,
-                nonce=proxy.nonce if proxy is not None else None, landlock=False,
-                network="captured" if capturing else "loopback_only", supervisor="sentry",
-                seccomp="host",
-                protected=fs.protected, foreign_kernel=attest_probe.host_kernel()))
+            # runsc answers where the sentry is while the probe runs inside:
+            # neither waits for the other, and the host-side check needs both.
+            with ThreadPoolExecutor(max_workers=1) as pool:
+                sentry = pool.submit(sentry_pid, runsc.path, state_root, container_id)
+                checks = attestation.attest(session, attestation.AttestPlan(
+                    python=interpreter, workspace=fs.sandbox_workspace,
+                    real_homes=fs.real_homes, exposed=plan.exposed,
+                    proxy_port=PROXY_PORT if proxy is not None else None,
+                    nonce=proxy.nonce if proxy is not None else None, landlock=False,
+                    network="captured" if capturing else "loopback_only", supervisor="sentry",
+                    seccomp="host",
+                    protected=fs.protected, foreign_kernel=attest_probe.host_kernel()))
+                session.pid = sentry.result()
             checks += (_seccomp_check(session.pid),)
             session.info = SessionInfo(
                 backend=self.name, enforcement=Enforcement.ENFORCED,
