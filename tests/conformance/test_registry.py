@@ -82,14 +82,14 @@ def test_what_a_run_may_ask_of_a_backend_is_read_from_its_entry(monkeypatch) -> 
     from firstrun.sandbox import select
     from firstrun.sandbox.select import inspecting_backend
 
-    assert select.inspecting() == ("docker", "linux")
+    assert select.inspecting() == ("docker", "linux", "gvisor")
     fresh = select.Entry(name="fresh", cls="firstrun.sandbox.local:LocalBackend", auto_rank=None,
                          build=lambda cls, o: cls(allow_unenforced=o.allow_unenforced),
                          inspects_tls=True, own_kernel="firstrun.sandbox.microvm.probe:kvm",
                          unenforced=True)
     monkeypatch.setattr(select, "REGISTRY", (*select.REGISTRY, fresh))
     assert inspecting_backend("fresh", inspect_tls=True, flag="--backend") == "fresh"
-    with pytest.raises(UsageError, match="needs the docker or linux or fresh backend"):
+    with pytest.raises(UsageError, match="needs the docker or linux or gvisor or fresh backend"):
         inspecting_backend("seatbelt", inspect_tls=True, flag="--backend")
     with pytest.raises(SandboxUnavailable, match="the fresh backend enforces nothing"):
         select.select_backend("fresh", allow_unenforced=False)

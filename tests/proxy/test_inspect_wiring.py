@@ -95,7 +95,8 @@ def test_inspection_on_a_backend_that_cannot_show_the_bundle_is_a_usage_error() 
         capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60, check=False)
     assert result.returncode == 3
     assert result.stderr.strip().splitlines() == [(
-        "firstrun: error: --backend local: --inspect-tls needs the docker or linux backend; the "
+        "firstrun: error: --backend local: --inspect-tls needs the docker or linux or gvisor "
+        "backend; the "
         "local backend cannot show the run's CA bundle in its sandbox")]
 
 

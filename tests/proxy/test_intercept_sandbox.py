@@ -1,4 +1,5 @@
-"""TLS inspection end to end: commands in a real linux sandbox, a loopback HTTPS registry.
+"""TLS inspection end to end: commands in a real linux or gvisor sandbox, a loopback HTTPS
+registry.
 
 Judged by evidence: what the fixture registries saw (or did not), what the
 proxy recorded, and what the sandbox can read.
@@ -28,10 +29,11 @@ from firstrun.proxy.credentials import sandbox_variables
 from firstrun.proxy.intercept import Interception, prepare_interception
 from firstrun.proxy.records import EgressRecord, Scheme
 from firstrun.proxy.server import EgressProxy
-from firstrun.sandbox.base import ExecResult, ProxyEndpoint
+from firstrun.sandbox.base import ExecResult, ProxyEndpoint, Session
+from firstrun.sandbox.gvisor.backend import GvisorBackend
 from firstrun.sandbox.hostfs import host_filesystem_policy
 from firstrun.sandbox.linux import probe
-from firstrun.sandbox.linux.backend import LinuxBackend, LinuxSession
+from firstrun.sandbox.linux.backend import LinuxBackend
 
 pytestmark = [
     pytest.mark.e2e,
@@ -43,7 +45,7 @@ SECRET = "real-npm-token-7c1e0f"
 
 @dataclass
 class Rig:
-    session: LinuxSession
+    session: Session
     proxy: EgressProxy
     registry: HttpsRegistry
     other: HttpsRegistry
@@ -77,7 +79,17 @@ def test_ca(tmp_path_factory: pytest.TempPathFactory) -> TestCA:
     return TestCA(tmp_path_factory.mktemp("ca"))
 
 
-def _rig(test_ca: TestCA, *, inspect: bool) -> Iterator[Rig]:
+def _backend(name: str) -> LinuxBackend | GvisorBackend:
+    if name == "linux":
+        return LinuxBackend()
+    backend = GvisorBackend()
+    missing = [c for c in backend.probe() if not c.available]
+    if missing:
+        pytest.skip(f"the gvisor backend is not available here: {missing[0].detail}")
+    return backend
+
+
+def _rig(test_ca: TestCA, *, inspect: bool, backend: str) -> Iterator[Rig]:
     registry = HttpsRegistry(host="registry.test", ca=test_ca)
     other = HttpsRegistry(host="other.test", ca=test_ca)
     plain = HttpUpstream()
@@ -110,7 +122,7 @@ def _rig(test_ca: TestCA, *, inspect: bool) -> Iterator[Rig]:
     )
     profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False), net=policy)
     try:
-        with LinuxBackend().start(profile, proxy=endpoint) as session:
+        with _backend(backend).start(profile, proxy=endpoint) as session:
             yield Rig(session=session, proxy=proxy, registry=registry, other=other, plain=plain,
                       interception=interception, workspace=workspace)
     finally:
@@ -121,14 +133,14 @@ def _rig(test_ca: TestCA, *, inspect: bool) -> Iterator[Rig]:
         shutil.rmtree(private, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
-def open_rig(test_ca: TestCA) -> Iterator[Rig]:
-    yield from _rig(test_ca, inspect=False)
+@pytest.fixture(scope="module", params=["linux", "gvisor"])
+def open_rig(request: pytest.FixtureRequest, test_ca: TestCA) -> Iterator[Rig]:
+    yield from _rig(test_ca, inspect=False, backend=request.param)
 
 
-@pytest.fixture(scope="module")
-def inspecting_rig(test_ca: TestCA) -> Iterator[Rig]:
-    yield from _rig(test_ca, inspect=True)
+@pytest.fixture(scope="module", params=["linux", "gvisor"])
+def inspecting_rig(request: pytest.FixtureRequest, test_ca: TestCA) -> Iterator[Rig]:
+    yield from _rig(test_ca, inspect=True, backend=request.param)
 
 
 def _curl(url: str, *args: str) -> str:

@@ -71,7 +71,7 @@ class Entry:
     proxy whatever the program honours), so the harness proxy listens for
     redirected flows and DNS too and names them in the endpoint.
     ``inspects_tls``: it can show the run's CA bundle in its sandbox (linux
-    binds ``ProxyEndpoint.trust_bundle``; docker's sidecar makes the CA).
+    and gvisor bind ``ProxyEndpoint.trust_bundle``; docker's sidecar makes the CA).
     ``own_kernel``: it runs commands on a kernel of their own, and names the
     probe (``module:function``, returning a ``Capability``) that says whether
     it can here as ``isolation: vm`` asks, and ``kernel_rank`` its place
@@ -104,7 +104,7 @@ REGISTRY: tuple[Entry, ...] = (
           captures=True, inspects_tls=True),
     Entry(name="seatbelt", cls="firstrun.sandbox.seatbelt.backend:SeatbeltBackend", auto_rank=3),
     Entry(name="gvisor", cls="firstrun.sandbox.gvisor.backend:GvisorBackend", auto_rank=None,
-          captures=True, own_kernel="firstrun.sandbox.gvisor.probe:kernel",
+          captures=True, inspects_tls=True, own_kernel="firstrun.sandbox.gvisor.probe:kernel",
           kernel_rank=2),
     Entry(name="microvm", cls="firstrun.sandbox.microvm.backend:MicrovmBackend", auto_rank=None,
           own_kernel="firstrun.sandbox.microvm.probe:kvm", kernel_rank=1),
