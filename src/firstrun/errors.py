@@ -11,6 +11,14 @@ syscall, h11's ProtocolError, ...) are converted once, where they enter.
 from __future__ import annotations
 
 
+def one_line(text: str, cap: int | None = None) -> str:
+    """``text`` as one printable line: each run of whitespace or unprintable characters one
+    space, then at most ``cap`` characters. For messages shown on a terminal or in a record,
+    some of which come from a file, a subprocess or a peer that runs beside untrusted code."""
+    flat = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    return flat if cap is None else flat[:cap]
+
+
 class FirstrunError(Exception):
     """Base of every error firstrun raises on purpose."""
 

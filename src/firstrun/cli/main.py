@@ -34,6 +34,7 @@ from firstrun.errors import (
     PolicyError,
     SandboxUnavailable,
     UsageError,
+    one_line,
 )
 from firstrun.policy.filesystem import PROTECTED_NAMES
 from firstrun.policy.process import DEFAULT_DISK_MB, MAX_COMMAND_TIMEOUT_S, MIN_DISK_MB
@@ -500,7 +501,7 @@ def _cmd_validate(args: argparse.Namespace, _argv: Sequence[str]) -> int:
             print(finding.github_annotation())
     else:
         for finding in findings:
-            print(_one_line(str(finding)))
+            print(one_line(str(finding)))
     return code
 
 
@@ -564,23 +565,19 @@ _COMMANDS = {
 }
 
 
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     try:
         code = _run(sys.argv[1:] if argv is None else argv)
     except (UsageError, PolicyError) as exc:
-        print(f"firstrun: error: {_one_line(exc.args[0])}", file=sys.stderr)
+        print(f"firstrun: error: {one_line(exc.args[0])}", file=sys.stderr)
         code = EXIT_USAGE
     except (SandboxUnavailable, AttestationFailed) as exc:
-        print(f"firstrun: refused ({exc.who}): {_one_line(exc.args[0])}", file=sys.stderr)
+        print(f"firstrun: refused ({exc.who}): {one_line(exc.args[0])}", file=sys.stderr)
         if isinstance(exc, SandboxUnavailable) and exc.fix:
             print(f"firstrun: fix: {exc.fix}", file=sys.stderr)
         code = EXIT_SANDBOX
     except FirstrunError as exc:
-        print(f"firstrun: {exc.who} failed: {_one_line(exc.args[0])}", file=sys.stderr)
+        print(f"firstrun: {exc.who} failed: {one_line(exc.args[0])}", file=sys.stderr)
         code = EXIT_SANDBOX
     except Signalled as sig:
         print("firstrun: interrupted; the session was closed", file=sys.stderr)
@@ -600,7 +597,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         else:
             # Only a path given on the command line or in a file can be too long
             # for the filesystem, and pathlib's checks raise it from anywhere.
-            print(f"firstrun: error: {_one_line(os.fsdecode(exc.filename or ''))}: {exc.strerror}",
+            print(f"firstrun: error: {one_line(os.fsdecode(exc.filename or ''))}: {exc.strerror}",
                   file=sys.stderr)
             code = EXIT_USAGE
     except Exception:

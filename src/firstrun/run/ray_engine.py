@@ -51,7 +51,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from firstrun import __version__
 from firstrun.docs import Mirror
-from firstrun.errors import UsageError
+from firstrun.errors import UsageError, one_line
 from firstrun.results.model import Classification, RunRecord
 from firstrun.results.store import write_atomic
 from firstrun.run import node_run
@@ -259,8 +259,7 @@ def plan(backend: str, *, allow_unenforced: bool, images: Sequence[str | None],
 
 
 def _first_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return (text[:300] or type(exc).__name__)
+    return one_line(str(exc), 300) or type(exc).__name__
 
 
 def pack_mirrors(mirrors: Mapping[str, Mirror]) -> dict[str, bytes]:

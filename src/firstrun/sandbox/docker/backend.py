@@ -73,7 +73,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 
 import firstrun
-from firstrun.errors import SandboxError, SandboxUnavailable, UsageError
+from firstrun.errors import SandboxError, SandboxUnavailable, UsageError, one_line
 from firstrun.images.build import image_present, local_tag, missing_image, resolve_image
 from firstrun.policy.filesystem import FilesystemPolicy
 from firstrun.policy.methods import InspectionPolicy
@@ -168,7 +168,7 @@ class _Sidecar:
         if ready.get("event") == "refused" and isinstance(error, str) and isinstance(fix, str):
             # The sidecar's own check, made before it loads anything it cannot;
             # its words come over a channel beside untrusted code: one line, capped.
-            raise SandboxUnavailable(_one_line(error), who="docker", fix=_one_line(fix))
+            raise SandboxUnavailable(one_line(error, 500), who="docker", fix=one_line(fix, 500))
         if ready.get("event") != "ready":
             # Its own words (a policy or credential it refused names no value).
             self._stderr.seek(0)
@@ -504,11 +504,6 @@ def _trust_check(session: DockerSession, inspection: _Inspection) -> Check:
 # checks (``libs_python``) before it loads it.
 _SIDECAR_MODULES = ("h11", "dns", "idna", "publicsuffixlist", "cryptography", "cffi",
                     "_cffi_backend")
-
-
-def _one_line(text: str, cap: int = 500) -> str:
-    """``text`` with every run of whitespace or control characters one space, at most ``cap``."""
-    return " ".join("".join(c if c.isprintable() else " " for c in text).split())[:cap]
 
 
 def libs_python() -> str:
