@@ -111,6 +111,9 @@ def test_a_replay_sweep_across_two_nodes_saves_what_a_local_one_does(
     for run in theirs["runs"]:
         placed = run["extra"]["ray"]
         assert placed["scheduled_s"] >= 0 and placed["submitted_at"] <= placed["started_on_node_at"]
+        # In the form every record's times take (UTC, milliseconds, Z).
+        assert all(len(placed[k]) == len(run["started_at"]) and placed[k].endswith("Z")
+                   for k in ("submitted_at", "started_on_node_at"))
     for run in theirs["runs"]:
         trace = (tmp_path / "ray" / run["trace"]).read_text().splitlines()
         assert json.loads(trace[0])["kind"] == "run_started"

@@ -39,7 +39,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -58,7 +57,7 @@ from firstrun.run import node_run
 from firstrun.run.classify import RunReason, classify_run
 from firstrun.run.config import RunConfig
 from firstrun.run.events import Event, Failure, RunFinished, RunStarted, Trace
-from firstrun.run.record import build_record, now_iso
+from firstrun.run.record import build_record, iso, now_iso
 from firstrun.run.runner import TRACE_FILE, fresh_run_dir, run_dir
 from firstrun.sandbox.select import Resolution, ranked, sweep_backend
 from firstrun.tasks.model import Task
@@ -332,7 +331,7 @@ def _carry_out_here(task: Task, attempt: int, agent: AgentSpec, config: RunConfi
         shutil.rmtree(scratch, ignore_errors=True)
     # Submit (the driver's clock) to the task's start here: Ray's scheduling and
     # the wait for a free CPU, which the trace's own times do not show.
-    placed = {"submitted_at": _iso(submitted), "started_on_node_at": _iso(started),
+    placed = {"submitted_at": iso(submitted), "started_on_node_at": iso(started),
               "scheduled_s": round(max(0.0, started - submitted), 6)}
     record = replace(record, node=node, extra={**record.extra, "ray": placed})
     return {"record": record.to_data(), "trace": trace}
@@ -377,10 +376,6 @@ def _await_end(fd: int, *, poll: float | None = _POLL_S) -> None:
             continue
         if not os.read(fd, 4096):
             return
-
-
-def _iso(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds")
 
 
 _carry_out = ray.remote(num_cpus=1, max_retries=0)(_carry_out_here)

@@ -78,7 +78,13 @@ def failure_event(exc: BaseException, *, phase: str) -> Failure:
 
 
 def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return iso(datetime.now(UTC).timestamp())
+
+
+def iso(epoch: float) -> str:
+    """``epoch`` as the records write every time: UTC, milliseconds, ``Z``."""
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds") \
+        .replace("+00:00", "Z")
 
 
 def refusal_line(record: EgressRecord) -> str:
