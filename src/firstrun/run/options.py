@@ -142,7 +142,7 @@ def _layers(values: list[str]) -> frozenset[LayerName]:
 INSPECT_TLS_HELP = (
     "decrypt HTTPS in the proxy with a per-run CA the sandbox trusts: every host becomes GET/HEAD "
     "only (uploads refused and recorded) unless the task's firstrun.methods opens more, and "
-    "firstrun.credentials work (linux and docker backends)")
+    "firstrun.credentials work (linux, docker and gvisor backends)")
 
 _WHERE = "where the sweep runs or keeps its files, not what it measures"
 _HOW_FAST = "how fast the sweep goes, not what one run measures"
