@@ -19,7 +19,6 @@ beside the sandbox's own start.
 
 from __future__ import annotations
 
-import importlib
 import ipaddress
 import threading
 from dataclasses import dataclass
@@ -33,12 +32,25 @@ SYNTHETIC_NETWORK = ipaddress.IPv4Network("198.18.0.0/15")
 # inside must not keep it past the session.
 TTL_S = 60
 _OWN_SUFFIX = "firstrun.invalid"
-_DNSPYTHON = ("dns.exception", "dns.flags", "dns.message", "dns.opcode", "dns.rcode",
-              "dns.rdataclass", "dns.rdatatype", "dns.rrset")
-
 if TYPE_CHECKING:
+    from types import ModuleType
+
     import dns.message
     import dns.rcode
+
+
+def _dnspython() -> ModuleType:
+    """dnspython, with every submodule the answers use imported (once; later calls are lookups)."""
+    import dns.exception
+    import dns.flags
+    import dns.message
+    import dns.opcode
+    import dns.rcode
+    import dns.rdataclass
+    import dns.rdatatype
+    import dns.rrset
+
+    return dns
 
 
 def preload() -> threading.Thread:
@@ -48,8 +60,7 @@ def preload() -> threading.Thread:
     is free then); an ``answer`` that comes first waits on the same module
     locks, so nothing is ever half-imported.
     """
-    thread = threading.Thread(target=lambda: [importlib.import_module(m) for m in _DNSPYTHON],
-                              name="firstrun-dns-preload", daemon=True)
+    thread = threading.Thread(target=_dnspython, name="firstrun-dns-preload", daemon=True)
     thread.start()
     return thread
 
@@ -91,9 +102,7 @@ class DnsAnswer:
 
 
 def _reply(query: dns.message.Message, rcode: dns.rcode.Rcode) -> bytes:
-    import dns.flags
-    import dns.message
-
+    dns = _dnspython()
     response = dns.message.make_response(query)
     response.set_rcode(rcode)
     response.flags |= dns.flags.RA
@@ -101,15 +110,7 @@ def _reply(query: dns.message.Message, rcode: dns.rcode.Rcode) -> bytes:
 
 
 def answer(wire: bytes, *, policy: NetworkPolicy, names: SyntheticNames) -> DnsAnswer:
-    import dns.exception
-    import dns.flags
-    import dns.message
-    import dns.opcode
-    import dns.rcode
-    import dns.rdataclass
-    import dns.rdatatype
-    import dns.rrset
-
+    dns = _dnspython()
     try:
         query = dns.message.from_wire(wire)
     except dns.exception.DNSException:
