@@ -57,10 +57,16 @@ def _evaluate(value: str, context: dict[str, str]) -> str:
     return EXPRESSION.sub(one, value)
 
 
-def _argv_of_run_step(tmp_path: Path, inputs: dict[str, str]) -> list[str]:
-    """The argv the action's run step hands to firstrun, given ``inputs`` (defaults filled)."""
+def _input_values(inputs: dict[str, str]) -> dict[str, str]:
+    """The ``inputs.NAME`` expressions' values: ``inputs`` over the action's defaults."""
     values = {f"inputs.{k}": str(v.get("default", "")) for k, v in ACTION["inputs"].items()}
     values.update({f"inputs.{k}": v for k, v in inputs.items()})
+    return values
+
+
+def _argv_of_run_step(tmp_path: Path, inputs: dict[str, str]) -> list[str]:
+    """The argv the action's run step hands to firstrun, given ``inputs`` (defaults filled)."""
+    values = _input_values(inputs)
     (step,) = [s for s in _steps() if s.get("id") == "run"]
     shim = tmp_path / "bin"
     shim.mkdir(exist_ok=True)
@@ -82,8 +88,7 @@ def _install_step(tmp_path: Path, inputs: dict[str, str]) -> tuple[subprocess.Co
 
     Returns the step's outcome and the file each recorded command line is appended to.
     """
-    values = {f"inputs.{k}": str(v.get("default", "")) for k, v in ACTION["inputs"].items()}
-    values.update({f"inputs.{k}": v for k, v in inputs.items()})
+    values = _input_values(inputs)
     (step,) = [s for s in _steps() if s.get("name") == "Install firstrun and bubblewrap"]
     shim = tmp_path / "bin"
     shim.mkdir(exist_ok=True)
