@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 from firstrun.policy.filesystem import FilesystemPolicy
@@ -154,6 +156,19 @@ def test_seccomp_rules_compile_to_bpf() -> None:
         assert os.get_inheritable(fd) is False
     finally:
         os.close(fd)
+
+
+def test_compiling_the_filter_starts_no_process() -> None:
+    # A library lookup through ctypes.util forks ldconfig: two processes per
+    # session start, which the filter never needed.
+    code = ("import os, subprocess\n"
+            "def refuse(*a, **k): raise AssertionError(f'started a process: {a}')\n"
+            "subprocess.Popen.__init__ = refuse\n"
+            "from firstrun.sandbox.linux import seccomp\n"
+            "os.close(seccomp.compile_filter())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_protected_entries_are_bound_read_only_on_top_of_the_workspace() -> None:

@@ -13,9 +13,10 @@ import re
 import shutil
 import subprocess
 
+from firstrun.errors import SandboxError
 from firstrun.sandbox.base import Capability, apt_fix
 from firstrun.sandbox.helper import landlock_abi
-from firstrun.sandbox.linux import cgroup
+from firstrun.sandbox.linux import cgroup, seccomp
 
 MIN_BWRAP = (0, 8, 0)
 
@@ -100,12 +101,10 @@ def _seccomp() -> Capability:
                           detail="kernel built without CONFIG_SECCOMP_FILTER",
                           fix="boot a kernel built with CONFIG_SECCOMP=y and CONFIG_SECCOMP_FILTER=y")
     try:
-        import pyseccomp
-
-        pyseccomp.SyscallFilter(pyseccomp.ALLOW)
-    except (ImportError, OSError) as exc:
+        os.close(seccomp.compile_filter())
+    except SandboxError as exc:
         return Capability(name="seccomp", available=False, detail=f"libseccomp unusable: {exc}",
-                          fix=f"{apt_fix('libseccomp2')} && pip install pyseccomp")
+                          fix=apt_fix("libseccomp2"))
     return Capability(name="seccomp", available=True, detail="seccomp-bpf via libseccomp")
 
 

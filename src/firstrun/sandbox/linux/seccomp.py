@@ -13,10 +13,14 @@ AF_INET and AF_INET6. ``clone3`` answers ENOSYS so libc falls back to
 ``RULES`` is plain data so a golden test can pin it; ``compile_filter`` turns
 it into BPF with libseccomp, which knows each architecture's syscall numbers.
 Syscalls that do not exist on the running architecture are skipped there.
+libseccomp is called through ctypes by its soname: a wrapper that looks it up
+with ``ctypes.util.find_library`` forks ``ldconfig -p`` on every import, which
+cost each session's start two processes.
 """
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 from dataclasses import dataclass
@@ -156,33 +160,77 @@ def rules_to_data(rules: tuple[Rule, ...] = RULES) -> list[dict[str, object]]:
     ]
 
 
+# libseccomp's ABI (seccomp.h): the ALLOW and ERRNO actions, the comparisons.
+LIBSECCOMP = "libseccomp.so.2"
+_ACT_ALLOW = 0x7FFF0000
+_ACT_ERRNO = 0x00050000
+_CMP = {Op.EQ: 4, Op.GT: 6, Op.MASKED_EQ: 7}
+
+
+class _ArgCmp(ctypes.Structure):
+    """``struct scmp_arg_cmp``; MASKED_EQ takes the mask in ``datum_a``, the value in ``datum_b``."""
+
+    _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int),
+                ("datum_a", ctypes.c_uint64), ("datum_b", ctypes.c_uint64)]
+
+
+def libseccomp() -> ctypes.CDLL:
+    """libseccomp, typed for the calls ``compile_filter`` makes; OSError when it cannot load."""
+    lib = ctypes.CDLL(LIBSECCOMP, use_errno=True)
+    lib.seccomp_init.argtypes = (ctypes.c_uint32,)
+    lib.seccomp_init.restype = ctypes.c_void_p
+    lib.seccomp_release.argtypes = (ctypes.c_void_p,)
+    lib.seccomp_release.restype = None
+    lib.seccomp_arch_native.argtypes = ()
+    lib.seccomp_arch_native.restype = ctypes.c_uint32
+    lib.seccomp_syscall_resolve_name_arch.argtypes = (ctypes.c_uint32, ctypes.c_char_p)
+    lib.seccomp_syscall_resolve_name_arch.restype = ctypes.c_int
+    lib.seccomp_rule_add_array.argtypes = (ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int,
+                                           ctypes.c_uint, ctypes.POINTER(_ArgCmp))
+    lib.seccomp_rule_add_array.restype = ctypes.c_int
+    lib.seccomp_export_bpf.argtypes = (ctypes.c_void_p, ctypes.c_int)
+    lib.seccomp_export_bpf.restype = ctypes.c_int
+    return lib
+
+
+def _checked(rc: int, what: str) -> None:
+    # libseccomp returns -errno.
+    if rc < 0:
+        raise OSError(-rc, f"{what}: {os.strerror(-rc)}")
+
+
 def compile_filter(rules: tuple[Rule, ...] = RULES) -> int:
     """Compile ``rules`` to BPF in a memfd and return the fd, rewound.
 
     The fd is close-on-exec; the caller owns it and hands it to ``bwrap
     --seccomp`` through ``pass_fds``, so no other child ever inherits it.
     """
-    import pyseccomp
-
-    ops = {
-        Op.EQ: pyseccomp.EQ, Op.GT: pyseccomp.GT, Op.MASKED_EQ: pyseccomp.MASKED_EQ,
-    }
     try:
-        filt = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
-        for rule in rules:
-            # Negative: no such syscall on this architecture, so nothing to refuse.
-            if pyseccomp.resolve_syscall(pyseccomp.system_arch(), rule.syscall) < 0:
-                continue
-            args = [
-                pyseccomp.Arg(a.index, ops[a.op], a.mask, a.value)
-                if a.op is Op.MASKED_EQ
-                else pyseccomp.Arg(a.index, ops[a.op], a.value)
-                for a in rule.args
-            ]
-            filt.add_rule(pyseccomp.ERRNO(_ERRNO[rule.action]), rule.syscall, *args)
-        fd = os.memfd_create("firstrun-seccomp", os.MFD_CLOEXEC)
-        with os.fdopen(os.dup(fd), "wb") as out:
-            filt.export_bpf(out)
+        lib = libseccomp()
+        ctx = lib.seccomp_init(_ACT_ALLOW)
+        if not ctx:
+            raise OSError(errno.ENOMEM, "seccomp_init failed")
+        try:
+            arch = lib.seccomp_arch_native()
+            for rule in rules:
+                number = lib.seccomp_syscall_resolve_name_arch(arch, rule.syscall.encode())
+                # Negative: no such syscall on this architecture, so nothing to refuse.
+                if number < 0:
+                    continue
+                args = (_ArgCmp * max(1, len(rule.args)))(*(
+                    _ArgCmp(a.index, _CMP[a.op], a.mask, a.value) if a.op is Op.MASKED_EQ
+                    else _ArgCmp(a.index, _CMP[a.op], a.value, 0)
+                    for a in rule.args))
+                _checked(lib.seccomp_rule_add_array(ctx, _ACT_ERRNO | _ERRNO[rule.action], number,
+                                                    len(rule.args), args), f"rule {rule.syscall}")
+            fd = os.memfd_create("firstrun-seccomp", os.MFD_CLOEXEC)
+            try:
+                _checked(lib.seccomp_export_bpf(ctx, fd), "seccomp_export_bpf")
+            except OSError:
+                os.close(fd)
+                raise
+        finally:
+            lib.seccomp_release(ctx)
         os.lseek(fd, 0, os.SEEK_SET)
     except OSError as exc:
         raise SandboxError(f"cannot build the seccomp filter: {exc}", who="seccomp") from exc
