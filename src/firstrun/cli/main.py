@@ -19,14 +19,10 @@ import json
 import os
 import signal
 import sys
-import traceback
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from firstrun import __version__
-from firstrun.cli.completion import SHELLS, completion_script
-from firstrun.cli.flags import color_flag, github_summary_flags
-from firstrun.cli.images import add_images_parser, images_command
 from firstrun.cli.interrupt import Signalled
 from firstrun.errors import (
     AttestationFailed,
@@ -117,7 +113,14 @@ def _disk_mb(text: str) -> int:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser; with ``only="sandbox"``, the top level with that one command.
+
+    The other commands' parsers import what their flags name (images,
+    completion, the shared flags), which a sandboxed command's start (and
+    ``--version``) would pay for and never use; a ``sandbox`` command line
+    parses the same either way.
+    """
     parser = _Parser(
         prog="firstrun",
         description="Run documentation quickstarts with an agent (or their documented commands) "
@@ -163,6 +166,17 @@ def build_parser() -> argparse.ArgumentParser:
                     f"with ENOSPC (default: {DEFAULT_DISK_MB}; 0: no bound; not with --workspace)")
     sb.add_argument("--json", action="store_true",
                     help="print session info and egress records as JSON on stdout; the command's output goes to stderr")
+    if only != "sandbox":
+        _add_other_parsers(sub)
+    for name, command in sub.choices.items():
+        command.epilog = _examples(EXAMPLES[name])
+    return parser
+
+
+def _add_other_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from firstrun.cli.completion import SHELLS
+    from firstrun.cli.flags import color_flag
+    from firstrun.cli.images import add_images_parser
 
     doc = sub.add_parser(
         "doctor",
@@ -189,9 +203,6 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     completion.add_argument("shell", metavar="SHELL", choices=SHELLS, help="bash, zsh or fish")
-    for name, command in sub.choices.items():
-        command.epilog = _examples(EXAMPLES[name])
-    return parser
 
 
 def _add_run_option(parser: argparse.ArgumentParser, option: RunOption) -> None:
@@ -283,6 +294,8 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def _add_task_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from firstrun.cli.flags import color_flag
+
     show = sub.add_parser(
         "show",
         help="narrate a saved run trace in order",
@@ -351,6 +364,8 @@ def _alpha(text: str) -> float:
 
 
 def _add_report_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from firstrun.cli.flags import color_flag, github_summary_flags
+
     diff = sub.add_parser(
         "diff",
         help="compare two sweeps task by task (Fisher exact test)",
@@ -419,7 +434,8 @@ def _run(argv: Sequence[str]) -> int:
         build_parser().print_help()
         return 0
     options, command = _split_command(argv)
-    args = build_parser().parse_args(options)
+    args = build_parser(only="sandbox" if options[:1] in (["sandbox"], ["-V"], ["--version"])
+                        else None).parse_args(options)
     if args.subcommand != "sandbox" and command is not None:
         raise UsageError(f"{args.subcommand} takes no command after '--'")
     if args.subcommand == "doctor":
@@ -429,6 +445,8 @@ def _run(argv: Sequence[str]) -> int:
     if args.subcommand in _COMMANDS:
         return _COMMANDS[args.subcommand](args, argv)
     if args.subcommand == "images":
+        from firstrun.cli.images import images_command
+
         return images_command(args)
 
     if not command:
@@ -546,6 +564,8 @@ def _cmd_audit(args: argparse.Namespace, _argv: Sequence[str]) -> int:
 
 
 def _cmd_completion(args: argparse.Namespace, _argv: Sequence[str]) -> int:
+    from firstrun.cli.completion import completion_script
+
     sys.stdout.write(completion_script(build_parser(), args.shell))
     return 0
 
@@ -591,7 +611,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         code = _reader_gone()
     except OSError as exc:
         if exc.errno != errno.ENAMETOOLONG:
-            traceback.print_exc()
+            _print_traceback()
             print("firstrun: internal error (a bug in firstrun); the traceback is above", file=sys.stderr)
             code = EXIT_SANDBOX
         else:
@@ -603,7 +623,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     except Exception:
         # A bug in firstrun, not a bad input: keep the traceback, and keep the
         # status apart from any the command could have produced on its own.
-        traceback.print_exc()
+        _print_traceback()
         print("firstrun: internal error (a bug in firstrun); the traceback is above", file=sys.stderr)
         code = EXIT_SANDBOX
     try:
@@ -611,6 +631,12 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     except BrokenPipeError:
         code = _reader_gone()
     sys.exit(code)
+
+
+def _print_traceback() -> None:
+    import traceback
+
+    traceback.print_exc()
 
 
 def _reader_gone() -> int:
