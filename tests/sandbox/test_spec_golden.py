@@ -202,7 +202,7 @@ def _facts(**overrides: object):
                      "SSL_CERT_FILE": "/CA/corp.pem", "OPENAI_API_KEY": "sk-never"},
         "path_dirs": frozenset({"/HOME/.cargo/bin", "/usr/bin", "/HOME/.local/bin"}),
         "landlock_min_abi": 1, "capture": None,
-        "helper_source": "<HELPER>", "launcher_source": "<LAUNCHER>",
+        "helper_source": "<HELPER>",
     }
     facts.update(overrides)
     return LinuxFacts(**facts)  # type: ignore[arg-type]
@@ -221,21 +221,22 @@ def test_the_plan_of_an_unprivileged_harness_runs_bubblewrap_itself() -> None:
 
     plan = prepare(PROFILE, ProxyEndpoint(socket_path="/run/p.sock", nonce="n"), _facts())
     assert plan.argv[0] == "/usr/bin/bwrap" and plan.pass_fds == (3, 4, 5)
+    assert not plan.launch.needed
     # Only the PATH entries that exist and are visible inside; no key reaches the environment.
     assert plan.env["PATH"] == "/HOME/.cargo/bin:/usr/bin"
     assert "OPENAI_API_KEY" not in plan.env and plan.env["http_proxy"] == "http://127.0.0.1:3128"
     _plan_golden("linux_plan_unprivileged.json", plan.to_data())
 
 
-def test_the_plan_of_a_root_harness_runs_the_launcher_with_its_uid_and_stage() -> None:
+def test_the_plan_of_a_root_harness_launches_with_its_uid_cgroup_and_stage() -> None:
     from firstrun.sandbox.linux.spec import prepare
 
     plan = prepare(PROFILE, None, _facts(uid=1500000001, stage_dir="/run/firstrun/firstrun-stage-x",
                                          dial_fd=None, cgroup_procs=("/sys/fs/cgroup/s/cgroup.procs",)))
-    assert plan.argv[:4] == ("/PY/bin/python3.11", "-I", "-S", "-c")
-    assert plan.argv[4] == "<LAUNCHER>" and plan.pass_fds == (3, 5)
-    launch = json.loads(plan.argv[5])
-    assert (launch["uid"], launch["gid"], launch["cgroup_procs"]) == (
-        1500000001, 1500000001, ["/sys/fs/cgroup/s/cgroup.procs"])
-    assert launch["argv"] == list(plan.spec.argv) and "http_proxy" not in plan.env
+    assert plan.argv[0] == "/usr/bin/bwrap" and plan.pass_fds == (3, 5)
+    assert plan.launch.needed
+    assert (plan.launch.uid, plan.launch.cgroup_procs) == (
+        1500000001, ("/sys/fs/cgroup/s/cgroup.procs",))
+    assert plan.launch.stage == tuple((b.source, b.staged, b.directory) for b in plan.spec.stage)
+    assert "http_proxy" not in plan.env
     _plan_golden("linux_plan_root.json", plan.to_data())

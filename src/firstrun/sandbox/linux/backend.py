@@ -70,7 +70,6 @@ from firstrun.sandbox.protect import place as place_placeholders
 from firstrun.sandbox.protect import remove as remove_placeholders
 
 HELPER_SOURCE = Path(helper.__file__).read_text(encoding="utf-8")
-LAUNCHER_SOURCE = Path(launcher.__file__).read_text(encoding="utf-8")
 
 # Per-session uids for a root harness: far above any distribution's ranges
 # and the usual subuid blocks, and unique per live session.
@@ -347,15 +346,20 @@ class LinuxBackend:
                 path_dirs=frozenset(e for e in host_path.split(":") if os.path.isdir(e)),
                 landlock_min_abi=self._landlock_min_abi,
                 capture=CAPTURE_PORTS.to_config(ipv6=True) if capturing else None,
-                helper_source=HELPER_SOURCE, launcher_source=LAUNCHER_SOURCE,
+                helper_source=HELPER_SOURCE,
             ))
             phases.mark("staged")
             try:
-                process = subprocess.Popen(plan.argv, stdin=subprocess.DEVNULL,
-                                           stdout=subprocess.DEVNULL, stderr=stderr_file, env={},
-                                           pass_fds=plan.pass_fds, close_fds=True)
+                process = subprocess.Popen(
+                    plan.argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                    stderr=stderr_file, env={}, pass_fds=plan.pass_fds, close_fds=True,
+                    preexec_fn=launcher.preexec(plan.launch) if plan.launch.needed else None)
             except OSError as exc:
                 raise _sandbox_error("cannot launch bubblewrap", exc) from exc
+            except subprocess.SubprocessError as exc:
+                stderr_file.seek(0)
+                said = stderr_file.read()[-2000:].decode("utf-8", "replace").strip()
+                raise SandboxError(f"cannot launch bubblewrap: {said or exc}", who="linux") from exc
             finally:
                 control_child.close()
                 if dial_child is not None:
@@ -372,8 +376,8 @@ class LinuxBackend:
         try:
             ready = self._await_ready(session, control_parent)
             phases.mark("ready")
-            # Evidence, not intent: bubblewrap (the launcher, exec'd) is a
-            # member, so the caps recorded below are the ones in force.
+            # Evidence, not intent: bubblewrap (exec'd by the launched
+            # process) is a member, so the caps recorded below are the ones in force.
             if session_cgroup is not None and not session_cgroup.holds(process.pid):
                 raise SandboxError(f"the sandbox is not in its cgroup {session_cgroup.name}",
                                    who="linux")

@@ -1,7 +1,7 @@
 """The bubblewrap launch of a linux session, as a pure function of the profile.
 
 Guarantee: ``build_launch_spec`` and ``prepare`` are pure (no I/O, no clock):
-the same profile and host facts give the same argv, launcher payload and
+the same profile and host facts give the same argv, launch steps and
 command environment, so the whole launch plan is golden-tested. The argv
 unshares every namespace bubblewrap offers (user, mount, pid, ipc, uts, net,
 cgroup where available), forbids nested user namespaces, gives the sandbox a
@@ -190,6 +190,28 @@ def build_launch_spec(
     return LaunchSpec(argv=tuple(argv), stage=tuple(stage), exposed=exposed)
 
 
+@dataclass(frozen=True, kw_only=True)
+class Launch:
+    """What the launched process does before it execs bubblewrap.
+
+    ``uid`` is the sandbox uid a root harness drops to (None: no drop, no
+    stage); ``stage`` lists (source, staged path, is a directory) binds
+    under ``stage_dir``.
+    """
+
+    cgroup_procs: tuple[str, ...] = ()
+    uid: int | None = None
+    stage_dir: str | None = None
+    stage: tuple[tuple[str, str, bool], ...] = ()
+
+    @property
+    def needed(self) -> bool:
+        return self.uid is not None or bool(self.cgroup_procs)
+
+    def to_data(self) -> dict[str, object]:
+        return {"cgroup_procs": list(self.cgroup_procs), "uid": self.uid,
+                "stage_dir": self.stage_dir, "stage": [list(s) for s in self.stage]}
+
 
 @dataclass(frozen=True, kw_only=True)
 class LinuxFacts:
@@ -214,21 +236,25 @@ class LinuxFacts:
     landlock_min_abi: int
     capture: dict[str, object] | None
     helper_source: str
-    launcher_source: str
 
 
 @dataclass(frozen=True, kw_only=True)
 class LinuxPlan:
-    """A session's launch, whole: what the harness runs, the fds it passes, every
-    command's environment."""
+    """A session's launch, whole: what the harness runs (``launch`` first, when
+    ``launch.needed``), the fds it passes, every command's environment."""
 
     spec: LaunchSpec
-    argv: tuple[str, ...]
+    launch: Launch
     pass_fds: tuple[int, ...]
     env: Mapping[str, str]
 
+    @property
+    def argv(self) -> tuple[str, ...]:
+        return self.spec.argv
+
     def to_data(self) -> dict[str, object]:
-        return {"argv": list(self.argv), "pass_fds": list(self.pass_fds), "env": dict(self.env),
+        return {"argv": list(self.argv), "launch": self.launch.to_data(),
+                "pass_fds": list(self.pass_fds), "env": dict(self.env),
                 "stage": [[b.source, b.staged, b.directory] for b in self.spec.stage],
                 "exposed": list(self.spec.exposed)}
 
@@ -273,9 +299,9 @@ def inside_path(host_path: str, visible: Sequence[str], dirs: frozenset[str]) ->
 def prepare(profile: SandboxProfile, proxy: ProxyEndpoint | None, facts: LinuxFacts) -> LinuxPlan:
     """The launch of one linux session, as a pure function of the profile and the facts.
 
-    A root harness, or one with a session cgroup, runs the launcher, which
-    joins the cgroup, stages the sources the uid cannot walk to and drops to
-    that uid before it execs bubblewrap; any other runs bubblewrap itself.
+    A root harness, or one with a session cgroup, launches bubblewrap through
+    ``launch`` (see ``launcher``), which joins the cgroup, stages the sources
+    the uid cannot walk to and drops to that uid before the exec.
     """
     config = helper_config(profile, control_fd=facts.control_fd, dial_fd=facts.dial_fd,
                            landlock_min_abi=facts.landlock_min_abi, capture=facts.capture)
@@ -283,19 +309,12 @@ def prepare(profile: SandboxProfile, proxy: ProxyEndpoint | None, facts: LinuxFa
                              config=config, seccomp_fd=facts.seccomp_fd,
                              stage_dir=facts.stage_dir, bwrap=facts.bwrap,
                              trust_bundle=proxy.trust_bundle if proxy is not None else None)
-    launch: dict[str, object] = {"argv": list(spec.argv), "cgroup_procs": list(facts.cgroup_procs)}
-    if facts.uid is not None:
-        launch.update({
-            "stage_dir": facts.stage_dir, "uid": facts.uid, "gid": facts.uid,
-            "stage": [(b.source, b.staged, b.directory) for b in spec.stage],
-        })
-    if facts.uid is not None or facts.cgroup_procs:
-        argv: tuple[str, ...] = (facts.host.interpreter, "-I", "-S", "-c", facts.launcher_source,
-                                 json.dumps(launch))
-    else:
-        argv = spec.argv
+    launch = Launch(cgroup_procs=facts.cgroup_procs, uid=facts.uid,
+                    stage_dir=facts.stage_dir if facts.uid is not None else None,
+                    stage=tuple((b.source, b.staged, b.directory) for b in spec.stage)
+                    if facts.uid is not None else ())
     pass_fds = tuple(fd for fd in (facts.control_fd, facts.dial_fd, facts.seccomp_fd)
                      if fd is not None)
     env = command_environment(profile, proxy, host_env=facts.host_env, prefix=facts.host.prefix,
                               path_dirs=facts.path_dirs)
-    return LinuxPlan(spec=spec, argv=argv, pass_fds=pass_fds, env=env)
+    return LinuxPlan(spec=spec, launch=launch, pass_fds=pass_fds, env=env)
