@@ -2,7 +2,8 @@
 """The egress proxy against squid, with wrk against nginx on loopback, in one run.
 
 Guarantee: every arm is wrk (one thread) sending 1 KiB GETs, keep-alive,
-for ``SECONDS`` at the same concurrency, to the same nginx: straight to it
+for ``SECONDS`` at the same concurrency, to the same nginx
+(``loopback.nginx``): straight to it
 (``direct``), through squid (Debian's, a forward proxy with caching off and
 no access log, its hosts file naming the fixture), and through firstrun's
 ``EgressProxy`` (an override lets the fixture's name reach loopback, as the
@@ -21,93 +22,17 @@ from __future__ import annotations
 import ipaddress
 import re
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from loopback import HOST_NAME, nginx, squid, stop
 
 SECONDS = 4
 TRIALS = 3
-HOST_NAME = "bench.test"
-BODY = "x" * 1024
 _UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _await_port(port: int, process: subprocess.Popen[bytes], what: str) -> None:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"{what} exited {process.returncode} before listening")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"{what} never listened on 127.0.0.1:{port}")
-
-
-def _nginx(prefix: Path) -> tuple[subprocess.Popen[bytes], int]:
-    port = _free_port()
-    (prefix / "logs").mkdir()
-    (prefix / "nginx.conf").write_text(f"""
-worker_processes 1;
-pid {prefix}/nginx.pid;
-error_log {prefix}/logs/error.log;
-events {{ worker_connections 1024; }}
-http {{
-  access_log off;
-  client_body_temp_path {prefix}/body;
-  proxy_temp_path {prefix}/proxy;
-  fastcgi_temp_path {prefix}/fastcgi;
-  uwsgi_temp_path {prefix}/uwsgi;
-  scgi_temp_path {prefix}/scgi;
-  keepalive_requests 1000000;
-  server {{
-    listen 127.0.0.1:{port};
-    location /1k {{ default_type text/plain; return 200 "{BODY}"; }}
-  }}
-}}
-""")
-    process = subprocess.Popen(["nginx", "-p", str(prefix), "-c", str(prefix / "nginx.conf"),
-                                "-g", "daemon off; master_process off;"],
-                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-    _await_port(port, process, "nginx")
-    return process, port
-
-
-def _squid(prefix: Path) -> tuple[subprocess.Popen[bytes], int]:
-    port = _free_port()
-    prefix.chmod(0o777)  # squid drops to its own user for its log
-    (prefix / "hosts").write_text(f"127.0.0.1 {HOST_NAME}\n")
-    (prefix / "squid.conf").write_text(f"""
-http_port 127.0.0.1:{port}
-http_access allow all
-cache deny all
-access_log none
-cache_store_log none
-cache_log {prefix}/cache.log
-pid_filename {prefix}/squid.pid
-coredump_dir {prefix}
-hosts_file {prefix}/hosts
-netdb_filename none
-shutdown_lifetime 0 seconds
-""")
-    process = subprocess.Popen(["squid", "-N", "-f", str(prefix / "squid.conf")],
-                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-    _await_port(port, process, "squid")
-    return process, port
 
 
 def _wrk(url: str, connections: int, script: Path | None) -> tuple[float, float]:
@@ -122,16 +47,6 @@ def _wrk(url: str, connections: int, script: Path | None) -> tuple[float, float]
     if done.returncode != 0 or rps is None or p99 is None or errors is not None:
         raise RuntimeError(f"wrk {url} failed: {(done.stdout + done.stderr).strip()[-400:]}")
     return float(rps.group(1)), float(p99.group(1)) * _UNITS[p99.group(2)]
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def main(trials: int = TRIALS) -> dict[str, dict[str, object]]:
@@ -151,19 +66,19 @@ def main(trials: int = TRIALS) -> dict[str, dict[str, object]]:
         nginx_dir.mkdir()
         squid_dir.mkdir()
         Path(top).chmod(0o711)  # squid's own user reaches its directory
-        nginx, origin = _nginx(nginx_dir)
-        squid = None
+        origin = nginx(nginx_dir)
+        squid_proc = None
         try:
-            squid, squid_port = _squid(squid_dir)
+            squid_proc, squid_port = squid(squid_dir)
             script = Path(top, "proxy.lua")
-            script.write_text(f'wrk.path = "http://{HOST_NAME}:{origin}/1k"\n'
-                              f'wrk.headers["Host"] = "{HOST_NAME}:{origin}"\n')
+            script.write_text(f'wrk.path = "http://{HOST_NAME}:{origin.port}/1k"\n'
+                              f'wrk.headers["Host"] = "{HOST_NAME}:{origin.port}"\n')
             policy = NetworkPolicy.build(allow=(), overrides=[
-                (f"{HOST_NAME}:{origin}", ["127.0.0.1/32"])])
+                (f"{HOST_NAME}:{origin.port}", ["127.0.0.1/32"])])
             with EgressProxy(policy, resolver=resolve) as proxy:
                 _, firstrun_port = proxy.listen_tcp(Channel.SHELL)
                 arms = {
-                    "direct": (f"http://127.0.0.1:{origin}/1k", None),
+                    "direct": (f"http://127.0.0.1:{origin.port}/1k", None),
                     "squid": (f"http://127.0.0.1:{squid_port}", script),
                     "firstrun": (f"http://127.0.0.1:{firstrun_port}", script),
                 }
@@ -176,9 +91,9 @@ def main(trials: int = TRIALS) -> dict[str, dict[str, object]]:
                 if proxy.denied():
                     raise RuntimeError(f"the proxy refused the bench: {proxy.denied()[0]}")
         finally:
-            if squid is not None:
-                _stop(squid)
-            _stop(nginx)
+            if squid_proc is not None:
+                stop(squid_proc)
+            stop(origin.process)
 
     def rps(key: str) -> float:
         return statistics.median(r for r, _ in samples[key])
