@@ -228,6 +228,20 @@ def test_the_plan_of_an_unprivileged_harness_runs_bubblewrap_itself() -> None:
     _plan_golden("linux_plan_unprivileged.json", plan.to_data())
 
 
+def test_a_capturing_plan_asks_bubblewrap_for_its_childs_pid_before_the_setup() -> None:
+    from firstrun.sandbox.base import ProxyEndpoint
+    from firstrun.sandbox.linux.spec import prepare
+
+    endpoint = ProxyEndpoint(socket_path="/run/p.sock", nonce="n", transparent_path="/run/t.sock",
+                             dns_path="/run/d.sock")
+    plan = prepare(PROFILE, endpoint, _facts(capture={"dns_port": 1}, info_fd=7))
+    argv = list(plan.argv)
+    # An option of bubblewrap's own, before the command it runs.
+    assert argv[argv.index("--info-fd") + 1] == "7" and argv.index("--info-fd") < argv.index("--")
+    assert plan.pass_fds == (3, 4, 5, 7)
+    assert "--info-fd" not in prepare(PROFILE, endpoint, _facts()).argv
+
+
 def test_the_plan_of_a_root_harness_launches_with_its_uid_cgroup_and_stage() -> None:
     from firstrun.sandbox.linux.spec import prepare
 

@@ -2,7 +2,8 @@
 
 Guarantee: ``capture_rules`` is pure, so the rules every session loads are
 golden-tested. Loaded into the sandbox's own network namespace from outside
-(``apply_linux``, before any untrusted command runs), they send every DNS
+(on linux by ``LinuxCapture``, while bubblewrap and the helper are still
+setting up, and always before any untrusted command runs), they send every DNS
 query (UDP or TCP, to any address, on port 53) to the in-sandbox stub,
 every other outbound TCP connection to the relay, and every other datagram
 to the catcher, each on 127.0.0.1 (or ::1) inside; loopback traffic inside
@@ -27,6 +28,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -124,59 +126,21 @@ def _tool(name: str) -> str:
     return found
 
 
-def apply_linux(pid: int, ports: CapturePorts, *, own_user_namespace: bool, ipv6: bool) -> None:
-    """Load the rules and routes into the network namespace of ``pid`` (the helper).
-
-    A root harness enters the namespace alone; one that is not root enters
-    the sandbox's user namespace first, which it owns (it made it), and so
-    holds CAP_NET_ADMIN over the network namespace that belongs to it.
-    """
-    v4, v6 = capture_rules(ports)
-    load(pid, v4=v4, v6=v6 if ipv6 else None, default_via_lo=True, v6_via_lo=ipv6,
-         own_user_namespace=own_user_namespace, who=WHO)
+_Step = tuple[list[str], str | None]
 
 
-def load(pid: int, *, v4: str, v6: str | None, default_via_lo: bool, v6_via_lo: bool,
-         own_user_namespace: bool, who: str) -> None:
-    """``iptables-restore`` ``v4`` (and ``ip6tables-restore`` ``v6``) in ``pid``'s network
-    namespace, from outside; ``default_via_lo`` also makes the default route go through
-    ``lo`` from the loopback address, so the nat table's REDIRECT lands on a listener
-    there (a connection sourced from another interface's address cannot be delivered to
-    127.0.0.1); ``v6_via_lo`` the same for IPv6, where the namespace has it. Any step
-    that fails refuses the session."""
-    nsenter = _tool("nsenter")
-    ip, restore, restore6 = _tool("ip"), _tool("iptables-restore"), _tool("ip6tables-restore")
-    enter = [nsenter, f"--target={pid}", "--net"]
-    if own_user_namespace:
-        enter += ["--user", "--preserve-credentials"]
-    Step = tuple[list[str], str | None]
-    routes: list[Step] = []
-    tables: list[Step] = [([restore, "-w"], v4)]
-    if default_via_lo:
-        routes.append(([ip, "route", "replace", "default", "dev", "lo", "src", "127.0.0.1"], None))
-    if v6 is not None:
-        if v6_via_lo:
-            routes.append(([ip, "-6", "route", "replace", "default", "dev", "lo", "src", "::1"],
-                           None))
-        tables.append(([restore6, "-w"], v6))
+def _run(enter: list[str], step: _Step, fds: list[int]) -> subprocess.CompletedProcess[str] | Exception:
+    argv, stdin = step
+    try:
+        return subprocess.run([*enter, "--", *argv], input=stdin, text=True, capture_output=True,
+                              env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}, timeout=30,
+                              pass_fds=fds)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return exc
 
-    def run(step: Step) -> subprocess.CompletedProcess[str] | Exception:
-        argv, stdin = step
-        try:
-            return subprocess.run([*enter, "--", *argv], input=stdin, text=True,
-                                  capture_output=True, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
-                                  timeout=30)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return exc
 
-    # The routes and the tables touch different things, and nothing in the
-    # namespace runs before both are in: the two lanes run at once, so a
-    # session's start waits for the slower. The two tables stay one after
-    # the other: iptables-nft's restores can trip over each other's
-    # generation counter in one namespace.
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        lanes = list(pool.map(lambda lane: [run(step) for step in lane], (routes, tables)))
-    steps, outcomes = [*routes, *tables], [*lanes[0], *lanes[1]]
+def _raise_failed(steps: list[_Step], outcomes: list[subprocess.CompletedProcess[str] | Exception],
+                  *, who: str) -> None:
     for (argv, _), done in zip(steps, outcomes, strict=True):
         if isinstance(done, Exception):
             raise SandboxError(f"cannot run {argv[0]} in the sandbox's network namespace: "
@@ -187,3 +151,100 @@ def load(pid: int, *, v4: str, v6: str | None, default_via_lo: bool, v6_via_lo: 
                 f"network namespace: {done.stderr.strip()[-300:]}", who=who,
                 fix="load the kernel's nat support (modprobe nf_nat nft_redir, or run the "
                     "harness as root once so the kernel loads it)")
+
+
+class LinuxCapture:
+    """A linux sandbox's capture, loaded from outside in two lanes, before any command runs.
+
+    The tables need only the network namespace, so they load from the
+    moment bubblewrap has made it (``start``, in a thread, while bubblewrap
+    and the helper set up); the routes need ``lo`` up with its addresses,
+    so they load once the helper is ready (``finish``), which then waits
+    for the tables and raises the first failure of either lane. The
+    namespaces are entered by descriptors opened while bubblewrap's child
+    was held before its setup (``--userns-block-fd``): its first user
+    namespace, which owns the network namespace, for a harness that is not
+    root (which holds CAP_NET_ADMIN there because it made it).
+
+    The IPv6 table is loaded wherever the kernel has IPv6 (a nat table
+    refuses more, never less), the IPv6 route only where the sandbox's
+    ``lo`` has ``::1``, which the helper reports.
+    """
+
+    def __init__(self, ports: CapturePorts, *, net_fd: int, user_fd: int | None) -> None:
+        v4, v6 = capture_rules(ports)
+        self._fds = [fd for fd in (net_fd, user_fd) if fd is not None]
+        self._enter = [_tool("nsenter"), f"--net=/proc/self/fd/{net_fd}"]
+        if user_fd is not None:
+            self._enter += [f"--user=/proc/self/fd/{user_fd}", "--preserve-credentials"]
+        self._ip = _tool("ip")
+        restore, restore6 = _tool("iptables-restore"), _tool("ip6tables-restore")
+        self._tables: list[_Step] = [([restore, "-w"], v4)]
+        if os.path.exists("/proc/net/if_inet6"):
+            self._tables.append(([restore6, "-w"], v6))
+        self._outcomes: list[subprocess.CompletedProcess[str] | Exception] = []
+        self._thread = threading.Thread(target=self._load_tables, name="firstrun-capture",
+                                        daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _load_tables(self) -> None:
+        # One after the other: iptables-nft's restores can trip over each
+        # other's generation counter in one namespace.
+        for step in self._tables:
+            self._outcomes.append(_run(self._enter, step, self._fds))
+
+    def finish(self, *, ipv6: bool) -> None:
+        """Load the routes (IPv6's where ``ipv6``), wait for the tables; raise what failed."""
+        routes: list[_Step] = [([self._ip, "route", "replace", "default", "dev", "lo",
+                                 "src", "127.0.0.1"], None)]
+        if ipv6:
+            routes.append(([self._ip, "-6", "route", "replace", "default", "dev", "lo",
+                            "src", "::1"], None))
+        try:
+            with ThreadPoolExecutor(max_workers=len(routes)) as pool:
+                done = list(pool.map(lambda step: _run(self._enter, step, self._fds), routes))
+        finally:
+            self._thread.join()
+            self.close()
+        _raise_failed([*routes, *self._tables], [*done, *self._outcomes], who=WHO)
+
+    def close(self) -> None:
+        """Close the namespace descriptors (after ``finish``, or when the start failed)."""
+        if self._thread.is_alive():
+            self._thread.join()
+        while self._fds:
+            os.close(self._fds.pop())
+
+
+def load(pid: int, *, v4: str, v6: str | None, default_via_lo: bool, v6_via_lo: bool,
+         who: str) -> None:
+    """``iptables-restore`` ``v4`` (and ``ip6tables-restore`` ``v6``) in ``pid``'s network
+    namespace, from outside (docker's run container); ``default_via_lo`` also makes the default route go through
+    ``lo`` from the loopback address, so the nat table's REDIRECT lands on a listener
+    there (a connection sourced from another interface's address cannot be delivered to
+    127.0.0.1); ``v6_via_lo`` the same for IPv6, where the namespace has it. Any step
+    that fails refuses the session."""
+    nsenter = _tool("nsenter")
+    ip, restore, restore6 = _tool("ip"), _tool("iptables-restore"), _tool("ip6tables-restore")
+    enter = [nsenter, f"--target={pid}", "--net"]
+    routes: list[_Step] = []
+    tables: list[_Step] = [([restore, "-w"], v4)]
+    if default_via_lo:
+        routes.append(([ip, "route", "replace", "default", "dev", "lo", "src", "127.0.0.1"], None))
+    if v6 is not None:
+        if v6_via_lo:
+            routes.append(([ip, "-6", "route", "replace", "default", "dev", "lo", "src", "::1"],
+                           None))
+        tables.append(([restore6, "-w"], v6))
+
+    # The routes and the tables touch different things, and nothing in the
+    # namespace runs before both are in: the two lanes run at once, so a
+    # session's start waits for the slower. The two tables stay one after
+    # the other: iptables-nft's restores can trip over each other's
+    # generation counter in one namespace.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        lanes = list(pool.map(lambda lane: [_run(enter, step, []) for step in lane],
+                              (routes, tables)))
+    _raise_failed([*routes, *tables], [*lanes[0], *lanes[1]], who=who)

@@ -260,4 +260,4 @@ def apply_firewall(container_pid: int, sidecar_ip: str, *, capture: CapturePorts
     """
     v4, v6 = firewall_rules(sidecar_ip, capture=capture, host_address=host_address, ipv6=ipv6)
     load(container_pid, v4=v4, v6=v6, default_via_lo=capture is not None,
-         v6_via_lo=capture is not None and ipv6, own_user_namespace=False, who="docker")
+         v6_via_lo=capture is not None and ipv6, who="docker")

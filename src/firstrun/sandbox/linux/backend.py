@@ -28,7 +28,10 @@ that failed, never a sandbox that failed.
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -155,17 +158,65 @@ def _walkable_by_anyone(path: str) -> bool:
         here = os.path.dirname(here)
 
 
-def _sandbox_pid(bwrap_pid: int) -> int:
-    """The helper's host pid: bubblewrap's one child, pid 1 of the sandbox's namespaces."""
+def _child_pid(info_fd: int, deadline: float, stderr: IO[bytes]) -> int:
+    """The pid of bubblewrap's child, as its ``--info-fd`` says once the namespaces exist."""
+    data = b""
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not select.select([info_fd], [], [], remaining)[0]:
+            raise SandboxError("bubblewrap did not say its child's pid in time", who="linux")
+        chunk = os.read(info_fd, 4096)
+        if not chunk:
+            break
+        data += chunk
     try:
-        with open(f"/proc/{bwrap_pid}/task/{bwrap_pid}/children") as f:
-            children = [int(c) for c in f.read().split()]
+        return int(json.loads(data)["child-pid"])
+    except (ValueError, KeyError, TypeError):
+        stderr.seek(0)
+        said = stderr.read()[-2000:].decode("utf-8", "replace").strip()
+        raise SandboxError(f"the sandbox did not start: {said or data!r}", who="linux") from None
+
+
+_NS_GET_USERNS = 0xB701
+
+
+def _capture_early(info_fd: int, bwrap_pid: int, stderr: IO[bytes]) -> capture.LinuxCapture:
+    """Open the sandbox's network namespace as soon as it exists, and start loading
+    capture's tables into it while bubblewrap and the helper set up.
+
+    The namespace is opened by the child's pid, then the pid is checked to
+    still be bubblewrap's child, so the descriptor is the namespace the
+    helper and every command run in (bubblewrap never makes another). A
+    harness that is not root also enters the user namespace that owns it
+    (``NS_GET_USERNS``), where it holds CAP_NET_ADMIN because it made it.
+    """
+    pid = _child_pid(info_fd, time.monotonic() + _READY_TIMEOUT_S, stderr)
+    try:
+        net_fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise _sandbox_error("cannot open the sandbox's network namespace", exc) from exc
+    try:
+        if _children(bwrap_pid) != [pid]:
+            raise SandboxError(f"bubblewrap's child {pid} is gone before its setup ended",
+                               who="linux")
+        user_fd = None
+        if os.geteuid() != 0:
+            user_fd = fcntl.ioctl(net_fd, _NS_GET_USERNS)
+            os.set_inheritable(user_fd, False)
+        lane = capture.LinuxCapture(CAPTURE_PORTS, net_fd=net_fd, user_fd=user_fd)
+    except BaseException:
+        os.close(net_fd)
+        raise
+    lane.start()
+    return lane
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(c) for c in f.read().split()]
     except OSError as exc:
         raise SandboxError(f"cannot find the sandbox's process: {exc}", who="linux") from exc
-    if len(children) != 1:
-        raise SandboxError(f"bubblewrap has {len(children)} children, not the helper alone",
-                           who="linux")
-    return children[0]
 
 
 class LinuxSession(SupervisedSession):
@@ -335,6 +386,10 @@ class LinuxBackend:
             session_cgroup, no_cgroup = _session_cgroup(profile)
             if session_cgroup is not None:
                 acquired.callback(session_cgroup.kill_and_remove)
+            info_r = info_w = None
+            if capturing:
+                info_r, info_w = os.pipe2(os.O_CLOEXEC)
+                acquired.callback(os.close, info_r)
             host_path = os.environ.get("PATH", "")
             plan = prepare(profile, proxy, LinuxFacts(
                 bwrap=bwrap, host=host, uid=uid, stage_dir=stage_dir,
@@ -347,6 +402,7 @@ class LinuxBackend:
                 landlock_min_abi=self._landlock_min_abi,
                 capture=CAPTURE_PORTS.to_config(ipv6=True) if capturing else None,
                 helper_source=HELPER_SOURCE,
+                info_fd=info_w,
             ))
             phases.mark("staged")
             try:
@@ -364,7 +420,13 @@ class LinuxBackend:
                 control_child.close()
                 if dial_child is not None:
                     dial_child.close()
+                if info_w is not None:
+                    os.close(info_w)
             acquired.callback(kill_and_wait, process)
+            lane = None
+            if info_r is not None:
+                lane = _capture_early(info_r, process.pid, stderr_file)
+                acquired.callback(lane.close)
             phases.mark("launched")
             session = LinuxSession(
                 process=process, control=control_parent, env=dict(plan.env), profile=profile,
@@ -387,11 +449,10 @@ class LinuxBackend:
                     dial_paths.update({b"t": proxy.transparent_path, b"d": proxy.dns_path})
                 threading.Thread(target=_serve_dial, args=(dial_parent, dial_paths),
                                  daemon=True, name="firstrun-dial").start()
-            if capturing:
-                # From outside, before any command: the namespace's nat rules.
-                capture.apply_linux(_sandbox_pid(process.pid), CAPTURE_PORTS,
-                                    own_user_namespace=not root,
-                                    ipv6=bool(ready.get("capture_ipv6")))
+            if lane is not None:
+                # From outside, before any command: the namespace's nat rules
+                # (loading since the launch) and now its routes.
+                lane.finish(ipv6=bool(ready.get("capture_ipv6")))
                 phases.mark("capture_loaded")
             abi = int(ready.get("landlock_abi", 0))
             if abi == 0 and LayerName.LANDLOCK.value not in downgrades:

@@ -127,10 +127,14 @@ def build_launch_spec(
     stage_dir: str | None,
     bwrap: str = "bwrap",
     trust_bundle: str | None = None,
+    info_fd: int | None = None,
 ) -> LaunchSpec:
     """The complete bwrap argv for one session; ``stage_dir`` set when dropping root.
 
     ``trust_bundle``: the host file shown at ``SANDBOX_CA_BUNDLE`` (TLS inspection).
+    ``info_fd``: where bubblewrap writes its child's pid as soon as it made
+    the child's namespaces, so the harness can open the network namespace
+    and load capture's tables while the rest of the setup runs.
     """
     fs = profile.fs
     symlinks = dict(host.symlinks)
@@ -151,6 +155,7 @@ def build_launch_spec(
         "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", *unshare_net,
         "--unshare-cgroup-try", "--disable-userns", "--die-with-parent", "--as-pid-1",
         "--new-session",
+        *(["--info-fd", str(info_fd)] if info_fd is not None else []),
         "--hostname", "sandbox",
         "--proc", "/proc",
         "--dev", "/dev",
@@ -220,7 +225,7 @@ class LinuxFacts:
     ``uid``: the per-session uid a root harness runs bubblewrap as (None:
     the invoking user's own). ``cgroup_procs``: the session cgroup's
     ``cgroup.procs`` files the launcher joins. ``path_dirs``: the entries of
-    the host's PATH that are directories.
+    the host's PATH that are directories. ``info_fd``: see ``build_launch_spec``.
     """
 
     bwrap: str
@@ -236,6 +241,7 @@ class LinuxFacts:
     landlock_min_abi: int
     capture: dict[str, object] | None
     helper_source: str
+    info_fd: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -308,13 +314,14 @@ def prepare(profile: SandboxProfile, proxy: ProxyEndpoint | None, facts: LinuxFa
     spec = build_launch_spec(profile, host=facts.host, helper_source=facts.helper_source,
                              config=config, seccomp_fd=facts.seccomp_fd,
                              stage_dir=facts.stage_dir, bwrap=facts.bwrap,
-                             trust_bundle=proxy.trust_bundle if proxy is not None else None)
+                             trust_bundle=proxy.trust_bundle if proxy is not None else None,
+                             info_fd=facts.info_fd)
     launch = Launch(cgroup_procs=facts.cgroup_procs, uid=facts.uid,
                     stage_dir=facts.stage_dir if facts.uid is not None else None,
                     stage=tuple((b.source, b.staged, b.directory) for b in spec.stage)
                     if facts.uid is not None else ())
-    pass_fds = tuple(fd for fd in (facts.control_fd, facts.dial_fd, facts.seccomp_fd)
-                     if fd is not None)
+    pass_fds = tuple(fd for fd in (facts.control_fd, facts.dial_fd, facts.seccomp_fd,
+                                   facts.info_fd) if fd is not None)
     env = command_environment(profile, proxy, host_env=facts.host_env, prefix=facts.host.prefix,
                               path_dirs=facts.path_dirs)
     return LinuxPlan(spec=spec, launch=launch, pass_fds=pass_fds, env=env)
