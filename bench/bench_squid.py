@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The egress proxy against squid, with wrk against nginx on loopback, in one run.
+"""The egress proxy against squid, with the same clients against nginx on loopback, in one run.
 
 Guarantee: every arm talks to the same nginx (``loopback.nginx``): straight
 to it (``direct``), through squid (Debian's, a forward proxy with caching
@@ -11,15 +11,25 @@ same client with the same settings, they alternate over ``TRIALS`` rounds
 so load from anything else on the machine falls on all of them alike, and
 each figure is the median over the rounds.
 
-Figures and their bars (issue 16): keep-alive throughput, wrk (one thread)
-sending 1 KiB GETs for ``SECONDS``, in absolute form through a proxy as a
-client configured with one sends them, at 32 connections (firstrun at least
-0.7x squid, p99 at most 20 ms), at one connection per core (at least 1.0x
-squid) and at one connection (no bar).
+Figures and their bars (issue 16):
+
+- keep-alive throughput: wrk (one thread) sending 1 KiB GETs for
+  ``SECONDS``, in absolute form through a proxy as a client configured with
+  one sends them, at 32 connections (firstrun at least 0.7x squid, p99 at
+  most 20 ms), at one connection per core (at least 1.0x squid) and at one
+  connection (no bar);
+- a new tunnel and its first request: ``proxy_client.py``'s ``first`` role,
+  which connects, sends CONNECT to nginx's ``host:port``, reads the ``200``,
+  sends one GET with a Host naming the target, reads the whole 1 KiB
+  response and closes (direct: the same without the CONNECT). One client
+  in sequence (the median of each round's median latency) and
+  ``FIRST_CONCURRENCY`` at once (wall time per tunnel, from the first
+  client's start to the last one's end); each client opens ``FIRST_COUNT``
+  tunnels. firstrun at most 1.2x squid's time in both.
 
 Needs squid, nginx and wrk (``scripts/install --with-bench-deps``). All
 traffic stays on 127.0.0.1; every child is bounded by a timeout and stopped
-by its pid.
+by its pid; every loop is bounded in count and time.
 """
 
 from __future__ import annotations
@@ -35,8 +45,10 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
-from loopback import HOST_NAME, nginx, squid, stop
+from loopback import BODY, HOST_NAME, nginx, squid, stop
+from proxy_client import launch
 
 SECONDS = 4
 TRIALS = 3
@@ -46,6 +58,11 @@ CORES = os.cpu_count() or 1
 THROUGHPUT = tuple(sorted({1: None, 32: 0.7, CORES: 1.0}.items(), reverse=True))
 P99_LIMIT_MS = 20.0
 P99_LIMIT_AT = 32
+FIRST_TRIALS = 5
+FIRST_COUNT = 200
+FIRST_CONCURRENCY = 4
+FIRST_SECONDS = 20
+FIRST_BAR = 1.2
 # Far above what one measurement records; the default bounds a quickstart, not a load test.
 MAX_RECORDS = 2_000_000
 MAX_RECORD_BYTES = 2 << 30
@@ -64,6 +81,16 @@ def _wrk(url: str, connections: int, script: Path | None) -> tuple[float, float]
     if done.returncode != 0 or rps is None or p99 is None or errors is not None:
         raise RuntimeError(f"wrk {url} failed: {(done.stdout + done.stderr).strip()[-400:]}")
     return float(rps.group(1)), float(p99.group(1)) * _UNITS[p99.group(2)]
+
+
+def _first(spec: dict[str, Any], processes: int) -> float:
+    """Seconds per new connection and its first request: a median in sequence, wall time per
+    connection when ``processes`` clients run at once."""
+    results = launch("first", {**spec, "count": FIRST_COUNT, "seconds": FIRST_SECONDS}, processes)
+    if processes == 1:
+        return statistics.median(results[0]["latencies"])
+    done = sum(len(r["latencies"]) for r in results)
+    return (max(r["end"] for r in results) - min(r["start"] for r in results)) / done
 
 
 def main(trials: int = TRIALS) -> dict[str, dict[str, object]]:
@@ -88,7 +115,7 @@ def main(trials: int = TRIALS) -> dict[str, dict[str, object]]:
         refused.extend(f"{r.reason} {r.method} {r.host}:{r.port}"
                        for r in proxy.records() if r.denied)
 
-    samples: dict[str, list[tuple[float, float]]] = {}
+    samples: dict[str, list[Any]] = {}
     with tempfile.TemporaryDirectory(prefix="firstrun-bench-squid-") as top:
         nginx_dir, squid_dir = Path(top, "nginx"), Path(top, "squid")
         nginx_dir.mkdir()
@@ -118,6 +145,23 @@ def main(trials: int = TRIALS) -> dict[str, dict[str, object]]:
                     for arm, run in arms.items():
                         samples.setdefault(f"{arm}_{connections}", []).append(run())
 
+            spec = {"host": HOST_NAME, "port": origin.port, "path": "/1k", "body": BODY}
+
+            def firstrun_first(processes: int) -> float:
+                with firstrun_proxy(policy) as port:
+                    return _first({**spec, "via": "connect", "proxy": ["127.0.0.1", port]},
+                                  processes)
+
+            for processes in (1, FIRST_CONCURRENCY):
+                first_arms: dict[str, Callable[[], float]] = {
+                    "direct": lambda p=processes: _first({**spec, "via": "direct"}, p),
+                    "squid": lambda p=processes: _first(
+                        {**spec, "via": "connect", "proxy": ["127.0.0.1", squid_port]}, p),
+                    "firstrun": lambda p=processes: firstrun_first(p),
+                }
+                for _ in range(FIRST_TRIALS):
+                    for arm, run_first in first_arms.items():
+                        samples.setdefault(f"{arm}_first{processes}", []).append(run_first())
         finally:
             if squid_proc is not None:
                 stop(squid_proc)
@@ -146,6 +190,18 @@ def main(trials: int = TRIALS) -> dict[str, dict[str, object]]:
         figures[f"firstrun_{c}conn_p99"] = {"value": p99(f"firstrun_{c}"), "unit": "ms",
                                             "better": "lower", "baseline": f"squid_{c}conn_p99",
                                             **({"limit": P99_LIMIT_MS} if c == P99_LIMIT_AT else {})}
+    def ms(key: str) -> float:
+        return statistics.median(samples[key]) * 1e3
+
+    for p in (1, FIRST_CONCURRENCY):
+        label = "tunnel_first" if p == 1 else f"tunnel_first_{p}conc"
+        direct = "direct_first" if p == 1 else f"direct_first_{p}conc"
+        figures[direct] = {"value": ms(f"direct_first{p}"), "unit": "ms", "better": "lower"}
+        figures[f"squid_{label}"] = {"value": ms(f"squid_first{p}"), "unit": "ms",
+                                     "better": "lower", "baseline": direct}
+        figures[f"firstrun_{label}"] = {"value": ms(f"firstrun_first{p}"), "unit": "ms",
+                                        "better": "lower", "bar": FIRST_BAR,
+                                        "baseline": [f"squid_{label}", direct]}
     return figures
 
 
