@@ -1,14 +1,17 @@
-"""The loopback fixtures the proxy benches share: nginx and squid.
+"""The loopback fixtures the proxy benches share: nginx, squid and a throwaway CA.
 
 Guarantee: every server listens on 127.0.0.1 only, on a port picked free,
 and is started under a prefix directory the caller owns (a temporary
-directory), so its configuration and logs live and die there. Each start
-waits, bounded in time, until the server listens, and ``stop`` ends a child
-by its pid, killing it if it outlives ``STOP_TIMEOUT_S``.
+directory), so its configuration, logs and key material live and die there.
+Each start waits, bounded in time, until the server listens, and ``stop``
+ends a child by its pid, killing it if it outlives ``STOP_TIMEOUT_S``. A
+private key is written 0600 and only under the directory the caller gave.
 """
 
 from __future__ import annotations
 
+import datetime
+import os
 import signal
 import socket
 import subprocess
@@ -51,17 +54,66 @@ def stop(process: subprocess.Popen[bytes]) -> None:
             process.wait()
 
 
+@dataclass(frozen=True)
+class ServerCert:
+    """A throwaway CA's certificate, and a server certificate and key for ``HOST_NAME`` it signed."""
+
+    cafile: Path
+    certfile: Path
+    keyfile: Path
+
+
+def throwaway_ca(directory: Path) -> ServerCert:
+    """A fresh CA (its key never leaves this process) and a server certificate for ``HOST_NAME``."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "firstrun bench CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
+          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+          .not_valid_before(now - datetime.timedelta(hours=1))
+          .not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, HOST_NAME)]))
+            .issuer_name(ca_name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(hours=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(HOST_NAME)]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    out = ServerCert(cafile=directory / "ca.pem", certfile=directory / f"{HOST_NAME}.pem",
+                     keyfile=directory / f"{HOST_NAME}.key")
+    out.cafile.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    out.certfile.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    fd = os.open(out.keyfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                  serialization.NoEncryption()))
+    return out
+
+
 @dataclass
 class Nginx:
-    """nginx answering ``GET /1k`` with ``BODY`` on ``port``."""
+    """nginx answering ``GET /1k`` with ``BODY`` on ``port`` (and with TLS on ``tls_port``)."""
 
     process: subprocess.Popen[bytes]
     port: int
+    tls_port: int | None
 
 
-def nginx(prefix: Path) -> Nginx:
+def nginx(prefix: Path, tls: ServerCert | None = None) -> Nginx:
     port = free_port()
+    tls_port = free_port() if tls is not None else None
     (prefix / "logs").mkdir()
+    tls_listen = (f"listen 127.0.0.1:{tls_port} ssl; ssl_certificate {tls.certfile}; "
+                  f"ssl_certificate_key {tls.keyfile};" if tls is not None else "")
     (prefix / "nginx.conf").write_text(f"""
 worker_processes 1;
 pid {prefix}/nginx.pid;
@@ -77,6 +129,7 @@ http {{
   keepalive_requests 1000000;
   server {{
     listen 127.0.0.1:{port};
+    {tls_listen}
     location /1k {{ default_type text/plain; return 200 "{BODY}"; }}
   }}
 }}
@@ -87,10 +140,12 @@ http {{
                                stderr=subprocess.DEVNULL)
     try:
         await_port(port, process, "nginx")
+        if tls_port is not None:
+            await_port(tls_port, process, "nginx (TLS)")
     except BaseException:
         stop(process)
         raise
-    return Nginx(process=process, port=port)
+    return Nginx(process=process, port=port, tls_port=tls_port)
 
 
 def squid(prefix: Path) -> tuple[subprocess.Popen[bytes], int]:

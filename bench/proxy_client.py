@@ -5,24 +5,30 @@ Guarantee: every arm of a comparison runs this same code in its own
 process (never in the process whose thread runs firstrun's proxy, so the
 two never share a GIL); the arms differ only in the ``via`` of their spec:
 
-- ``direct``: an origin-form GET straight to the origin;
+- ``direct``: origin-form GETs straight to the origin;
+- ``absolute``: absolute-form GETs to a proxy, as a client configured with
+  a proxy sends plain HTTP;
 - ``connect``: a CONNECT to the origin's ``host:port`` through a proxy, then
-  an origin-form GET in the tunnel with a Host naming the CONNECT target.
+  origin-form GETs in the tunnel, each with a Host naming the CONNECT target;
+- ``tls``: the same CONNECT, then TLS in the tunnel (SNI the origin's name,
+  trusting only ``cafile``), then origin-form GETs inside it.
 
 Every response must be ``200`` with exactly the expected body, or the client
 exits non-zero. Role ``first`` opens a new connection per request and times
 each one from the TCP connect to the last byte of the response, close
-included. It waits until ``start_at`` (``time.monotonic``, shared by all
-processes) so concurrent clients start together, and stops at ``count``
-requests or ``seconds`` after the start, whichever comes first. ``launch``
-runs the processes, each bounded by a timeout and killed by its pid if it
-outlives it.
+included; role ``keepalive`` sends GETs one after another on one connection
+(set up before the clock starts) and counts them. Both wait until
+``start_at`` (``time.monotonic``, shared by all processes) so concurrent
+clients start together, and stop at ``count`` requests or ``seconds``
+after the start, whichever comes first. ``launch`` runs the processes, each
+bounded by a timeout and killed by its pid if it outlives it.
 """
 
 from __future__ import annotations
 
 import json
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -79,12 +85,18 @@ def _open(spec: dict[str, Any]) -> tuple[socket.socket, _Reader, bytes]:
     sock = socket.create_connection(address, timeout=TIMEOUT_S)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     reader = _Reader(sock)
-    request = f"GET {spec['path']} HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode()
-    if via == "connect":
+    target = f"http://{authority}{spec['path']}" if via == "absolute" else spec["path"]
+    request = f"GET {target} HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode()
+    if via in ("connect", "tls"):
         sock.sendall(f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode())
         reader.head()
         if reader.buf:
             raise SystemExit(f"bytes after the CONNECT reply: {reader.buf[:100]!r}")
+    if via == "tls":
+        ctx = ssl.create_default_context(cafile=spec["cafile"])
+        ctx.set_alpn_protocols(["http/1.1"])
+        sock = ctx.wrap_socket(sock, server_hostname=host)
+        reader.sock = sock
     return sock, reader, request
 
 
@@ -110,7 +122,23 @@ def first(spec: dict[str, Any]) -> dict[str, Any]:
     return {"latencies": latencies, "start": start, "end": time.monotonic()}
 
 
-ROLES = {"first": first}
+def keepalive(spec: dict[str, Any]) -> dict[str, Any]:
+    body = spec["body"].encode()
+    sock, reader, request = _open(spec)
+    with sock:
+        _wait(spec["start_at"])
+        start = time.monotonic()
+        deadline = start + spec["seconds"]
+        done = 0
+        while done < spec["count"] and time.monotonic() < deadline:
+            sock.sendall(request)
+            reader.response(body)
+            done += 1
+        end = time.monotonic()
+    return {"requests": done, "start": start, "end": end}
+
+
+ROLES = {"first": first, "keepalive": keepalive}
 
 
 def launch(role: str, spec: dict[str, Any], processes: int) -> list[dict[str, Any]]:
