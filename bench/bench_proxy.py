@@ -14,8 +14,8 @@ Figures:
 - ``http_direct_rps`` / ``http_proxy_rps``: small keep-alive GETs per second,
   absolute-form through the proxy versus origin-form straight to the server;
 - ``tunnel_direct_mbps`` / ``tunnel_proxy_mbps``: MB/s for a 100 MB download,
-  through a CONNECT tunnel versus a direct connection. The bar: the tunnel
-  reaches at least 70% of direct.
+  through a CONNECT tunnel versus a direct connection. The bar (issue 16):
+  the tunnel reaches at least 0.6x direct.
 
 Why these endpoints. At 100 MB a transfer lasts tens of milliseconds, and
 on a small machine the endpoints compete with the proxy for the same cores,
@@ -55,6 +55,7 @@ REQUESTS = 2000
 HTTP_TRIALS = 5
 BULK_BYTES = 100 * 1000 * 1000
 BULK_TRIALS = 9
+TUNNEL_BAR = 0.6
 SLICE = 1 << 20
 CHILD_TIMEOUT_S = 60.0
 HOST_NAME = "bench.test"
@@ -272,7 +273,7 @@ def main() -> dict[str, dict]:
         ),
         "tunnel_direct_mbps": _figure([mb / s for s in bulk_direct], "MB/s"),
         "tunnel_proxy_mbps": _figure(
-            [mb / s for s in bulk_proxy], "MB/s", baseline="tunnel_direct_mbps", bar=0.70
+            [mb / s for s in bulk_proxy], "MB/s", baseline="tunnel_direct_mbps", bar=TUNNEL_BAR
         ),
     }
 
