@@ -7,6 +7,8 @@ import importlib.util
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 RUN = Path(__file__).resolve().parents[2] / "bench" / "run"
 
 
@@ -47,3 +49,30 @@ def test_higher_is_better_bar_can_be_missed() -> None:
 def test_a_missing_baseline_fails_rather_than_printing_no_ratio() -> None:
     _, _, ok = load().report("m", {"x": {"value": 1.0, "unit": "ms", "baseline": "absent"}})
     assert not ok
+
+
+def test_an_unknown_module_is_refused_before_any_bench_runs(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    run = load()
+    monkeypatch.setattr("sys.argv", ["bench/run", "bench_squid", "bench_nonesuch"])
+    monkeypatch.setattr(run, "_load", lambda name: pytest.fail(f"{name} ran"))
+    with pytest.raises(SystemExit) as exit_:
+        run.main()
+    assert exit_.value.code == 2
+    assert "unknown module bench_nonesuch" in capsys.readouterr().err
+
+
+def test_named_modules_run_alone_in_the_usual_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    run = load()
+    ran: list[str] = []
+
+    def fake(name: str) -> ModuleType:
+        ran.append(name)
+        module = ModuleType(name)
+        module.main = lambda: {"x": {"value": 1.0, "unit": "ms"}}  # type: ignore[attr-defined]
+        return module
+
+    monkeypatch.setattr("sys.argv", ["bench/run", "bench_intercept", "bench_proxy"])
+    monkeypatch.setattr(run, "_load", fake)
+    assert run.main() == 0
+    assert ran == ["bench_proxy", "bench_intercept"]
