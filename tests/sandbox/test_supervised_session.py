@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import threading
 from collections.abc import Callable, Iterator
 
@@ -19,7 +20,7 @@ from sandbox_support import make_profile
 
 from firstrun.errors import SandboxError
 from firstrun.sandbox.base import Enforcement, SessionInfo
-from firstrun.sandbox.channel import JsonLines, SupervisedSession
+from firstrun.sandbox.channel import JsonLines, SupervisedSession, wait_for_exit
 
 INFO = SessionInfo(backend="test", enforcement=Enforcement.ENFORCED, policy_hash="0")
 
@@ -213,3 +214,14 @@ def test_kill_all_reports_the_supervisors_count_and_the_session_goes_on(
     session = supervised(reply)
     assert session.kill_all() == 3
     assert session.exec("true").exit_code == 0
+
+
+def test_waiting_for_a_process_reaps_it_when_it_exits_and_not_before() -> None:
+    exits = subprocess.Popen(["sh", "-c", "sleep 0.2"])
+    assert wait_for_exit(exits, 30.0) and exits.returncode == 0
+    lingers = subprocess.Popen(["sleep", "60"])
+    try:
+        assert not wait_for_exit(lingers, 0.05) and lingers.returncode is None
+    finally:
+        lingers.kill()
+        lingers.wait()

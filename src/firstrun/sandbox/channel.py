@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import select
 import socket
 import subprocess
 import threading
@@ -78,6 +80,30 @@ def decode_message(line: bytes | str, *, peer: str) -> dict:
     if not isinstance(msg, dict):
         raise ValueError(f"{peer} sent {type(msg).__name__}, not an object")
     return msg
+
+
+def wait_for_exit(process: subprocess.Popen[bytes], timeout: float) -> bool:
+    """Reap ``process`` if it exits within ``timeout``; whether it did.
+
+    Woken by the exit itself (a pidfd): ``Popen.wait`` with a timeout polls
+    with sleeps that double up to 50 ms, which a session's close paid on
+    every start of a one-shot command.
+    """
+    if process.poll() is not None:
+        return True
+    try:
+        pidfd = os.pidfd_open(process.pid)
+    except OSError:
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+    try:
+        select.select([pidfd], [], [], timeout)
+    finally:
+        os.close(pidfd)
+    return process.poll() is not None
 
 
 def kill_and_wait(process: subprocess.Popen[bytes]) -> None:

@@ -57,7 +57,7 @@ from firstrun.sandbox.base import (
     StartPhases,
     apt_fix,
 )
-from firstrun.sandbox.channel import JsonLines, SupervisedSession, kill_and_wait
+from firstrun.sandbox.channel import JsonLines, SupervisedSession, kill_and_wait, wait_for_exit
 from firstrun.sandbox.linux import cgroup, launcher, probe, seccomp
 from firstrun.sandbox.linux.spec import (
     PROXY_PORT,
@@ -278,10 +278,7 @@ class LinuxSession(SupervisedSession):
             self._process.kill()
 
     def _teardown(self) -> None:
-        try:
-            self._process.wait(timeout=_CLOSE_GRACE_S)
-        except subprocess.TimeoutExpired:
-            pass
+        wait_for_exit(self._process, _CLOSE_GRACE_S)
         # Killing bubblewrap kills its pid namespace's init (die-with-parent),
         # and with it every process in the namespace.
         self._end()
