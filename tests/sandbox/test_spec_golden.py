@@ -11,6 +11,7 @@ from pathlib import Path
 from firstrun.policy.filesystem import FilesystemPolicy
 from firstrun.policy.process import Limits
 from firstrun.policy.profile import LayerName, SandboxProfile
+from firstrun.sandbox.bytecode import BOOTSTRAP
 from firstrun.sandbox.linux import seccomp
 from firstrun.sandbox.linux.spec import (
     HostView,
@@ -41,7 +42,7 @@ HOST = HostView(
 
 def _spec(stage_dir: str | None):
     config = helper_config(PROFILE, control_fd=3, dial_fd=4)
-    return build_launch_spec(PROFILE, host=HOST, helper_source="<HELPER>", config=config,
+    return build_launch_spec(PROFILE, host=HOST, helper_code="<HELPER>", config=config,
                              seccomp_fd=5, stage_dir=stage_dir, bwrap="/usr/bin/bwrap")
 
 
@@ -76,7 +77,7 @@ def test_argv_unprivileged_harness() -> None:
         "--bind", "/HOST/ws", "/workspace",
         "--chdir", "/workspace",
         "--seccomp", "5",
-        "--", "/PY/bin/python3.11", "-I", "-S", "-c", "<HELPER>",
+        "--", "/PY/bin/python3.11", "-I", "-S", "-c", BOOTSTRAP, "<HELPER>",
     ]
     assert config == {
         "channel_fds": [3, 3],
@@ -117,14 +118,14 @@ def test_argv_root_harness_stages_every_non_system_source() -> None:
 def test_trust_bundle_is_bound_over_the_system_bundle_after_etc() -> None:
     config = helper_config(PROFILE, control_fd=3, dial_fd=4)
     plain = list(_spec(None).argv)
-    argv = list(build_launch_spec(PROFILE, host=HOST, helper_source="<HELPER>", config=config,
+    argv = list(build_launch_spec(PROFILE, host=HOST, helper_code="<HELPER>", config=config,
                                   seccomp_fd=5, stage_dir=None, bwrap="/usr/bin/bwrap",
                                   trust_bundle="/RUN/trust.pem").argv)
     at = plain.index("--ro-bind", plain.index("/HOME/.pyenv") + 1)
     # Exactly one bind added, after every read-only root (so on top of /etc's).
     assert argv == plain[:at] + [
         "--ro-bind", "/RUN/trust.pem", "/etc/ssl/certs/ca-certificates.crt"] + plain[at:]
-    staged = build_launch_spec(PROFILE, host=HOST, helper_source="<HELPER>", config=config,
+    staged = build_launch_spec(PROFILE, host=HOST, helper_code="<HELPER>", config=config,
                                seccomp_fd=5, stage_dir="<STAGE>", bwrap="/usr/bin/bwrap",
                                trust_bundle="/RUN/trust.pem")
     assert StagedBind(source="/RUN/trust.pem", staged="<STAGE>/4", directory=False) in staged.stage
@@ -178,7 +179,7 @@ def test_protected_entries_are_bound_read_only_on_top_of_the_workspace() -> None
     profile = replace(PROFILE, fs=fs)
     config = helper_config(profile, control_fd=3, dial_fd=4)
     for stage_dir in (None, "<STAGE>"):
-        spec = build_launch_spec(profile, host=HOST, helper_source="<HELPER>", config=config,
+        spec = build_launch_spec(profile, host=HOST, helper_code="<HELPER>", config=config,
                                  seccomp_fd=5, stage_dir=stage_dir, bwrap="/usr/bin/bwrap")
         argv = list(spec.argv)
         at = argv.index("/workspace")
@@ -202,7 +203,7 @@ def _facts(**overrides: object):
                      "SSL_CERT_FILE": "/CA/corp.pem", "OPENAI_API_KEY": "sk-never"},
         "path_dirs": frozenset({"/HOME/.cargo/bin", "/usr/bin", "/HOME/.local/bin"}),
         "landlock_min_abi": 1, "capture": None,
-        "helper_source": "<HELPER>",
+        "helper_code": "<HELPER>",
     }
     facts.update(overrides)
     return LinuxFacts(**facts)  # type: ignore[arg-type]

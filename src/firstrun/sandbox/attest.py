@@ -14,12 +14,12 @@ from __future__ import annotations
 import json
 import socket
 from dataclasses import dataclass
-from pathlib import Path
 
 from firstrun.errors import AttestationFailed
+from firstrun.sandbox import attest_probe
 from firstrun.sandbox.base import Check, Session, Stream
+from firstrun.sandbox.bytecode import python_argv
 
-PROBE_SOURCE = (Path(__file__).parent / "attest_probe.py").read_text(encoding="utf-8")
 _PROBE_TIMEOUT_S = 60.0
 
 
@@ -80,6 +80,10 @@ class AttestPlan:
     host_kernel``), for a session that claims a kernel of its own: the probe
     must find a different version and release, and fail the probes only the
     host kernel answers.
+
+    ``harness_python``: ``python`` is the harness's own interpreter, bound
+    in, so the probe is handed as the harness's byte code
+    (``bytecode.python_argv``) instead of source to compile.
     """
 
     python: str
@@ -100,6 +104,7 @@ class AttestPlan:
     self_mem_sealed: bool = False
     protected: tuple[tuple[str, str], ...] = ()
     foreign_kernel: dict[str, object] | None = None
+    harness_python: bool = False
 
 
 def attest(session: Session, plan: AttestPlan) -> tuple[Check, ...]:
@@ -131,7 +136,8 @@ def attest(session: Session, plan: AttestPlan) -> tuple[Check, ...]:
         # task's, and a small one must not truncate the probe's report.
         stdout = bytearray()
         result = session.exec(
-            [plan.python, "-I", "-S", "-c", PROBE_SOURCE, json.dumps(data)],
+            [*python_argv(plan.python, attest_probe, compiled=plan.harness_python),
+             json.dumps(data)],
             timeout=_PROBE_TIMEOUT_S,
             on_output=lambda stream, chunk: stdout.extend(chunk) if stream is Stream.STDOUT
             else None,

@@ -39,7 +39,6 @@ import tempfile
 import threading
 import time
 from contextlib import ExitStack
-from pathlib import Path
 from typing import IO
 
 from firstrun.errors import SandboxError, SandboxUnavailable
@@ -47,7 +46,7 @@ from firstrun.policy.filesystem import SYSTEM_READONLY
 from firstrun.policy.process import Limits
 from firstrun.policy.profile import LayerName, SandboxProfile
 from firstrun.sandbox import attest as attestation
-from firstrun.sandbox import capture, helper
+from firstrun.sandbox import bytecode, capture, helper
 from firstrun.sandbox.base import (
     Capability,
     Enforcement,
@@ -71,8 +70,6 @@ from firstrun.sandbox.ownership import give_back, kill_uid, lend, pick_uid, reco
 from firstrun.sandbox.protect import describe as describe_protection
 from firstrun.sandbox.protect import place as place_placeholders
 from firstrun.sandbox.protect import remove as remove_placeholders
-
-HELPER_SOURCE = Path(helper.__file__).read_text(encoding="utf-8")
 
 # Per-session uids for a root harness: far above any distribution's ranges
 # and the usual subuid blocks, and unique per live session.
@@ -398,7 +395,7 @@ class LinuxBackend:
                 path_dirs=frozenset(e for e in host_path.split(":") if os.path.isdir(e)),
                 landlock_min_abi=self._landlock_min_abi,
                 capture=CAPTURE_PORTS.to_config(ipv6=True) if capturing else None,
-                helper_source=HELPER_SOURCE,
+                helper_code=bytecode.encoded(helper),
                 info_fd=info_w,
             ))
             phases.mark("staged")
@@ -466,6 +463,7 @@ class LinuxBackend:
                 network=("captured" if capturing else "loopback_only")
                 if LayerName.NETWORK in profile.required else "shared",
                 supervisor="same_uid", self_mem_sealed=abi > 0, protected=fs.protected,
+                harness_python=True,
             ))
             session.info = SessionInfo(
                 backend=self.name,

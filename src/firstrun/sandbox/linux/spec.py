@@ -38,6 +38,7 @@ from firstrun.policy.filesystem import SYSTEM_READONLY, is_under
 from firstrun.policy.process import SANDBOX_CA_BUNDLE, build_environment
 from firstrun.policy.profile import LayerName, SandboxProfile
 from firstrun.sandbox.base import ProxyEndpoint
+from firstrun.sandbox.bytecode import BOOTSTRAP
 
 SANDBOX_TMP = "/tmp"
 PROXY_PORT = 3128
@@ -121,7 +122,7 @@ def build_launch_spec(
     profile: SandboxProfile,
     *,
     host: HostView,
-    helper_source: str,
+    helper_code: str,
     config: dict[str, object],
     seccomp_fd: int | None,
     stage_dir: str | None,
@@ -130,6 +131,9 @@ def build_launch_spec(
     info_fd: int | None = None,
 ) -> LaunchSpec:
     """The complete bwrap argv for one session; ``stage_dir`` set when dropping root.
+
+    ``helper_code``: the helper's code as ``bytecode.encoded`` gives it, run by
+    the harness's own interpreter (``host.interpreter``, bound in).
 
     ``trust_bundle``: the host file shown at ``SANDBOX_CA_BUNDLE`` (TLS inspection).
     ``info_fd``: where bubblewrap writes its child's pid as soon as it made
@@ -189,7 +193,7 @@ def build_launch_spec(
     if seccomp_fd is not None:
         argv += ["--seccomp", str(seccomp_fd)]
     argv += [
-        "--", host.interpreter, "-I", "-S", "-c", helper_source,
+        "--", host.interpreter, "-I", "-S", "-c", BOOTSTRAP, helper_code,
         json.dumps(config, sort_keys=True, separators=(",", ":")),
     ]
     return LaunchSpec(argv=tuple(argv), stage=tuple(stage), exposed=exposed)
@@ -240,7 +244,7 @@ class LinuxFacts:
     path_dirs: frozenset[str]
     landlock_min_abi: int
     capture: dict[str, object] | None
-    helper_source: str
+    helper_code: str
     info_fd: int | None = None
 
 
@@ -311,7 +315,7 @@ def prepare(profile: SandboxProfile, proxy: ProxyEndpoint | None, facts: LinuxFa
     """
     config = helper_config(profile, control_fd=facts.control_fd, dial_fd=facts.dial_fd,
                            landlock_min_abi=facts.landlock_min_abi, capture=facts.capture)
-    spec = build_launch_spec(profile, host=facts.host, helper_source=facts.helper_source,
+    spec = build_launch_spec(profile, host=facts.host, helper_code=facts.helper_code,
                              config=config, seccomp_fd=facts.seccomp_fd,
                              stage_dir=facts.stage_dir, bwrap=facts.bwrap,
                              trust_bundle=proxy.trust_bundle if proxy is not None else None,
