@@ -17,6 +17,7 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
 
 _CLONE_NEWUSER = 0x10000000
@@ -25,6 +26,37 @@ _CLONE_NEWUSER = 0x10000000
 def _status() -> dict[str, str]:
     with open("/proc/self/status") as f:
         return dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+
+
+class _Concurrent:
+    """Checks that wait on the network, run in threads beside the rest.
+
+    ``start`` returns the check's slot, ``[name]``, which holds
+    ``[name, passed, detail]`` once ``join`` returned; a check that raises
+    fails, with what it raised.
+    """
+
+    def __init__(self) -> None:
+        self._threads: list[threading.Thread] = []
+
+    def start(self, name: str, check, *args) -> list:
+        slot: list = [name]
+
+        def run() -> None:
+            try:
+                passed, detail = check(*args)
+            except Exception as exc:  # a check that breaks proves nothing
+                passed, detail = False, f"{type(exc).__name__}: {exc}"
+            slot.extend((passed, detail))
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+        return slot
+
+    def join(self) -> None:
+        for thread in self._threads:
+            thread.join()
 
 
 def check_fds() -> tuple[bool, str]:
@@ -229,29 +261,44 @@ def check_proxy(port: int, nonce: str, host: str = "127.0.0.1") -> tuple[bool, s
         f"status {status}, nonce {'present' if present else 'absent'}"
 
 
-SYNTHETIC_NETWORK = "198.18.0.0/15"
+# The stub's synthetic addresses, 198.18.0.0/15: the first 15 bits.
+_SYNTHETIC_PREFIX, _SYNTHETIC_BITS = 0xC612_0000, 15
+
+
+def _synthetic(address: str) -> bool:
+    try:
+        value = int.from_bytes(socket.inet_aton(address), "big")
+    except OSError:
+        return False
+    return value >> (32 - _SYNTHETIC_BITS) == _SYNTHETIC_PREFIX >> (32 - _SYNTHETIC_BITS)
+
+
+def _refused_name() -> tuple[bool, str]:
+    try:
+        socket.getaddrinfo("refused.firstrun.invalid", 80)
+    except socket.gaierror as exc:
+        return (exc.errno in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", -5)),
+                f"refused.firstrun.invalid: {exc.strerror}")
+    return False, "refused.firstrun.invalid resolved"
 
 
 def check_captured(nonce: str) -> tuple[bool, str]:
-    """Transparent capture from inside: the stub's answers, and a plain dial reaching the proxy."""
-    import ipaddress
+    """Transparent capture from inside: the stub's answers, and a plain dial reaching the proxy.
 
+    The name the stub must refuse is asked beside the one it must answer.
+    """
+    refusal = _Concurrent()
+    refused = refusal.start("refused", _refused_name)
     details = []
     try:
         infos = socket.getaddrinfo("attest.firstrun.invalid", 80, socket.AF_INET,
                                    socket.SOCK_STREAM)
         address = infos[0][4][0]
     except OSError as exc:
+        refusal.join()
         return False, f"attest.firstrun.invalid did not resolve: {exc}"
-    synthetic = ipaddress.ip_address(address) in ipaddress.ip_network(SYNTHETIC_NETWORK)
+    synthetic = _synthetic(address)
     details.append(f"attest.firstrun.invalid -> {address}")
-    try:
-        socket.getaddrinfo("refused.firstrun.invalid", 80)
-        refused = False
-        details.append("refused.firstrun.invalid resolved")
-    except socket.gaierror as exc:
-        refused = exc.errno in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", -5))
-        details.append(f"refused.firstrun.invalid: {exc.strerror}")
     try:
         status, body = _attest_get((address, 80), "/")
         answered = _answered(status, body, nonce)
@@ -259,7 +306,10 @@ def check_captured(nonce: str) -> tuple[bool, str]:
     except OSError as exc:
         answered = False
         details.append(f"plain dial failed: {exc}")
-    return synthetic and refused and answered, "; ".join(details)
+    refusal.join()
+    _, was_refused, said = refused
+    details.insert(1, said)
+    return synthetic and was_refused and answered, "; ".join(details)
 
 
 def check_homes(homes: list[str], exposed: list[str]) -> tuple[bool, str]:
@@ -504,45 +554,56 @@ def check_seatbelt() -> tuple[bool, str]:
     return rc == 1, f"sandbox_check(self): {rc}"
 
 
+def _firewalled_captured(plan: dict) -> tuple[bool, str]:
+    # Every other flow is redirected to the relay, so a dial "succeeds"
+    # locally and is refused by the proxy; what the firewall itself must
+    # refuse is the host and the sidecar's ports kept for the helper.
+    return _all_refused([
+        _dial_refused((plan["host_address"], 80), errno.ECONNREFUSED),
+        _dial_refused((plan["proxy_host"], plan["proxy_port"] + 1), errno.ECONNREFUSED),
+        _dial_refused((plan["proxy_host"], plan["proxy_port"] + 2), errno.ECONNREFUSED),
+    ])
+
+
 def main(argv: list[str]) -> int:
     plan = json.loads(argv[1])
-    results = [("no_inherited_fds", *check_fds())]
+    # While the probe is one thread with no socket of its own: the descriptors
+    # it inherited, and unshare(), which the kernel refuses any process with
+    # threads (EINVAL) whatever its filter says.
+    results: list = [("no_inherited_fds", *check_fds())]
+    kernel = plan.get("kernel", "linux")
+    seccomp = plan.get("seccomp", True)
+    seccomp_loaded = check_seccomp() if kernel != "darwin" and seccomp is True else None
+    # What waits on the network runs beside the rest; the report keeps this order.
+    waiting = _Concurrent()
     network = plan.get("network", "loopback_only")
     if network == "shared":
         # The host's own network (an audit configuration): nothing to prove,
         # and nothing is dialled, so the probe sends no traffic at all.
         results.append(("network_not_required", True, "the session shares the host's network"))
     elif network == "firewalled":
-        results.append(("direct_egress_refused", *check_firewalled()))
+        results.append(waiting.start("direct_egress_refused", check_firewalled))
     elif network == "profile_filtered":
-        results.append(("direct_egress_refused", *check_profile_filtered()))
+        results.append(waiting.start("direct_egress_refused", check_profile_filtered))
     elif network == "firewalled_captured":
-        # Every other flow is redirected to the relay, so a dial "succeeds"
-        # locally and is refused by the proxy; what the firewall itself must
-        # refuse is the host and the sidecar's ports kept for the helper.
-        results.append(("direct_egress_refused", *_all_refused([
-            _dial_refused((plan["host_address"], 80), errno.ECONNREFUSED),
-            _dial_refused((plan["proxy_host"], plan["proxy_port"] + 1), errno.ECONNREFUSED),
-            _dial_refused((plan["proxy_host"], plan["proxy_port"] + 2), errno.ECONNREFUSED),
-        ])))
-        results.append(("capture_in_force", *check_captured(plan["nonce"])))
+        results.append(waiting.start("direct_egress_refused", _firewalled_captured, plan))
+        results.append(waiting.start("capture_in_force", check_captured, plan["nonce"]))
     elif network == "captured":
         results.append(("only_loopback_interface", *check_interfaces(captured=True)))
-        results.append(("capture_in_force", *check_captured(plan["nonce"])))
+        results.append(waiting.start("capture_in_force", check_captured, plan["nonce"]))
     elif network == "user_restricted":
         results.append(("only_on_link_route", *check_on_link_only()))
         results.append(("no_route", *check_no_route()))
-        results.append(("no_dns", *check_no_dns()))
+        results.append(waiting.start("no_dns", check_no_dns))
     else:
         results.append(("only_loopback_interface", *check_interfaces()))
         results.append(("no_route", *check_no_route()))
     if network != "shared":
-        results.append(("host_loopback_unreachable_inside",
-                        *check_host_loopback(plan["canary_port"],
-                                             plan.get("host_address", "127.0.0.1"))))
+        results.append(waiting.start("host_loopback_unreachable_inside", check_host_loopback,
+                                     plan["canary_port"], plan.get("host_address", "127.0.0.1")))
     if plan["proxy_port"] is not None:
-        results.append(("proxy_answers", *check_proxy(plan["proxy_port"], plan["nonce"],
-                                                       plan.get("proxy_host", "127.0.0.1"))))
+        results.append(waiting.start("proxy_answers", check_proxy, plan["proxy_port"],
+                                     plan["nonce"], plan.get("proxy_host", "127.0.0.1")))
     results.append(("real_homes_unreadable", *check_homes(plan["real_homes"], plan["exposed"])))
     results.append(("writes_confined", *check_writes(plan["workspace"], plan["landlock"],
                                                      plan.get("write_witness"))))
@@ -555,18 +616,18 @@ def main(argv: list[str]) -> int:
                                           plan.get("self_mem_sealed", False))))
     if plan.get("foreign_kernel") is not None:
         results.append(("kernel_not_the_hosts", *check_foreign_kernel(plan["foreign_kernel"])))
-    if plan.get("kernel", "linux") == "darwin":
+    if kernel == "darwin":
         results.append(("no_privileges", *check_not_root()))
         results.append(("seatbelt_applied", *check_seatbelt()))
     else:
         results.append(("no_privileges", *check_privileges()))
-        seccomp = plan.get("seccomp", True)
-        if seccomp is True:
-            results.append(("seccomp_loaded", *check_seccomp()))
+        if seccomp_loaded is not None:
+            results.append(("seccomp_loaded", *seccomp_loaded))
         elif seccomp is False:
             results.append(("seccomp_not_required", True, "the profile leaves seccomp out"))
         # "host": a user-space kernel answers the probe's own calls; the
         # filter is on that kernel's host process, and proven from the host.
+    waiting.join()
     json.dump([{"name": n, "passed": p, "detail": d} for n, p, d in results], sys.stdout)
     return 0
 
