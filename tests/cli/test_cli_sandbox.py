@@ -373,3 +373,17 @@ def test_a_record_inside_the_workspace_is_refused_before_anything_runs(
     assert proc.returncode == 3, proc.stderr
     assert proc.stderr.count("\n") == 1 and "--record" in proc.stderr and "inside the workspace" in proc.stderr
     assert not (workspace / "ran").exists() and not (workspace / "egress.jsonl").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root harness makes a sized workspace")
+def test_a_refusal_while_the_workspace_is_made_leaves_no_disk_behind() -> None:
+    # The workspace is made beside the policy's checks: one refused later
+    # still unmounts and removes it, and drops its lease.
+    proc = subprocess.Popen([str(FIRSTRUN), "sandbox", "--allow", "not a host!", "--", "true"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode == 3 and "--allow" in err, err
+    leases = [json.loads(p.read_text()) for p in Path("/run/firstrun/disks").glob("*.json")]
+    # A lease goes only after its filesystem is unmounted and removed.
+    assert not [lease for lease in leases if lease["harness"].split(":")[0] == str(proc.pid)]

@@ -16,6 +16,8 @@ import json
 import os
 import sys
 import tempfile
+import threading
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 
@@ -28,10 +30,8 @@ from firstrun.policy.methods import InspectionPolicy
 from firstrun.policy.network import DEFAULT_ALLOW, Channel, Mode, NetworkPolicy
 from firstrun.policy.process import DEFAULT_DISK_MB, Limits
 from firstrun.policy.profile import LayerName, SandboxProfile
-from firstrun.proxy.records import EgressRecord, RecordLog
-from firstrun.proxy.server import EgressProxy, capture_listeners
 from firstrun.sandbox.base import ExecResult, ProxyEndpoint, Stream
-from firstrun.sandbox.disk import SizedWorkspace, open_sized_workspace, unbounded
+from firstrun.sandbox.disk import DiskBound, SizedWorkspace, open_sized_workspace, unbounded
 from firstrun.sandbox.hostfs import check_workspace, host_filesystem_policy
 from firstrun.sandbox.select import (
     OWN_PROXY,
@@ -142,32 +142,73 @@ def _exit_code(result: ExecResult) -> int:
     return result.exit_code & 0xFF
 
 
+def _make_workspace(request: SandboxRequest,
+                    stack: ExitStack) -> Callable[[], tuple[str, SizedWorkspace | DiskBound]]:
+    """Start making the command's workspace; what it returns waits for it: (path, disk).
+
+    A workspace of firstrun's own is a sized filesystem made by mkfs and
+    mount, processes of their own: made in a thread, it is ready while this
+    one imports and starts the proxy and the backend. Closed by ``stack``,
+    made or half made.
+    """
+    if request.workspace is not None:
+        mine = os.path.realpath(request.workspace), unbounded("a workspace of your own")
+        return lambda: mine
+    made: dict[str, SizedWorkspace | DiskBound | BaseException] = {}
+
+    def make() -> None:
+        try:
+            made["disk"] = open_sized_workspace(
+                DEFAULT_DISK_MB if request.max_disk_mb is None else request.max_disk_mb,
+                asked=request.max_disk_mb is not None)
+        except BaseException as exc:  # re-raised by wait, in the caller's thread
+            made["error"] = exc
+
+    thread = threading.Thread(target=make, name="firstrun-workspace", daemon=True)
+    thread.start()
+
+    def close() -> None:
+        thread.join()
+        if isinstance(made.get("disk"), SizedWorkspace):
+            made["disk"].close()  # type: ignore[union-attr]
+
+    stack.callback(close)
+
+    def wait() -> tuple[str, SizedWorkspace | DiskBound]:
+        thread.join()
+        if "error" in made:
+            raise made["error"]  # type: ignore[misc]
+        disk = made["disk"]
+        if isinstance(disk, SizedWorkspace):
+            return disk.path, disk
+        assert isinstance(disk, DiskBound)
+        return stack.enter_context(tempfile.TemporaryDirectory(prefix="firstrun-ws-")), disk
+
+    return wait
+
+
 def run_sandbox(request: SandboxRequest) -> int:
     """Run the command; return the process exit status. Raises FirstrunError on refusal."""
     _check_paths(request)
-    policy = build_network_policy(request)
-    options = BackendOptions(allow_unenforced=request.allow_unenforced, image=request.image)
-    name = inspecting_backend(request.backend, inspect_tls=request.inspect_tls, flag="--backend")
-    name = resolve_backend(name, options, (request.image,)).backend
-    own = RecordLog(request.record) if entry(name).own_proxy else None
-    backend = select_backend(name, allow_unenforced=request.allow_unenforced, options=options
-                             if own is None else BackendOptions(
-                                 image=request.image,
-                                 on_record=lambda data: own.append(EgressRecord.from_data(data))))
     with ExitStack() as stack:
         stack.enter_context(signals_unwind())
-        if request.workspace is None:
-            disk = open_sized_workspace(
-                DEFAULT_DISK_MB if request.max_disk_mb is None else request.max_disk_mb,
-                asked=request.max_disk_mb is not None)
-            if isinstance(disk, SizedWorkspace):
-                stack.callback(disk.close)
-                workspace = disk.path
-            else:
-                workspace = stack.enter_context(tempfile.TemporaryDirectory(prefix="firstrun-ws-"))
-        else:
-            workspace = os.path.realpath(request.workspace)
-            disk = unbounded("a workspace of your own")
+        workspace_made = _make_workspace(request, stack)
+        policy = build_network_policy(request)
+        options = BackendOptions(allow_unenforced=request.allow_unenforced, image=request.image)
+        name = inspecting_backend(request.backend, inspect_tls=request.inspect_tls,
+                                  flag="--backend")
+        name = resolve_backend(name, options, (request.image,)).backend
+        # Imported here, while the workspace is made: the proxy is most of
+        # this command's imports.
+        from firstrun.proxy.records import EgressRecord, RecordLog
+        from firstrun.proxy.server import EgressProxy, capture_listeners
+
+        own = RecordLog(request.record) if entry(name).own_proxy else None
+        backend = select_backend(name, allow_unenforced=request.allow_unenforced,
+                                 options=options if own is None else BackendOptions(
+                                     image=request.image,
+                                     on_record=lambda data: own.append(EgressRecord.from_data(data))))
+        workspace, disk = workspace_made()
         limits = Limits() if request.timeout_s is None else Limits(command_timeout_s=request.timeout_s)
         profile = SandboxProfile(
             # A directory of the user's own is protected; a temporary one is ours.
