@@ -9,7 +9,11 @@ is the median wall time. srt is the version ``scripts/install
 firstrun runs with byte-code caching on, as an installed CLI has it (the
 environment's PYTHONDONTWRITEBYTECODE is dropped for it). ``cli_version`` is
 ``firstrun --version``: the interpreter plus the CLI's own imports, which
-every command pays. The phases are a one-shot's, in process, over
+every command pays. Two floors are measured in the same rounds:
+``python_bare`` (firstrun's interpreter running ``pass``, as ``-I -S``
+does: no site, no imports of ours) and ``bwrap_bare`` (bubblewrap with
+every namespace firstrun unshares, the host's / bound read-only, running
+``true``: no helper, no probe, no proxy). The phases are a one-shot's, in process, over
 ``ROUNDS`` rounds, each phase's median length: the proxy's start, then
 ``LinuxBackend.start``'s own marks (``StartPhases``), the first command, the
 close and the proxy's stop; so a regression shows in the phase that grew.
@@ -32,6 +36,10 @@ BAR = 0.5
 HERE = Path(__file__).resolve().parent
 SRT = HERE / ".peers" / "node_modules" / ".bin" / "srt"
 FIRSTRUN = Path(sys.executable).parent / "firstrun"
+BWRAP_BARE = ["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+              "--unshare-net", "--unshare-cgroup-try", "--disable-userns", "--die-with-parent",
+              "--as-pid-1", "--new-session", "--ro-bind", "/", "/", "--proc", "/proc",
+              "--dev", "/dev", "--", "true"]
 
 
 def _wall_s(argv: list[str], env: dict[str, str], cwd: str) -> float:
@@ -101,11 +109,16 @@ def main(rounds: int = ROUNDS) -> dict[str, dict[str, object]]:
     for tool in ("rg", "socat"):
         if shutil.which(tool) is None:
             raise RuntimeError(f"srt needs {tool}: run scripts/install --with-bench-deps")
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        raise RuntimeError("bubblewrap is not installed: run scripts/install")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     one_shots = {
         "srt_true": [str(SRT), "true"],
         "firstrun_sandbox_true": [str(FIRSTRUN), "sandbox", "--backend", "linux", "--", "true"],
         "cli_version": [str(FIRSTRUN), "--version"],
+        "python_bare": [os.path.realpath(sys.executable), "-I", "-S", "-c", "pass"],
+        "bwrap_bare": [bwrap, *BWRAP_BARE],
     }
     samples: dict[str, list[float]] = {name: [] for name in one_shots}
     with tempfile.TemporaryDirectory(prefix="firstrun-bench-oneshot-") as cwd:
@@ -120,6 +133,8 @@ def main(rounds: int = ROUNDS) -> dict[str, dict[str, object]]:
         "firstrun_sandbox_true": {"value": median["firstrun_sandbox_true"], "unit": "ms",
                                   "better": "lower", "baseline": "srt_true", "bar": BAR},
         "cli_version": {"value": median["cli_version"], "unit": "ms", "better": "lower"},
+        "python_bare": {"value": median["python_bare"], "unit": "ms", "better": "lower"},
+        "bwrap_bare": {"value": median["bwrap_bare"], "unit": "ms", "better": "lower"},
     }
     for phase, length in _phases(rounds).items():
         figures[f"linux_oneshot_{phase}"] = {"value": length * 1e3, "unit": "ms",
