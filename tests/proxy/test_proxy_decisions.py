@@ -237,7 +237,6 @@ def test_upstream_headers_drop_hop_by_hop_and_proxy_headers() -> None:
         (b"accept", b"*/*"),
         # Named in Connection, but framing stays: it is what h11 validated.
         (b"content-length", b"2"),
-        (b"connection", b"close"),
     ]
 
 

@@ -21,43 +21,40 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import http
 import os
-import socket
 import ssl
-import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import h11
 
-from firstrun.policy.decision import Decision, Reason, Verdict
+from firstrun.policy.decision import Reason
 from firstrun.policy.hosts import parse_ip_literal
-from firstrun.policy.methods import InnerRequest, InspectionPolicy, decide_inner
+from firstrun.policy.methods import InspectionPolicy
 from firstrun.policy.network import Channel
 from firstrun.policy.process import SANDBOX_CA_BUNDLE
-from firstrun.proxy.credentials import MaskedCredential, mint, substitute
-from firstrun.proxy.errors import (
-    PeerGone,
-    Refused,
-    UpstreamGone,
-    refusal_for_protocol_error,
+from firstrun.proxy.credentials import MaskedCredential, mint
+from firstrun.proxy.errors import PeerGone, Refused, UpstreamGone
+from firstrun.proxy.exchange import (
+    Clock,
+    Command,
+    Event,
+    Forward,
+    Handler,
+    InnerContext,
+    Record,
+    Refuse,
+    inner_request,
 )
 from firstrun.proxy.flight import judge_first_flight
-from firstrun.proxy.records import EgressRecord, Scheme, now_iso
-from firstrun.proxy.request import (
-    authority_text,
-    check_framing,
-    downstream_headers,
-    end_to_end,
-    parse_authority,
-)
+from firstrun.proxy.records import EgressRecord
 from firstrun.proxy.tls import MAX_CLIENT_HELLO, Hello, HelloStatus, parse_client_hello
+from firstrun.proxy.wire import SocketStream, forward, linger, read_head
 
 if TYPE_CHECKING:
     from firstrun.proxy.ca import RunCA
+    from firstrun.proxy.server import ProxyLimits
 
 _READ = 1 << 16
 
@@ -71,24 +68,13 @@ class Interception:
     credentials: tuple[MaskedCredential, ...] = ()
 
 
-@dataclass(frozen=True, kw_only=True)
-class Timeouts:
-    head_s: float
-    idle_s: float
-    connect_s: float
-    upstream_s: float
-    linger_s: float
-    linger_bytes: int
-    max_head_bytes: int
-
-
 class _TLS:
-    """One TLS endpoint over a non-blocking socket, driven by the event loop through memory BIOs."""
+    """One TLS endpoint over a ``SocketStream``, driven through memory BIOs: a ``Stream`` itself."""
 
-    def __init__(self, sock: socket.socket, obj_factory: Callable[[ssl.MemoryBIO, ssl.MemoryBIO], ssl.SSLObject],
+    def __init__(self, raw: SocketStream,
+                 obj_factory: Callable[[ssl.MemoryBIO, ssl.MemoryBIO], ssl.SSLObject],
                  gone: type[Exception]) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._sock = sock
+        self._raw = raw
         self._in = ssl.MemoryBIO()
         self._out = ssl.MemoryBIO()
         self._obj = obj_factory(self._in, self._out)
@@ -102,21 +88,13 @@ class _TLS:
 
     async def _flush(self, timeout: float) -> None:
         data = self._out.read()
-        if not data:
-            return
-        try:
-            async with asyncio.timeout(timeout):
-                await self._loop.sock_sendall(self._sock, data)
-        except OSError as exc:  # TimeoutError included
-            raise self._gone(f"send failed: {exc.strerror or exc}") from None
-        self.raw_out += len(data)
+        if data:
+            self.raw_out += await self._raw.send(data, timeout)
 
     async def _fill(self, timeout: float) -> None:
-        try:
-            async with asyncio.timeout(max(timeout, 0.0)):
-                data = await self._loop.sock_recv(self._sock, _READ)
-        except OSError as exc:  # TimeoutError included
-            raise self._gone(f"receive failed: {exc.strerror or exc}") from None
+        data = await self._raw.recv(timeout)
+        if data is None:
+            raise self._gone("receive failed: timed out")
         if data:
             self.feed(data)
         else:
@@ -137,8 +115,10 @@ class _TLS:
         """Raises ``ssl.SSLError`` (a certificate error included) or ``gone``."""
         await self._run(self._obj.do_handshake, timeout)
 
-    async def recv(self, timeout: float) -> bytes:
-        """Plaintext; b"" when the peer closed, cleanly or not."""
+    async def recv(self, timeout: float) -> bytes | None:
+        """Plaintext; b"" when the peer closed, cleanly or not; None when ``timeout`` passed."""
+        if self._obj.pending():
+            return self._obj.read(self._obj.pending())
         try:
             data = await self._run(lambda: self._obj.read(_READ), timeout)
         except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
@@ -164,45 +144,6 @@ class _TLS:
             await self._flush(timeout)
 
 
-class _Inner:
-    """What one decrypted request has shown so far; becomes its record."""
-
-    def __init__(self, channel: Channel, host: str, port: int, resolved: str | None) -> None:
-        self.ts = now_iso()
-        self.started = time.monotonic()
-        self.channel = channel
-        self.host = host
-        self.port = port
-        self.resolved = resolved
-        self.method: str | None = None
-        self.path: str | None = None
-        self.decision: Decision | None = None
-        self.refusal: Refused | None = None
-        self.status: int | None = None
-        self.bytes_up = 0
-        self.bytes_down = 0
-        self.credentials: tuple[str, ...] = ()
-
-    def record(self) -> EgressRecord | None:
-        if self.refusal is not None:
-            verdict, reason, layer = Verdict.DENY, self.refusal.reason, self.refusal.layer
-            override = None
-        elif self.decision is not None:
-            verdict, reason, layer = Verdict.ALLOW, self.decision.reason, self.decision.layer
-            override = self.decision.override
-        else:
-            return None
-        return EgressRecord(
-            ts=self.ts, id=uuid.uuid4().hex, channel=self.channel, method=self.method,
-            scheme=Scheme.HTTPS, host=self.host, port=self.port, path=self.path,
-            decision=verdict, reason=reason, layer=layer, would_deny=None, override=override,
-            resolved=self.resolved, status=self.status, bytes_up=self.bytes_up,
-            bytes_down=self.bytes_down,
-            duration_ms=round((time.monotonic() - self.started) * 1000, 3),
-            credentials=self.credentials,
-        )
-
-
 @dataclass(frozen=True, kw_only=True)
 class InterceptResult:
     bytes_up: int
@@ -213,16 +154,17 @@ class InterceptResult:
 
 
 class InterceptedTunnel:
-    """One admitted CONNECT, decrypted: a sequence of judged HTTP/1.1 requests."""
+    """One admitted CONNECT, decrypted: a sequence of requests, each judged by ``exchange.inner_request``."""
 
     def __init__(
-        self, *, client: socket.socket, upstream: socket.socket, host: str, port: int,
+        self, *, client: SocketStream, upstream: SocketStream, host: str, port: int,
         initial: bytes, resolved: str | None, channel: Channel, policy: InspectionPolicy,
-        interception: Interception, timeouts: Timeouts, emit: Callable[[EgressRecord], None],
+        interception: Interception, limits: ProxyLimits, clock: Clock,
+        emit: Callable[[EgressRecord], None],
     ) -> None:
         self._loop = asyncio.get_running_loop()
-        self._client_sock = client
-        self._upstream_sock = upstream
+        self._client_raw = client
+        self._upstream_raw = upstream
         self._host = host
         self._port = port
         self._initial = initial
@@ -230,7 +172,8 @@ class InterceptedTunnel:
         self._channel = channel
         self._policy = policy
         self._interception = interception
-        self._t = timeouts
+        self._limits = limits
+        self._clock = clock
         self._emit = emit
         self._client: _TLS | None = None
         self._upstream: _TLS | None = None
@@ -250,14 +193,14 @@ class InterceptedTunnel:
             return self._result(refusal)
         upstream_refusal = await self._connect_upstream()
         self._client = _TLS(
-            self._client_sock,
+            self._client_raw,
             lambda i, o: self._interception.ca.server_context(self._host).wrap_bio(
                 i, o, server_side=True),
             PeerGone,
         )
         self._client.feed(data)
         try:
-            await self._client.handshake(self._t.head_s)
+            await self._client.handshake(self._limits.head_timeout_s)
         except (ssl.SSLError, PeerGone) as exc:
             return self._result(Refused(
                 Reason.CLIENT_TLS_FAILED,
@@ -268,16 +211,16 @@ class InterceptedTunnel:
         try:
             await self._serve(upstream_refusal)
         finally:
-            await self._client.close(self._t.linger_s)
+            await self._client.close(self._limits.linger_timeout_s)
             if self._upstream is not None:
-                await self._upstream.close(self._t.linger_s)
+                await self._upstream.close(self._limits.linger_timeout_s)
         return self._result(None)
 
     # -- the handshakes -------------------------------------------------------
 
     async def _first_flight(self) -> tuple[bytes, Hello] | None:
         buf = bytearray(self._initial)
-        deadline = self._loop.time() + self._t.head_s
+        deadline = self._loop.time() + self._limits.head_timeout_s
         while True:
             hello = parse_client_hello(bytes(buf))
             if hello.status is not HelloStatus.INCOMPLETE:
@@ -285,12 +228,11 @@ class InterceptedTunnel:
             if len(buf) >= MAX_CLIENT_HELLO:
                 return bytes(buf), Hello(status=HelloStatus.MALFORMED)
             try:
-                async with asyncio.timeout(max(deadline - self._loop.time(), 0.0)):
-                    chunk = await self._loop.sock_recv(self._client_sock, _READ)
-            except TimeoutError:
-                return (bytes(buf), Hello(status=HelloStatus.MALFORMED)) if buf else None
-            except OSError:
+                chunk = await self._client_raw.recv(deadline - self._loop.time())
+            except PeerGone:
                 return None
+            if chunk is None:
+                return (bytes(buf), Hello(status=HelloStatus.MALFORMED)) if buf else None
             if not chunk:
                 return (bytes(buf), hello) if buf else None
             buf += chunk
@@ -311,13 +253,13 @@ class InterceptedTunnel:
     async def _connect_upstream(self) -> Refused | None:
         """Verify the real server; the refusal answers the client's first request."""
         self._upstream = _TLS(
-            self._upstream_sock,
+            self._upstream_raw,
             lambda i, o: self._interception.upstream.wrap_bio(
                 i, o, server_side=False, server_hostname=self._host),
             UpstreamGone,
         )
         try:
-            await self._upstream.handshake(self._t.connect_s)
+            await self._upstream.handshake(self._limits.connect_timeout_s)
         except ssl.SSLCertVerificationError as exc:
             self._upstream = None
             return Refused(Reason.UPSTREAM_CERTIFICATE_INVALID,
@@ -331,232 +273,74 @@ class InterceptedTunnel:
     # -- the requests ---------------------------------------------------------
 
     async def _serve(self, upstream_refusal: Refused | None) -> None:
-        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self._t.max_head_bytes)
+        assert self._client is not None
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self._limits.max_head_bytes)
         up = h11.Connection(h11.CLIENT)
+        context = InnerContext(
+            channel=self._channel, policy=self._policy, host=self._host, port=self._port,
+            resolved=self._resolved, credentials=self._interception.credentials,
+            clock=self._clock, max_head_bytes=self._limits.max_head_bytes,
+            upstream_refusal=upstream_refusal,
+        )
         while True:
-            inner = _Inner(self._channel, self._host, self._port, self._resolved)
+            stamp = (self._clock.iso(), self._clock.monotonic())
             try:
-                keep = await self._one(conn, up, inner, upstream_refusal)
-            except Refused as refusal:
-                await self._refuse(conn, inner, refusal)
-                keep = False
-            except (PeerGone, UpstreamGone, h11.LocalProtocolError):
-                # LocalProtocolError: the client already has part of a response
-                # it can no longer be given whole; closing is the answer.
-                keep = False
-            finally:
-                record = inner.record()
-                if record is not None:
-                    self._emit(record)
-            if not keep:
+                head = await read_head(self._client, conn, clock=self._clock,
+                                       head_timeout=self._limits.head_timeout_s,
+                                       idle_timeout=self._limits.idle_timeout_s, stamp=stamp)
+            except PeerGone:
+                return
+            if head is None:
+                return
+            if not await self._drive(Handler(inner_request(context)), head, conn, up):
                 return
             conn.start_next_cycle()
             up.start_next_cycle()
 
-    async def _client_event(self, conn: h11.Connection, timeout: float) -> h11.Event:
+    async def _drive(self, handler: Handler, event: Event, conn: h11.Connection,
+                     up: h11.Connection) -> bool:
+        """Run one decrypted request to its end; True when the tunnel may carry another."""
         assert self._client is not None
-        while True:
-            try:
-                event = conn.next_event()
-            except h11.RemoteProtocolError as exc:
-                raise refusal_for_protocol_error(exc) from None
-            if event is not h11.NEED_DATA:
-                return event
-            conn.receive_data(await self._client.recv(timeout))
-
-    async def _head(self, conn: h11.Connection, inner: _Inner) -> tuple[h11.Request, bytes] | None:
-        assert self._client is not None
-        deadline: float | None = None
-        while True:
-            before = conn.trailing_data[0]
-            if before and deadline is None:
-                deadline = self._loop.time() + self._t.head_s
-                inner.ts, inner.started = now_iso(), time.monotonic()
-            try:
-                event = conn.next_event()
-            except h11.RemoteProtocolError as exc:
-                raise refusal_for_protocol_error(exc) from None
-            if isinstance(event, h11.Request):
-                return event, before[: len(before) - len(conn.trailing_data[0])]
-            if isinstance(event, h11.ConnectionClosed):
-                return None
-            timeout = self._t.idle_s if deadline is None else deadline - self._loop.time()
-            if timeout <= 0:
-                raise Refused(Reason.REQUEST_TIMEOUT, "request head not complete in time")
-            try:
-                data = await self._client.recv(timeout)
-            except PeerGone:
-                if deadline is None:
-                    return None
-                raise Refused(Reason.REQUEST_TIMEOUT, "request head not complete in time") from None
-            conn.receive_data(data)
-
-    def _check_request(self, event: h11.Request, raw: bytes, inner: _Inner) -> int | None:
-        """Judge the head; returns the declared body length (None when chunked)."""
-        headers = list(event.headers)
-        check_framing(headers, raw, max_head_bytes=self._t.max_head_bytes)
+        keep = False
+        next_event: Event | None = event
         try:
-            inner.method = event.method.decode("ascii")
-            inner.path = event.target.decode("ascii")
-        except UnicodeDecodeError:
-            raise Refused(Reason.MALFORMED_REQUEST, "non-ASCII request line") from None
-        if not inner.path.startswith("/"):
-            raise Refused(Reason.MALFORMED_REQUEST,
-                          "request target inside a tunnel must be origin-form", host=self._host)
-        hosts = [value for name, value in headers if name == b"host"]
-        # HTTP/1.0 may omit Host, and two could name two hosts: exactly one is judged.
-        if len(hosts) != 1:
-            raise Refused(Reason.HOST_MISMATCH,
-                          f"{len(hosts)} Host headers inside the tunnel; exactly one is needed",
-                          host=self._host)
-        text = hosts[0].decode("ascii", "replace")
-        try:
-            named = parse_authority(text, default_port=443)
-        except Refused:
-            named = None
-        if named != (self._host, self._port):
-            raise Refused(Reason.HOST_MISMATCH,
-                          f"Host {text!r} is not the CONNECT target {self._host}:{self._port}",
-                          host=self._host)
-        length = next((v for n, v in headers if n == b"content-length"), None)
-        if length is not None:
-            return int(length)
-        return None if any(n == b"transfer-encoding" for n, _ in headers) else 0
+            while next_event is not None:
+                step_keep, next_event = await self._execute(handler.handle(next_event), conn, up)
+                if step_keep is not None:
+                    keep = step_keep
+        except asyncio.CancelledError:
+            # The proxy is stopping: what went out is still recorded.
+            for command in handler.abandon():
+                if isinstance(command, Record):
+                    self._emit(command.record)
+            raise
+        return keep
 
-    def _decide(self, inner: _Inner, body_bytes: int) -> Decision:
-        assert inner.method is not None and inner.path is not None
-        decision = decide_inner(self._policy, InnerRequest(
-            host=self._host, port=self._port, method=inner.method, path=inner.path,
-            body_bytes=body_bytes,
-        ))
-        if not decision.allowed:
-            raise Refused(decision.reason, f"{inner.method} {self._host}{inner.path}",
-                          layer=decision.layer, host=self._host)
-        return decision
-
-    async def _one(self, conn: h11.Connection, up: h11.Connection, inner: _Inner,
-                   upstream_refusal: Refused | None) -> bool:
-        head = await self._head(conn, inner)
-        if head is None:
-            return False
-        event, raw = head
-        declared = self._check_request(event, raw, inner)
-        if upstream_refusal is not None:
-            raise upstream_refusal
-        inner.decision = self._decide(inner, declared or 0)
-        body = await self._read_body(conn, inner)
-        if declared is None:
-            inner.decision = self._decide(inner, len(body))
-        assert self._upstream is not None
-        headers = end_to_end(list(event.headers))
-        headers, inner.credentials = substitute(
-            headers, self._interception.credentials, host=self._host, port=self._port)
-        host = authority_text(self._host, self._port, default_port=443).encode("ascii")
-        request = h11.Request(method=event.method, target=event.target,
-                              headers=[(b"host", host), *headers])
-        try:
-            out = up.send(request) or b""
-            if body:
-                out += up.send(h11.Data(data=body)) or b""
-            out += up.send(h11.EndOfMessage()) or b""
-            inner.bytes_up += await self._upstream.send(out, self._t.idle_s)
-            response = await self._upstream_event(up)
-            while isinstance(response, h11.InformationalResponse):
-                response = await self._upstream_event(up)
-            if not isinstance(response, h11.Response):
-                raise UpstreamGone("no response head")
-        except UpstreamGone:
-            raise Refused(Reason.UPSTREAM_FAILED, f"upstream failed before responding: {self._host}",
-                          host=self._host) from None
-        inner.status = response.status_code
-        await self._to_client(conn, inner, h11.Response(
-            status_code=response.status_code, reason=response.reason,
-            headers=downstream_headers(list(response.headers)),
-        ))
-        while True:
-            part = await self._upstream_event(up)
-            if isinstance(part, h11.Data):
-                await self._to_client(conn, inner, h11.Data(data=part.data))
-            elif isinstance(part, h11.EndOfMessage):
-                await self._to_client(conn, inner, h11.EndOfMessage())
-                break
-        return (conn.our_state is h11.DONE and conn.their_state is h11.DONE
-                and up.our_state is h11.DONE and up.their_state is h11.DONE)
-
-    async def _read_body(self, conn: h11.Connection, inner: _Inner) -> bytes:
-        """The whole request body, never more than the cap: nothing goes upstream before it is judged."""
-        if conn.they_are_waiting_for_100_continue:
-            await self._to_client(conn, inner, h11.InformationalResponse(status_code=100, headers=[]))
-        body = bytearray()
-        while True:
-            event = await self._client_event(conn, self._t.idle_s)
-            if isinstance(event, h11.Data):
-                body += event.data
-                self._decide(inner, len(body))
-            elif isinstance(event, h11.EndOfMessage):
-                return bytes(body)
-            elif isinstance(event, h11.ConnectionClosed):
-                raise PeerGone("client closed mid-request")
-
-    async def _upstream_event(self, up: h11.Connection) -> h11.Event:
-        assert self._upstream is not None
-        while True:
-            try:
-                event = up.next_event()
-            except h11.RemoteProtocolError as exc:
-                raise UpstreamGone(f"invalid HTTP from upstream ({exc.error_status_hint})") from None
-            if event is h11.NEED_DATA:
-                up.receive_data(await self._upstream.recv(self._t.upstream_s))
-                continue
-            if isinstance(event, h11.ConnectionClosed):
-                raise UpstreamGone("upstream closed")
-            return event
-
-    async def _to_client(self, conn: h11.Connection, inner: _Inner, *events: h11.Event) -> None:
+    async def _execute(self, commands: list[Command], conn: h11.Connection,
+                       up: h11.Connection) -> tuple[bool | None, Event | None]:
+        """Carry out one step's commands: whether the tunnel may go on (None: this step
+        does not say), and the answer."""
         assert self._client is not None
-        data = b"".join(conn.send(e) or b"" for e in events)
-        inner.bytes_down += await self._client.send(data, self._t.idle_s)
-
-    async def _refuse(self, conn: h11.Connection, inner: _Inner, refusal: Refused) -> None:
-        inner.refusal = refusal
-        inner.decision = None
-        inner.status = refusal.status
-        body = f"firstrun proxy: {refusal.reason.value}: {refusal.detail}\n".encode()
-        headers = [
-            (b"content-type", b"text/plain; charset=utf-8"),
-            (b"content-length", str(len(body)).encode()),
-            (b"x-firstrun-reason", refusal.reason.value.encode()),
-            (b"connection", b"close"),
-        ]
-        events: list[h11.Event] = [h11.Response(
-            status_code=refusal.status, headers=headers,
-            reason=http.HTTPStatus(refusal.status).phrase.encode(),
-        )]
-        if inner.method != "HEAD":
-            events.append(h11.Data(data=body))
-        events.append(h11.EndOfMessage())
-        with contextlib.suppress(h11.LocalProtocolError, PeerGone):
-            # LocalProtocolError: a response was already under way; closing is the answer.
-            await self._to_client(conn, inner, *events)
-            await self._linger()
-
-    async def _linger(self) -> None:
-        # The client may still be sending the refused body; closing on
-        # unread input would reset the connection before it reads the 403.
-        assert self._client is not None
-        deadline = self._loop.time() + self._t.linger_s
-        drained = 0
-        while drained < self._t.linger_bytes:
-            remaining = deadline - self._loop.time()
-            if remaining <= 0:
-                return
-            try:
-                data = await self._client.recv(remaining)
-            except PeerGone:
-                return
-            if not data:
-                return
-            drained += len(data)
+        keep: bool | None = None
+        next_event: Event | None = None
+        for command in commands:
+            if isinstance(command, Record):
+                self._emit(command.record)
+            elif isinstance(command, Refuse):
+                with contextlib.suppress(PeerGone):
+                    await self._client.send(command.data, self._limits.idle_timeout_s)
+                    # The client may still be sending the refused body; closing
+                    # on unread input would reset it before it reads the 403.
+                    await linger(self._client, timeout=self._limits.linger_timeout_s,
+                                 limit=self._limits.linger_bytes)
+                return False, None
+            elif isinstance(command, Forward):
+                assert self._upstream is not None
+                done = await forward(self._client, conn, self._upstream, up, command,
+                                     limits=self._limits)
+                keep = done.keep_alive and up.our_state is h11.DONE and up.their_state is h11.DONE
+                next_event = done
+        return keep, next_event
 
 
 def new_interception(

@@ -236,9 +236,14 @@ def end_to_end(headers: Headers) -> Headers:
 
 
 def upstream_headers(headers: Headers, target: Target) -> Headers:
-    """Headers for the upstream request: end-to-end ones, our Host, and no keep-alive."""
+    """Headers for the upstream request: end-to-end ones and our Host.
+
+    The upstream connection is the proxy's own, kept alive for the next
+    request to the same checked address (HTTP/1.1's default), whatever the
+    client asked of its own connection.
+    """
     host = authority_text(target.host, target.port, default_port=80).encode("ascii")
-    return [(b"host", host), *end_to_end(headers), (b"connection", b"close")]
+    return [(b"host", host), *end_to_end(headers)]
 
 
 def downstream_headers(headers: Headers) -> Headers:

@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import http
 import ipaddress
 import os
 import secrets
@@ -67,23 +66,39 @@ import h11
 
 from firstrun.errors import ProxyError
 from firstrun.policy.addresses import IPAddress
-from firstrun.policy.decision import Decision, DecisionLayer, Reason, Verdict
-from firstrun.policy.hosts import parse_ip_literal
-from firstrun.policy.methods import InnerRequest, InspectionPolicy, decide_inner
-from firstrun.policy.network import ATTESTATION_HOST, Channel, NetworkPolicy, Request, decide_addresses, decide_name
+from firstrun.policy.decision import Reason
+from firstrun.policy.network import Channel, NetworkPolicy
 from firstrun.proxy.dns import DnsAnswer, SyntheticNames
 from firstrun.proxy.dns import answer as dns_answer
 from firstrun.proxy.dns import preload as preload_dns
-from firstrun.proxy.errors import (
-    PeerGone,
-    Refused,
-    UpstreamGone,
-    listen_failed,
-    refusal_for_protocol_error,
-    upstream_failure,
+from firstrun.proxy.errors import PeerGone, Refused, UpstreamGone, listen_failed
+from firstrun.proxy.exchange import (
+    Answer,
+    Carry,
+    Clock,
+    Command,
+    Decisions,
+    Dial,
+    Dialled,
+    Done,
+    Event,
+    FlowOpened,
+    Forward,
+    Handler,
+    ProxyContext,
+    Record,
+    RecordMode,
+    Refuse,
+    Release,
+    Reserve,
+    Reserved,
+    Resolve,
+    Resolved,
+    flow,
+    proxy_request,
 )
-from firstrun.proxy.flight import FlightKind, judge_flight
-from firstrun.proxy.intercept import InterceptedTunnel, Interception, Timeouts
+from firstrun.proxy.flight import judge_flight
+from firstrun.proxy.intercept import InterceptedTunnel, Interception
 from firstrun.proxy.records import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_RECORDS,
@@ -93,20 +108,25 @@ from firstrun.proxy.records import (
     Scheme,
     now_iso,
 )
-from firstrun.proxy.request import (
-    Action,
-    Target,
-    classify_request,
-    downstream_headers,
-    upstream_headers,
-)
+from firstrun.proxy.request import Target
 from firstrun.proxy.tunnel import Tunnel
+from firstrun.proxy.wire import (
+    SocketStream,
+    accept_stream,
+    client_event,
+    drain_body,
+    forward,
+    linger,
+    open_stream,
+    read_head,
+)
 
 Resolver = Callable[[str, int], Awaitable[Sequence[IPAddress]]]
 """Resolve a canonical host once; raise ``OSError`` or return [] when it does not resolve."""
 
-_READ = 1 << 16
 _T = TypeVar("_T")
+# How long a name's resolution is used before it is asked again.
+RESOLVED_S = 30.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -145,546 +165,329 @@ async def system_resolver(host: str, port: int) -> list[IPAddress]:
     return found
 
 
-class _Exchange:
-    """What one request or tunnel has shown so far; becomes its record."""
+class _Pool:
+    """Upstream connections kept alive between plain requests, each for one checked address.
 
-    def __init__(self, channel: Channel, capture: Capture = Capture.PROXY) -> None:
-        self.channel = channel
-        self.capture = capture
-        # What a tunnel's first flight was, once judged.
-        self.flight: FlightKind | None = None
-        # Set for what is no HTTP request nor tunnel (a refused datagram).
-        self.scheme: Scheme | None = None
-        self.name_would_deny: Reason | None = None
-        self.ts = now_iso()
-        self.started = time.monotonic()
-        self.target: Target | None = None
-        self.method: str | None = None
-        self.allowed: Decision | None = None
-        self.override: str | None = None
-        self.refusal: Refused | None = None
-        self.resolved: str | None = None
-        self.status: int | None = None
-        self.bytes_up = 0
-        self.bytes_down = 0
-        # Holds a place in the record budget (RecordLog.reserve).
-        self.reserved = False
-        # Its record is written (a refusal is recorded before its answer leaves).
-        self.settled = False
+    A connection is keyed by channel, host, port and the address it reached,
+    so a request reuses one only when its own decision checked that address
+    for that name. It is kept only while idle for at most ``IDLE_S`` (servers
+    commonly close idle connections after 2 to 5 s, and a request sent as
+    they do is lost) and only when its last exchange ended cleanly.
+    """
 
-    def begin(self) -> None:
-        self.ts = now_iso()
-        self.started = time.monotonic()
+    IDLE_S = 1.0
+    PER_KEY = 128
 
-    def record(self) -> EgressRecord | None:
-        target = self.target
-        if self.refusal is not None:
-            verdict, reason, layer = Verdict.DENY, self.refusal.reason, self.refusal.layer
-            # A name report mode let through that then did not resolve keeps
-            # what the name rules would have said: learning an allow-list needs
-            # it. A refusal by the floor itself is no name rule's to report.
-            would_deny = self.name_would_deny if self.refusal.reason is Reason.RESOLVE_FAILED \
-                else None
-            override = None
-            host = self.refusal.host or (target.host if target else None)
-        elif self.allowed is not None:
-            verdict, reason, layer = Verdict.ALLOW, self.allowed.reason, self.allowed.layer
-            would_deny, override = self.allowed.would_deny, self.override
-            host = target.host if target else None
+    def __init__(self) -> None:
+        self._idle: dict[_PoolKey, list[tuple[float, _Upstream]]] = {}
+
+    def take(self, key: _PoolKey, now: float) -> _Upstream | None:
+        entries = self._idle.get(key)
+        while entries:
+            since, upstream = entries.pop()
+            if now - since <= self.IDLE_S and upstream.stream.idle:
+                return upstream
+            upstream.stream.close()
+        return None
+
+    def give(self, upstream: _Upstream, now: float) -> None:
+        up = upstream.h11
+        entries = self._idle.setdefault(upstream.key, [])
+        if up.our_state is not h11.DONE or up.their_state is not h11.DONE \
+                or not upstream.stream.idle or len(entries) >= self.PER_KEY:
+            upstream.stream.close()
+            return
+        up.start_next_cycle()
+        entries.append((now, upstream))
+        asyncio.get_running_loop().call_later(self.IDLE_S * 2, self._expire, upstream.key)
+
+    def _expire(self, key: _PoolKey) -> None:
+        now = time.monotonic()
+        entries = self._idle.get(key, [])
+        kept = [(since, up) for since, up in entries if now - since <= self.IDLE_S]
+        for since, up in entries:
+            if now - since > self.IDLE_S:
+                up.stream.close()
+        if kept:
+            self._idle[key] = kept
         else:
-            return None
-        scheme = self.scheme
-        if target is not None and scheme is None:
-            scheme = Scheme.HTTP
-            if target.action is Action.TUNNEL:
-                scheme = Scheme.HTTPS_TUNNEL if self.capture is Capture.PROXY \
-                    else _TRANSPARENT_SCHEMES.get(self.flight, Scheme.TCP)
-        return EgressRecord(
-            ts=self.ts,
-            id=uuid.uuid4().hex,
-            channel=self.channel,
-            method=(target.method or None) if target else self.method,
-            scheme=scheme,
-            host=host,
-            port=target.port if target else None,
-            path=target.path if target else None,
-            decision=verdict,
-            reason=reason,
-            layer=layer,
-            would_deny=would_deny,
-            override=override,
-            resolved=self.resolved,
-            status=self.status,
-            bytes_up=self.bytes_up,
-            bytes_down=self.bytes_down,
-            duration_ms=round((time.monotonic() - self.started) * 1000, 3),
-            capture=self.capture,
-        )
+            self._idle.pop(key, None)
+
+    def close(self) -> None:
+        for entries in self._idle.values():
+            for _, upstream in entries:
+                upstream.stream.close()
+        self._idle.clear()
 
 
-# A redirected flow's record names what it carried, once its first flight
-# showed it (a CONNECT tunnel's stays https-tunnel, as it always was).
-_TRANSPARENT_SCHEMES = {FlightKind.TLS: Scheme.HTTPS_TUNNEL, FlightKind.HTTP: Scheme.HTTP_TUNNEL}
+_PoolKey = tuple[Channel, str, int, IPAddress]
 
 
-def _policy_refusal(decision: Decision) -> Refused:
-    return Refused(decision.reason, decision.host, layer=decision.layer, host=decision.host)
+@dataclass(kw_only=True)
+class _Upstream:
+    """An upstream HTTP connection: its stream and the h11 state of its current request."""
+
+    key: _PoolKey
+    stream: SocketStream
+    h11: h11.Connection
+    reused: bool = False
 
 
 class _Client:
-    """One client connection: a sequence of requests, or one tunnel."""
+    """One client connection on a proxy listener: a sequence of requests, or one tunnel.
 
-    def __init__(self, proxy: EgressProxy, sock: socket.socket, channel: Channel) -> None:
+    The driver of ``exchange.proxy_request``: it reads each head, hands the
+    events to the exchange and carries out the commands that come back.
+    """
+
+    def __init__(self, proxy: EgressProxy, stream: SocketStream, channel: Channel) -> None:
         self._proxy = proxy
         self._limits = proxy.limits
-        self._sock = sock
+        self._stream = stream
         self._channel = channel
-        self._loop = asyncio.get_running_loop()
         self._h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=self._limits.max_head_bytes)
         self.tunnel: Tunnel | None = None
+        # What the current exchange dialled: a fresh socket, or a kept-alive upstream.
+        self._dialled: socket.socket | None = None
+        self._dialled_key: _PoolKey | None = None
+        self._upstream: _Upstream | None = None
+        # Set by a refusal: the connection ends, after a lingering close.
         self._refused = False
+
+    def _context(self) -> ProxyContext:
+        return ProxyContext(channel=self._channel, decisions=self._proxy._decisions,
+                            clock=self._proxy.clock, nonce=self._proxy.nonce,
+                            max_head_bytes=self._limits.max_head_bytes)
 
     async def run(self) -> None:
         try:
-            while await self._exchange():
-                if self._h11.our_state is not h11.DONE or self._h11.their_state is not h11.DONE:
-                    return
-                self._h11.start_next_cycle()
+            await self._requests()
             if self._refused and self.tunnel is None:
                 await self._linger()
         finally:
-            self._sock.close()
+            self._end_upstream(keep=False)
+            if self.tunnel is None:
+                self._stream.close()
+
+    async def _requests(self) -> None:
+        clock = self._proxy.clock
+        while True:
+            head = await read_head(self._stream, self._h11, clock=clock,
+                                   head_timeout=self._limits.head_timeout_s,
+                                   idle_timeout=self._limits.idle_timeout_s,
+                                   stamp=(clock.iso(), clock.monotonic()))
+            if head is None:
+                return
+            keep = await self._drive(Handler(proxy_request(self._context())), head)
+            if not keep or self._h11.our_state is not h11.DONE \
+                    or self._h11.their_state is not h11.DONE:
+                return
+            self._h11.start_next_cycle()
 
     async def _linger(self) -> None:
-        # Closing with unread input makes the kernel send a reset, which can
-        # destroy the refusal before the client reads it. Stop writing, then
-        # discard input for a bounded time and amount.
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_WR)
-        deadline = self._loop.time() + self._limits.linger_timeout_s
-        drained = 0
-        with contextlib.suppress(PeerGone):
-            while drained < self._limits.linger_bytes:
-                data = await self._recv(self._sock, deadline - self._loop.time(), PeerGone)
-                if not data:
-                    return
-                drained += len(data)
+        # Stop writing, then discard input for a bounded time and amount.
+        self._stream.shutdown_write()
+        await linger(self._stream, timeout=self._limits.linger_timeout_s,
+                     limit=self._limits.linger_bytes)
 
-    async def _exchange(self) -> bool:
-        """Serve one request; True when the connection may carry another."""
-        ex = _Exchange(self._channel)
+    async def _drive(self, handler: Handler, event: Event) -> bool:
+        """Run one exchange to its end; True when the connection may carry another."""
+        keep = False
+        next_event: Event | None = event
         try:
-            return await self._serve(ex)
-        except Refused as refusal:
-            await self._refuse(ex, refusal)
-            return False
-        except PeerGone:
-            return False
-        finally:
-            self._settle(ex)
+            while next_event is not None:
+                commands = handler.handle(next_event)
+                next_event = None
+                for command in commands:
+                    answer = await self._execute(command)
+                    if isinstance(answer, Done):
+                        keep = answer.keep_alive
+                    if answer is not None:
+                        next_event = answer
+        except asyncio.CancelledError:
+            # The proxy is stopping: the exchange still leaves its record.
+            for command in handler.abandon():
+                self._proxy._settle(command)
+            raise
+        return keep and not self._refused
 
-    def _settle(self, ex: _Exchange) -> None:
-        """Write ``ex``'s record, once: into its reservation, or offered when it holds none."""
-        if ex.settled:
-            return
-        ex.settled = True
-        log = self._proxy._log
-        record = ex.record()
-        if ex.reserved:
-            if record is None:
-                log.release()
-            else:
-                log.append(record, reserved=True)
-        elif record is not None:
-            # Unreserved means refused before anything was judged or
-            # forwarded: recorded if the budget has room, else counted.
-            log.offer(record)
+    async def _execute(self, command: Command) -> Event | None:
+        proxy = self._proxy
+        if isinstance(command, Reserve):
+            return Reserved(ok=proxy._log.reserve(command.channel))
+        if isinstance(command, Release | Record):
+            proxy._settle(command)
+        elif isinstance(command, Resolve):
+            return Resolved(addresses=await proxy._resolve(command.host, command.port))
+        elif isinstance(command, Dial):
+            return Dialled(address=await self._dial(command))
+        elif isinstance(command, Refuse):
+            self._refused = True
+            with contextlib.suppress(PeerGone):
+                await self._stream.send(command.data, self._limits.idle_timeout_s)
+        elif isinstance(command, Answer):
+            return await self._answer(command)
+        elif isinstance(command, Forward):
+            return await self._forward(command)
+        elif isinstance(command, Carry):
+            return await self._carry(command)
+        return None
 
-    async def _serve(self, ex: _Exchange) -> bool:
-        head = await self._read_head(ex)
-        if head is None:
-            return False
-        event, raw = head
-        ex.method = event.method.decode("ascii", "replace")
-        if not self._proxy._log.reserve(self._channel):
-            raise Refused(
-                Reason.RECORD_BUDGET_EXHAUSTED,
-                "the proxy's egress record budget is spent; it forwards nothing it cannot record",
-            )
-        ex.reserved = True
-        ex.target = classify_request(event, raw, max_head_bytes=self._limits.max_head_bytes)
-        target = ex.target
-        if target.action is Action.ATTEST:
-            return await self._attest(ex)
-        if target.action is Action.FORWARD:
-            self._judge_method(target, event)
-        upstream = await self._admit(ex, target)
-        try:
-            if target.action is Action.TUNNEL:
-                await self._tunnel(ex, target, upstream)
-                return False
-            return await self._forward(ex, event, target, upstream)
-        finally:
-            upstream.close()
+    # -- upstream connections -------------------------------------------------
 
-    # -- reading the client ---------------------------------------------------
-
-    async def _recv(self, sock: socket.socket, timeout: float, gone: type[Exception]) -> bytes | None:
-        """Bytes from ``sock`` (b"" at EOF), or None when ``timeout`` passed first."""
-        try:
-            async with asyncio.timeout(max(timeout, 0.0)):
-                return await self._loop.sock_recv(sock, _READ)
-        except TimeoutError:
+    async def _dial(self, command: Dial) -> IPAddress | None:
+        """A kept-alive connection to a checked address, or a new one to the first that answers."""
+        if command.reuse:
+            for addr in command.addresses:
+                key = (command.channel, command.host, command.port, addr)
+                upstream = self._proxy._pool.take(key, time.monotonic())
+                if upstream is not None:
+                    upstream.reused = True
+                    self._upstream = upstream
+                    return addr
+        found = await self._proxy._connect(command.addresses, command.port)
+        if found is None:
             return None
-        except OSError as exc:
-            raise gone(f"receive failed: {exc.strerror or exc}") from None
+        addr, sock = found
+        self._dialled = sock
+        self._dialled_key = (command.channel, command.host, command.port, addr)
+        return addr
 
-    async def _send(self, sock: socket.socket, data: bytes, gone: type[Exception]) -> int:
+    async def _fresh_upstream(self) -> _Upstream:
+        """The socket just dialled, as an HTTP upstream."""
+        sock, key = self._dialled, self._dialled_key
+        assert sock is not None and key is not None
+        self._dialled = None
+        stream = await open_stream(sock, UpstreamGone)
+        self._upstream = _Upstream(key=key, stream=stream, h11=h11.Connection(h11.CLIENT))
+        return self._upstream
+
+    def _end_upstream(self, *, keep: bool) -> None:
+        """Keep the current upstream for the next request, or close it."""
+        if self._dialled is not None:
+            self._dialled.close()
+            self._dialled = None
+        upstream, self._upstream = self._upstream, None
+        if upstream is None:
+            return
+        if keep:
+            self._proxy._pool.give(upstream, time.monotonic())
+        else:
+            upstream.stream.close()
+
+    async def _redial(self) -> tuple[SocketStream, h11.Connection]:
+        """A new connection to the address the kept-alive one had reached (checked then)."""
+        old = self._upstream
+        assert old is not None
+        old.stream.close()
+        self._upstream = None
+        _, _, port, addr = old.key
+        found = await self._proxy._connect((addr,), port)
+        if found is None:
+            raise UpstreamGone("cannot reconnect upstream")
+        self._dialled, self._dialled_key = found[1], old.key
+        upstream = await self._fresh_upstream()
+        return upstream.stream, upstream.h11
+
+    # -- carrying out the exchange's commands ---------------------------------
+
+    async def _forward(self, command: Forward) -> Done:
+        upstream = self._upstream or await self._fresh_upstream()
+        done = await forward(self._stream, self._h11, upstream.stream, upstream.h11, command,
+                             limits=self._limits,
+                             redial=self._redial if upstream.reused else None)
+        self._end_upstream(keep=done.keep_alive)
+        return done
+
+    async def _answer(self, command: Answer) -> Done:
         try:
-            async with asyncio.timeout(self._limits.idle_timeout_s):
-                await self._loop.sock_sendall(sock, data)
-        except OSError as exc:  # TimeoutError included: a peer that will not read
-            raise gone(f"send failed: {exc.strerror or exc}") from None
-        return len(data)
-
-    async def _read_head(self, ex: _Exchange) -> tuple[h11.Request, bytes] | None:
-        """The next request and the exact bytes of its head; None if the client left quietly."""
-        conn = self._h11
-        deadline: float | None = None
-        while True:
-            before = conn.trailing_data[0]
-            if before and deadline is None:
-                deadline = self._loop.time() + self._limits.head_timeout_s
-                ex.begin()
-            try:
-                event = conn.next_event()
-            except h11.RemoteProtocolError as exc:
-                raise refusal_for_protocol_error(exc) from None
-            if isinstance(event, h11.Request):
-                # h11 consumed exactly the head: the framing guards judge those bytes.
-                return event, before[: len(before) - len(conn.trailing_data[0])]
-            if isinstance(event, h11.ConnectionClosed):
-                return None
-            if deadline is None:
-                data = await self._recv(self._sock, self._limits.idle_timeout_s, PeerGone)
-                if data is None:
-                    return None
-            else:
-                data = await self._recv(self._sock, deadline - self._loop.time(), PeerGone)
-                if data is None:
-                    raise Refused(Reason.REQUEST_TIMEOUT, "request head not complete in time")
-            conn.receive_data(data)
-
-    async def _client_event(self) -> h11.Event:
-        while True:
-            try:
-                event = self._h11.next_event()
-            except h11.RemoteProtocolError as exc:
-                raise refusal_for_protocol_error(exc) from None
-            if event is h11.NEED_DATA:
-                data = await self._recv(self._sock, self._limits.idle_timeout_s, PeerGone)
-                if data is None:
-                    raise PeerGone("client stalled mid-request")
-                self._h11.receive_data(data)
-                continue
-            if isinstance(event, h11.ConnectionClosed):
-                raise PeerGone("client closed mid-request")
-            return event
-
-    async def _drain_request_body(self) -> None:
-        while not isinstance(await self._client_event(), h11.EndOfMessage):
-            pass
-
-    async def _to_client(self, ex: _Exchange, *events: h11.Event) -> None:
-        data = b"".join(self._h11.send(e) or b"" for e in events)
-        ex.bytes_down += await self._send(self._sock, data, PeerGone)
-
-    # -- answers the proxy gives itself ---------------------------------------
-
-    async def _refuse(self, ex: _Exchange, refusal: Refused) -> None:
-        self._refused = True
-        ex.refusal = refusal
-        ex.status = refusal.status
-        body = f"firstrun proxy: {refusal.reason.value}: {refusal.detail}\n".encode()
-        headers = [
-            (b"content-type", b"text/plain; charset=utf-8"),
-            (b"content-length", str(len(body)).encode()),
-            (b"x-firstrun-reason", refusal.reason.value.encode()),
-            (b"connection", b"close"),
-        ]
-        phrase = http.HTTPStatus(refusal.status).phrase.encode()
-        events: list[h11.Event] = [
-            h11.Response(status_code=refusal.status, headers=headers, reason=phrase)
-        ]
-        if ex.method != "HEAD":
-            events.append(h11.Data(data=body))
-        events.append(h11.EndOfMessage())
-        try:
+            await drain_body(self._stream, self._h11, self._limits.idle_timeout_s)
+            events: list[h11.Event] = [h11.Response(status_code=command.status,
+                                                    headers=command.headers, reason=b"OK")]
+            if command.body:
+                events.append(h11.Data(data=command.body))
+            events.append(h11.EndOfMessage())
             data = b"".join(self._h11.send(e) or b"" for e in events)
-        except h11.LocalProtocolError:
-            data = b""  # a response was already under way; closing is the answer
-        ex.bytes_down += len(data)
-        # Recorded before it is answered: a client that has read its 403 and
-        # moved on must find the refusal already in the log and told.
-        self._settle(ex)
-        with contextlib.suppress(PeerGone):
-            await self._send(self._sock, data, PeerGone)
+            sent = await self._stream.send(data, self._limits.idle_timeout_s)
+        except Refused as refusal:
+            return Done(refusal=refusal)
+        except PeerGone:
+            return Done()
+        return Done(bytes_down=sent, keep_alive=True)
 
-    async def _attest(self, ex: _Exchange) -> bool:
-        await self._drain_request_body()
-        ex.allowed = Decision(
-            verdict=Verdict.ALLOW, reason=Reason.ATTESTATION, layer=DecisionLayer.PROTOCOL,
-            host=ex.target.host if ex.target else "",
-        )
-        body = self._proxy.nonce.encode("ascii")
-        headers = [
-            (b"content-type", b"text/plain; charset=utf-8"),
-            (b"content-length", str(len(body)).encode()),
-            (b"cache-control", b"no-store"),
-        ]
-        ex.status = 200
-        events: list[h11.Event] = [h11.Response(status_code=200, headers=headers, reason=b"OK")]
-        if ex.method != "HEAD":
-            events.append(h11.Data(data=body))
-        await self._to_client(ex, *events, h11.EndOfMessage())
-        return True
+    async def _carry(self, command: Carry) -> Done:
+        initial = b""
+        if command.established:
+            try:
+                if not isinstance(await client_event(self._stream, self._h11,
+                                                     self._limits.idle_timeout_s),
+                                  h11.EndOfMessage):
+                    return Done(refusal=Refused(Reason.MALFORMED_REQUEST, "CONNECT with a body"))
+                established = h11.Response(status_code=200, reason=b"Connection established",
+                                           headers=[])
+                await self._stream.send(self._h11.send(established) or b"",
+                                        self._limits.idle_timeout_s)
+            except Refused as refusal:
+                return Done(refusal=refusal)
+            except PeerGone:
+                return Done()
+            initial = self._h11.trailing_data[0]
+        return await self._through(command, initial, status=200 if command.established else None)
 
-    # -- the decision ---------------------------------------------------------
-
-    def _inspection(self) -> InspectionPolicy | None:
-        """The method rules, for the shell channel when the run inspects; else None."""
-        return self._proxy.policy.inspection if self._channel is Channel.SHELL else None
-
-    def _judge_method(self, target: Target, event: h11.Request) -> None:
-        """Under inspection plain HTTP is judged like decrypted HTTPS, before anything is dialled."""
-        inspection = self._inspection()
-        if inspection is None:
-            return
-        declared = next((int(v) for n, v in event.headers if n == b"content-length"), 0)
-        decision = decide_inner(inspection, InnerRequest(
-            host=target.host, port=target.port, method=target.method, path=target.path or "/",
-            body_bytes=declared,
-        ))
-        if not decision.allowed:
-            raise Refused(decision.reason, f"{target.method} {target.host}{target.path}",
-                          layer=decision.layer, host=target.host)
-
-    async def _admit(self, ex: _Exchange, target: Target) -> socket.socket:
-        """Decide, resolve once, decide again, and dial a checked address."""
+    async def _through(self, command: Carry, initial: bytes, *, status: int | None) -> Done:
+        upstream_sock, self._dialled = self._dialled, None
+        assert upstream_sock is not None and self._dialled_key is not None
+        if command.inspect:
+            return await self._intercept(command.target, upstream_sock, initial, status,
+                                         resolved=str(self._dialled_key[3]))
         policy = self._proxy.policy
-        request = Request(channel=self._channel, host=target.host, port=target.port)
-        by_name = decide_name(policy, request)
-        if not by_name.allowed:
-            raise _policy_refusal(by_name)
-        ex.name_would_deny = by_name.would_deny
-        literal = parse_ip_literal(target.host)
-        addresses = [literal] if literal is not None else await self._proxy._resolve(target)
-        by_address = decide_addresses(policy, request, addresses)
-        if not by_address.allowed:
-            raise _policy_refusal(by_address)
-        if not addresses:
-            # Report mode let an unresolvable name through: there is nothing to dial.
-            raise Refused(
-                Reason.RESOLVE_FAILED, target.host, layer=DecisionLayer.FLOOR, host=target.host
-            )
-        ex.allowed = by_name if by_name.would_deny is not None else by_address
-        ex.override = by_address.override or by_name.override
-        return await self._dial(ex, target, addresses)
-
-    async def _dial(
-        self, ex: _Exchange, target: Target, addresses: Sequence[IPAddress]
-    ) -> socket.socket:
-        try:
-            async with asyncio.timeout(self._limits.connect_timeout_s):
-                for addr in addresses:
-                    family = socket.AF_INET6 if addr.version == 6 else socket.AF_INET
-                    sock = socket.socket(family, socket.SOCK_STREAM)
-                    sock.setblocking(False)
-                    try:
-                        await self._loop.sock_connect(sock, (str(addr), target.port))
-                    except OSError:
-                        sock.close()
-                        continue
-                    except BaseException:
-                        sock.close()
-                        raise
-                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                    ex.resolved = str(addr)
-                    return sock
-        except TimeoutError:
-            pass
-        raise upstream_failure(target.host, connected=False)
-
-    # -- carrying the traffic -------------------------------------------------
-
-    async def _tunnel(self, ex: _Exchange, target: Target, upstream: socket.socket) -> None:
-        if not isinstance(await self._client_event(), h11.EndOfMessage):
-            raise Refused(Reason.MALFORMED_REQUEST, "CONNECT with a body")
-        established = h11.Response(status_code=200, reason=b"Connection established", headers=[])
-        await self._to_client(ex, established)
-        ex.status = 200
-        await self._through(ex, target, upstream, self._h11.trailing_data[0])
-
-    async def _through(self, ex: _Exchange, target: Target, upstream: socket.socket,
-                       initial: bytes) -> None:
-        """An admitted tunnel: decrypted under inspection, else carried as it is.
-
-        Only the shell channel carries untrusted traffic; the docs channel is
-        the harness's own reader, which verifies the real server itself. A
-        stream a ``tcp`` rule names (ssh, a database) is carried as it is
-        even under inspection: there is no TLS in it to open.
-        """
-        by_rule = any(p.matches(target.host, target.port) for p in self._proxy.policy.tcp)
-        if self._inspection() is not None and not by_rule:
-            await self._intercept(ex, target, upstream, initial)
-            return
-        await self._carry(ex, target, upstream, initial)
-
-    async def _carry(self, ex: _Exchange, target: Target, upstream: socket.socket,
-                     initial: bytes) -> None:
-        """Carry an admitted tunnel's bytes once its first flight passed ``judge_flight``."""
-        policy = self._proxy.policy
+        target = command.target
+        client_sock, unread = self._stream.detach()
         tunnel = Tunnel(
-            client=self._sock, upstream=upstream, initial=initial,
+            client=client_sock, upstream=upstream_sock, initial=initial + unread,
             judge=lambda flight: judge_flight(flight, host=target.host, port=target.port,
-                                              policy=policy, connect=ex.capture is Capture.PROXY),
+                                              policy=policy, connect=command.established),
         )
         self.tunnel = tunnel
-        result = await tunnel.run()
-        ex.bytes_up, ex.bytes_down = result.bytes_up, result.bytes_down
-        ex.flight = result.flight
-        if result.decision is not None:
-            ex.allowed = result.decision
-        if result.refusal is not None:
-            ex.refusal = result.refusal
-            ex.status = None
+        try:
+            result = await tunnel.run()
+        finally:
+            client_sock.close()
+            upstream_sock.close()
+        return Done(bytes_up=result.bytes_up, bytes_down=result.bytes_down, status=status,
+                    flight=result.flight, decision=result.decision, closed=result.refusal)
 
-    async def _intercept(self, ex: _Exchange, target: Target, upstream: socket.socket,
-                         initial: bytes) -> None:
-        policy = self._proxy.policy.inspection
-        interception = self._proxy.interception
+    async def _intercept(self, target: Target, upstream_sock: socket.socket, initial: bytes,
+                         status: int | None, *, resolved: str) -> Done:
+        proxy = self._proxy
+        policy = proxy.policy.inspection
+        interception = proxy.interception
         assert policy is not None and interception is not None
-        limits = self._limits
-        result = await InterceptedTunnel(
-            client=self._sock, upstream=upstream, host=target.host, port=target.port,
-            initial=initial, resolved=ex.resolved, channel=self._channel,
-            policy=policy, interception=interception, emit=self._emit_inner,
-            timeouts=Timeouts(
-                head_s=limits.head_timeout_s, idle_s=limits.idle_timeout_s,
-                connect_s=limits.connect_timeout_s, upstream_s=limits.upstream_timeout_s,
-                linger_s=limits.linger_timeout_s, linger_bytes=limits.linger_bytes,
-                max_head_bytes=limits.max_head_bytes,
-            ),
-        ).run()
-        ex.bytes_up, ex.bytes_down = result.bytes_up, result.bytes_down
-        if result.refusal is not None:
-            ex.refusal = result.refusal
-            ex.status = None
+        upstream = await open_stream(upstream_sock, UpstreamGone)
+        try:
+            result = await InterceptedTunnel(
+                client=self._stream, upstream=upstream, host=target.host, port=target.port,
+                initial=initial, resolved=resolved, channel=self._channel,
+                policy=policy, interception=interception, emit=self._emit_inner,
+                limits=self._limits, clock=proxy.clock,
+            ).run()
+        finally:
+            upstream.close()
+        return Done(bytes_up=result.bytes_up, bytes_down=result.bytes_down, status=status,
+                    closed=result.refusal)
 
     def _emit_inner(self, record: EgressRecord) -> None:
         """A decrypted request's record: written (it went out); a full budget ends the tunnel.
 
         The tunnel reserves nothing per inner request, so once the budget has
-        no room it must not read another. Closing the client socket here,
-        before the tunnel's next read, discards whatever the client sent
-        since (shutting down the read side would not: Linux still returns
-        bytes already queued); the tunnel's next read fails as a peer gone.
+        no room it must not read another. Closing the client here, before the
+        tunnel's next read, discards whatever the client sent since; the
+        tunnel's next read fails as a peer gone.
         """
         log = self._proxy._log
         log.append(record)
         if not log.has_room():
-            self._sock.close()
-
-    async def _forward(
-        self, ex: _Exchange, event: h11.Request, target: Target, upstream: socket.socket
-    ) -> bool:
-        up = h11.Connection(h11.CLIENT)
-        headers = upstream_headers(list(event.headers), target)
-        request = h11.Request(method=event.method, target=target.path or "/", headers=headers)
-        inspection = self._inspection()
-        try:
-            if inspection is not None:
-                # Read and judged whole before a byte goes upstream, as in a tunnel.
-                body = await self._capped_body(ex, inspection, target)
-                data = up.send(request) or b""
-                if body:
-                    data += up.send(h11.Data(data=body)) or b""
-                data += up.send(h11.EndOfMessage()) or b""
-                ex.bytes_up += await self._send(upstream, data, UpstreamGone)
-            else:
-                await self._stream_body(ex, up, request, upstream)
-            response = await self._upstream_event(up, upstream)
-            while isinstance(response, h11.InformationalResponse):
-                # 1xx are hop-by-hop: the proxy already answered Expect itself.
-                response = await self._upstream_event(up, upstream)
-            if not isinstance(response, h11.Response):
-                raise UpstreamGone("no response head")
-        except UpstreamGone:
-            raise upstream_failure(target.host, connected=True) from None
-        ex.status = response.status_code
-        await self._to_client(
-            ex,
-            h11.Response(
-                status_code=response.status_code,
-                headers=downstream_headers(list(response.headers)),
-                reason=response.reason,
-            ),
-        )
-        try:
-            while True:
-                body = await self._upstream_event(up, upstream)
-                if isinstance(body, h11.Data):
-                    await self._to_client(ex, h11.Data(data=body.data))
-                elif isinstance(body, h11.EndOfMessage):
-                    await self._to_client(ex, h11.EndOfMessage())
-                    return True
-        except UpstreamGone:
-            # The client already has our status line: closing is all that is left.
-            return False
-
-    async def _stream_body(
-        self, ex: _Exchange, up: h11.Connection, request: h11.Request, upstream: socket.socket
-    ) -> None:
-        ex.bytes_up += await self._send(upstream, up.send(request) or b"", UpstreamGone)
-        if self._h11.they_are_waiting_for_100_continue:
-            await self._to_client(ex, h11.InformationalResponse(status_code=100, headers=[]))
-        while True:
-            body_event = await self._client_event()
-            if isinstance(body_event, h11.Data):
-                chunk = up.send(h11.Data(data=body_event.data)) or b""
-                ex.bytes_up += await self._send(upstream, chunk, UpstreamGone)
-            elif isinstance(body_event, h11.EndOfMessage):
-                ex.bytes_up += await self._send(upstream, up.send(h11.EndOfMessage()) or b"", UpstreamGone)
-                return
-
-    async def _capped_body(self, ex: _Exchange, inspection: InspectionPolicy, target: Target) -> bytes:
-        if self._h11.they_are_waiting_for_100_continue:
-            await self._to_client(ex, h11.InformationalResponse(status_code=100, headers=[]))
-        body = bytearray()
-        while not isinstance(event := await self._client_event(), h11.EndOfMessage):
-            if isinstance(event, h11.Data):
-                body += event.data
-                if len(body) > inspection.max_body_bytes:
-                    raise Refused(Reason.BODY_TOO_LARGE,
-                                  f"body over {inspection.max_body_bytes} bytes",
-                                  layer=DecisionLayer.METHODS, host=target.host)
-        return bytes(body)
-
-    async def _upstream_event(self, up: h11.Connection, sock: socket.socket) -> h11.Event:
-        while True:
-            try:
-                event = up.next_event()
-            except h11.RemoteProtocolError as exc:
-                raise UpstreamGone(f"invalid HTTP from upstream ({exc.error_status_hint})") from None
-            if event is h11.NEED_DATA:
-                data = await self._recv(sock, self._limits.upstream_timeout_s, UpstreamGone)
-                if data is None:
-                    raise UpstreamGone("upstream stalled")
-                up.receive_data(data)
-                continue
-            if isinstance(event, h11.ConnectionClosed):
-                raise UpstreamGone("upstream closed")
-            return event
+            self._stream.abort()
 
 
 # A transparent flow's header, written by the sandbox's relay: "tcp|udp ADDRESS PORT\n".
@@ -695,11 +498,10 @@ class _TransparentClient(_Client):
     """One flow the sandbox's relay redirected here: a header naming where it was going, then
     its bytes (a TCP connection), or nothing more (a datagram that was refused).
 
-    The address is mapped back to the name the DNS stub answered it for and
-    decided by name, exactly as a CONNECT to that name would be (an address
-    that stands for no name is decided as the IP literal it is); the flow
-    is then carried like a CONNECT tunnel, first flight judged, without the
-    CONNECT handshake. Its record says ``capture: transparent``.
+    The address is mapped back to the name the DNS stub answered it for (an
+    address that stands for no name is decided as the IP literal it is),
+    then ``exchange.flow`` decides it exactly as a CONNECT to that name. Its
+    record says ``capture: transparent``.
     """
 
     async def run(self) -> None:
@@ -707,30 +509,31 @@ class _TransparentClient(_Client):
             header = await self._flow_header()
             if header is None:
                 return
-            (kind, address, port), rest = header
-            ex = _Exchange(self._channel, Capture.TRANSPARENT)
-            ex.begin()
-            try:
-                await self._flow(ex, kind, address, port, rest)
-            except Refused as refusal:
-                ex.refusal, ex.status = refusal, None
-            except PeerGone:
-                pass
-            finally:
-                self._settle(ex)
+            (kind, address, port), self._rest = header
+            name = self._proxy.synthetic.name_for(address)
+            clock = self._proxy.clock
+            opened = FlowOpened(kind=kind, host=name if name is not None else str(address),
+                                port=port, ts=clock.iso(), started=clock.monotonic())
+            await self._drive(Handler(flow(self._context())), opened)
         finally:
-            self._sock.close()
+            self._end_upstream(keep=False)
+            if self.tunnel is None:
+                self._stream.close()
 
     async def _flow_header(self) -> tuple[tuple[str, IPAddress, int], bytes] | None:
         buf = b""
-        deadline = self._loop.time() + self._limits.head_timeout_s
-        while b"\n" not in buf:
-            if len(buf) > _MAX_FLOW_HEADER:
-                return None
-            data = await self._recv(self._sock, deadline - self._loop.time(), PeerGone)
-            if not data:
-                return None
-            buf += data
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._limits.head_timeout_s
+        try:
+            while b"\n" not in buf:
+                if len(buf) > _MAX_FLOW_HEADER:
+                    return None
+                data = await self._stream.recv(deadline - loop.time())
+                if not data:
+                    return None
+                buf += data
+        except PeerGone:
+            return None
         line, rest = buf.split(b"\n", 1)
         try:
             kind, address, port_text = line.decode("ascii").split(" ")
@@ -742,50 +545,24 @@ class _TransparentClient(_Client):
             return None
         return (kind, parsed, port), rest
 
-    async def _flow(self, ex: _Exchange, kind: str, address: IPAddress, port: int,
-                    rest: bytes) -> None:
-        name = self._proxy.synthetic.name_for(address)
-        host = name if name is not None else str(address)
-        target = Target(action=Action.TUNNEL, method="", host=host, port=port, path=None)
-        ex.target = target
-        if kind == "udp":
-            ex.scheme = Scheme.UDP
-            raise Refused(Reason.UDP_NOT_ALLOWED, f"a datagram to {host}:{port}: only DNS "
-                          "leaves the sandbox over UDP", layer=DecisionLayer.PROTOCOL, host=host)
-        if not self._proxy._log.reserve(self._channel):
-            raise Refused(Reason.RECORD_BUDGET_EXHAUSTED,
-                          "the proxy's egress record budget is spent; it forwards nothing it "
-                          "cannot record")
-        ex.reserved = True
-        if host == ATTESTATION_HOST:
-            await self._attest_flow(ex, rest)
-            return
-        upstream = await self._admit(ex, target)
+    async def _answer(self, command: Answer) -> Done:
+        """Answer a plain GET to the attestation host, as the proxy-aware path does."""
+        buf = self._rest
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._limits.head_timeout_s
         try:
-            ex.status = 200
-            await self._through(ex, target, upstream, rest)
-        finally:
-            upstream.close()
+            while b"\r\n\r\n" not in buf and len(buf) < self._limits.max_head_bytes:
+                data = await self._stream.recv(deadline - loop.time())
+                if not data:
+                    break
+                buf += data
+            sent = await self._stream.send(command.raw, self._limits.idle_timeout_s)
+        except PeerGone:
+            return Done(bytes_up=len(buf))
+        return Done(bytes_up=len(buf), bytes_down=sent)
 
-    async def _attest_flow(self, ex: _Exchange, rest: bytes) -> None:
-        """Answer a plain GET to the attestation host with the nonce, as the proxy-aware path does."""
-        buf = rest
-        deadline = self._loop.time() + self._limits.head_timeout_s
-        while b"\r\n\r\n" not in buf and len(buf) < self._limits.max_head_bytes:
-            data = await self._recv(self._sock, deadline - self._loop.time(), PeerGone)
-            if not data:
-                break
-            buf += data
-        ex.bytes_up = len(buf)
-        ex.allowed = Decision(verdict=Verdict.ALLOW, reason=Reason.ATTESTATION,
-                              layer=DecisionLayer.PROTOCOL, host=ATTESTATION_HOST)
-        ex.scheme = Scheme.HTTP_TUNNEL
-        body = self._proxy.nonce.encode("ascii")
-        reply = (b"HTTP/1.1 200 OK\r\ncontent-type: text/plain; charset=utf-8\r\n"
-                 b"cache-control: no-store\r\nconnection: close\r\n"
-                 b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-        ex.status = 200
-        ex.bytes_down = await self._send(self._sock, reply, PeerGone)
+    async def _carry(self, command: Carry) -> Done:
+        return await self._through(command, self._rest, status=None)
 
 
 class _DnsClient(_Client):
@@ -800,18 +577,18 @@ class _DnsClient(_Client):
                     self._proxy._log.offer(self._dns_record(result))
                 if result.wire is not None:
                     frame = len(result.wire).to_bytes(2, "big") + result.wire
-                    await self._send(self._sock, frame, PeerGone)
+                    await self._stream.send(frame, self._limits.idle_timeout_s)
         except PeerGone:
             pass
         finally:
-            self._sock.close()
+            self._stream.close()
 
     async def _frame(self) -> bytes | None:
         buf = b""
         need = 2
         while True:
             while len(buf) < need:
-                data = await self._recv(self._sock, self._limits.idle_timeout_s, PeerGone)
+                data = await self._stream.recv(self._limits.idle_timeout_s)
                 if not data:
                     return None
                 buf += data
@@ -824,8 +601,9 @@ class _DnsClient(_Client):
     def _dns_record(self, result: DnsAnswer) -> EgressRecord:
         decision = result.refusal
         assert decision is not None
+        clock = self._proxy.clock
         return EgressRecord(
-            ts=now_iso(), id=uuid.uuid4().hex, channel=self._channel, method=result.qtype,
+            ts=clock.iso(), id=clock.new_id(), channel=self._channel, method=result.qtype,
             scheme=Scheme.DNS, host=result.name, port=53, path=None,
             decision=decision.verdict, reason=decision.reason, layer=decision.layer,
             would_deny=decision.would_deny, override=None, resolved=None, status=None,
@@ -875,10 +653,11 @@ class EgressProxy:
                 "TLS inspection needs both the policy's inspection rules and an Interception"
             )
         self.interception = interception
-        self._policy = policy
+        self._decisions = Decisions(policy)
         self._resolver: Resolver = resolver or system_resolver
         self.limits = limits or ProxyLimits()
         # ``on_record`` sees each record the moment it is written (see RecordLog).
+        self.clock = Clock(monotonic=time.monotonic, iso=now_iso, new_id=lambda: uuid.uuid4().hex)
         self._log = RecordLog(record_path, on_record=on_record,
                               max_records=self.limits.max_records,
                               max_bytes=self.limits.max_record_bytes)
@@ -892,11 +671,14 @@ class EgressProxy:
         self._thread: threading.Thread | None = None
         self._listeners: list[tuple[_Listener, asyncio.Task[None]]] = []
         self._clients: dict[_Client, asyncio.Task[None]] = {}
+        self._pool = _Pool()
+        # A name's addresses, each set checked again by every request that uses it.
+        self._resolutions: dict[tuple[str, int], tuple[float, tuple[IPAddress, ...]]] = {}
 
     @property
     def policy(self) -> NetworkPolicy:
         """The policy in force, with the proxy's own listeners as ``proxy_addresses``."""
-        return self._policy
+        return self._decisions.policy
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -948,6 +730,7 @@ class EgressProxy:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(listener.unix_path)
         self._listeners.clear()
+        self._pool.close()
         for client, task in list(self._clients.items()):
             # A tunnel ends when its sockets do, and then writes its record.
             if client.tunnel is not None:
@@ -992,9 +775,9 @@ class EgressProxy:
             sock.close()
             raise listen_failed(exc, f"{host}:{port}") from None
         bound_host, bound_port = sock.getsockname()[:2]
-        self._policy = self._policy.with_proxy_addresses(
-            [*self._policy.proxy_addresses, (bound_host, bound_port)]
-        )
+        policy = self.policy
+        self._decisions = Decisions(policy.with_proxy_addresses(
+            [*policy.proxy_addresses, (bound_host, bound_port)]))
         self._add_listener(_Listener(sock=sock, channel=channel, unix_path=None, kind=kind))
         return bound_host, bound_port
 
@@ -1021,7 +804,13 @@ class EgressProxy:
                 continue
             if sock.family != socket.AF_UNIX:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            client = _CLIENTS[listener.kind](self, sock, listener.channel)
+            try:
+                stream = await accept_stream(sock, PeerGone)
+            except OSError:
+                sock.close()
+                slots.release()
+                continue
+            client = _CLIENTS[listener.kind](self, stream, listener.channel)
             task = loop.create_task(client.run())
             self._clients[client] = task
 
@@ -1038,12 +827,58 @@ class EgressProxy:
             self._dns_refused.add(name)
             return True
 
-    async def _resolve(self, target: Target) -> list[IPAddress]:
+    async def _resolve(self, host: str, port: int) -> tuple[IPAddress, ...]:
+        """Every address ``host`` resolves to, from the resolver at most once per ``RESOLVED_S``.
+
+        Only answers are kept, never a failure: a name that did not resolve is
+        asked again next time.
+        """
+        now = time.monotonic()
+        kept = self._resolutions.get((host, port))
+        if kept is not None and now - kept[0] < RESOLVED_S:
+            return kept[1]
         try:
             async with asyncio.timeout(self.limits.resolve_timeout_s):
-                return list(await self._resolver(target.host, target.port))
+                found = tuple(await self._resolver(host, port))
         except OSError:  # gaierror and TimeoutError included
-            return []
+            return ()
+        if found:
+            self._resolutions[(host, port)] = (now, found)
+        return found
+
+    async def _connect(self, addresses: Sequence[IPAddress],
+                       port: int) -> tuple[IPAddress, socket.socket] | None:
+        """A connection to the first of ``addresses`` that answers within the connect timeout."""
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self.limits.connect_timeout_s):
+                for addr in addresses:
+                    family = socket.AF_INET6 if addr.version == 6 else socket.AF_INET
+                    sock = socket.socket(family, socket.SOCK_STREAM)
+                    sock.setblocking(False)
+                    try:
+                        await loop.sock_connect(sock, (str(addr), port))
+                    except OSError:
+                        sock.close()
+                        continue
+                    except BaseException:
+                        sock.close()
+                        raise
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    return addr, sock
+        except TimeoutError:
+            pass
+        return None
+
+    def _settle(self, command: Record | Release) -> None:
+        if isinstance(command, Release):
+            self._log.release()
+        elif command.mode is RecordMode.RESERVED:
+            self._log.append(command.record, reserved=True)
+        elif command.mode is RecordMode.OFFERED:
+            self._log.offer(command.record)
+        else:
+            self._log.append(command.record)
 
     # -- records --------------------------------------------------------------
 

@@ -1,0 +1,802 @@
+"""The decision about one exchange, with no sockets: events in, commands out.
+
+Guarantee: what the proxy does with one proxy request, one redirected flow
+or one request decrypted inside an inspected tunnel is decided here, as a
+pure function of the policy and of the events its driver reports; the
+drivers (``server`` for sockets, ``intercept`` for TLS) only carry commands
+out and report what happened. The order is fixed, for every path:
+
+- a record's place is held before anything is judged (``Reserve``; an
+  inner request of an inspected tunnel reserves nothing, its tunnel did);
+- a request is judged on its head first, then by name (``decide_name``);
+  only a name that passed is resolved (``Resolve``), every address it
+  resolved to is judged (``decide_addresses``), and only a checked address
+  is dialled (``Dial``);
+- a refusal is recorded (``Record``) before it is answered (``Refuse``), so a
+  client that read its 4xx finds the refusal already in the log;
+- every exchange ends in exactly one ``Record``, or, when it held a
+  reservation and showed nothing, one ``Release``.
+
+Each path is a generator that yields commands; ``Handler`` runs one and
+returns the commands an event caused, stopping at the first that needs an
+answer (the answer is the next event). Tests drive it with tables of events
+and the commands they must cause (``tests/proxy/test_exchange_tables.py``).
+"""
+
+from __future__ import annotations
+
+import http
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+import h11
+
+from firstrun.policy.addresses import IPAddress
+from firstrun.policy.decision import Decision, DecisionLayer, Reason, Verdict
+from firstrun.policy.hosts import parse_ip_literal
+from firstrun.policy.methods import InnerRequest, InspectionPolicy, decide_inner
+from firstrun.policy.network import (
+    ATTESTATION_HOST,
+    Channel,
+    NetworkPolicy,
+    Request,
+    decide_addresses,
+    decide_name,
+)
+from firstrun.proxy.credentials import MaskedCredential, substitute
+from firstrun.proxy.errors import Refused, upstream_failure
+from firstrun.proxy.flight import FlightKind
+from firstrun.proxy.records import Capture, EgressRecord, Scheme
+from firstrun.proxy.request import (
+    Action,
+    Headers,
+    Target,
+    authority_text,
+    check_framing,
+    classify_request,
+    end_to_end,
+    parse_authority,
+    upstream_headers,
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Clock:
+    """Where records get their times and ids: injected, so tables can fix them."""
+
+    monotonic: Callable[[], float]
+    iso: Callable[[], str]
+    new_id: Callable[[], str]
+
+
+# -- events: what the driver reports ------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class RequestHead:
+    """A request head h11 parsed, the exact bytes it was parsed from, and when it began."""
+
+    event: h11.Request
+    raw: bytes
+    ts: str
+    started: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class HeadRefused:
+    """The head itself could not be read as one request (malformed, too large, too slow)."""
+
+    refusal: Refused
+    ts: str
+    started: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class FlowOpened:
+    """A redirected flow: where the program dialled, and the name that address stands for."""
+
+    kind: str  # "tcp" or "udp"
+    host: str
+    port: int
+    ts: str
+    started: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reserved:
+    ok: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resolved:
+    addresses: tuple[IPAddress, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Dialled:
+    """The address a connection was made to, or None when none of them answered."""
+
+    address: IPAddress | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Done:
+    """How the data plane's part ended: bytes each way, and what it saw.
+
+    ``refusal`` is a refusal the client has not been answered yet (a body over
+    the cap, an upstream that failed before its response head): the exchange
+    answers it. ``closed`` is a refusal that closed a tunnel after its
+    ``200`` (a first flight refused, a TLS client that would not verify):
+    recorded, never answered. ``status`` is the response status the client
+    got, when it got one.
+    """
+
+    bytes_up: int = 0
+    bytes_down: int = 0
+    status: int | None = None
+    refusal: Refused | None = None
+    closed: Refused | None = None
+    keep_alive: bool = False
+    flight: FlightKind | None = None
+    # The decision a raw stream went under instead (its tcp rule, or report mode's).
+    decision: Decision | None = None
+
+
+Event = RequestHead | HeadRefused | FlowOpened | Reserved | Resolved | Dialled | Done
+
+
+# -- commands: what the driver carries out ------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reserve:
+    """Hold a place in the record budget; answered by ``Reserved``."""
+
+    channel: Channel
+
+
+@dataclass(frozen=True, kw_only=True)
+class Release:
+    """Give back a reservation whose exchange showed nothing to record."""
+
+
+class RecordMode(StrEnum):
+    # Into the place ``Reserve`` held.
+    RESERVED = "reserved"
+    # A refusal that forwarded nothing: written if the budget has room, else counted.
+    OFFERED = "offered"
+    # Traffic that already went out (an inspected tunnel's inner request): always written.
+    WRITTEN = "written"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Record:
+    record: EgressRecord
+    mode: RecordMode
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resolve:
+    """Resolve a canonical name once; answered by ``Resolved``."""
+
+    host: str
+    port: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Dial:
+    """Connect to the first of ``addresses`` that answers (all were checked); answered by ``Dialled``."""
+
+    channel: Channel
+    host: str
+    port: int
+    addresses: tuple[IPAddress, ...]
+    # A plain request may go over a kept-alive connection to a checked address.
+    reuse: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Refuse:
+    """Send ``data`` (the refusal's answer; empty when the flow speaks no HTTP), then close.
+
+    ``linger``: drain the client's unread input for a while first, so the
+    kernel does not reset the answer away.
+    """
+
+    refusal: Refused
+    data: bytes
+    linger: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class Answer:
+    """The proxy answers itself (the attestation nonce); answered by ``Done``.
+
+    For a proxy request the driver drains the request body first and sends
+    ``status``, ``headers`` and ``body`` through its HTTP connection; for a
+    redirected flow it reads the plain request's head and sends ``raw``.
+    """
+
+    status: int
+    headers: Headers
+    body: bytes
+    raw: bytes = b""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Forward:
+    """Send ``request`` (and its body) upstream on the dialled connection and relay the response.
+
+    With ``cap`` set the body is read whole before a byte goes upstream, and
+    a body over ``cap`` bytes is ``cap_refusal``; without it the body streams.
+    Answered by ``Done``.
+    """
+
+    request: h11.Request
+    host: str
+    cap: int | None = None
+    cap_refusal: Refused | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Carry:
+    """Carry an admitted tunnel: say ``200`` first when ``established`` (a CONNECT),
+    then decrypt and judge each request (``inspect``) or judge the first flight
+    and move the bytes. Answered by ``Done``."""
+
+    target: Target
+    established: bool
+    inspect: bool
+
+
+Command = Reserve | Release | Record | Resolve | Dial | Refuse | Answer | Forward | Carry
+# The commands whose answer is the next event.
+_ANSWERED = (Reserve, Resolve, Dial, Answer, Forward, Carry)
+
+Steps = Generator[Command, Event | None, None]
+
+
+class Abandoned(Exception):
+    """The driver stopped the exchange midway (the proxy is stopping): settle with what was shown."""
+
+
+class Handler:
+    """Runs one exchange: ``handle(event)`` returns the commands that event caused.
+
+    The first event starts it. The list stops after a command that needs an
+    answer (the driver sends the answer as the next event) or when the
+    exchange is over (``done``). ``abandon`` ends it early, still with its
+    one ``Record`` or ``Release``.
+    """
+
+    def __init__(self, steps: Steps) -> None:
+        self._steps = steps
+        self.done = False
+        next(steps)  # to the first ``yield``, which takes the first event
+
+    def handle(self, event: Event) -> list[Command]:
+        if self.done:
+            raise RuntimeError("the exchange is over")
+        commands: list[Command] = []
+        sent: Event | None = event
+        while True:
+            try:
+                command = self._steps.send(sent)
+            except StopIteration:
+                self.done = True
+                return commands
+            commands.append(command)
+            if isinstance(command, _ANSWERED):
+                return commands
+            sent = None
+
+    def abandon(self) -> list[Command]:
+        """The commands that settle an exchange its driver stopped (records and releases only)."""
+        if self.done:
+            return []
+        self.done = True
+        commands: list[Command] = []
+        try:
+            command = self._steps.throw(Abandoned())
+            while True:
+                commands.append(command)
+                command = self._steps.send(None)
+        except (StopIteration, Abandoned):
+            pass
+        return commands
+
+
+# -- what an exchange has shown so far ----------------------------------------
+
+
+@dataclass(kw_only=True)
+class _Shown:
+    """What one exchange has shown so far; becomes its record."""
+
+    channel: Channel
+    capture: Capture
+    ts: str
+    started: float
+    scheme: Scheme | None = None
+    method: str | None = None
+    host: str | None = None
+    port: int | None = None
+    path: str | None = None
+    allowed: Decision | None = None
+    override: str | None = None
+    name_would_deny: Reason | None = None
+    refusal: Refused | None = None
+    resolved: str | None = None
+    status: int | None = None
+    bytes_up: int = 0
+    bytes_down: int = 0
+    credentials: tuple[str, ...] = field(default_factory=tuple)
+    # Holds a place in the record budget (``Reserve`` answered yes).
+    reserved: bool = False
+
+    def record(self, clock: Clock) -> EgressRecord | None:
+        if self.refusal is not None:
+            verdict, reason, layer = Verdict.DENY, self.refusal.reason, self.refusal.layer
+            # A name report mode let through that then did not resolve keeps
+            # what the name rules would have said: learning an allow-list needs
+            # it. A refusal by the floor itself is no name rule's to report.
+            would_deny = self.name_would_deny if reason is Reason.RESOLVE_FAILED else None
+            override = None
+            host = self.refusal.host or self.host
+        elif self.allowed is not None:
+            verdict, reason, layer = Verdict.ALLOW, self.allowed.reason, self.allowed.layer
+            would_deny, override, host = self.allowed.would_deny, self.override, self.host
+        else:
+            return None
+        return EgressRecord(
+            ts=self.ts, id=clock.new_id(), channel=self.channel, method=self.method,
+            scheme=self.scheme, host=host, port=self.port, path=self.path, decision=verdict,
+            reason=reason, layer=layer, would_deny=would_deny, override=override,
+            resolved=self.resolved, status=self.status, bytes_up=self.bytes_up,
+            bytes_down=self.bytes_down,
+            duration_ms=round((clock.monotonic() - self.started) * 1000, 3),
+            credentials=self.credentials, capture=self.capture,
+        )
+
+    def add(self, done: Done) -> None:
+        self.bytes_up += done.bytes_up
+        self.bytes_down += done.bytes_down
+        if done.status is not None:
+            self.status = done.status
+
+
+def refusal_answer(refusal: Refused, method: str | None) -> bytes:
+    """The exact bytes of a refusal's answer: a one-line reason, and ``connection: close``."""
+    body = f"firstrun proxy: {refusal.reason.value}: {refusal.detail}\n".encode()
+    phrase = http.HTTPStatus(refusal.status).phrase
+    head = (f"HTTP/1.1 {refusal.status} {phrase}\r\n"
+            "content-type: text/plain; charset=utf-8\r\n"
+            f"content-length: {len(body)}\r\n"
+            f"x-firstrun-reason: {refusal.reason.value}\r\n"
+            "connection: close\r\n\r\n").encode()
+    return head if method == "HEAD" else head + body
+
+
+def _budget_spent() -> Refused:
+    return Refused(Reason.RECORD_BUDGET_EXHAUSTED,
+                   "the proxy's egress record budget is spent; it forwards nothing it "
+                   "cannot record")
+
+
+def _policy_refusal(decision: Decision) -> Refused:
+    return Refused(decision.reason, decision.host, layer=decision.layer, host=decision.host)
+
+
+def _guarded(shown: _Shown, clock: Clock, steps: Steps, *, mode: RecordMode | None = None) -> Steps:
+    """``steps``, settled with what ``shown`` holds if the driver abandons them midway."""
+    try:
+        yield from steps
+    except Abandoned:
+        if mode is None:
+            yield from _settle(shown, clock, reserved=shown.reserved)
+        elif (record := shown.record(clock)) is not None:
+            yield Record(record=record, mode=mode)
+
+
+def _settle(shown: _Shown, clock: Clock, *, reserved: bool) -> Steps:
+    """The exchange's one record: into its reservation, else offered; or the reservation back."""
+    record = shown.record(clock)
+    if record is not None:
+        yield Record(record=record, mode=RecordMode.RESERVED if reserved else RecordMode.OFFERED)
+    elif reserved:
+        yield Release()
+
+
+def _refuse(shown: _Shown, refusal: Refused, clock: Clock, *, reserved: bool,
+            answer: bool = True) -> Steps:
+    """Record ``refusal``, then answer it (a proxy request) or just close (a flow)."""
+    shown.refusal = refusal
+    data = refusal_answer(refusal, shown.method) if answer else b""
+    if answer:
+        shown.status = refusal.status
+        shown.bytes_down += len(data)
+    else:
+        shown.status = None
+    yield from _settle(shown, clock, reserved=reserved)
+    yield Refuse(refusal=refusal, data=data, linger=answer)
+
+
+# -- the paths ------------------------------------------------------------------
+
+
+class Decisions:
+    """``decide_name`` and ``decide_addresses`` over one policy, each answer remembered.
+
+    Both are pure functions of the policy and of their arguments, so a
+    remembered answer is the answer: a keep-alive client asking for the same
+    host again is judged by the same rules, without running them again. A
+    memo lives exactly as long as its policy (a new policy gets a new memo)
+    and holds at most ``MAX`` answers of each kind.
+    """
+
+    MAX = 4096
+
+    def __init__(self, policy: NetworkPolicy) -> None:
+        self.policy = policy
+        self._names: dict[Request, Decision] = {}
+        self._addresses: dict[tuple[Request, tuple[IPAddress, ...]], Decision] = {}
+
+    def name(self, request: Request) -> Decision:
+        decision = self._names.get(request)
+        if decision is None:
+            if len(self._names) >= self.MAX:
+                self._names.clear()
+            decision = self._names[request] = decide_name(self.policy, request)
+        return decision
+
+    def addresses(self, request: Request, addresses: tuple[IPAddress, ...]) -> Decision:
+        key = (request, addresses)
+        decision = self._addresses.get(key)
+        if decision is None:
+            if len(self._addresses) >= self.MAX:
+                self._addresses.clear()
+            decision = self._addresses[key] = decide_addresses(self.policy, request, addresses)
+        return decision
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProxyContext:
+    """What a proxy request or a redirected flow is judged by."""
+
+    channel: Channel
+    decisions: Decisions
+    clock: Clock
+    nonce: str
+    max_head_bytes: int
+
+    @property
+    def policy(self) -> NetworkPolicy:
+        return self.decisions.policy
+
+    @property
+    def inspection(self) -> InspectionPolicy | None:
+        """The method rules, for the shell channel when the run inspects; else None.
+
+        Only the shell channel carries untrusted traffic; the docs channel is
+        the harness's own reader, which verifies the real server itself.
+        """
+        return self.policy.inspection if self.channel is Channel.SHELL else None
+
+
+def proxy_request(ctx: ProxyContext) -> Steps:
+    """One request on a proxy listener: plain HTTP in absolute form, CONNECT, or the attestation."""
+    event = yield  # type: ignore[misc]
+    if isinstance(event, HeadRefused):
+        shown = _Shown(channel=ctx.channel, capture=Capture.PROXY, ts=event.ts,
+                       started=event.started)
+        yield from _refuse(shown, event.refusal, ctx.clock, reserved=False)
+        return
+    assert isinstance(event, RequestHead)
+    shown = _Shown(channel=ctx.channel, capture=Capture.PROXY, ts=event.ts,
+                   started=event.started, method=event.event.method.decode("ascii", "replace"))
+    yield from _guarded(shown, ctx.clock, _proxy_request(ctx, shown, event))
+
+
+def _proxy_request(ctx: ProxyContext, shown: _Shown, event: RequestHead) -> Steps:
+    reserved = (yield Reserve(channel=ctx.channel))
+    assert isinstance(reserved, Reserved)
+    if not reserved.ok:
+        yield from _refuse(shown, _budget_spent(), ctx.clock, reserved=False)
+        return
+    shown.reserved = True
+    try:
+        target = classify_request(event.event, event.raw, max_head_bytes=ctx.max_head_bytes)
+        shown.method, shown.host, shown.port, shown.path = \
+            target.method or None, target.host, target.port, target.path
+        shown.scheme = Scheme.HTTPS_TUNNEL if target.action is Action.TUNNEL else Scheme.HTTP
+        if target.action is Action.ATTEST:
+            yield from _attest(ctx, shown, target, raw=False)
+            return
+        if target.action is Action.FORWARD:
+            _judge_method(ctx, target, event.event)
+        yield from _admit(ctx, shown, target)
+    except Refused as refusal:
+        yield from _refuse(shown, refusal, ctx.clock, reserved=True)
+        return
+    if target.action is Action.TUNNEL:
+        yield from _carry(ctx, shown, target, established=True)
+        return
+    inspection = ctx.inspection
+    request = h11.Request(method=event.event.method, target=target.path or "/",
+                          headers=upstream_headers(list(event.event.headers), target))
+    cap_refusal = None if inspection is None else Refused(
+        Reason.BODY_TOO_LARGE, f"body over {inspection.max_body_bytes} bytes",
+        layer=DecisionLayer.METHODS, host=target.host)
+    done = yield Forward(request=request, host=target.host,
+                         cap=inspection.max_body_bytes if inspection else None,
+                         cap_refusal=cap_refusal)
+    assert isinstance(done, Done)
+    shown.add(done)
+    if done.refusal is not None:
+        yield from _refuse(shown, done.refusal, ctx.clock, reserved=True)
+        return
+    yield from _settle(shown, ctx.clock, reserved=True)
+
+
+def flow(ctx: ProxyContext) -> Steps:
+    """One flow the sandbox's relay redirected: decided by the name its address stands for,
+    exactly as a CONNECT to that name, and carried without the CONNECT handshake."""
+    opened = yield  # type: ignore[misc]
+    assert isinstance(opened, FlowOpened)
+    target = Target(action=Action.TUNNEL, method="", host=opened.host, port=opened.port, path=None)
+    shown = _Shown(channel=ctx.channel, capture=Capture.TRANSPARENT, ts=opened.ts,
+                   started=opened.started, host=opened.host, port=opened.port)
+    yield from _guarded(shown, ctx.clock, _flow(ctx, shown, opened, target))
+
+
+def _flow(ctx: ProxyContext, shown: _Shown, opened: FlowOpened, target: Target) -> Steps:
+    if opened.kind == "udp":
+        shown.scheme = Scheme.UDP
+        refusal = Refused(Reason.UDP_NOT_ALLOWED, f"a datagram to {opened.host}:{opened.port}: "
+                          "only DNS leaves the sandbox over UDP", layer=DecisionLayer.PROTOCOL,
+                          host=opened.host)
+        yield from _refuse(shown, refusal, ctx.clock, reserved=False, answer=False)
+        return
+    # Until its first flight shows more, a redirected flow is a stream.
+    shown.scheme = Scheme.TCP
+    reserved = yield Reserve(channel=ctx.channel)
+    assert isinstance(reserved, Reserved)
+    if not reserved.ok:
+        yield from _refuse(shown, _budget_spent(), ctx.clock, reserved=False, answer=False)
+        return
+    shown.reserved = True
+    if opened.host == ATTESTATION_HOST:
+        shown.scheme = Scheme.HTTP_TUNNEL
+        yield from _attest(ctx, shown, target, raw=True)
+        return
+    try:
+        yield from _admit(ctx, shown, target)
+    except Refused as refusal:
+        yield from _refuse(shown, refusal, ctx.clock, reserved=True, answer=False)
+        return
+    shown.status = 200
+    yield from _carry(ctx, shown, target, established=False)
+
+
+def _attest(ctx: ProxyContext, shown: _Shown, target: Target, *, raw: bool) -> Steps:
+    """Answer the attestation host with this proxy's nonce, resolving and dialling nothing."""
+    shown.allowed = Decision(verdict=Verdict.ALLOW, reason=Reason.ATTESTATION,
+                             layer=DecisionLayer.PROTOCOL, host=target.host)
+    body = ctx.nonce.encode("ascii")
+    headers: Headers = [(b"content-type", b"text/plain; charset=utf-8"),
+                        (b"content-length", str(len(body)).encode()),
+                        (b"cache-control", b"no-store")]
+    reply = b""
+    if raw:
+        reply = (b"HTTP/1.1 200 OK\r\ncontent-type: text/plain; charset=utf-8\r\n"
+                 b"cache-control: no-store\r\nconnection: close\r\n"
+                 b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    shown.status = 200
+    done = yield Answer(status=200, headers=headers, body=b"" if shown.method == "HEAD" else body,
+                        raw=reply)
+    assert isinstance(done, Done)
+    shown.add(done)
+    if done.refusal is not None:
+        # The request's body was malformed: the answer is the refusal's.
+        yield from _refuse(shown, done.refusal, ctx.clock, reserved=True)
+        return
+    yield from _settle(shown, ctx.clock, reserved=True)
+
+
+def _judge_method(ctx: ProxyContext, target: Target, event: h11.Request) -> None:
+    """Under inspection plain HTTP is judged like decrypted HTTPS, before anything is dialled."""
+    inspection = ctx.inspection
+    if inspection is None:
+        return
+    declared = next((int(v) for n, v in event.headers if n == b"content-length"), 0)
+    decision = decide_inner(inspection, InnerRequest(
+        host=target.host, port=target.port, method=target.method, path=target.path or "/",
+        body_bytes=declared,
+    ))
+    if not decision.allowed:
+        raise Refused(decision.reason, f"{target.method} {target.host}{target.path}",
+                      layer=decision.layer, host=target.host)
+
+
+def _admit(ctx: ProxyContext, shown: _Shown, target: Target) -> Generator[Command, Event | None, IPAddress]:
+    """Decide by name, resolve once, decide by every address, and dial a checked one."""
+    request = Request(channel=ctx.channel, host=target.host, port=target.port)
+    by_name = ctx.decisions.name(request)
+    if not by_name.allowed:
+        raise _policy_refusal(by_name)
+    shown.name_would_deny = by_name.would_deny
+    literal = parse_ip_literal(target.host)
+    if literal is not None:
+        addresses: tuple[IPAddress, ...] = (literal,)
+    else:
+        resolved = yield Resolve(host=target.host, port=target.port)
+        assert isinstance(resolved, Resolved)
+        addresses = resolved.addresses
+    by_address = ctx.decisions.addresses(request, addresses)
+    if not by_address.allowed:
+        raise _policy_refusal(by_address)
+    if not addresses:
+        # Report mode let an unresolvable name through: there is nothing to dial.
+        raise Refused(Reason.RESOLVE_FAILED, target.host, layer=DecisionLayer.FLOOR,
+                      host=target.host)
+    shown.allowed = by_name if by_name.would_deny is not None else by_address
+    shown.override = by_address.override or by_name.override
+    dialled = yield Dial(channel=ctx.channel, host=target.host, port=target.port,
+                         addresses=addresses, reuse=target.action is Action.FORWARD)
+    assert isinstance(dialled, Dialled)
+    if dialled.address is None:
+        raise upstream_failure(target.host, connected=False)
+    shown.resolved = str(dialled.address)
+    return dialled.address
+
+
+# A redirected flow's record names what it carried, once its first flight
+# showed it (a CONNECT tunnel's stays https-tunnel, as it always was).
+_TRANSPARENT_SCHEMES = {FlightKind.TLS: Scheme.HTTPS_TUNNEL, FlightKind.HTTP: Scheme.HTTP_TUNNEL}
+
+
+def _carry(ctx: ProxyContext, shown: _Shown, target: Target, *, established: bool) -> Steps:
+    """An admitted tunnel: decrypted under inspection, else carried as it is.
+
+    A stream a ``tcp`` rule names (ssh, a database) is carried as it is even
+    under inspection: there is no TLS in it to open.
+    """
+    by_rule = any(p.matches(target.host, target.port) for p in ctx.policy.tcp)
+    done = yield Carry(target=target, established=established,
+                       inspect=ctx.inspection is not None and not by_rule)
+    assert isinstance(done, Done)
+    shown.add(done)
+    if shown.capture is Capture.TRANSPARENT:
+        shown.scheme = _TRANSPARENT_SCHEMES.get(done.flight, Scheme.TCP)
+    if done.decision is not None:
+        shown.allowed = done.decision
+    if done.refusal is not None:
+        # Refused before its 200 (a CONNECT that turned out to carry a body).
+        yield from _refuse(shown, done.refusal, ctx.clock, reserved=True)
+        return
+    if done.closed is not None:
+        shown.refusal, shown.status = done.closed, None
+    yield from _settle(shown, ctx.clock, reserved=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class InnerContext:
+    """What a request decrypted inside one admitted CONNECT is judged by."""
+
+    channel: Channel
+    policy: InspectionPolicy
+    host: str
+    port: int
+    resolved: str | None
+    credentials: tuple[MaskedCredential, ...]
+    clock: Clock
+    max_head_bytes: int
+    # Set when the real server failed verification: every request is refused with it.
+    upstream_refusal: Refused | None = None
+
+
+def inner_request(ctx: InnerContext) -> Steps:
+    """One request decrypted inside an inspected tunnel: judged whole before a byte goes up."""
+    event = yield  # type: ignore[misc]
+    shown = _Shown(channel=ctx.channel, capture=Capture.PROXY, ts=event.ts,  # type: ignore[union-attr]
+                   started=event.started, scheme=Scheme.HTTPS, host=ctx.host,  # type: ignore[union-attr]
+                   port=ctx.port, resolved=ctx.resolved)
+    if isinstance(event, HeadRefused):
+        yield from _refuse_inner(shown, event.refusal, ctx.clock)
+        return
+    assert isinstance(event, RequestHead)
+    yield from _guarded(shown, ctx.clock, _inner_request(ctx, shown, event),
+                        mode=RecordMode.WRITTEN)
+
+
+def _inner_request(ctx: InnerContext, shown: _Shown, event: RequestHead) -> Steps:
+    try:
+        declared = _check_inner(ctx, shown, event)
+        if ctx.upstream_refusal is not None:
+            raise ctx.upstream_refusal
+        shown.allowed = _decide_inner(ctx, shown, declared or 0)
+        shown.override = shown.allowed.override
+    except Refused as refusal:
+        yield from _refuse_inner(shown, refusal, ctx.clock)
+        return
+    assert shown.method is not None and shown.path is not None
+    headers, shown.credentials = substitute(end_to_end(list(event.event.headers)),
+                                            ctx.credentials, host=ctx.host, port=ctx.port)
+    host = authority_text(ctx.host, ctx.port, default_port=443).encode("ascii")
+    request = h11.Request(method=event.event.method, target=event.event.target,
+                          headers=[(b"host", host), *headers])
+    over = Refused(Reason.BODY_TOO_LARGE, f"{shown.method} {ctx.host}{shown.path}",
+                   layer=DecisionLayer.METHODS, host=ctx.host)
+    done = yield Forward(request=request, host=ctx.host, cap=ctx.policy.max_body_bytes,
+                         cap_refusal=over)
+    assert isinstance(done, Done)
+    shown.add(done)
+    if done.refusal is not None:
+        yield from _refuse_inner(shown, done.refusal, ctx.clock)
+        return
+    record = shown.record(ctx.clock)
+    assert record is not None
+    yield Record(record=record, mode=RecordMode.WRITTEN)
+
+
+def _refuse_inner(shown: _Shown, refusal: Refused, clock: Clock) -> Steps:
+    shown.refusal, shown.allowed = refusal, None
+    data = refusal_answer(refusal, shown.method)
+    shown.status = refusal.status
+    shown.bytes_down += len(data)
+    record = shown.record(clock)
+    assert record is not None
+    yield Record(record=record, mode=RecordMode.WRITTEN)
+    yield Refuse(refusal=refusal, data=data)
+
+
+def _check_inner(ctx: InnerContext, shown: _Shown, head: RequestHead) -> int | None:
+    """Judge a decrypted head; returns the declared body length (None when chunked)."""
+    headers = list(head.event.headers)
+    check_framing(headers, head.raw, max_head_bytes=ctx.max_head_bytes)
+    try:
+        shown.method = head.event.method.decode("ascii")
+        shown.path = head.event.target.decode("ascii")
+    except UnicodeDecodeError:
+        raise Refused(Reason.MALFORMED_REQUEST, "non-ASCII request line") from None
+    if not shown.path.startswith("/"):
+        raise Refused(Reason.MALFORMED_REQUEST,
+                      "request target inside a tunnel must be origin-form", host=ctx.host)
+    hosts = [value for name, value in headers if name == b"host"]
+    # HTTP/1.0 may omit Host, and two could name two hosts: exactly one is judged.
+    if len(hosts) != 1:
+        raise Refused(Reason.HOST_MISMATCH,
+                      f"{len(hosts)} Host headers inside the tunnel; exactly one is needed",
+                      host=ctx.host)
+    text = hosts[0].decode("ascii", "replace")
+    try:
+        named = parse_authority(text, default_port=443)
+    except Refused:
+        named = None
+    if named != (ctx.host, ctx.port):
+        raise Refused(Reason.HOST_MISMATCH,
+                      f"Host {text!r} is not the CONNECT target {ctx.host}:{ctx.port}",
+                      host=ctx.host)
+    length = next((v for n, v in headers if n == b"content-length"), None)
+    if length is not None:
+        return int(length)
+    return None if any(n == b"transfer-encoding" for n, _ in headers) else 0
+
+
+def _decide_inner(ctx: InnerContext, shown: _Shown, body_bytes: int) -> Decision:
+    assert shown.method is not None and shown.path is not None
+    decision = decide_inner(ctx.policy, InnerRequest(
+        host=ctx.host, port=ctx.port, method=shown.method, path=shown.path,
+        body_bytes=body_bytes,
+    ))
+    if not decision.allowed:
+        raise Refused(decision.reason, f"{shown.method} {ctx.host}{shown.path}",
+                      layer=decision.layer, host=ctx.host)
+    return decision
+
+
+def run_table(steps: Steps, events: Sequence[Event]) -> list[list[Command]]:
+    """The commands each of ``events`` caused, in order: a table's right-hand column."""
+    handler = Handler(steps)
+    return [handler.handle(event) for event in events]
