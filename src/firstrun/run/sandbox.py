@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -70,6 +71,35 @@ def check_inspection(tasks: Sequence[Task], *, inspect_tls: bool, env: Mapping[s
                 mint(policy.inspection.credentials, env)
             except UsageError as exc:
                 raise UsageError(f"{task.path}: {exc.args[0]}") from None
+
+
+class _Made:
+    """A ``DocsReader`` made in a thread of its own; ``result`` waits for it (or raises what
+    making it raised), ``close`` waits and closes whatever was made."""
+
+    def __init__(self, make: Callable[[], DocsReader]) -> None:
+        self._made: list[DocsReader | BaseException] = []
+
+        def run() -> None:
+            try:
+                self._made.append(make())
+            except BaseException as exc:  # re-raised by result, in the caller's thread
+                self._made.append(exc)
+
+        self._thread = threading.Thread(target=run, name="firstrun-docs-reader", daemon=True)
+        self._thread.start()
+
+    def result(self) -> DocsReader:
+        self._thread.join()
+        made = self._made[0]
+        if isinstance(made, BaseException):
+            raise made
+        return made
+
+    def close(self) -> None:
+        self._thread.join()
+        if self._made and isinstance(self._made[0], DocsReader):
+            self._made[0].close()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -169,19 +199,21 @@ def open_sandbox(
                 **capture_listeners(proxy, sockdir) if entry(name).captures else {},
             )
         docs_address = proxy.listen_tcp(Channel.DOCS)
-        reader = stack.enter_context(
-            DocsReader(
-                allow=policy.docs,
-                proxy=docs_address,
-                cache_dir=os.fspath(config.cache_dir) if config.cache_dir is not None else None,
-                cache_mode=config.cache_mode,
-                user_agent=default_user_agent(),
-                min_delay_s=DOCS_MIN_DELAY_S,
-                mirrors=config.docs_mirrors,
-                politeness=politeness,
-                hidden=AffordanceFilter.for_route(task.docs_route)
-                if config.affordances is Affordances.NONE else None,
-            )
-        )
+        # The reader's HTTP clients load the CA store, tens of milliseconds of
+        # each run's start: made beside the session's start, which mostly
+        # waits on bubblewrap and the helper. Closed after the session either way.
+        reader_made = _Made(lambda: DocsReader(
+            allow=policy.docs,
+            proxy=docs_address,
+            cache_dir=os.fspath(config.cache_dir) if config.cache_dir is not None else None,
+            cache_mode=config.cache_mode,
+            user_agent=default_user_agent(),
+            min_delay_s=DOCS_MIN_DELAY_S,
+            mirrors=config.docs_mirrors,
+            politeness=politeness,
+            hidden=AffordanceFilter.for_route(task.docs_route)
+            if config.affordances is Affordances.NONE else None,
+        ))
+        stack.callback(reader_made.close)
         session = stack.enter_context(backend.start(profile, proxy=endpoint))
-        yield Enclosure(session=session, proxy=proxy, reader=reader, policy=policy)
+        yield Enclosure(session=session, proxy=proxy, reader=reader_made.result(), policy=policy)
