@@ -21,7 +21,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 
 import idna
 from publicsuffixlist import PublicSuffixList
@@ -100,6 +100,9 @@ def _parse_inet_aton(h: str) -> ipaddress.IPv4Address | None:
     return ipaddress.IPv4Address(number)
 
 
+# Pure, and asked for the same few hosts on every request a proxy serves;
+# bounded, since a hostile client can name as many hosts as it likes.
+@lru_cache(maxsize=4096)
 def canonical_host(raw: str) -> str:
     """Canonical form of a host as a client wrote it.
 
