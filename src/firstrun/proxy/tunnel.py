@@ -23,6 +23,7 @@ import asyncio
 import concurrent.futures
 import fcntl
 import os
+import queue
 import socket
 import threading
 from collections.abc import Callable
@@ -52,9 +53,55 @@ class TunnelResult:
 Judge = Callable[[Flight], Decision | Refused | None]
 
 
-def _in_thread(fn: Callable[[], _T], name: str) -> asyncio.Future[_T]:
-    # A dedicated thread, not the loop's executor: tunnels live for minutes
-    # and a small shared pool would let a few of them starve everything else.
+class _Pumps:
+    """Threads that move tunnels' bytes, kept a while between tunnels.
+
+    Never a bounded pool (the loop's executor): tunnels live for minutes, and
+    a few of them would starve every other. Every job gets a thread at once,
+    an idle one when there is one, else a new one; starting a thread (and
+    waiting for it to start) was a third of a new tunnel's setup. A thread
+    idle for ``IDLE_S`` ends. Daemon threads: a tunnel never holds the
+    interpreter's exit.
+    """
+
+    IDLE_S = 30.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._idle = 0
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            if self._idle:
+                # Taken and handed over under one lock: each idle thread gets one job.
+                self._idle -= 1
+                self._jobs.put(job)
+                return
+        threading.Thread(target=self._work, args=(job,), name="firstrun-tunnel",
+                         daemon=True).start()
+
+    def _work(self, job: Callable[[], None]) -> None:
+        while True:
+            job()
+            with self._lock:
+                self._idle += 1
+            try:
+                job = self._jobs.get(timeout=self.IDLE_S)
+            except queue.Empty:
+                with self._lock:
+                    try:
+                        # A job handed over as the wait ran out is still this thread's.
+                        job = self._jobs.get_nowait()
+                    except queue.Empty:
+                        self._idle -= 1
+                        return
+
+
+_PUMPS = _Pumps()
+
+
+def _in_thread(fn: Callable[[], _T]) -> asyncio.Future[_T]:
     future: concurrent.futures.Future[_T] = concurrent.futures.Future()
 
     def run() -> None:
@@ -63,7 +110,7 @@ def _in_thread(fn: Callable[[], _T], name: str) -> asyncio.Future[_T]:
         except Exception as exc:  # re-raised in the awaiting coroutine
             future.set_exception(exc)
 
-    threading.Thread(target=run, name=name, daemon=True).start()
+    _PUMPS.submit(run)
     return asyncio.wrap_future(future)
 
 
@@ -119,10 +166,8 @@ class Tunnel:
     async def run(self) -> TunnelResult:
         self._client.setblocking(True)
         self._upstream.setblocking(True)
-        up = _in_thread(self._up, "firstrun-tunnel-up")
-        down = _in_thread(
-            lambda: splice_pump(self._upstream, self._client, self.abort), "firstrun-tunnel-down"
-        )
+        up = _in_thread(self._up)
+        down = _in_thread(lambda: splice_pump(self._upstream, self._client, self.abort))
         try:
             (bytes_up, refusal, flight, decision), bytes_down = await asyncio.gather(up, down)
         finally:
