@@ -169,9 +169,14 @@ def _child_pid(info_fd: int, deadline: float, stderr: IO[bytes]) -> int:
     try:
         return int(json.loads(data)["child-pid"])
     except (ValueError, KeyError, TypeError):
-        stderr.seek(0)
-        said = stderr.read()[-2000:].decode("utf-8", "replace").strip()
-        raise SandboxError(f"the sandbox did not start: {said or data!r}", who="linux") from None
+        raise SandboxError(f"the sandbox did not start: {_said(stderr) or data!r}",
+                           who="linux") from None
+
+
+def _said(stderr: IO[bytes]) -> str:
+    """The tail of what bubblewrap (or the launch before it) wrote on the session's stderr."""
+    stderr.seek(0)
+    return stderr.read()[-2000:].decode("utf-8", "replace").strip()
 
 
 _NS_GET_USERNS = 0xB701
@@ -194,8 +199,8 @@ def _capture_early(info_fd: int, bwrap_pid: int, stderr: IO[bytes]) -> capture.L
         raise _sandbox_error("cannot open the sandbox's network namespace", exc) from exc
     try:
         if _children(bwrap_pid) != [pid]:
-            raise SandboxError(f"bubblewrap's child {pid} is gone before its setup ended",
-                               who="linux")
+            raise SandboxError(f"the sandbox did not start: bubblewrap's child {pid} ended "
+                               f"during its setup: {_said(stderr)}", who="linux")
         user_fd = None
         if os.geteuid() != 0:
             user_fd = fcntl.ioctl(net_fd, _NS_GET_USERNS)
@@ -407,9 +412,8 @@ class LinuxBackend:
             except OSError as exc:
                 raise _sandbox_error("cannot launch bubblewrap", exc) from exc
             except subprocess.SubprocessError as exc:
-                stderr_file.seek(0)
-                said = stderr_file.read()[-2000:].decode("utf-8", "replace").strip()
-                raise SandboxError(f"cannot launch bubblewrap: {said or exc}", who="linux") from exc
+                raise SandboxError(f"cannot launch bubblewrap: {_said(stderr_file) or exc}",
+                                   who="linux") from exc
             finally:
                 control_child.close()
                 if dial_child is not None:
