@@ -84,6 +84,10 @@ class AttestPlan:
     ``harness_python``: ``python`` is the harness's own interpreter, bound
     in, so the probe is handed as the harness's byte code
     (``bytecode.python_argv``) instead of source to compile.
+
+    ``capture_loading``: the harness is still loading capture's routes when
+    the probe starts (``captured`` on linux), IPv4's default route through
+    ``lo`` last: the probe's checks of the network wait until it is there.
     """
 
     python: str
@@ -105,6 +109,7 @@ class AttestPlan:
     protected: tuple[tuple[str, str], ...] = ()
     foreign_kernel: dict[str, object] | None = None
     harness_python: bool = False
+    capture_loading: bool = False
 
 
 def attest(session: Session, plan: AttestPlan) -> tuple[Check, ...]:
@@ -131,6 +136,7 @@ def attest(session: Session, plan: AttestPlan) -> tuple[Check, ...]:
             "self_mem_sealed": plan.self_mem_sealed,
             "protected": [list(p) for p in plan.protected],
             "foreign_kernel": plan.foreign_kernel,
+            "capture_loading": plan.capture_loading,
         }
         # Read whole through on_output: the session's output cap is the
         # task's, and a small one must not truncate the probe's report.

@@ -554,6 +554,23 @@ def check_seatbelt() -> tuple[bool, str]:
     return rc == 1, f"sandbox_check(self): {rc}"
 
 
+_CAPTURE_WAIT_S = 10.0
+
+
+def _await_capture_route() -> None:
+    """Until IPv4's default route through ``lo`` is there, or ``_CAPTURE_WAIT_S`` passed.
+
+    The harness adds it last, after capture's tables and IPv6's route; past
+    the deadline the checks run anyway, and fail for what is missing.
+    """
+    deadline = time.monotonic() + _CAPTURE_WAIT_S
+    while time.monotonic() < deadline:
+        with open("/proc/net/route") as f:
+            if any(line.split()[:2] == ["lo", "00000000"] for line in f.readlines()[1:]):
+                return
+        time.sleep(0.001)
+
+
 def _firewalled_captured(plan: dict) -> tuple[bool, str]:
     # Every other flow is redirected to the relay, so a dial "succeeds"
     # locally and is refused by the proxy; what the firewall itself must
@@ -574,9 +591,11 @@ def main(argv: list[str]) -> int:
     kernel = plan.get("kernel", "linux")
     seccomp = plan.get("seccomp", True)
     seccomp_loaded = check_seccomp() if kernel != "darwin" and seccomp is True else None
+    network = plan.get("network", "loopback_only")
+    if plan.get("capture_loading"):
+        _await_capture_route()
     # What waits on the network runs beside the rest; the report keeps this order.
     waiting = _Concurrent()
-    network = plan.get("network", "loopback_only")
     if network == "shared":
         # The host's own network (an audit configuration): nothing to prove,
         # and nothing is dialled, so the probe sends no traffic at all.

@@ -159,8 +159,8 @@ class LinuxCapture:
     The tables need only the network namespace, so they load from the
     moment bubblewrap has made it (``start``, in a thread, while bubblewrap
     and the helper set up); the routes need ``lo`` up with its addresses,
-    so they load once the helper is ready (``finish``), which then waits
-    for the tables and raises the first failure of either lane. The
+    so they load once the helper is ready (``finish``), after the tables,
+    and the first failure is raised. The
     namespaces are entered by descriptors opened while bubblewrap's child
     was held before its setup (``--userns-block-fd``): its first user
     namespace, which owns the network namespace, for a harness that is not
@@ -196,19 +196,24 @@ class LinuxCapture:
             self._outcomes.append(_run(self._enter, step, self._fds))
 
     def finish(self, *, ipv6: bool) -> None:
-        """Load the routes (IPv6's where ``ipv6``), wait for the tables; raise what failed."""
-        routes: list[_Step] = [([self._ip, "route", "replace", "default", "dev", "lo",
-                                 "src", "127.0.0.1"], None)]
-        if ipv6:
-            routes.append(([self._ip, "-6", "route", "replace", "default", "dev", "lo",
-                            "src", "::1"], None))
+        """Wait for the tables, then load the routes (IPv6's where ``ipv6``); raise what failed.
+
+        IPv4's default route goes in last, after everything else has loaded:
+        a process inside that sees it (``attest_probe``) sees capture whole.
+        """
+        self._thread.join()
         try:
-            with ThreadPoolExecutor(max_workers=len(routes)) as pool:
-                done = list(pool.map(lambda step: _run(self._enter, step, self._fds), routes))
+            _raise_failed(self._tables, self._outcomes, who=WHO)
+            routes: list[_Step] = []
+            if ipv6:
+                routes.append(([self._ip, "-6", "route", "replace", "default", "dev", "lo",
+                                "src", "::1"], None))
+            routes.append(([self._ip, "route", "replace", "default", "dev", "lo",
+                            "src", "127.0.0.1"], None))
+            for step in routes:
+                _raise_failed([step], [_run(self._enter, step, self._fds)], who=WHO)
         finally:
-            self._thread.join()
             self.close()
-        _raise_failed([*routes, *self._tables], [*done, *self._outcomes], who=WHO)
 
     def close(self) -> None:
         """Close the namespace descriptors (after ``finish``, or when the start failed)."""

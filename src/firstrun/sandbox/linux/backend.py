@@ -213,6 +213,39 @@ def _capture_early(info_fd: int, bwrap_pid: int, stderr: IO[bytes]) -> capture.L
     return lane
 
 
+class _Routes:
+    """Capture's routes, loaded (``LinuxCapture.finish``) in a thread beside the probe.
+
+    A failure ends the sandbox at once, so the probe waiting for the routes
+    does not wait out its deadline; ``wait`` raises it.
+    """
+
+    def __init__(self, lane: capture.LinuxCapture, *, ipv6: bool, session: LinuxSession,
+                 phases: StartPhases) -> None:
+        self._failed: list[BaseException] = []
+
+        def load() -> None:
+            try:
+                lane.finish(ipv6=ipv6)
+            except BaseException as exc:  # raised by wait, in the starting thread
+                self._failed.append(exc)
+                session.interrupt()
+                return
+            phases.mark("capture_loaded")
+
+        self._thread = threading.Thread(target=load, name="firstrun-capture-routes",
+                                        daemon=True)
+        self._thread.start()
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def wait(self) -> None:
+        self.join()
+        if self._failed:
+            raise self._failed[0]
+
+
 def _children(pid: int) -> list[int]:
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as f:
@@ -433,6 +466,7 @@ class LinuxBackend:
                 sandbox_uid=uid, stderr_file=stderr_file, session_cgroup=session_cgroup,
                 cleanup=acquired.pop_all(),
             )
+        routes: _Routes | None = None
         try:
             ready = self._await_ready(session, control_parent)
             phases.mark("ready")
@@ -449,9 +483,10 @@ class LinuxBackend:
                                  daemon=True, name="firstrun-dial").start()
             if lane is not None:
                 # From outside, before any command: the namespace's nat rules
-                # (loading since the launch) and now its routes.
-                lane.finish(ipv6=bool(ready.get("capture_ipv6")))
-                phases.mark("capture_loaded")
+                # (loading since the launch), then its routes, while the probe
+                # starts; its network checks wait for the routes.
+                routes = _Routes(lane, ipv6=bool(ready.get("capture_ipv6")), session=session,
+                                 phases=phases)
             abi = int(ready.get("landlock_abi", 0))
             if abi == 0 and LayerName.LANDLOCK.value not in downgrades:
                 downgrades.append(LayerName.LANDLOCK.value)
@@ -459,16 +494,24 @@ class LinuxBackend:
                              landlock_error=ready.get("landlock_error", ""),
                              seccomp_applied=seccomp_fd is not None, proxy=proxy,
                              session_cgroup=session_cgroup, no_cgroup=no_cgroup)
-            checks = attestation.attest(session, attestation.AttestPlan(
-                python=interpreter, workspace=fs.sandbox_workspace, real_homes=fs.real_homes,
-                exposed=plan.spec.exposed, proxy_port=PROXY_PORT if proxy is not None else None,
-                nonce=proxy.nonce if proxy is not None else None, landlock=abi > 0,
-                seccomp=seccomp_fd is not None,
-                network=("captured" if capturing else "loopback_only")
-                if LayerName.NETWORK in profile.required else "shared",
-                supervisor="same_uid", self_mem_sealed=abi > 0, protected=fs.protected,
-                harness_python=True,
-            ))
+            try:
+                checks = attestation.attest(session, attestation.AttestPlan(
+                    python=interpreter, workspace=fs.sandbox_workspace, real_homes=fs.real_homes,
+                    exposed=plan.spec.exposed, proxy_port=PROXY_PORT if proxy is not None else None,
+                    nonce=proxy.nonce if proxy is not None else None, landlock=abi > 0,
+                    seccomp=seccomp_fd is not None,
+                    network=("captured" if capturing else "loopback_only")
+                    if LayerName.NETWORK in profile.required else "shared",
+                    supervisor="same_uid", self_mem_sealed=abi > 0, protected=fs.protected,
+                    harness_python=True, capture_loading=routes is not None,
+                ))
+            except SandboxError:
+                if routes is not None:
+                    # Capture's failure ended the sandbox under the probe: it is the cause.
+                    routes.wait()
+                raise
+            if routes is not None:
+                routes.wait()
             session.info = SessionInfo(
                 backend=self.name,
                 enforcement=Enforcement.DOWNGRADED if downgrades else Enforcement.ENFORCED,
@@ -479,6 +522,9 @@ class LinuxBackend:
             phases.mark("attested")
             session.start_phases = phases
         except BaseException:
+            if routes is not None:
+                # Before the close takes the namespace descriptors it uses.
+                routes.join()
             session.close()
             raise
         return session
