@@ -152,18 +152,6 @@ class ProxyLimits:
     max_record_bytes: int = DEFAULT_MAX_BYTES
 
 
-def new_loop() -> asyncio.AbstractEventLoop:
-    """uvloop's event loop (libuv, about a fifth less CPU per proxied request here) where
-    it loads; asyncio's own otherwise, as in a docker sidecar on another Python. The
-    proxy's behaviour is the same on both: the suites run on the first, the sidecar's
-    tests on the second."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
-
-
 async def system_resolver(host: str, port: int) -> list[IPAddress]:
     """``getaddrinfo`` on the event loop's executor: every address, each once."""
     infos = await asyncio.get_running_loop().getaddrinfo(
@@ -697,7 +685,7 @@ class EgressProxy:
     def start(self) -> EgressProxy:
         if self._thread is not None:
             raise ProxyError("proxy already started")
-        loop = new_loop()
+        loop = asyncio.new_event_loop()
         self._loop = loop
         self._thread = threading.Thread(
             target=loop.run_forever, name="firstrun-proxy", daemon=True

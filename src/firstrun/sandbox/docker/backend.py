@@ -496,16 +496,14 @@ def _trust_check(session: DockerSession, inspection: _Inspection) -> Check:
 
 
 # What the proxy module imports beyond the standard library: h11 and dnspython
-# always, idna and publicsuffixlist (with its bundled list) for host names,
-# cryptography (with its cffi backend) for TLS interception, and uvloop for its
-# event loop where it loads (its extension is of the harness's Python alone; a
-# sidecar on another runs asyncio's own loop). Bound from the
+# always, idna and publicsuffixlist (with its bundled list) for host names, and
+# cryptography (with its cffi backend) for TLS interception. Bound from the
 # harness's own environment, so the sidecar runs exactly the harness's proxy;
 # cryptography's abi3 module loads in any Python 3 on the same libc, but
 # cffi's backend only in the harness's minor version, which the sidecar
 # checks (``libs_python``) before it loads it.
 _SIDECAR_MODULES = ("h11", "dns", "idna", "publicsuffixlist", "cryptography", "cffi",
-                    "_cffi_backend", "uvloop")
+                    "_cffi_backend")
 
 
 def libs_python() -> str:
