@@ -2,15 +2,19 @@
 
 Guarantee: every request and every tunnel is decided by
 ``firstrun.policy.network`` alone (``decide_name`` on the canonical name,
-then, only if that allowed it, one resolution through the injected resolver
+then, only if that allowed it, a resolution through the injected resolver
 and ``decide_addresses`` over every address returned), and the proxy dials
-only addresses that were checked, never the name again. Each request or
-tunnel leaves exactly one ``EgressRecord``, refusals included (with TLS
-inspection, each decrypted request inside a shell-channel tunnel leaves one
-more, see ``intercept``, and plain HTTP on the shell channel is judged by the
-same ``policy.methods`` rules before anything is dialled): malformed or
-ambiguous input gets a 4xx with a one-line reason, a stalled head gets 408,
-and none of it can crash the proxy or hold a connection slot forever.
+only addresses that were checked, never the name again. The decision is
+``exchange``'s, with no sockets; this module is its driver (it reads, and
+carries out the commands that come back) and ``wire`` its data plane.
+
+Each request or tunnel leaves exactly one ``EgressRecord``, refusals
+included (with TLS inspection, each decrypted request inside a
+shell-channel tunnel leaves one more, see ``intercept``, and plain HTTP on
+the shell channel is judged by the same ``policy.methods`` rules before
+anything is dialled): malformed or ambiguous input gets a 4xx with a
+one-line reason, a stalled head gets 408, and none of it can crash the
+proxy or hold a connection slot forever.
 
 Records are bounded and the bound fails closed (``ProxyLimits.max_records``
 and ``max_record_bytes``, see ``records``): each request reserves its record
@@ -38,8 +42,11 @@ name the host, HTTP must carry its Host, and any other stream needs a
 ``tcp`` rule (or, asked for by CONNECT, an entry naming its port).
 
 The proxy runs its own asyncio loop in a daemon thread, so synchronous
-callers (the runner, the CLI, tests) drive it with plain method calls. Every
-TCP listener's address is added to the policy's ``proxy_addresses``, so the
+callers (the runner, the CLI, tests) drive it with plain method calls. A
+plain request may reuse an upstream connection an earlier one left idle,
+only to an address its own decision checked for the same name
+(``_Pool``); a name's resolution is reused for ``RESOLVED_S``. Every TCP
+listener's address is added to the policy's ``proxy_addresses``, so the
 proxy never dials itself. A request for ``http://attest.firstrun.invalid/``
 is answered by the proxy itself with its ``nonce``, so a sandbox can prove
 which proxy it reached.
