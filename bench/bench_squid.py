@@ -18,6 +18,9 @@ Figures and their bars (issue 16):
   one sends them, at 32 connections (firstrun at least 0.7x squid, p99 at
   most 20 ms), at one connection per core (at least 1.0x squid) and at one
   connection (no bar);
+- the CPU each proxy spends per request at each of those counts (squid's
+  process from /proc, firstrun's as this process's own, whose main thread
+  only waits for wrk): no bar, it says where a miss comes from;
 - a new tunnel and its first request: ``proxy_client.py``'s ``first`` role,
   which connects, sends CONNECT to nginx's ``host:port``, reads the ``200``,
   sends one GET with a Host naming the target, reads the whole 1 KiB
@@ -69,18 +72,35 @@ MAX_RECORD_BYTES = 2 << 30
 _UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
 
 
-def _wrk(url: str, connections: int, script: Path | None) -> tuple[float, float]:
-    """(requests per second, p99 latency in ms) of one wrk run."""
+def _process_cpu(pid: int) -> float:
+    """Seconds of CPU (user and system) process ``pid`` has used, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+def _wrk(url: str, connections: int, script: Path | None,
+         cpu: Callable[[], float] | None = None) -> tuple[float, float, float | None]:
+    """(requests per second, p99 latency in ms, the proxy's CPU per request in us, when
+    ``cpu`` reads the proxy's CPU seconds) of one wrk run."""
     argv = ["wrk", "-t1", f"-c{connections}", f"-d{SECONDS}s", "--latency", url]
     if script is not None:
         argv[1:1] = ["-s", str(script)]
+    before = cpu() if cpu is not None else 0.0
     done = subprocess.run(argv, capture_output=True, text=True, timeout=SECONDS + 60, check=False)
+    used = cpu() - before if cpu is not None else None
     rps = re.search(r"Requests/sec:\s+([\d.]+)", done.stdout)
     p99 = re.search(r"^\s+99%\s+([\d.]+)(us|ms|s)\s*$", done.stdout, re.MULTILINE)
+    count = re.search(r"^\s+(\d+) requests in ", done.stdout, re.MULTILINE)
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", done.stdout)
-    if done.returncode != 0 or rps is None or p99 is None or errors is not None:
+    if done.returncode != 0 or rps is None or p99 is None or count is None or errors is not None:
         raise RuntimeError(f"wrk {url} failed: {(done.stdout + done.stderr).strip()[-400:]}")
-    return float(rps.group(1)), float(p99.group(1)) * _UNITS[p99.group(2)]
+    per_request = used / max(int(count.group(1)), 1) * 1e6 if used is not None else None
+    return float(rps.group(1)), float(p99.group(1)) * _UNITS[p99.group(2)], per_request
 
 
 def _first(spec: dict[str, Any], processes: int) -> float:
@@ -131,14 +151,17 @@ def main(trials: int = TRIALS) -> dict[str, dict[str, object]]:
             policy = NetworkPolicy.build(allow=(), overrides=[
                 (f"{HOST_NAME}:{origin.port}", ["127.0.0.1/32"])])
 
-            def firstrun_wrk(connections: int) -> tuple[float, float]:
+            def firstrun_wrk(connections: int) -> tuple[float, float, float | None]:
+                # The proxy is this process's loop thread; the main thread only waits for wrk.
                 with firstrun_proxy(policy) as port:
-                    return _wrk(f"http://127.0.0.1:{port}", connections, script)
+                    return _wrk(f"http://127.0.0.1:{port}", connections, script, cpu=_own_cpu)
 
+            squid_pid = squid_proc.pid
             for connections, _ in THROUGHPUT:
-                arms: dict[str, Callable[[], tuple[float, float]]] = {
+                arms: dict[str, Callable[[], tuple[float, float, float | None]]] = {
                     "direct": lambda c=connections: _wrk(f"http://127.0.0.1:{origin.port}/1k", c, None),
-                    "squid": lambda c=connections: _wrk(f"http://127.0.0.1:{squid_port}", c, script),
+                    "squid": lambda c=connections: _wrk(f"http://127.0.0.1:{squid_port}", c, script,
+                                                        cpu=lambda: _process_cpu(squid_pid)),
                     "firstrun": lambda c=connections: firstrun_wrk(c),
                 }
                 for _ in range(trials):
@@ -170,10 +193,13 @@ def main(trials: int = TRIALS) -> dict[str, dict[str, object]]:
         raise RuntimeError(f"the proxy refused the bench ({len(refused)} records): {refused[0]}")
 
     def rps(key: str) -> float:
-        return statistics.median(r for r, _ in samples[key])
+        return statistics.median(r for r, _, _ in samples[key])
 
     def p99(key: str) -> float:
-        return statistics.median(p for _, p in samples[key])
+        return statistics.median(p for _, p, _ in samples[key])
+
+    def cpu(key: str) -> float:
+        return statistics.median(c for _, _, c in samples[key])
 
     figures: dict[str, dict[str, object]] = {}
     for c, bar in THROUGHPUT:
@@ -190,6 +216,11 @@ def main(trials: int = TRIALS) -> dict[str, dict[str, object]]:
         figures[f"firstrun_{c}conn_p99"] = {"value": p99(f"firstrun_{c}"), "unit": "ms",
                                             "better": "lower", "baseline": f"squid_{c}conn_p99",
                                             **({"limit": P99_LIMIT_MS} if c == P99_LIMIT_AT else {})}
+        # Where the time goes: each proxy's own CPU (user and system) per request it served.
+        figures[f"squid_{c}conn_cpu"] = {"value": cpu(f"squid_{c}"), "unit": "us/req",
+                                         "better": "lower"}
+        figures[f"firstrun_{c}conn_cpu"] = {"value": cpu(f"firstrun_{c}"), "unit": "us/req",
+                                            "better": "lower", "baseline": f"squid_{c}conn_cpu"}
     def ms(key: str) -> float:
         return statistics.median(samples[key]) * 1e3
 
