@@ -71,6 +71,10 @@ class UpstreamGone(ProxyError):
     """The upstream closed, reset, stalled or spoke broken HTTP mid-exchange."""
 
 
+class UpstreamStalled(UpstreamGone):
+    """The upstream sent nothing for the whole upstream timeout: it may still be working."""
+
+
 def refusal_for_protocol_error(exc: h11.RemoteProtocolError) -> Refused:
     """A client's malformed HTTP, classified by h11's own status hint."""
     if exc.error_status_hint == 431:

@@ -29,6 +29,7 @@ from firstrun.proxy.errors import (
     PeerGone,
     Refused,
     UpstreamGone,
+    UpstreamStalled,
     refusal_for_protocol_error,
     upstream_failure,
 )
@@ -295,7 +296,7 @@ async def upstream_event(stream: Stream, up: h11.Connection, timeout: float) -> 
         if event is h11.NEED_DATA:
             data = await stream.recv(timeout)
             if data is None:
-                raise UpstreamGone("upstream stalled")
+                raise UpstreamStalled("upstream stalled")
             up.receive_data(data)
             continue
         if isinstance(event, h11.ConnectionClosed):
@@ -409,9 +410,11 @@ async def _forward(client: Stream, conn: h11.Connection, upstream: Stream, up: h
                     break
         try:
             response = await upstream_event(upstream, up, limits.upstream_timeout_s)
-        except UpstreamGone:
+        except UpstreamGone as gone:
+            # Closed or reset before a byte of response: a server that dropped
+            # the idle connection as we reused it, and never saw the request.
             if redial is None or not bodiless or command.request.method not in _RETRIED \
-                    or up.their_state not in (h11.SEND_RESPONSE, h11.CLOSED) or up.trailing_data[0]:
+                    or isinstance(gone, UpstreamStalled) or up.trailing_data[0]:
                 raise
             upstream, up = await redial()
             await to_upstream((up.send(command.request) or b"") + (up.send(h11.EndOfMessage()) or b""))
