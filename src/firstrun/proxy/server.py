@@ -187,6 +187,8 @@ class _Pool:
 
     def __init__(self) -> None:
         self._idle: dict[_PoolKey, list[tuple[float, _Upstream]]] = {}
+        # One sweep at a time closes what stayed idle too long, however many were given.
+        self._sweep: asyncio.TimerHandle | None = None
 
     def take(self, key: _PoolKey, now: float) -> _Upstream | None:
         entries = self._idle.get(key)
@@ -206,21 +208,28 @@ class _Pool:
             return
         up.start_next_cycle()
         entries.append((now, upstream))
-        asyncio.get_running_loop().call_later(self.IDLE_S * 2, self._expire, upstream.key)
+        if self._sweep is None:
+            self._sweep = asyncio.get_running_loop().call_later(self.IDLE_S, self._expire)
 
-    def _expire(self, key: _PoolKey) -> None:
+    def _expire(self) -> None:
+        self._sweep = None
         now = time.monotonic()
-        entries = self._idle.get(key, [])
-        kept = [(since, up) for since, up in entries if now - since <= self.IDLE_S]
-        for since, up in entries:
-            if now - since > self.IDLE_S:
-                up.stream.close()
-        if kept:
-            self._idle[key] = kept
-        else:
-            self._idle.pop(key, None)
+        for key, entries in list(self._idle.items()):
+            kept = [(since, up) for since, up in entries if now - since <= self.IDLE_S]
+            for since, up in entries:
+                if now - since > self.IDLE_S:
+                    up.stream.close()
+            if kept:
+                self._idle[key] = kept
+            else:
+                del self._idle[key]
+        if self._idle:
+            self._sweep = asyncio.get_running_loop().call_later(self.IDLE_S, self._expire)
 
     def close(self) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
         for entries in self._idle.values():
             for _, upstream in entries:
                 upstream.stream.close()
