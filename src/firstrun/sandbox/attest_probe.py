@@ -5,8 +5,12 @@ ordinary command with the same restrictions as untrusted code, and reports
 what happened (the errno, the bytes read), never an assumption. A check
 passes only when the boundary held. Output is one JSON list on stdout.
 
-Runs as ``python -I -S -c <this source> <plan json>``: stdlib only, because
-inside the sandbox there is only the interpreter's own installation.
+Runs as ``python -I -S -c <this source> <plan json>`` (or the same program
+handed over as byte code: ``bytecode``): stdlib only, because inside the
+sandbox there is only the interpreter's own installation. The checks that
+wait on the network run in threads beside the rest (``_Concurrent``), once
+the descriptors it inherited are counted and unshare() is tried, which
+must see the probe alone.
 """
 
 from __future__ import annotations

@@ -52,9 +52,10 @@ Protocol: JSON lines. Helper -> harness: ``ready`` once, then per command
 uid (the harness ends the session). Harness -> helper: ``exec``,
 ``kill_all`` and ``shutdown``.
 
-Runs as ``python -I -S -c <this source> <config json>``: stdlib only, no
-imports from firstrun, because inside the sandbox there is only the
-interpreter's own installation. The harness imports it too, to probe
+Runs as ``python -I -S -c <this source> <config json>`` (on linux, the same
+program handed over as byte code: ``bytecode``): stdlib only, no imports
+from firstrun, because inside the sandbox there is only the interpreter's
+own installation. The harness imports it too, to probe
 Landlock with the same code that applies it.
 """
 
