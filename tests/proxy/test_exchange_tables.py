@@ -228,11 +228,14 @@ def test_a_dial_that_reaches_nobody_is_a_502() -> None:
 def test_the_attestation_host_is_answered_with_the_nonce_and_nothing_is_dialled() -> None:
     raw = f"GET http://{ATTESTATION_HOST}/ HTTP/1.1\r\nHost: {ATTESTATION_HOST}\r\n\r\n".encode()
     assert table(proxy_request(_context(POLICY)), [
-        _head(raw), Reserved(ok=True), Done(bytes_down=120, keep_alive=True)]) == [
+        _head(raw), Reserved(ok=True), Done(bytes_down=120, status=200, keep_alive=True)]) == [
         [("reserve",)],
         [("answer", 200, b"the-nonce", False)],
         [("record", "reserved", "allow", "attestation", 200, "http")],
     ]
+    # A client gone before its request was read whole was answered nothing.
+    assert table(proxy_request(_context(POLICY)), [_head(raw), Reserved(ok=True), Done()])[-1] \
+        == [("release",)]
 
 
 def test_a_connect_is_carried_and_a_refused_first_flight_is_recorded_without_an_answer() -> None:
@@ -314,8 +317,9 @@ def test_an_abandoned_exchange_still_settles_its_reservation() -> None:
     for event in (_head(GET), Reserved(ok=True), Resolved(addresses=(PUBLIC,)),
                   Dialled(address=PUBLIC)):
         forwarding.handle(event)
-    assert [show(c) for c in forwarding.abandon()] == [
-        ("record", "reserved", "allow", "allowed_by_list", None, "http")]
+    # What the cut forward had carried is in the record.
+    assert [show(c) for c in forwarding.abandon(Done(bytes_down=900, status=200))] == [
+        ("record", "reserved", "allow", "allowed_by_list", 200, "http")]
     assert forwarding.abandon() == []
 
 

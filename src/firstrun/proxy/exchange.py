@@ -258,7 +258,13 @@ Steps = Generator[Command, Event | None, None]
 
 
 class Abandoned(Exception):
-    """The driver stopped the exchange midway (the proxy is stopping): settle with what was shown."""
+    """The driver stopped the exchange midway (the proxy is stopping, or the connection
+    failed under it): settle with what was shown, and with ``progress``, what the data
+    plane had carried so far."""
+
+    def __init__(self, progress: Done | None) -> None:
+        super().__init__("the exchange was abandoned")
+        self.progress = progress
 
 
 class Handler:
@@ -291,14 +297,15 @@ class Handler:
                 return commands
             sent = None
 
-    def abandon(self) -> list[Command]:
-        """The commands that settle an exchange its driver stopped (records and releases only)."""
+    def abandon(self, progress: Done | None = None) -> list[Command]:
+        """The commands that settle an exchange its driver stopped (records and releases
+        only); ``progress`` is what its unanswered command had carried so far."""
         if self.done:
             return []
         self.done = True
         commands: list[Command] = []
         try:
-            command = self._steps.throw(Abandoned())
+            command = self._steps.throw(Abandoned(progress))
             while True:
                 commands.append(command)
                 command = self._steps.send(None)
@@ -392,7 +399,9 @@ def _guarded(shown: _Shown, clock: Clock, steps: Steps, *, mode: RecordMode | No
     """``steps``, settled with what ``shown`` holds if the driver abandons them midway."""
     try:
         yield from steps
-    except Abandoned:
+    except Abandoned as abandoned:
+        if abandoned.progress is not None:
+            shown.add(abandoned.progress)
         if mode is None:
             yield from _settle(shown, clock, reserved=shown.reserved)
         elif (record := shown.record(clock)) is not None:
@@ -580,9 +589,11 @@ def _flow(ctx: ProxyContext, shown: _Shown, opened: FlowOpened, target: Target) 
 
 
 def _attest(ctx: ProxyContext, shown: _Shown, target: Target, *, raw: bool) -> Steps:
-    """Answer the attestation host with this proxy's nonce, resolving and dialling nothing."""
-    shown.allowed = Decision(verdict=Verdict.ALLOW, reason=Reason.ATTESTATION,
-                             layer=DecisionLayer.PROTOCOL, host=target.host)
+    """Answer the attestation host with this proxy's nonce, resolving and dialling nothing.
+
+    Allowed (and recorded) once the request was read whole, the answer's ``200``
+    then under way; a client gone before that leaves no record.
+    """
     body = ctx.nonce.encode("ascii")
     headers: Headers = [(b"content-type", b"text/plain; charset=utf-8"),
                         (b"content-length", str(len(body)).encode()),
@@ -592,15 +603,20 @@ def _attest(ctx: ProxyContext, shown: _Shown, target: Target, *, raw: bool) -> S
         reply = (b"HTTP/1.1 200 OK\r\ncontent-type: text/plain; charset=utf-8\r\n"
                  b"cache-control: no-store\r\nconnection: close\r\n"
                  b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-    shown.status = 200
-    done = yield Answer(status=200, headers=headers, body=b"" if shown.method == "HEAD" else body,
-                        raw=reply)
+    try:
+        done = yield Answer(status=200, headers=headers,
+                            body=b"" if shown.method == "HEAD" else body, raw=reply)
+    except Abandoned as abandoned:
+        done = abandoned.progress or Done()
     assert isinstance(done, Done)
     shown.add(done)
     if done.refusal is not None:
         # The request's body was malformed: the answer is the refusal's.
         yield from _refuse(shown, done.refusal, ctx.clock, reserved=True)
         return
+    if done.status is not None:
+        shown.allowed = Decision(verdict=Verdict.ALLOW, reason=Reason.ATTESTATION,
+                                 layer=DecisionLayer.PROTOCOL, host=target.host)
     yield from _settle(shown, ctx.clock, reserved=True)
 
 

@@ -50,7 +50,7 @@ from firstrun.proxy.exchange import (
 from firstrun.proxy.flight import judge_first_flight
 from firstrun.proxy.records import EgressRecord
 from firstrun.proxy.tls import MAX_CLIENT_HELLO, Hello, HelloStatus, parse_client_hello
-from firstrun.proxy.wire import SocketStream, forward, linger, read_head
+from firstrun.proxy.wire import Progress, SocketStream, forward, linger, read_head
 
 if TYPE_CHECKING:
     from firstrun.proxy.ca import RunCA
@@ -75,6 +75,7 @@ class _TLS:
                  obj_factory: Callable[[ssl.MemoryBIO, ssl.MemoryBIO], ssl.SSLObject],
                  gone: type[Exception]) -> None:
         self._raw = raw
+        self._loop = asyncio.get_running_loop()
         self._in = ssl.MemoryBIO()
         self._out = ssl.MemoryBIO()
         self._obj = obj_factory(self._in, self._out)
@@ -91,14 +92,16 @@ class _TLS:
         if data:
             self.raw_out += await self._raw.send(data, timeout)
 
-    async def _fill(self, timeout: float) -> None:
+    async def _fill(self, timeout: float) -> bool:
+        """Feed what the peer sent next; False when ``timeout`` passed first."""
         data = await self._raw.recv(timeout)
         if data is None:
-            raise self._gone("receive failed: timed out")
+            return False
         if data:
             self.feed(data)
         else:
             self._in.write_eof()
+        return True
 
     async def _run(self, op: Callable[[], object], timeout: float) -> object:
         while True:
@@ -106,7 +109,8 @@ class _TLS:
                 result = op()
             except ssl.SSLWantReadError:
                 await self._flush(timeout)
-                await self._fill(timeout)
+                if not await self._fill(timeout):
+                    raise self._gone("receive failed: timed out") from None
                 continue
             await self._flush(timeout)
             return result
@@ -117,16 +121,23 @@ class _TLS:
 
     async def recv(self, timeout: float) -> bytes | None:
         """Plaintext; b"" when the peer closed, cleanly or not; None when ``timeout`` passed."""
-        if self._obj.pending():
-            return self._obj.read(self._obj.pending())
-        try:
-            data = await self._run(lambda: self._obj.read(_READ), timeout)
-        except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
-            return b""
-        except ssl.SSLError as exc:
-            raise self._gone(f"TLS error: {exc.reason or exc}") from None
-        assert isinstance(data, bytes)
-        return data
+        # One deadline for the whole read: a peer dribbling a record byte by byte
+        # gets no more time than one that sends nothing.
+        deadline = self._loop.time() + timeout
+        while True:
+            try:
+                data = self._obj.read(_READ)
+            except ssl.SSLWantReadError:
+                await self._flush(timeout)
+                if not await self._fill(deadline - self._loop.time()):
+                    return None
+                continue
+            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                return b""
+            except ssl.SSLError as exc:
+                raise self._gone(f"TLS error: {exc.reason or exc}") from None
+            await self._flush(timeout)
+            return data
 
     async def send(self, data: bytes, timeout: float) -> int:
         # A memory BIO takes every byte: SSL_write returns only once all are written.
@@ -177,6 +188,8 @@ class InterceptedTunnel:
         self._emit = emit
         self._client: _TLS | None = None
         self._upstream: _TLS | None = None
+        # What the current request's forward has carried, should it be cut short.
+        self._progress: Progress | None = None
 
     def _result(self, refusal: Refused | None) -> InterceptResult:
         up = self._client.raw_in if self._client else len(self._initial)
@@ -284,12 +297,9 @@ class InterceptedTunnel:
         )
         while True:
             stamp = (self._clock.iso(), self._clock.monotonic())
-            try:
-                head = await read_head(self._client, conn, clock=self._clock,
-                                       head_timeout=self._limits.head_timeout_s,
-                                       idle_timeout=self._limits.idle_timeout_s, stamp=stamp)
-            except PeerGone:
-                return
+            head = await read_head(self._client, conn, clock=self._clock,
+                                   head_timeout=self._limits.head_timeout_s,
+                                   idle_timeout=self._limits.idle_timeout_s, stamp=stamp)
             if head is None:
                 return
             if not await self._drive(Handler(inner_request(context)), head, conn, up):
@@ -303,14 +313,16 @@ class InterceptedTunnel:
         assert self._client is not None
         keep = False
         next_event: Event | None = event
+        self._progress = None
         try:
             while next_event is not None:
                 step_keep, next_event = await self._execute(handler.handle(next_event), conn, up)
                 if step_keep is not None:
                     keep = step_keep
-        except asyncio.CancelledError:
-            # The proxy is stopping: what went out is still recorded.
-            for command in handler.abandon():
+        except BaseException:
+            # Stopped midway (the proxy is stopping): what went out is still recorded.
+            progress = self._progress.done() if self._progress is not None else None
+            for command in handler.abandon(progress):
                 if isinstance(command, Record):
                     self._emit(command.record)
             raise
@@ -336,8 +348,9 @@ class InterceptedTunnel:
                 return False, None
             elif isinstance(command, Forward):
                 assert self._upstream is not None
+                self._progress = Progress()
                 done = await forward(self._client, conn, self._upstream, up, command,
-                                     limits=self._limits)
+                                     limits=self._limits, progress=self._progress)
                 keep = done.keep_alive and up.our_state is h11.DONE and up.their_state is h11.DONE
                 next_event = done
         return keep, next_event

@@ -118,6 +118,7 @@ from firstrun.proxy.records import (
 from firstrun.proxy.request import Target
 from firstrun.proxy.tunnel import Tunnel
 from firstrun.proxy.wire import (
+    Progress,
     SocketStream,
     accept_stream,
     client_event,
@@ -132,8 +133,9 @@ Resolver = Callable[[str, int], Awaitable[Sequence[IPAddress]]]
 """Resolve a canonical host once; raise ``OSError`` or return [] when it does not resolve."""
 
 _T = TypeVar("_T")
-# How long a name's resolution is used before it is asked again.
+# How long a name's resolution is used before it is asked again, and how many are kept.
 RESOLVED_S = 30.0
+RESOLUTIONS_MAX = 4096
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -202,7 +204,8 @@ class _Pool:
     def give(self, upstream: _Upstream, now: float) -> None:
         up = upstream.h11
         entries = self._idle.setdefault(upstream.key, [])
-        if up.our_state is not h11.DONE or up.their_state is not h11.DONE \
+        # Bytes past the last response (h11 holds them) would answer the next request.
+        if up.our_state is not h11.DONE or up.their_state is not h11.DONE or up.trailing_data[0] \
                 or not upstream.stream.idle or len(entries) >= self.PER_KEY:
             upstream.stream.close()
             return
@@ -269,6 +272,8 @@ class _Client:
         self._upstream: _Upstream | None = None
         # Set by a refusal: the connection ends, after a lingering close.
         self._refused = False
+        # What the data-plane command under way has carried, should it be cut short.
+        self._progress: Progress | None = None
 
     def _context(self) -> ProxyContext:
         return ProxyContext(channel=self._channel, decisions=self._proxy._decisions,
@@ -320,11 +325,15 @@ class _Client:
                         keep = answer.keep_alive
                     if answer is not None:
                         next_event = answer
-        except asyncio.CancelledError:
-            # The proxy is stopping: the exchange still leaves its record.
-            for command in handler.abandon():
+        except BaseException:
+            # Stopped midway (the proxy is stopping, or a bug): the exchange still
+            # settles, with what its data plane had carried.
+            progress = self._progress.done() if self._progress is not None else None
+            for command in handler.abandon(progress):
                 self._proxy._settle(command)
             raise
+        finally:
+            self._progress = None
         return keep and not self._refused
 
     async def _execute(self, command: Command) -> Event | None:
@@ -409,27 +418,34 @@ class _Client:
 
     async def _forward(self, command: Forward) -> Done:
         upstream = self._upstream or await self._fresh_upstream()
+        self._progress = Progress()
         done = await forward(self._stream, self._h11, upstream.stream, upstream.h11, command,
-                             limits=self._limits,
-                             redial=self._redial if upstream.reused else None)
+                             limits=self._limits, redial=self._redial if upstream.reused else None,
+                             progress=self._progress)
         self._end_upstream(keep=done.keep_alive)
         return done
 
     async def _answer(self, command: Answer) -> Done:
+        """The request's body drained, then the answer: its ``status`` once the request
+        was read whole, whether or not the client stayed for the answer."""
         try:
             await drain_body(self._stream, self._h11, self._limits.idle_timeout_s)
-            events: list[h11.Event] = [h11.Response(status_code=command.status,
-                                                    headers=command.headers, reason=b"OK")]
-            if command.body:
-                events.append(h11.Data(data=command.body))
-            events.append(h11.EndOfMessage())
-            data = b"".join(self._h11.send(e) or b"" for e in events)
-            sent = await self._stream.send(data, self._limits.idle_timeout_s)
         except Refused as refusal:
             return Done(refusal=refusal)
         except PeerGone:
             return Done()
-        return Done(bytes_down=sent, keep_alive=True)
+        self._progress = Progress(status=command.status)
+        events: list[h11.Event] = [h11.Response(status_code=command.status,
+                                                headers=command.headers, reason=b"OK")]
+        if command.body:
+            events.append(h11.Data(data=command.body))
+        events.append(h11.EndOfMessage())
+        data = b"".join(self._h11.send(e) or b"" for e in events)
+        try:
+            sent = await self._stream.send(data, self._limits.idle_timeout_s)
+        except PeerGone:
+            return Done(status=command.status)
+        return Done(bytes_down=sent, status=command.status, keep_alive=True)
 
     async def _carry(self, command: Carry) -> Done:
         initial = b""
@@ -447,6 +463,7 @@ class _Client:
                 return Done(refusal=refusal)
             except PeerGone:
                 return Done()
+            self._progress = Progress(status=200)
             initial = self._h11.trailing_data[0]
         return await self._through(command, initial, status=200 if command.established else None)
 
@@ -458,17 +475,23 @@ class _Client:
                                          resolved=str(self._dialled_key[3]))
         policy = self._proxy.policy
         target = command.target
-        client_sock, unread = self._stream.detach()
-        tunnel = Tunnel(
-            client=client_sock, upstream=upstream_sock, initial=initial + unread,
-            judge=lambda flight: judge_flight(flight, host=target.host, port=target.port,
-                                              policy=policy, connect=command.established),
-        )
-        self.tunnel = tunnel
         try:
-            result = await tunnel.run()
+            try:
+                client_sock, unread = self._stream.detach()
+            except OSError:
+                # The client reset while its tunnel was admitted: nothing to carry.
+                return Done(status=status)
+            tunnel = Tunnel(
+                client=client_sock, upstream=upstream_sock, initial=initial + unread,
+                judge=lambda flight: judge_flight(flight, host=target.host, port=target.port,
+                                                  policy=policy, connect=command.established),
+            )
+            self.tunnel = tunnel
+            try:
+                result = await tunnel.run()
+            finally:
+                client_sock.close()
         finally:
-            client_sock.close()
             upstream_sock.close()
         return Done(bytes_up=result.bytes_up, bytes_down=result.bytes_down, status=status,
                     flight=result.flight, decision=result.decision, closed=result.refusal)
@@ -479,7 +502,11 @@ class _Client:
         policy = proxy.policy.inspection
         interception = proxy.interception
         assert policy is not None and interception is not None
-        upstream = await open_stream(upstream_sock, UpstreamGone)
+        try:
+            upstream = await open_stream(upstream_sock, UpstreamGone)
+        except OSError:
+            upstream_sock.close()
+            return Done(status=status)
         try:
             result = await InterceptedTunnel(
                 client=self._stream, upstream=upstream, host=target.host, port=target.port,
@@ -572,10 +599,15 @@ class _TransparentClient(_Client):
                 if not data:
                     break
                 buf += data
-            sent = await self._stream.send(command.raw, self._limits.idle_timeout_s)
         except PeerGone:
             return Done(bytes_up=len(buf))
-        return Done(bytes_up=len(buf), bytes_down=sent)
+        self._progress = Progress(status=command.status)
+        self._progress.up = len(buf)
+        try:
+            sent = await self._stream.send(command.raw, self._limits.idle_timeout_s)
+        except PeerGone:
+            return Done(bytes_up=len(buf), status=command.status)
+        return Done(bytes_up=len(buf), bytes_down=sent, status=command.status)
 
     async def _carry(self, command: Carry) -> Done:
         return await self._through(command, self._rest, status=None)
@@ -859,6 +891,9 @@ class EgressProxy:
         except OSError:  # gaierror and TimeoutError included
             return ()
         if found:
+            if len(self._resolutions) >= RESOLUTIONS_MAX:
+                # A hostile client can name as many allowed hosts as it likes.
+                self._resolutions.clear()
             self._resolutions[(host, port)] = (now, found)
         return found
 

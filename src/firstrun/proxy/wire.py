@@ -220,8 +220,9 @@ async def accept_stream(sock: socket.socket, gone: type[Exception]) -> SocketStr
 
 async def read_head(stream: Stream, conn: h11.Connection, *, clock: Clock, head_timeout: float,
                     idle_timeout: float, stamp: tuple[str, float]) -> RequestHead | HeadRefused | None:
-    """The next request's head and the exact bytes of it; None if the client left quietly
-    (or stayed silent past ``idle_timeout`` between requests).
+    """The next request's head and the exact bytes of it; None if the client left (or
+    stayed silent past ``idle_timeout`` between requests). A head begun and not finished
+    within ``head_timeout`` is refused (408).
 
     ``stamp`` is the exchange's start when no byte of this head was read yet;
     the head's first byte restarts it.
@@ -257,11 +258,8 @@ async def read_head(stream: Stream, conn: h11.Connection, *, clock: Clock, head_
                                        ts=ts, started=started)
             conn.receive_data(data)
     except PeerGone:
-        if deadline is None:
-            return None
-        return HeadRefused(refusal=Refused(Reason.REQUEST_TIMEOUT,
-                                           "request head not complete in time"),
-                           ts=ts, started=started)
+        # Closed or reset, mid-head or not: nothing was asked, nothing to record.
+        return None
 
 
 async def client_event(stream: Stream, conn: h11.Connection, timeout: float) -> h11.Event:
@@ -338,7 +336,8 @@ _RETRIED = frozenset({b"GET", b"HEAD", b"OPTIONS"})
 
 
 async def forward(client: Stream, conn: h11.Connection, upstream: Stream, up: h11.Connection,
-                  command: Forward, *, limits: Timeouts, redial: Redial | None = None) -> Done:
+                  command: Forward, *, limits: Timeouts, redial: Redial | None = None,
+                  progress: Progress | None = None) -> Done:
     """Carry out ``command``: the request up, the response back (see the module docstring).
 
     ``redial`` is given when ``upstream`` was kept alive from an earlier
@@ -346,7 +345,7 @@ async def forward(client: Stream, conn: h11.Connection, upstream: Stream, up: h1
     request goes once more on the connection ``redial`` makes (the server
     closed an idle connection as we reused it, so it never saw the request).
     """
-    carried = _Carried()
+    carried = progress or Progress()
     try:
         return await _forward(client, conn, upstream, up, command, limits, carried, redial)
     except (PeerGone, h11.LocalProtocolError):
@@ -355,13 +354,18 @@ async def forward(client: Stream, conn: h11.Connection, upstream: Stream, up: h1
         return carried.done()
 
 
-class _Carried:
-    """What one forward has moved so far, for the ``Done`` however it ends."""
+class Progress:
+    """What a data-plane command has carried so far, for its ``Done`` however it ends
+    (its driver reads it when the command is cut short, ``Handler.abandon``).
 
-    def __init__(self) -> None:
+    ``up`` counts every byte sent upstream, a request sent again on a fresh
+    connection included: each went out.
+    """
+
+    def __init__(self, *, status: int | None = None) -> None:
         self.up = 0
         self.down = 0
-        self.status: int | None = None
+        self.status = status
 
     def done(self, *, refusal: Refused | None = None, keep_alive: bool = False) -> Done:
         return Done(bytes_up=self.up, bytes_down=self.down, status=self.status,
@@ -369,7 +373,7 @@ class _Carried:
 
 
 async def _forward(client: Stream, conn: h11.Connection, upstream: Stream, up: h11.Connection,
-                   command: Forward, limits: Timeouts, carried: _Carried,
+                   command: Forward, limits: Timeouts, carried: Progress,
                    redial: Redial | None) -> Done:
     async def to_client(*events: h11.Event) -> None:
         data = b"".join(conn.send(e) or b"" for e in events)
