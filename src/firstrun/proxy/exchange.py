@@ -29,6 +29,7 @@ import http
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import NamedTuple
 
 import h11
 
@@ -61,8 +62,7 @@ from firstrun.proxy.request import (
 )
 
 
-@dataclass(frozen=True, kw_only=True)
-class Clock:
+class Clock(NamedTuple):
     """Where records get their times and ids: injected, so tables can fix them."""
 
     monotonic: Callable[[], float]
@@ -71,10 +71,14 @@ class Clock:
 
 
 # -- events: what the driver reports ------------------------------------------
+#
+# Events, commands and contexts are NamedTuples: immutable as frozen
+# dataclasses are, at a tenth of the cost to define (this module is imported
+# by every one-shot sandbox's start) and less to build (several per request).
+# Built by keyword, dispatched by isinstance, never compared.
 
 
-@dataclass(frozen=True, kw_only=True)
-class RequestHead:
+class RequestHead(NamedTuple):
     """A request head h11 parsed, the exact bytes it was parsed from, and when it began."""
 
     event: h11.Request
@@ -83,8 +87,7 @@ class RequestHead:
     started: float
 
 
-@dataclass(frozen=True, kw_only=True)
-class HeadRefused:
+class HeadRefused(NamedTuple):
     """The head itself could not be read as one request (malformed, too large, too slow)."""
 
     refusal: Refused
@@ -92,8 +95,7 @@ class HeadRefused:
     started: float
 
 
-@dataclass(frozen=True, kw_only=True)
-class FlowOpened:
+class FlowOpened(NamedTuple):
     """A redirected flow: where the program dialled, and the name that address stands for."""
 
     kind: str  # "tcp" or "udp"
@@ -103,25 +105,21 @@ class FlowOpened:
     started: float
 
 
-@dataclass(frozen=True, kw_only=True)
-class Reserved:
+class Reserved(NamedTuple):
     ok: bool
 
 
-@dataclass(frozen=True, kw_only=True)
-class Resolved:
+class Resolved(NamedTuple):
     addresses: tuple[IPAddress, ...]
 
 
-@dataclass(frozen=True, kw_only=True)
-class Dialled:
+class Dialled(NamedTuple):
     """The address a connection was made to, or None when none of them answered."""
 
     address: IPAddress | None
 
 
-@dataclass(frozen=True, kw_only=True)
-class Done:
+class Done(NamedTuple):
     """How the data plane's part ended: bytes each way, and what it saw.
 
     ``refusal`` is a refusal the client has not been answered yet (a body over
@@ -149,15 +147,13 @@ Event = RequestHead | HeadRefused | FlowOpened | Reserved | Resolved | Dialled |
 # -- commands: what the driver carries out ------------------------------------
 
 
-@dataclass(frozen=True, kw_only=True)
-class Reserve:
+class Reserve(NamedTuple):
     """Hold a place in the record budget; answered by ``Reserved``."""
 
     channel: Channel
 
 
-@dataclass(frozen=True, kw_only=True)
-class Release:
+class Release(NamedTuple):
     """Give back a reservation whose exchange showed nothing to record."""
 
 
@@ -170,22 +166,19 @@ class RecordMode(StrEnum):
     WRITTEN = "written"
 
 
-@dataclass(frozen=True, kw_only=True)
-class Record:
+class Record(NamedTuple):
     record: EgressRecord
     mode: RecordMode
 
 
-@dataclass(frozen=True, kw_only=True)
-class Resolve:
+class Resolve(NamedTuple):
     """Resolve a canonical name once; answered by ``Resolved``."""
 
     host: str
     port: int
 
 
-@dataclass(frozen=True, kw_only=True)
-class Dial:
+class Dial(NamedTuple):
     """Connect to the first of ``addresses`` that answers (all were checked); answered by ``Dialled``."""
 
     channel: Channel
@@ -196,8 +189,7 @@ class Dial:
     reuse: bool = False
 
 
-@dataclass(frozen=True, kw_only=True)
-class Refuse:
+class Refuse(NamedTuple):
     """Send ``data`` (the refusal's answer; empty when the flow speaks no HTTP), then close.
 
     ``linger``: drain the client's unread input for a while first, so the
@@ -209,8 +201,7 @@ class Refuse:
     linger: bool = True
 
 
-@dataclass(frozen=True, kw_only=True)
-class Answer:
+class Answer(NamedTuple):
     """The proxy answers itself (the attestation nonce); answered by ``Done``.
 
     For a proxy request the driver drains the request body first and sends
@@ -224,8 +215,7 @@ class Answer:
     raw: bytes = b""
 
 
-@dataclass(frozen=True, kw_only=True)
-class Forward:
+class Forward(NamedTuple):
     """Send ``request`` (and its body) upstream on the dialled connection and relay the response.
 
     With ``cap`` set the body is read whole before a byte goes upstream, and
@@ -239,8 +229,7 @@ class Forward:
     cap_refusal: Refused | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
-class Carry:
+class Carry(NamedTuple):
     """Carry an admitted tunnel: say ``200`` first when ``established`` (a CONNECT),
     then decrypt and judge each request (``inspect``) or judge the first flight
     and move the bytes. Answered by ``Done``."""
@@ -469,8 +458,7 @@ class Decisions:
         return decision
 
 
-@dataclass(frozen=True, kw_only=True)
-class ProxyContext:
+class ProxyContext(NamedTuple):
     """What a proxy request or a redirected flow is judged by."""
 
     channel: Channel
@@ -696,8 +684,7 @@ def _carry(ctx: ProxyContext, shown: _Shown, target: Target, *, established: boo
     yield from _settle(shown, ctx.clock, reserved=True)
 
 
-@dataclass(frozen=True, kw_only=True)
-class InnerContext:
+class InnerContext(NamedTuple):
     """What a request decrypted inside one admitted CONNECT is judged by."""
 
     channel: Channel
