@@ -22,7 +22,7 @@ HOST = HostView(directories=frozenset({"/usr", "/PY"}), interpreter="/PY/bin/pyt
 
 def _argv(profile: SandboxProfile) -> list[str]:
     config = helper_config(profile, control_fd=3, dial_fd=None)
-    return list(build_launch_spec(profile, host=HOST, helper_source="<HELPER>", config=config,
+    return list(build_launch_spec(profile, host=HOST, helper_code="<HELPER>", config=config,
                                   seccomp_fd=None, stage_dir=None).argv)
 
 
