@@ -75,9 +75,15 @@ class LoopbackCluster:
 def loopback_cluster(nodes: int = 2, *, env: Mapping[str, str] | None = None,
                      ) -> Iterator[LoopbackCluster]:
     """A head that runs nothing (no CPU) and ``nodes`` one-CPU worker nodes."""
-    saved = os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
+    saved = {name: os.environ.get(name) for name in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER",
+                                                     "RAY_TMPDIR")}
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     temp = tempfile.mkdtemp(prefix="ray-")
+    # Ray writes the head's address to $RAY_TMPDIR/ray/ray_current_cluster (/tmp/ray
+    # by default) without making the directory: on a machine where Ray never ran, the
+    # head would not start. Here it goes under the cluster's own directory, made now.
+    os.environ["RAY_TMPDIR"] = temp
+    os.makedirs(os.path.join(temp, "ray"))
     cluster = ray_cluster_utils.Cluster(initialize_head=True, head_node_args={
         "node_ip_address": LOOPBACK, "num_cpus": 0, "include_dashboard": False,
         "temp_dir": temp})
@@ -94,10 +100,11 @@ def loopback_cluster(nodes: int = 2, *, env: Mapping[str, str] | None = None,
         for tmpdir in made.tmpdirs:
             shutil.rmtree(tmpdir, ignore_errors=True)
         shutil.rmtree(temp, ignore_errors=True)
-        if saved is None:
-            os.environ.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
-        else:
-            os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = saved
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def firstrun(*args: str, env: Mapping[str, str] | None = None,
