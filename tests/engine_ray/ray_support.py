@@ -79,26 +79,29 @@ def loopback_cluster(nodes: int = 2, *, env: Mapping[str, str] | None = None,
                                                      "RAY_TMPDIR")}
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     temp = tempfile.mkdtemp(prefix="ray-")
-    # Ray writes the head's address to $RAY_TMPDIR/ray/ray_current_cluster (/tmp/ray
-    # by default) without making the directory: on a machine where Ray never ran, the
-    # head would not start. Here it goes under the cluster's own directory, made now.
-    os.environ["RAY_TMPDIR"] = temp
-    os.makedirs(os.path.join(temp, "ray"))
-    cluster = ray_cluster_utils.Cluster(initialize_head=True, head_node_args={
-        "node_ip_address": LOOPBACK, "num_cpus": 0, "include_dashboard": False,
-        "temp_dir": temp})
-    made = LoopbackCluster(cluster=cluster)
     try:
-        for _ in range(nodes):
-            made.add(env=env)
-        yield made
+        # Ray writes the head's address to $RAY_TMPDIR/ray/ray_current_cluster (/tmp/ray
+        # by default) without making the directory: on a machine where Ray never ran,
+        # the head would not start. Here it goes under the cluster's own directory.
+        os.environ["RAY_TMPDIR"] = temp
+        os.makedirs(os.path.join(temp, "ray"))
+        cluster = ray_cluster_utils.Cluster(initialize_head=True, head_node_args={
+            "node_ip_address": LOOPBACK, "num_cpus": 0, "include_dashboard": False,
+            "temp_dir": temp})
+        made = LoopbackCluster(cluster=cluster)
+        try:
+            for _ in range(nodes):
+                made.add(env=env)
+            yield made
+        finally:
+            cluster.shutdown()
+            # A killed node's runs leave what its next start would reap: reaped here.
+            ownership.recover(who="test")
+            disk.recover()
+            for tmpdir in made.tmpdirs:
+                shutil.rmtree(tmpdir, ignore_errors=True)
     finally:
-        cluster.shutdown()
-        # A killed node's runs leave what its next start would reap: reaped here.
-        ownership.recover(who="test")
-        disk.recover()
-        for tmpdir in made.tmpdirs:
-            shutil.rmtree(tmpdir, ignore_errors=True)
+        # Also when the head never started.
         shutil.rmtree(temp, ignore_errors=True)
         for name, value in saved.items():
             if value is None:
