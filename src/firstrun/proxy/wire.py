@@ -20,7 +20,7 @@ import contextlib
 import os
 import socket
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Protocol, cast
 
 import h11
 
@@ -285,21 +285,25 @@ async def drain_body(stream: Stream, conn: h11.Connection, timeout: float) -> No
         pass
 
 
+def _upstream_next(up: h11.Connection) -> object:
+    """The upstream's next event from what h11 holds (``h11.NEED_DATA`` when it needs
+    more); a broken response or a close is ``UpstreamGone``."""
+    try:
+        event = up.next_event()
+    except h11.RemoteProtocolError as exc:
+        raise UpstreamGone(f"invalid HTTP from upstream ({exc.error_status_hint})") from None
+    if isinstance(event, h11.ConnectionClosed):
+        raise UpstreamGone("upstream closed")
+    return event
+
+
 async def upstream_event(stream: Stream, up: h11.Connection, timeout: float) -> h11.Event:
-    while True:
-        try:
-            event = up.next_event()
-        except h11.RemoteProtocolError as exc:
-            raise UpstreamGone(f"invalid HTTP from upstream ({exc.error_status_hint})") from None
-        if event is h11.NEED_DATA:
-            data = await stream.recv(timeout)
-            if data is None:
-                raise UpstreamStalled("upstream stalled")
-            up.receive_data(data)
-            continue
-        if isinstance(event, h11.ConnectionClosed):
-            raise UpstreamGone("upstream closed")
-        return event
+    while (event := _upstream_next(up)) is h11.NEED_DATA:
+        data = await stream.recv(timeout)
+        if data is None:
+            raise UpstreamStalled("upstream stalled")
+        up.receive_data(data)
+    return cast(h11.Event, event)
 
 
 async def linger(stream: Stream, *, timeout: float, limit: int) -> None:
@@ -439,17 +443,12 @@ async def _forward(client: Stream, conn: h11.Connection, upstream: Stream, up: h
                                      headers=downstream_headers(list(response.headers)))) or b""
     try:
         while True:
-            try:
-                part = up.next_event()
-            except h11.RemoteProtocolError as exc:
-                raise UpstreamGone(f"invalid HTTP from upstream ({exc.error_status_hint})") from None
+            part = _upstream_next(up)
             if part is h11.NEED_DATA:
                 if pending:
                     carried.down += await client.send(pending, limits.idle_timeout_s)
                     pending = b""
                 part = await upstream_event(upstream, up, limits.upstream_timeout_s)
-            if isinstance(part, h11.ConnectionClosed):
-                raise UpstreamGone("upstream closed")
             if isinstance(part, h11.Data):
                 pending += conn.send(h11.Data(data=part.data)) or b""
             elif isinstance(part, h11.EndOfMessage):
