@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +27,8 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the sweeps here lend 
 
 FIXTURES = Path(__file__).resolve().parents[1] / "cli" / "run_fixtures"
 TASKS = FIXTURES / "tasks"
-MIRROR = ["--docs-mirror", f"greeter.docs.example={FIXTURES / 'docs'}"]
+DOCS_HOST = "greeter.docs.example"
+MIRROR = ["--docs-mirror", f"{DOCS_HOST}={FIXTURES / 'docs'}"]
 # Marks the slow replay step's process in /proc; it ends by itself, and passes.
 SLOW_MARK = b"31.4159"
 # Fields that say where and when a run happened, not what it found.
@@ -185,6 +187,25 @@ def test_ctrl_c_cancels_the_runs_and_every_node_closes_its_session(
     assert "interrupted: 1 finished run kept" in stderr
     # Closed before the driver returned: no sandboxed process, nothing on either node.
     assert _marked() == []
+    assert cluster.left_on(0) == [] and cluster.left_on(1) == []
+
+
+def test_a_run_whose_command_died_before_the_stop_and_answered_after_it_is_not_kept(
+        cluster: LoopbackCluster, tmp_path: Path) -> None:
+    token = f"firstrun-ray-killed-{os.getpid()}"
+    task = _task(tmp_path, "greet-killed", replay=f"exec -a {token} sleep 3600")
+    out = tmp_path / "out"
+    driver = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("held_driver.py")), cluster.address,
+         str(task), str(out), DOCS_HOST, str(FIXTURES / "docs")],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=600,
+        env={**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "HELD_TOKEN": token})
+    # The node, unaware of any stop, answered a docs gap; the driver kept nothing.
+    trace = out / "runs" / "greet-killed" / "1" / "trace.jsonl"
+    assert trace.is_file(), driver.stdout + driver.stderr
+    assert '"classification": "docs_gap"' in trace.read_text()
+    assert driver.returncode == 0, driver.stdout + driver.stderr
+    assert not (out / "results.json").exists()
     assert cluster.left_on(0) == [] and cluster.left_on(1) == []
 
 

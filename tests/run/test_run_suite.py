@@ -15,9 +15,12 @@ from firstrun.agents import make_agent
 from firstrun.errors import UsageError
 from firstrun.results.model import Classification, RunRecord
 from firstrun.results.store import ResultsStore
+from firstrun.run.classify import RunReason
 from firstrun.run.events import CommandRan, Event, RunFinished, Source
-from firstrun.run.runner import RunConfig
+from firstrun.run.runner import RunConfig, run_task
 from firstrun.run.suite import run_suite, suite_exit_code
+from firstrun.tasks.model import Task
+from interrupt_support import kill_then_stop, processes_named
 
 
 def replay() -> object:
@@ -53,34 +56,29 @@ def test_a_suite_runs_every_task_every_time_and_stores_each_run(config: RunConfi
     assert suite_exit_code(outcome.records) == 1
 
 
+class _StopOnceStored(ResultsStore):
+    """Sets ``stop`` the moment the first record is stored: a stop after a run finished."""
+
+    def __init__(self, out_dir: Path, stop: threading.Event) -> None:
+        super().__init__(out_dir, meta={})
+        self._stop = stop
+
+    def add(self, run: dict) -> None:
+        super().add(run)
+        self._stop.set()
+
+
 def test_stop_after_a_run_finishes_keeps_it_and_starts_nothing_more(config: RunConfig) -> None:
     tasks = [fixture_task(n) for n in ("pass", "check-fails", "expect-output")]
-    store = ResultsStore(config.out_dir, meta={})
     stop = threading.Event()
-
-    def on_event(task: str, attempt: int, event: Event) -> None:
-        if isinstance(event, RunFinished):
-            stop.set()
+    store = _StopOnceStored(config.out_dir, stop)
 
     outcome = run_suite(tasks, agent_factory=replay, config=config, store=store, workers=1,
-                        stop=stop, on_event=on_event)
+                        stop=stop)
     assert outcome.interrupted
     assert [r.task for r in outcome.records] == ["greeter-pass"]
     assert [r["task"] for r in stored(config)] == ["greeter-pass"]
     assert sorted(p.name for p in (config.out_dir / "runs").iterdir()) == ["greeter-pass"]
-
-
-def _processes_named(token: str) -> list[int]:
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/cmdline", "rb") as f:
-                    if token.encode() in f.read():
-                        found.append(int(name))
-            except OSError:
-                continue
-    return found
 
 
 def test_stop_mid_run_ends_it_cleanly_and_keeps_the_finished_ones(
@@ -107,7 +105,7 @@ success:
             # /proc/PID/cmdline reads empty while the background child is
             # inside execve, so look until it shows (bounded), not once.
             for _ in range(300):
-                alive_at_stop.extend(_processes_named(token))
+                alive_at_stop.extend(processes_named(token))
                 if alive_at_stop:
                     break
                 time.sleep(0.1)
@@ -121,7 +119,7 @@ success:
     assert [r["task"] for r in stored(config)] == ["greeter-pass"]
     # The process the interrupted run left behind existed, and the session took it down.
     assert alive_at_stop
-    assert _processes_named(token) == []
+    assert processes_named(token) == []
     trace = (config.out_dir / "runs" / "greeter-interrupted" / "1" / "trace.jsonl").read_text()
     assert '"reason": "interrupted"' in trace
 
@@ -150,7 +148,7 @@ success:
     seen_running: list[int] = []
 
     def stop_once_running() -> None:
-        while not (found := _processes_named(token)):
+        while not (found := processes_named(token)):
             if stop.wait(0.05):
                 return
         seen_running.extend(found)
@@ -167,9 +165,76 @@ success:
     assert seen_running
     assert outcome.interrupted
     assert outcome.records == []
-    assert _processes_named(token) == []
+    assert processes_named(token) == []
     trace = (config.out_dir / "runs" / "greeter-long-command" / "1" / "trace.jsonl").read_text()
     assert '"reason": "interrupted"' in trace
+
+
+def _killed_by_the_interrupt(token: str, tmp_path: Path) -> Task:
+    # Its verdict would be docs_gap: the command dies, the check finds no greeting.
+    return write_task(tmp_path, "killed", f"""name: greeter-killed
+goal: Create greeting.txt holding the greeting the quickstart shows.
+docs:
+  entrypoint: http://docs.greeter.test/
+budgets:
+  max_command_seconds: 3600
+replay:
+  - exec -a {token} sleep 3600
+success:
+  script: grep -q 'hello, reader' greeting.txt || qs_fail "no greeting"
+""")
+
+
+def test_a_run_whose_command_died_before_the_stop_and_finished_after_it_is_not_kept(
+    config: RunConfig, tmp_path: Path
+) -> None:
+    token = f"firstrun-killed-first-{os.getpid()}"
+    stop, held = threading.Event(), threading.Event()
+
+    def on_event(task: str, attempt: int, event: Event) -> None:
+        # Hold the answer until the stop is set; the stop waits for the command's death.
+        if isinstance(event, RunFinished):
+            held.set()
+            assert stop.wait(120)
+
+    interrupt = kill_then_stop(token, held, stop)
+    try:
+        outcome = run_suite([_killed_by_the_interrupt(token, tmp_path)], agent_factory=replay,
+                            config=config, store=ResultsStore(config.out_dir, meta={}),
+                            workers=1, stop=stop, on_event=on_event)
+    finally:
+        held.set()
+        interrupt.join()
+    # The run itself, unaware of the stop, concluded a docs gap; the sweep keeps nothing.
+    trace = (config.out_dir / "runs" / "greeter-killed" / "1" / "trace.jsonl").read_text()
+    assert '"classification": "docs_gap"' in trace
+    assert outcome.interrupted and outcome.records == []
+    assert not (config.out_dir / "results.json").exists()
+
+
+def test_a_stop_that_comes_while_the_check_runs_makes_the_run_interrupted(
+    config: RunConfig, tmp_path: Path
+) -> None:
+    token = f"firstrun-killed-in-check-{os.getpid()}"
+    stop, held = threading.Event(), threading.Event()
+
+    def on_event(event: Event) -> None:
+        # The check has run and failed; hold its verdict until the stop is set.
+        if isinstance(event, CommandRan) and event.source is Source.CHECK:
+            held.set()
+            assert stop.wait(120)
+
+    interrupt = kill_then_stop(token, held, stop)
+    try:
+        record = run_task(_killed_by_the_interrupt(token, tmp_path), attempt=1, agent=replay(),
+                          config=config, on_event=on_event, stop=stop)
+    finally:
+        held.set()
+        interrupt.join()
+    assert (record.classification, record.reason) == (Classification.INFRA_ERROR,
+                                                      RunReason.INTERRUPTED)
+    trace = (config.out_dir / "runs" / "greeter-killed" / "1" / "trace.jsonl").read_text()
+    assert '"source": "check"' in trace and "docs_gap" not in trace
 
 
 def test_bad_counts_are_usage_errors(config: RunConfig) -> None:

@@ -182,6 +182,10 @@ def _carry_out(task: Task, *, agent: Agent, config: RunConfig, where: Path,
                 run_check(task, session=session, workspace=handle,
                           output=agent_output(recorder.events()),
                           timeout_s=float(budgets.max_command_seconds), emit=recorder.emit)
+            # A stop that came while the check ran may have killed what it
+            # judged (a Ctrl-C reaches a command and the sweep in either
+            # order): its verdict is no evidence either way.
+            _stop_point(stop)
         phase = "teardown"
         recorder.raise_deferred()
     except RunInterrupted:

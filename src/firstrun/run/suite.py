@@ -3,8 +3,9 @@
 Guarantee: each finished run is added to the ``ResultsStore`` (which rewrites
 ``results.json`` atomically) the moment it finishes, so an interrupt keeps
 every finished run. When ``stop`` is set no new run starts, and the runs in
-flight end at their next call boundary with their sessions closed; a run cut
-short that way is not a finished run and is neither stored nor returned.
+flight end at their next call boundary with their sessions closed; a run
+whose record comes back after the stop is neither stored nor returned, on
+every engine, so a command the stop killed is never a verdict.
 Every run executes start to finish on one worker thread that outlives its
 session, because the linux backend's bubblewrap dies with the thread that
 forked it (``--die-with-parent`` follows the thread, not the process).
@@ -195,7 +196,11 @@ def run_suite(
             finally:
                 if spend is not None and reservation is not None:
                     spend.settle(reservation, None if record is None else recorded_spend(record))
-            if record.reason == RunReason.INTERRUPTED:
+            # A record taken in after the stop is not kept, whatever it says:
+            # the stop may have reached the run (on its node, or through a
+            # signal to its command) before its check decided, and no engine
+            # can say it did not. Losing a run is honest; a false verdict is not.
+            if record.reason == RunReason.INTERRUPTED or stop.is_set():
                 continue
             with lock:
                 store.add(record.to_data())

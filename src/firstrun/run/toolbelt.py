@@ -15,8 +15,8 @@ the agent phase: a command's timeout is the smallest of what the agent
 asked, the task's per-command limit and the time left, and once the time is
 spent no call starts; ``BudgetExhausted`` says so. When the run's ``stop``
 event is set (Ctrl-C on the suite) no further call starts: ``RunInterrupted``
-unwinds the agent, and the command already running finishes within its own
-timeout first, because a session cannot be cut mid-command from outside.
+unwinds the agent; the command already running is cut by the runner, which
+interrupts the session.
 """
 
 from __future__ import annotations
