@@ -129,6 +129,18 @@ def test_an_unlabelled_block_is_shell_only_when_it_opens_with_a_prompt():
     assert one("<pre><code>make test</code></pre>").kind is Kind.OTHER
     assert one("<pre><code>&gt; a quotation</code></pre>").kind is Kind.OTHER
     assert one("<pre><code class='language-python'>$ x = 1</code></pre>").kind is Kind.OTHER
+    # pymdownx labels a fence given no language "text".
+    assert one("<div class='language-text highlight'><pre><code>$ make</code></pre></div>").kind is Kind.SHELL
+    assert one("<div class='language-text highlight'><pre><code>make</code></pre></div>").kind is Kind.OTHER
+
+
+def test_the_language_may_be_on_any_of_the_blocks_own_wrappers():
+    # MkDocs Material with line numbers: the language is on the div around the table.
+    page = ("<p>Run:</p><div class='language-bash highlight'><table class='highlighttable'><tr>"
+            "<td class='linenos'><div class='linenodiv'><pre><span class='normal'>1</span></pre></div></td>"
+            "<td class='code'><div><pre><code>ls</code></pre></div></td></tr></table></div>")
+    block = one(page)
+    assert (block.language, block.text) == ("bash", "ls")
 
 
 def test_github_scopes_are_languages():

@@ -81,6 +81,8 @@ _LANGUAGE_ALIASES = {
     "shell-script": "shell", "shellscript": "shell",
 }
 SHELL_LANGUAGES = frozenset({"bash", "sh", "shell", "console", "zsh"})
+# What a generator labels a block it was given no language for (pymdownx: text).
+_UNLABELLED = frozenset({None, "text", "plaintext", "plain", "txt"})
 # GitHub names a block's language by its TextMate scope (highlight-source-shell).
 _SCOPE_PREFIX = re.compile(r"^(?:source|text)-")
 
@@ -278,7 +280,7 @@ def _text(pre: Tag) -> str:
 def _block(pre: Tag, *, index: int, url: str, assigned: set[str]) -> Block | None:
     outer = _outer(pre)
     marks = _marks(outer)
-    language = normalize_language(_language(pre))
+    language = normalize_language(_language(pre) or code_language(outer))
     title = _title(pre, outer)
     before = _sentence_file(outer)
     text = _text(pre)
@@ -298,7 +300,7 @@ def _block(pre: Tag, *, index: int, url: str, assigned: set[str]) -> Block | Non
     if file is not None:
         return Block(page=url, index=index, language=language, kind=Kind.FILE, text=text,
                      file=file, file_source=source, skip=skip)
-    if language in SHELL_LANGUAGES or (language is None and prompted):
+    if language in SHELL_LANGUAGES or (language in _UNLABELLED and prompted):
         steps = shell_steps(text, assigned=assigned)
         for step in steps:
             assigned |= assigned_names(step.command)

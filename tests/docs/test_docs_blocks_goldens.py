@@ -1,0 +1,56 @@
+"""Extraction goldens, one page per generator, as each generator really renders it.
+
+Built by the real generator in the test setup, from the sources under
+tests/fixtures/docs-blocks/ (each generator is a test extra, pinned in
+constraints.txt): MkDocs Material (mkdocs/, Material's recommended code-block
+setup).
+
+FIRSTRUN_UPDATE_GOLDEN=1 rewrites the goldens under
+tests/fixtures/docs-blocks/golden/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from firstrun.docs.blocks import extract
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "docs-blocks"
+GOLDEN = FIXTURES / "golden"
+URL = "https://docs.example.test/quickstart/"
+GENERATED = ("mkdocs-material",)
+
+
+def _build(generator: str, out: Path) -> Path:
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    argv = ["-m", "mkdocs", "build", "-q", "-f", str(FIXTURES / "mkdocs" / "mkdocs.yml"), "-d", str(out)]
+    subprocess.run([sys.executable, *argv], check=True, env=env, capture_output=True)
+    return out / "index.html"
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("docs-blocks")
+    return {generator: _build(generator, root / generator) for generator in GENERATED}
+
+
+def _extracted(page: Path) -> list[dict]:
+    return [block.to_data() for block in extract(page.read_bytes(), url=URL)]
+
+
+def _golden(name: str, data: list[dict]) -> None:
+    path = GOLDEN / f"{name}.json"
+    if os.environ.get("FIRSTRUN_UPDATE_GOLDEN"):
+        path.write_text(json.dumps(data, indent=2) + "\n")
+    assert data == json.loads(path.read_text())
+
+
+@pytest.mark.parametrize("generator", GENERATED)
+def test_a_generated_page_extracts_as_its_golden(built, generator):
+    _golden(generator, _extracted(built[generator]))
