@@ -3,7 +3,9 @@
 Built by the real generator in the test setup, from the sources under
 tests/fixtures/docs-blocks/ (each generator is a test extra, pinned in
 constraints.txt): MkDocs Material (mkdocs/, Material's recommended code-block
-setup).
+setup) and Sphinx (sphinx/, one source built with Furo and with the Read the
+Docs theme). The same quickstart is written in both, so all three must agree
+on every step, file and mark.
 
 FIRSTRUN_UPDATE_GOLDEN=1 rewrites the goldens under
 tests/fixtures/docs-blocks/golden/.
@@ -24,12 +26,16 @@ from firstrun.docs.blocks import extract
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "docs-blocks"
 GOLDEN = FIXTURES / "golden"
 URL = "https://docs.example.test/quickstart/"
-GENERATED = ("mkdocs-material",)
+GENERATED = ("mkdocs-material", "sphinx-furo", "sphinx-rtd")
 
 
 def _build(generator: str, out: Path) -> Path:
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    argv = ["-m", "mkdocs", "build", "-q", "-f", str(FIXTURES / "mkdocs" / "mkdocs.yml"), "-d", str(out)]
+    if generator == "mkdocs-material":
+        argv = ["-m", "mkdocs", "build", "-q", "-f", str(FIXTURES / "mkdocs" / "mkdocs.yml"), "-d", str(out)]
+    else:
+        theme = {"sphinx-furo": "furo", "sphinx-rtd": "sphinx_rtd_theme"}[generator]
+        argv = ["-m", "sphinx", "-q", "-b", "html", "-D", f"html_theme={theme}", str(FIXTURES / "sphinx"), str(out)]
     subprocess.run([sys.executable, *argv], check=True, env=env, capture_output=True)
     return out / "index.html"
 
@@ -54,3 +60,13 @@ def _golden(name: str, data: list[dict]) -> None:
 @pytest.mark.parametrize("generator", GENERATED)
 def test_a_generated_page_extracts_as_its_golden(built, generator):
     _golden(generator, _extracted(built[generator]))
+
+
+def test_every_generator_gives_the_same_steps_files_and_marks(built):
+    def essence(page: Path) -> list[tuple]:
+        return [(b["index"], b["kind"], b["steps"], b["file"], b["skip"]) for b in _extracted(page)]
+
+    mkdocs = essence(built["mkdocs-material"])
+    assert len(mkdocs) == 13
+    assert essence(built["sphinx-furo"]) == mkdocs
+    assert essence(built["sphinx-rtd"]) == mkdocs
