@@ -108,6 +108,14 @@ def test_placeholders(command, expected):
     assert placeholders(command) == expected
 
 
+def test_a_file_block_and_a_shell_block_name_their_placeholders():
+    page = ("<p>Save this as <code>.env</code>:</p><pre><code>API_KEY=&lt;your-api-key&gt;</code></pre>"
+            "<pre><code class='language-bash'>curl -u YOUR_USER x\necho YOUR_USER</code></pre>")
+    env, shell = extract(page, url=URL)
+    assert env.placeholders == ("<your-api-key>",)
+    assert shell.placeholders == ("YOUR_USER",)
+
+
 def test_a_variable_set_in_an_earlier_step_or_block_is_not_a_placeholder():
     page = ("<pre><code class='language-bash'>export SERVICE_TOKEN=$(cat token.txt)</code></pre>"
             "<pre><code class='language-bash'>curl -H \"t: $SERVICE_TOKEN\" x\ncurl $OTHER_TOKEN</code></pre>")

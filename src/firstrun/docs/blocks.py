@@ -48,6 +48,11 @@ class Step:
 
 @dataclass(frozen=True, kw_only=True)
 class Block:
+    """One code block: ``index`` counts the page's non-empty blocks from 0; ``text``
+    is what a reader copies; ``steps`` a shell block's commands; ``file`` a file
+    block's name, as the page gives it; ``placeholders`` the values its steps or
+    its file leave to the reader."""
+
     page: str
     index: int
     language: str | None
@@ -57,6 +62,7 @@ class Block:
     file: str | None = None
     file_source: FileSource | None = None
     skip: bool = False
+    placeholders: tuple[str, ...] = ()
 
     @property
     def content(self) -> str:
@@ -70,7 +76,7 @@ class Block:
             "steps": [{"command": s.command, "output": list(s.output), "placeholders": list(s.placeholders)}
                       for s in self.steps],
             "file": self.file, "file_source": self.file_source.value if self.file_source else None,
-            "skip": self.skip,
+            "skip": self.skip, "placeholders": list(self.placeholders),
         }
 
 
@@ -299,13 +305,14 @@ def _block(pre: Tag, *, index: int, url: str, assigned: set[str]) -> Block | Non
         file, source = before, FileSource.SENTENCE
     if file is not None:
         return Block(page=url, index=index, language=language, kind=Kind.FILE, text=text,
-                     file=file, file_source=source, skip=skip)
+                     file=file, file_source=source, skip=skip, placeholders=placeholders(text, assigned))
     if language in SHELL_LANGUAGES or (language in _UNLABELLED and prompted):
         steps = shell_steps(text, assigned=assigned)
         for step in steps:
             assigned |= assigned_names(step.command)
+        found = tuple(dict.fromkeys(p for step in steps for p in step.placeholders))
         return Block(page=url, index=index, language=language, kind=Kind.SHELL, text=text,
-                     steps=steps, skip=skip)
+                     steps=steps, skip=skip, placeholders=found)
     return Block(page=url, index=index, language=language, kind=Kind.OTHER, text=text, skip=skip)
 
 
