@@ -265,10 +265,6 @@ def _code_pres(soup: BeautifulSoup) -> list[Tag]:
     return pres
 
 
-def _in(el: Tag, selector: str) -> bool:
-    return any(isinstance(p, Tag) and p.css.match(selector) for p in el.parents)
-
-
 def _text(pre: Tag) -> str:
     for el in pre.select(_NOT_TEXT):
         el.decompose()
@@ -351,7 +347,17 @@ def _chrome(node: Any) -> bool:
 
 
 def _line_numbers(pre: Tag) -> bool:
-    return pre.select_one(_LINE_NUMBER_COLUMN) is not None or _in(pre, _LINE_NUMBER_COLUMN)
+    """Whether a <pre> is, or holds, a table's line-number column rather than code."""
+    if pre.select_one(_LINE_NUMBER_COLUMN) is not None:
+        return True
+    for parent in pre.parents:
+        classes = parent.get("class") or () if isinstance(parent, Tag) else ()
+        if parent.name not in ("td", "div") or not classes:
+            continue
+        if {"linenos", "linenodiv", "gutter"} & set(classes) or (
+                "lntd" in classes and parent.find_previous_sibling("td") is None):
+            return True
+    return False
 
 
 def _chain(pre: Tag, outer: Tag) -> list[Tag]:
