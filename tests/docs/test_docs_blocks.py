@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from firstrun.docs.blocks import FileSource, Kind, Step, extract, placeholders, shell_steps
+from firstrun.docs.blocks import BlockKind, FileSource, Step, extract, placeholders, shell_steps
 
 URL = "https://docs.example.test/start/"
 
@@ -128,18 +128,18 @@ def test_a_variable_set_in_an_earlier_step_or_block_is_not_a_placeholder():
                                       "sh-session", "shellsession"])
 def test_shell_languages(language):
     block = one(f"<pre><code class='language-{language}'>ls</code></pre>")
-    assert block.kind is Kind.SHELL
+    assert block.kind is BlockKind.SHELL
     assert block.steps == (Step(command="ls"),)
 
 
 def test_an_unlabelled_block_is_shell_only_when_it_opens_with_a_prompt():
-    assert one("<pre><code>$ make test\nok</code></pre>").kind is Kind.SHELL
-    assert one("<pre><code>make test</code></pre>").kind is Kind.OTHER
-    assert one("<pre><code>&gt; a quotation</code></pre>").kind is Kind.OTHER
-    assert one("<pre><code class='language-python'>$ x = 1</code></pre>").kind is Kind.OTHER
+    assert one("<pre><code>$ make test\nok</code></pre>").kind is BlockKind.SHELL
+    assert one("<pre><code>make test</code></pre>").kind is BlockKind.OTHER
+    assert one("<pre><code>&gt; a quotation</code></pre>").kind is BlockKind.OTHER
+    assert one("<pre><code class='language-python'>$ x = 1</code></pre>").kind is BlockKind.OTHER
     # pymdownx labels a fence given no language "text".
-    assert one("<div class='language-text highlight'><pre><code>$ make</code></pre></div>").kind is Kind.SHELL
-    assert one("<div class='language-text highlight'><pre><code>make</code></pre></div>").kind is Kind.OTHER
+    assert one("<div class='language-text highlight'><pre><code>$ make</code></pre></div>").kind is BlockKind.SHELL
+    assert one("<div class='language-text highlight'><pre><code>make</code></pre></div>").kind is BlockKind.OTHER
 
 
 def test_the_language_may_be_on_any_of_the_blocks_own_wrappers():
@@ -180,7 +180,7 @@ def test_marks(before, skip, file):
     assert block.skip is skip
     assert block.file == file
     if file:
-        assert block.kind is Kind.FILE
+        assert block.kind is BlockKind.FILE
         assert block.file_source is FileSource.MARK
 
 
@@ -213,12 +213,12 @@ def test_skip_class():
 def test_the_sentence_before_a_block_ties_it_to_a_file(sentence, file):
     block = one(f"<p>{sentence}</p>\n<pre><code class='language-python'>print(1)</code></pre>")
     assert block.file == file
-    assert block.kind is (Kind.FILE if file else Kind.OTHER)
+    assert block.kind is (BlockKind.FILE if file else BlockKind.OTHER)
 
 
 def test_a_console_block_is_never_a_file():
     block = one("<p>Save this as <code>out.txt</code>:</p><pre><code>$ ls\nout.txt</code></pre>")
-    assert block.kind is Kind.SHELL
+    assert block.kind is BlockKind.SHELL
 
 
 def test_file_content_ends_in_one_newline():
@@ -229,7 +229,7 @@ def test_file_content_ends_in_one_newline():
 def test_empty_blocks_are_not_blocks_and_indices_follow_the_page():
     page = ("<pre></pre><pre><code class='language-bash'>ls</code></pre><pre>  \n</pre>"
             "<pre><code class='language-python'>x = 1</code></pre>")
-    assert [(b.index, b.kind) for b in extract(page, url=URL)] == [(0, Kind.SHELL), (1, Kind.OTHER)]
+    assert [(b.index, b.kind) for b in extract(page, url=URL)] == [(0, BlockKind.SHELL), (1, BlockKind.OTHER)]
 
 
 @given(st.text(max_size=400))

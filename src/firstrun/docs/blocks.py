@@ -23,7 +23,7 @@ from bs4 import BeautifulSoup, Comment, NavigableString, Tag
 from .convert import code_language
 
 
-class Kind(StrEnum):
+class BlockKind(StrEnum):
     SHELL = "shell"
     FILE = "file"
     OTHER = "other"
@@ -56,7 +56,7 @@ class Block:
     page: str
     index: int
     language: str | None
-    kind: Kind
+    kind: BlockKind
     text: str
     steps: tuple[Step, ...] = ()
     file: str | None = None
@@ -300,16 +300,16 @@ def _block(pre: Tag, *, index: int, url: str, assigned: set[str]) -> Block | Non
     elif before and not prompted:
         file, source = before, FileSource.SENTENCE
     if file is not None:
-        return Block(page=url, index=index, language=language, kind=Kind.FILE, text=text,
+        return Block(page=url, index=index, language=language, kind=BlockKind.FILE, text=text,
                      file=file, file_source=source, skip=skip, placeholders=placeholders(text, assigned))
     if language in SHELL_LANGUAGES or (language in _UNLABELLED and prompted):
         steps = shell_steps(text, assigned=assigned)
         for step in steps:
             assigned |= assigned_names(step.command)
         found = tuple(dict.fromkeys(p for step in steps for p in step.placeholders))
-        return Block(page=url, index=index, language=language, kind=Kind.SHELL, text=text,
+        return Block(page=url, index=index, language=language, kind=BlockKind.SHELL, text=text,
                      steps=steps, skip=skip, placeholders=found)
-    return Block(page=url, index=index, language=language, kind=Kind.OTHER, text=text, skip=skip)
+    return Block(page=url, index=index, language=language, kind=BlockKind.OTHER, text=text, skip=skip)
 
 
 def _language(pre: Tag) -> str | None:
