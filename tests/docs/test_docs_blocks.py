@@ -266,7 +266,10 @@ def test_extraction_never_raises_on_tag_soup(page):
 
 
 _WORD = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-_./=", min_size=1, max_size=12)
-_COMMAND = st.lists(_WORD, min_size=1, max_size=5).map(" ".join)
+# A command starts with a program's name: a first word such as "if" or
+# "for" opens a compound command, which rightly takes the next lines.
+_COMMAND = st.tuples(st.sampled_from(["pip", "npm", "python", "echo", "make", "ls"]),
+                     st.lists(_WORD, max_size=4)).map(lambda c: " ".join([c[0], *c[1]]))
 _OUTPUT = st.lists(st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789 .:-", min_size=1, max_size=30)
                    .map(str.strip).filter(bool), max_size=3)
 
