@@ -12,7 +12,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from firstrun.docs.blocks import BlockKind, FileSource, Step, extract, placeholders, shell_steps
+from firstrun.docs.blocks import (
+    BlockKind,
+    FileSource,
+    Step,
+    extract,
+    extract_markdown,
+    placeholders,
+    shell_steps,
+)
 
 URL = "https://docs.example.test/start/"
 
@@ -232,9 +240,34 @@ def test_empty_blocks_are_not_blocks_and_indices_follow_the_page():
     assert [(b.index, b.kind) for b in extract(page, url=URL)] == [(0, BlockKind.SHELL), (1, BlockKind.OTHER)]
 
 
+@pytest.mark.parametrize(
+    ("fence", "language", "file", "skip"),
+    [
+        ("```python title=\"app.py\"", "python", "app.py", False),
+        ("```js title='src/index.js' showLineNumbers", "js", "src/index.js", False),
+        # Mintlify: the file name after the language.
+        ("```python client.py", "python", "client.py", False),
+        ("```bash Terminal", "bash", None, False),
+        # pymdownx.superfences: the language and classes in braces.
+        ("``` { .bash .firstrun-skip }", "bash", None, True),
+        ("```", None, None, False),
+    ],
+)
+def test_a_markdown_fence_gives_language_file_and_class(fence, language, file, skip):
+    (block,) = extract_markdown(f"Then:\n\n{fence}\nls\n```\n", url=URL)
+    assert (block.language, block.file, block.skip) == (language, file, skip)
+
+
+def test_a_mark_binds_in_markdown_with_or_without_a_blank_line():
+    text = "<!-- firstrun: skip -->\n```bash\nrm -rf x\n```\n\n<!-- firstrun: file=a.txt -->\n\n```\nhi\n```\n"
+    skipped, file = extract_markdown(text, url=URL)
+    assert skipped.skip and (file.kind, file.file) == (BlockKind.FILE, "a.txt")
+
+
 @given(st.text(max_size=400))
 def test_extraction_never_raises_on_text(text):
     extract(text, url=URL)
+    extract_markdown(text, url=URL)
 
 
 _TAGS = st.sampled_from(["pre", "code", "div", "p", "span", "td", "table", "tr", "button", "br", "!--", "figure"])

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from firstrun.docs.blocks import extract
+from firstrun.docs.blocks import extract, extract_markdown
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "docs-blocks"
 GOLDEN = FIXTURES / "golden"
@@ -86,3 +86,13 @@ def test_every_generator_gives_the_same_steps_files_and_marks(built):
     assert len(mkdocs) == 13
     assert essence(built["sphinx-furo"]) == mkdocs
     assert essence(built["sphinx-rtd"]) == mkdocs
+
+
+def test_the_markdown_source_read_raw_gives_what_the_built_pages_give(built):
+    """A page served as Markdown (a raw README, an .md page): the MkDocs source itself."""
+    def essence(blocks: list[dict]) -> list[tuple]:
+        return [(b["index"], b["kind"], b["steps"], b["file"], b["skip"]) for b in blocks]
+
+    source = (FIXTURES / "mkdocs" / "docs" / "index.md").read_text()
+    raw = [block.to_data() for block in extract_markdown(source, url=URL)]
+    assert essence(raw) == essence(_extracted(built["mkdocs-material"]))

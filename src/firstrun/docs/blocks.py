@@ -8,6 +8,7 @@ gives its commands with prompts stripped and ``\\`` continuations joined, a
 console's output kept apart as each command's documented output; a file block
 gives the file its page ties it to. An author's mark just before a block
 (``<!-- firstrun: skip -->``, ``<!-- firstrun: file=NAME -->``) decides first.
+``extract_markdown`` gives the same for a page served as Markdown.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
+from html import escape
 from typing import Any
 
 from bs4 import BeautifulSoup, Comment, NavigableString, Tag
+from markdown_it import MarkdownIt
 
 from .convert import code_language
 
@@ -126,6 +129,7 @@ _TITLE_ATTRIBUTES = ("data-title", "title", "data-filename", "filename")
 _PROSE = ("p", "h1", "h2", "h3", "h4", "h5", "h6", "ul", "ol", "dl", "blockquote", "table")
 _WRAPPERS = frozenset({"div", "figure", "span", "td", "tr", "tbody", "table"})
 _SKIP_CLASS = "firstrun-skip"
+_INFO_TITLE = re.compile(r"""\btitle=(?:"([^"]*)"|'([^']*)'|(\S+))""")
 
 # Placeholders a reader fills in. <...> is one only when it cannot be a
 # redirection or a heredoc: a name right after the <, a > right after it.
@@ -152,6 +156,39 @@ def extract(html: str | bytes, *, url: str) -> tuple[Block, ...]:
         if block is not None:
             blocks.append(block)
     return tuple(blocks)
+
+
+def extract_markdown(text: str, *, url: str) -> tuple[Block, ...]:
+    """The code blocks of a page served as Markdown (a raw README, an ``.md`` page).
+
+    It is rendered as CommonMark with its raw HTML kept, so an author's
+    ``<!-- firstrun: ... -->`` mark binds as on a built page; a fence's info
+    string gives the language, and its file when it names one (``title="app.py"``,
+    as MkDocs and Docusaurus write it, or a file name after the language, as
+    Mintlify does); ``{ .bash .firstrun-skip }`` gives the language and a class.
+    """
+    renderer = MarkdownIt("commonmark", {"html": True})
+    renderer.add_render_rule("fence", _render_fence)
+    return extract(renderer.render(text), url=url)
+
+
+def _render_fence(self: Any, tokens: list[Any], idx: int, options: Any, env: Any) -> str:
+    info = tokens[idx].info.strip()
+    title = _INFO_TITLE.search(info)
+    name = next((g for g in title.groups() if g is not None), None) if title else None
+    if info.startswith("{"):
+        classes = re.findall(r"(?<![\w-])\.([\w+#-]+)", info)
+    else:
+        words = info.split()
+        classes = words[:1]
+        if name is None and len(words) > 1 and "=" not in words[1] and _FILE_NAME.match(words[1]):
+            name = words[1]
+    attributes = ""
+    if classes:
+        attributes += f' class="{" ".join([f"language-{escape(classes[0])}", *map(escape, classes[1:])])}"'
+    if name:
+        attributes += f' data-title="{escape(name)}"'
+    return f"<pre><code{attributes}>{escape(tokens[idx].content)}</code></pre>\n"
 
 
 def shell_steps(text: str, *, assigned: Iterable[str] = ()) -> tuple[Step, ...]:
