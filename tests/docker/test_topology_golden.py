@@ -5,8 +5,14 @@ from __future__ import annotations
 from firstrun.policy.filesystem import FilesystemPolicy
 from firstrun.policy.process import Limits
 from firstrun.policy.profile import SandboxProfile
+from firstrun.proxy.server import ProxyLimits
 from firstrun.sandbox.docker.resources import firewall_rules
-from firstrun.sandbox.docker.topology import DockerHost, build_topology, helper_config
+from firstrun.sandbox.docker.topology import (
+    SIDECAR_CONNECTIONS,
+    DockerHost,
+    build_topology,
+    helper_config,
+)
 
 PROFILE = SandboxProfile(
     fs=FilesystemPolicy(workspace="/HOST/ws", real_homes=("/root",)),
@@ -36,7 +42,7 @@ def test_topology_is_golden() -> None:
          "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
          "--security-opt", "seccomp=/PRIVATE/seccomp.json", "--read-only",
          "--tmpfs", "/tmp:rw,noexec,nosuid,nodev,size=16777216",
-         "--user", "65534:65534", "--pids-limit", "64",
+         "--user", "65534:65534", "--pids-limit", "576",
          "--memory", "268435456", "--memory-swap", "268435456", "--cpus", "0.5",
          "--ulimit", "core=0", "--ipc", "private", "--log-driver", "none",
          "--env", "PYTHONPATH=/opt/firstrun/lib",
@@ -140,3 +146,14 @@ def test_protected_entries_are_read_only_binds_on_top_of_the_workspace() -> None
     assert list(run[at + 1: at + 5]) == [
         "--mount", "type=bind,source=/HOST/ws/.git,target=/workspace/.git,readonly",
         "--mount", "type=bind,source=/HOST/ws/.bashrc,target=/workspace/.bashrc,readonly"]
+
+
+def test_the_sidecars_pids_limit_admits_every_tunnel_the_proxy_holds() -> None:
+    # Two pump threads a tunnel, on each of the two listeners that carry
+    # tunnels, each holding the proxy's connection bound: below this, the
+    # pids limit refuses a tunnel's thread and the tunnel is lost.
+    assert SIDECAR_CONNECTIONS == ProxyLimits().max_connections
+    topo = build_topology(PROFILE, session="s1", host=HOST)
+    sidecar = topo.create[2]
+    pids = int(sidecar[sidecar.index("--pids-limit") + 1])
+    assert pids >= 2 * 2 * ProxyLimits().max_connections + 2

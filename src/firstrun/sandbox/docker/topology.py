@@ -66,8 +66,14 @@ PROXY_PORT = 3128
 SANDBOX_TMP = "/tmp"
 # Where the sidecar finds this package and h11, bound read-only.
 SIDECAR_LIB = "/opt/firstrun/lib"
-# The sidecar handles a few connections at a time; it needs little.
-SIDECAR_LIMITS = {"pids": 64, "memory": 256 << 20, "cpus": "0.5"}
+# The sidecar's proxy holds at most SIDECAR_CONNECTIONS connections on each
+# of its two listeners that carry tunnels (proxy.server's
+# ``ProxyLimits.max_connections``), and carries each tunnel with two blocking
+# pump threads (proxy.tunnel). The pids limit counts threads: it admits all of
+# those, and the interpreter's own (main, event loop, resolver executor), so
+# the proxy's connection bound is what limits tunnels, never a thread refused.
+SIDECAR_CONNECTIONS = 128
+SIDECAR_LIMITS = {"pids": 2 * 2 * SIDECAR_CONNECTIONS + 64, "memory": 256 << 20, "cpus": "0.5"}
 SIDECAR_UID = 65534
 # The run container's interpreter (the images' Debian Python), which runs the helper.
 PYTHON = "/usr/bin/python3"
