@@ -5,9 +5,9 @@ address; a policy override lets the sidecar reach it under a test name. A
 client inside the run container opens ``PER_ROUND`` tunnels at once through
 the sidecar, each a TLS handshake and one GET naming the tunnel, round after
 round. Judged by what the server saw (every tunnel's GET arrived, once) and
-by the sidecar's records (one allowed CONNECT per tunnel, bytes both ways);
-the client's own count is only its report. A sidecar that cannot start a
-tunnel's threads loses most of a round.
+by the sidecar's records (one allowed CONNECT per tunnel, bytes both ways,
+none cut); the client's own count is only its report. A sidecar that
+cannot start a tunnel's threads loses most of a round.
 """
 
 from __future__ import annotations
@@ -194,3 +194,4 @@ def test_every_tunnel_is_one_allowed_record_with_bytes_both_ways(rounds: Rounds)
     assert {r["decision"] for r in tunnels} == {"allow"}
     empty = [r for r in tunnels if not (r["bytes_up"] and r["bytes_down"])]
     assert empty == []
+    assert [r for r in tunnels if r["cut"]] == []

@@ -50,6 +50,7 @@ from firstrun.proxy.exchange import (
     run_table,
 )
 from firstrun.proxy.flight import FlightKind
+from firstrun.proxy.records import TunnelEnd
 
 CLOCK = Clock(monotonic=lambda: 10.0, iso=lambda: "2026-01-01T00:00:00.000Z",
               new_id=lambda: "0" * 32)
@@ -251,6 +252,32 @@ def test_a_connect_is_carried_and_a_refused_first_flight_is_recorded_without_an_
         [("carry", "pypi.org", 443, True, False)],
         [("record", "reserved", "deny", "sni_mismatch", None, "https-tunnel")],
     ]
+
+
+@pytest.mark.parametrize(("done", "ended", "cut"), [
+    # The upstream hung up on the ClientHello: nothing came down.
+    (Done(bytes_up=517, status=200, flight=FlightKind.TLS, ended=TunnelEnd.UPSTREAM_CLOSED),
+     "upstream_closed", True),
+    # The proxy could not start the tunnel's pumps.
+    (Done(status=200, ended=TunnelEnd.PROXY_FAILED), "proxy_failed", True),
+    # Reset by the upstream mid-handshake, after its first bytes.
+    (Done(bytes_up=517, bytes_down=1400, status=200, flight=FlightKind.TLS,
+          ended=TunnelEnd.UPSTREAM_RESET), "upstream_reset", True),
+    (Done(bytes_up=900, bytes_down=5000, status=200, flight=FlightKind.TLS,
+          ended=TunnelEnd.UPSTREAM_CLOSED), "upstream_closed", False),
+])
+def test_a_carried_tunnel_is_recorded_with_how_it_ended(done: Done, ended: str, cut: bool) -> None:
+    raw = b"CONNECT pypi.org:443 HTTP/1.1\r\nHost: pypi.org:443\r\n\r\n"
+    handler = Handler(proxy_request(_context(POLICY)))
+    for event in (_head(raw), Reserved(ok=True), Resolved(addresses=(PUBLIC,)),
+                  Dialled(address=PUBLIC)):
+        handler.handle(event)
+    (command,) = handler.handle(done)
+    assert show(command) == ("record", "reserved", "allow", "allowed_by_list", 200, "https-tunnel")
+    assert isinstance(command, Record)
+    data = command.record.to_data()
+    assert (data["bytes_up"], data["bytes_down"], data["ended"], data["cut"]) == (
+        done.bytes_up, done.bytes_down, ended, cut)
 
 
 def test_under_inspection_plain_http_is_judged_by_method_and_its_body_capped() -> None:

@@ -48,7 +48,7 @@ from firstrun.policy.network import (
 from firstrun.proxy.credentials import MaskedCredential, substitute
 from firstrun.proxy.errors import Refused, upstream_failure
 from firstrun.proxy.flight import FlightKind
-from firstrun.proxy.records import Capture, EgressRecord, Scheme
+from firstrun.proxy.records import Capture, EgressRecord, Scheme, TunnelEnd
 from firstrun.proxy.request import (
     Action,
     Headers,
@@ -127,7 +127,7 @@ class Done(NamedTuple):
     answers it. ``closed`` is a refusal that closed a tunnel after its
     ``200`` (a first flight refused, a TLS client that would not verify):
     recorded, never answered. ``status`` is the response status the client
-    got, when it got one.
+    got, when it got one. ``ended`` is how a carried tunnel ended.
     """
 
     bytes_up: int = 0
@@ -139,6 +139,7 @@ class Done(NamedTuple):
     flight: FlightKind | None = None
     # The decision a raw stream went under instead (its tcp rule, or report mode's).
     decision: Decision | None = None
+    ended: TunnelEnd | None = None
 
 
 Event = RequestHead | HeadRefused | FlowOpened | Reserved | Resolved | Dialled | Done
@@ -328,6 +329,7 @@ class _Shown:
     bytes_up: int = 0
     bytes_down: int = 0
     credentials: tuple[str, ...] = field(default_factory=tuple)
+    ended: TunnelEnd | None = None
     # Holds a place in the record budget (``Reserve`` answered yes).
     reserved: bool = False
 
@@ -352,7 +354,7 @@ class _Shown:
             resolved=self.resolved, status=self.status, bytes_up=self.bytes_up,
             bytes_down=self.bytes_down,
             duration_ms=round((clock.monotonic() - self.started) * 1000, 3),
-            credentials=self.credentials, capture=self.capture,
+            credentials=self.credentials, capture=self.capture, ended=self.ended,
         )
 
     def add(self, done: Done) -> None:
@@ -360,6 +362,8 @@ class _Shown:
         self.bytes_down += done.bytes_down
         if done.status is not None:
             self.status = done.status
+        if done.ended is not None:
+            self.ended = done.ended
 
 
 def refusal_answer(refusal: Refused, method: str | None) -> bytes:

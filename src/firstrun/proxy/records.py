@@ -66,6 +66,38 @@ class Capture(StrEnum):
     TRANSPARENT = "transparent"
 
 
+class TunnelEnd(StrEnum):
+    """How a carried tunnel ended: the first thing that ended either direction.
+
+    A clean close by either side (its EOF) is how every tunnel ends; a reset
+    is an error on that side's socket; ``refused`` is the first-flight check
+    closing it (the record says why); the proxy ends a tunnel still open when
+    it stops, and ends one it could not carry (no thread for its pumps).
+    """
+
+    CLIENT_CLOSED = "client_closed"
+    UPSTREAM_CLOSED = "upstream_closed"
+    CLIENT_RESET = "client_reset"
+    UPSTREAM_RESET = "upstream_reset"
+    REFUSED = "refused"
+    PROXY_STOPPED = "proxy_stopped"
+    PROXY_FAILED = "proxy_failed"
+
+
+def tunnel_cut(ended: TunnelEnd | None, bytes_down: int) -> bool:
+    """Whether the boundary's side cut a tunnel: what followed it is no evidence about the docs.
+
+    The proxy failed to carry it, or the upstream reset it, or the upstream
+    closed it, or the client gave up on it (a reset), before any byte came
+    down: a TLS handshake that never finished. A client's own close, a
+    refusal (recorded as one) and the proxy's stop at the session's end are
+    not cuts.
+    """
+    if ended in (TunnelEnd.PROXY_FAILED, TunnelEnd.UPSTREAM_RESET):
+        return True
+    return ended in (TunnelEnd.UPSTREAM_CLOSED, TunnelEnd.CLIENT_RESET) and bytes_down == 0
+
+
 @dataclass(frozen=True, kw_only=True)
 class EgressRecord:
     ts: str
@@ -98,10 +130,17 @@ class EgressRecord:
     # Absent from every other record's data.
     unrecorded: int | None = None
     capture: Capture = Capture.PROXY
+    # Only on a carried tunnel's record: how it ended (``cut`` in its data
+    # follows from it and ``bytes_down``). Absent from every other record's data.
+    ended: TunnelEnd | None = None
 
     @property
     def denied(self) -> bool:
         return self.decision is Verdict.DENY
+
+    @property
+    def cut(self) -> bool:
+        return tunnel_cut(self.ended, self.bytes_down)
 
     def to_data(self) -> dict[str, object]:
         return {
@@ -125,7 +164,8 @@ class EgressRecord:
             "duration_ms": self.duration_ms,
             "credentials": list(self.credentials),
             "capture": self.capture.value,
-        } | ({"unrecorded": self.unrecorded} if self.unrecorded is not None else {})
+        } | ({"unrecorded": self.unrecorded} if self.unrecorded is not None else {}) \
+          | ({"ended": self.ended.value, "cut": self.cut} if self.ended is not None else {})
 
     def to_json(self) -> str:
         return json.dumps(self.to_data(), separators=(",", ":"), sort_keys=False)
@@ -166,7 +206,7 @@ class EgressRecord:
 # Record fields whose data form is an enum's value.
 _ENUM_FIELDS: Mapping[str, type[StrEnum]] = {
     "channel": Channel, "scheme": Scheme, "decision": Verdict, "reason": Reason,
-    "layer": DecisionLayer, "would_deny": Reason, "capture": Capture,
+    "layer": DecisionLayer, "would_deny": Reason, "capture": Capture, "ended": TunnelEnd,
 }
 
 

@@ -113,6 +113,7 @@ from firstrun.proxy.records import (
     EgressRecord,
     RecordLog,
     Scheme,
+    TunnelEnd,
     now_iso,
 )
 from firstrun.proxy.request import Target
@@ -462,7 +463,8 @@ class _Client:
             except Refused as refusal:
                 return Done(refusal=refusal)
             except PeerGone:
-                return Done()
+                # Gone before its 200: the client's own leaving.
+                return Done(ended=TunnelEnd.CLIENT_CLOSED)
             self._progress = Progress(status=200)
             initial = self._h11.trailing_data[0]
         return await self._through(command, initial, status=200 if command.established else None)
@@ -480,7 +482,7 @@ class _Client:
                 client_sock, unread = self._stream.detach()
             except OSError:
                 # The client reset while its tunnel was admitted: nothing to carry.
-                return Done(status=status)
+                return Done(status=status, ended=TunnelEnd.CLIENT_RESET)
             tunnel = Tunnel(
                 client=client_sock, upstream=upstream_sock, initial=initial + unread,
                 judge=lambda flight: judge_flight(flight, host=target.host, port=target.port,
@@ -494,7 +496,8 @@ class _Client:
         finally:
             upstream_sock.close()
         return Done(bytes_up=result.bytes_up, bytes_down=result.bytes_down, status=status,
-                    flight=result.flight, decision=result.decision, closed=result.refusal)
+                    flight=result.flight, decision=result.decision, closed=result.refusal,
+                    ended=result.ended)
 
     async def _intercept(self, target: Target, upstream_sock: socket.socket, initial: bytes,
                          status: int | None, *, resolved: str) -> Done:

@@ -14,7 +14,9 @@ thread per direction, so payload never passes through Python buffers (this
 is what keeps a tunnel near the speed of a direct connection). A direction
 that reaches EOF half-closes its destination and leaves the other running;
 an error in either direction, or ``abort()``, shuts down both sockets, which
-wakes any thread blocked on them, so a tunnel can always be ended.
+wakes any thread blocked on them, so a tunnel can always be ended. The
+result says how it ended (``TunnelEnd``): the first EOF or error on either
+side, a refusal, the proxy's stop, or a thread the proxy could not start.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import TypeVar
 from firstrun.policy.decision import Decision
 from firstrun.proxy.errors import Refused
 from firstrun.proxy.flight import Flight, FlightKind, read_flight
+from firstrun.proxy.records import TunnelEnd
 
 _CHUNK = 1 << 20
 _T = TypeVar("_T")
@@ -48,6 +51,7 @@ class TunnelResult:
     flight: FlightKind | None = None
     # The decision a raw stream went under (its tcp rule, or report mode's).
     decision: Decision | None = None
+    ended: TunnelEnd | None = None
 
 
 Judge = Callable[[Flight], Decision | Refused | None]
@@ -121,33 +125,6 @@ def _shutdown(sock: socket.socket, how: int) -> None:
         pass  # already shut down or reset: either way it is closed
 
 
-def splice_pump(src: socket.socket, dst: socket.socket, on_error: Callable[[], None]) -> int:
-    """Move bytes from ``src`` to ``dst`` until EOF; returns the count moved."""
-    read_end, write_end = os.pipe2(os.O_CLOEXEC)
-    total = 0
-    try:
-        try:
-            fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, _CHUNK)
-        except OSError:
-            pass  # the default 64 KiB pipe is slower but still correct
-        while True:
-            pending = os.splice(src.fileno(), write_end, _CHUNK)
-            if pending == 0:
-                break
-            while pending:
-                moved = os.splice(read_end, dst.fileno(), pending)
-                pending -= moved
-                total += moved
-    except OSError:
-        on_error()
-        return total
-    finally:
-        os.close(read_end)
-        os.close(write_end)
-    _shutdown(dst, socket.SHUT_WR)
-    return total
-
-
 class Tunnel:
     """Both directions of one established tunnel; ``judge`` decides its first flight."""
 
@@ -158,22 +135,89 @@ class Tunnel:
         self._upstream = upstream
         self._initial = initial
         self._judge = judge
+        self._lock = threading.Lock()
+        self._ended: TunnelEnd | None = None
 
-    def abort(self) -> None:
+    def _end(self, how: TunnelEnd) -> None:
+        """Note how the tunnel ended: the first to say so, from either thread, wins."""
+        with self._lock:
+            if self._ended is None:
+                self._ended = how
+
+    def _shut(self) -> None:
         _shutdown(self._client, socket.SHUT_RDWR)
         _shutdown(self._upstream, socket.SHUT_RDWR)
+
+    def abort(self) -> None:
+        """End the tunnel from outside (the proxy is stopping)."""
+        self._end(TunnelEnd.PROXY_STOPPED)
+        self._shut()
 
     async def run(self) -> TunnelResult:
         self._client.setblocking(True)
         self._upstream.setblocking(True)
-        up = _in_thread(self._up)
-        down = _in_thread(lambda: splice_pump(self._upstream, self._client, self.abort))
         try:
-            (bytes_up, refusal, flight, decision), bytes_down = await asyncio.gather(up, down)
+            up = _in_thread(self._up)
+        except RuntimeError:
+            # No thread to be had (a pids or memory limit): nothing was carried.
+            self._end(TunnelEnd.PROXY_FAILED)
+            self._shut()
+            return self._result(0, (0, None, None, None))
+        try:
+            down = _in_thread(lambda: self._pump(self._upstream, self._client, from_client=False))
+        except RuntimeError:
+            self._end(TunnelEnd.PROXY_FAILED)
+            self._shut()
+            return self._result(0, await up)
+        try:
+            upward, bytes_down = await asyncio.gather(up, down)
         finally:
-            self.abort()
+            self._shut()
+        return self._result(bytes_down, upward)
+
+    def _result(self, bytes_down: int,
+                upward: tuple[int, Refused | None, FlightKind | None, Decision | None]) -> TunnelResult:
+        bytes_up, refusal, flight, decision = upward
         return TunnelResult(bytes_up=bytes_up, bytes_down=bytes_down, refusal=refusal,
-                            flight=flight, decision=decision)
+                            flight=flight, decision=decision, ended=self._ended)
+
+    def _pump(self, src: socket.socket, dst: socket.socket, *, from_client: bool) -> int:
+        """Move bytes from ``src`` to ``dst`` until EOF; returns the count moved."""
+        closed, src_reset, dst_reset = (
+            (TunnelEnd.CLIENT_CLOSED, TunnelEnd.CLIENT_RESET, TunnelEnd.UPSTREAM_RESET)
+            if from_client else
+            (TunnelEnd.UPSTREAM_CLOSED, TunnelEnd.UPSTREAM_RESET, TunnelEnd.CLIENT_RESET))
+        read_end, write_end = os.pipe2(os.O_CLOEXEC)
+        total = 0
+        try:
+            try:
+                fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, _CHUNK)
+            except OSError:
+                pass  # the default 64 KiB pipe is slower but still correct
+            while True:
+                try:
+                    pending = os.splice(src.fileno(), write_end, _CHUNK)
+                except OSError:
+                    self._end(src_reset)
+                    self._shut()
+                    return total
+                if pending == 0:
+                    break
+                while pending:
+                    try:
+                        moved = os.splice(read_end, dst.fileno(), pending)
+                    except OSError:
+                        self._end(dst_reset)
+                        self._shut()
+                        return total
+                    pending -= moved
+                    total += moved
+        finally:
+            os.close(read_end)
+            os.close(write_end)
+        self._end(closed)
+        _shutdown(dst, socket.SHUT_WR)
+        return total
 
     def _first_flight(self) -> tuple[bytes, Flight] | None:
         buf = bytearray(self._initial)
@@ -184,9 +228,11 @@ class Tunnel:
             try:
                 chunk = self._client.recv(1 << 16)
             except OSError:
-                self.abort()
+                self._end(TunnelEnd.CLIENT_RESET)
+                self._shut()
                 return None
             if not chunk:
+                self._end(TunnelEnd.CLIENT_CLOSED)
                 flight = read_flight(bytes(buf), eof=True)
                 assert flight is not None
                 return bytes(buf), flight
@@ -200,7 +246,8 @@ class Tunnel:
         data, flight = first
         verdict = self._judge(flight)
         if isinstance(verdict, Refused):
-            self.abort()
+            self._end(TunnelEnd.REFUSED)
+            self._shut()
             return 0, verdict, flight.kind, None
         if not data:
             _shutdown(self._upstream, socket.SHUT_WR)
@@ -208,7 +255,8 @@ class Tunnel:
         try:
             self._upstream.sendall(data)
         except OSError:
-            self.abort()
+            self._end(TunnelEnd.UPSTREAM_RESET)
+            self._shut()
             return 0, None, flight.kind, verdict
-        return (len(data) + splice_pump(self._client, self._upstream, self.abort), None,
+        return (len(data) + self._pump(self._client, self._upstream, from_client=True), None,
                 flight.kind, verdict)
