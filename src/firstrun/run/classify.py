@@ -17,6 +17,7 @@ rules is the order below, and the first that applies decides:
    non-zero: a spent budget                           -> budget_exhausted
              (the agent's, or the workspace's disk: disk_exhausted)
              the boundary refused a shell destination -> blocked (egress_refused)
+             the boundary cut a shell tunnel          -> infra_error (tunnel_cut)
              else                                     -> docs_gap
    (reason replay_step_failed when an agent step failed first, else check_failed)
 
@@ -31,6 +32,12 @@ task lines that would allow it. A docs host fetched from the shell
 read the docs through ``read_docs``, so that refusal decides nothing here,
 and the check decides as before. So does a refusal by the address floor,
 which no task line may lift for a name that is not the task's own.
+
+A cut tunnel (rule 7): a shell-channel tunnel whose record says ``cut``
+(the proxy could not carry it, the upstream reset it, or it ended before
+any byte came down; ``proxy.records.tunnel_cut``) lost what the command
+sent through it. A check that failed after that may have failed because
+of it, so the run is the boundary's and not evidence about the docs.
 
 A full disk (rule 7): writes past the workspace's bound failed with ENOSPC
 (``WorkspaceDisk.reached``). A check that failed then is a spent budget, the
@@ -106,6 +113,7 @@ class RunReason(StrEnum):
     NODE_LOST = "node_lost"
     NO_CHECK = "no_check"
     INTERRUPTED = "interrupted"
+    TUNNEL_CUT = "tunnel_cut"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -159,6 +167,9 @@ def classify_run(events: Sequence[Event]) -> Outcome:
         return Outcome(classification=Classification.BUDGET_EXHAUSTED, reason=RunReason.DISK_EXHAUSTED)
     if blocking_refusals(events):
         return Outcome(classification=Classification.BLOCKED, reason=RunReason.EGRESS_REFUSED)
+    if any(isinstance(e, Egress) and e.record.get("channel") == "shell"
+           and e.record.get("cut") is True for e in events):
+        return Outcome(classification=Classification.INFRA_ERROR, reason=RunReason.TUNNEL_CUT)
     return Outcome(
         classification=Classification.DOCS_GAP,
         reason=RunReason.REPLAY_STEP_FAILED
