@@ -167,13 +167,16 @@ def _start_and_wait(backend: str, workspace: Path, marker: str,
 
 
 @pytest.mark.parametrize("backend", _backends())
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_interrupt_closes_the_session_and_leaves_nothing_running(
     tmp_path: Path, signum: int, backend: str
 ) -> None:
     # A duration no other process on the machine would use, to find ours in /proc.
     marker = f"3{os.getpid() % 1000:03d}.{signum}17"
-    proc = _start_and_wait(backend, tmp_path, marker)
+    workspace, tmpdir = tmp_path / "ws", tmp_path / "tmp"
+    workspace.mkdir()
+    tmpdir.mkdir()
+    proc = _start_and_wait(backend, workspace, marker, tmpdir=tmpdir)
     harness = process_identity(proc.pid)
     try:
         proc.send_signal(signum)
@@ -184,10 +187,12 @@ def test_interrupt_closes_the_session_and_leaves_nothing_running(
             proc.wait()
     assert proc.returncode == 128 + signum, err
     assert _processes_with_argument(marker) == []
-    # Given back, and nothing of the session's left on the host or in the daemon.
-    assert _owners(tmp_path) == {os.geteuid()}
+    # Given back, and nothing of the session's left on the host or in the daemon:
+    # no proxy socket directory, no disk image, in the harness's TMPDIR.
+    assert _owners(workspace) == {os.geteuid()}
+    assert os.listdir(tmpdir) == []
     assert not any(Path(LEASE_DIR).glob("*.json")) or all(
-        json.loads(p.read_text())["workspace"] != str(tmp_path)
+        json.loads(p.read_text())["workspace"] != str(workspace)
         for p in Path(LEASE_DIR).glob("*.json"))
     if backend == "docker":
         left = subprocess.run(["docker", "ps", "--all", "--quiet", "--filter",
