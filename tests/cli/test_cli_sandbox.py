@@ -222,9 +222,14 @@ def test_after_a_sigkilled_harness_the_next_start_gives_the_workspace_back(
     [lease] = [json.loads(p.read_text()) for p in Path(LEASE_DIR).glob("*.json")
                if json.loads(p.read_text())["workspace"] == str(workspace)]
     assert (lease["uid"], lease["owner"]) == (lent, [0, 0])
+    # The harness proxy's socket directory too (docker's proxy is its sidecar).
+    sockdirs = list((tmp_path / "tmp").glob("firstrun-proxy-*"))
+    assert len(sockdirs) == (backend != "docker")
     later = subprocess.run([str(FIRSTRUN), "sandbox", "--backend", backend, "--", "true"],
-                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "TMPDIR": str(tmp_path / "tmp")})
     assert later.returncode == 0, later.stderr
+    assert list((tmp_path / "tmp").glob("firstrun-proxy-*")) == []
     assert _owners(workspace) == {0}
     assert (workspace / "mine").read_text() == "the owner's file\n"
     assert not Path(LEASE_DIR, f"{lent}.json").exists()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 
@@ -15,6 +14,7 @@ from firstrun.proxy.server import EgressProxy, capture_listeners
 from firstrun.sandbox.base import ProxyEndpoint, Session
 from firstrun.sandbox.hostfs import host_filesystem_policy
 from firstrun.sandbox.select import OWN_PROXY, BackendOptions, entry, select_backend
+from firstrun.sandbox.sockdir import socket_directory
 
 # Every backend doctor reports available here, probed once per test session.
 AVAILABLE = available_backends()
@@ -35,7 +35,7 @@ def session_on(backend: str, workspace: str,
             endpoint = OWN_PROXY
         else:
             proxy = stack.enter_context(EgressProxy(policy, on_record=sink.append))
-            sockdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="firstrun-proxy-"))
+            sockdir = stack.enter_context(socket_directory())
             endpoint = ProxyEndpoint(
                 socket_path=proxy.listen_unix(os.path.join(sockdir, "proxy.sock"), Channel.SHELL),
                 nonce=proxy.nonce,

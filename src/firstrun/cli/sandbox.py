@@ -41,6 +41,7 @@ from firstrun.sandbox.select import (
     resolve_backend,
     select_backend,
 )
+from firstrun.sandbox.sockdir import socket_directory
 from firstrun.tasks.allowlist import allow_entries, allow_snippet
 
 EXIT_TIMEOUT = 124
@@ -226,7 +227,7 @@ def run_sandbox(request: SandboxRequest) -> int:
         else:
             # The proxy's socket lives in a private (0700) directory: only the
             # harness connects to it, and the backend hands the connections in.
-            sockdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="firstrun-proxy-"))
+            sockdir = stack.enter_context(socket_directory())
             interception, trust_bundle = None, None
             if policy.inspection is not None:
                 # Imported here: only --inspect-tls needs X.509 (cryptography).

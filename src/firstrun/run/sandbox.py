@@ -54,6 +54,7 @@ from firstrun.sandbox.select import (
     resolve_backend,
     select_backend,
 )
+from firstrun.sandbox.sockdir import socket_directory
 from firstrun.tasks.compile import compile_network_policy
 from firstrun.tasks.model import Task
 
@@ -190,7 +191,7 @@ def open_sandbox(
         else:
             # Private (0700) directory: only the harness connects to the socket;
             # the backend hands connections into the sandbox.
-            sockdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="firstrun-proxy-"))
+            sockdir = stack.enter_context(socket_directory())
             socket_path = proxy.listen_unix(os.path.join(sockdir, "proxy.sock"), Channel.SHELL)
             endpoint = ProxyEndpoint(
                 socket_path=socket_path, nonce=proxy.nonce, trust_bundle=trust_bundle,

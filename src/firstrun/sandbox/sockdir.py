@@ -1,0 +1,67 @@
+"""The private directory of a session's proxy sockets, removed even when its harness was killed.
+
+Guarantee: ``socket_directory`` makes a new directory, 0700, in the
+temporary directory, named ``firstrun-proxy-*``, with an ``owner`` file
+naming the process that made it (``PID:STARTTIME``), and removes it when the
+block exits, however it exits. A harness killed outright (SIGKILL, the OOM
+killer) cannot remove its own, so each new one first removes every
+``firstrun-proxy-*`` directory whose owner no longer runs: only a real
+directory (never a symlink) of this uid's whose owner file names a process
+that is gone; one it cannot read the owner of is left as it is.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from firstrun.errors import SandboxError
+from firstrun.sandbox.ownership import alive, process_identity
+
+PREFIX = "firstrun-proxy-"
+OWNER = "owner"
+
+
+def reap_socket_directories(parent: str | None = None) -> tuple[str, ...]:
+    """Remove the socket directories in ``parent`` (the temporary directory) of dead owners."""
+    parent = parent if parent is not None else tempfile.gettempdir()
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return ()
+    reaped = []
+    for name in names:
+        if not name.startswith(PREFIX):
+            continue
+        path = os.path.join(parent, name)
+        try:
+            st = os.lstat(path)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+                continue
+            with open(os.path.join(path, OWNER), encoding="ascii") as f:
+                owner = f.read().strip()
+        except (OSError, UnicodeDecodeError):
+            # Not ours, or its maker has not written its owner yet.
+            continue
+        if alive(owner):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        reaped.append(path)
+    return tuple(reaped)
+
+
+@contextmanager
+def socket_directory(parent: str | None = None) -> Iterator[str]:
+    """A new socket directory in ``parent`` (the temporary directory), this process's own."""
+    identity = process_identity(os.getpid())
+    if identity is None:
+        raise SandboxError("cannot read this process's own /proc entry", who="proxy")
+    reap_socket_directories(parent)
+    with tempfile.TemporaryDirectory(prefix=PREFIX, dir=parent) as path:
+        with open(os.path.join(path, OWNER), "x", encoding="ascii") as f:
+            f.write(identity + "\n")
+        yield path
