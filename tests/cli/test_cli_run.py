@@ -44,7 +44,7 @@ def _runs(out: Path) -> list[dict[str, object]]:
 @pytest.mark.parametrize(
     ("task", "code", "classification"),
     [("greet-pass", 0, "passed"), ("greet-gap", 1, "docs_gap"), ("greet-skip", 2, "skipped"),
-     ("greet-blocked", 2, "blocked")],
+     ("greet-blocked", 2, "blocked"), ("greet-refused-earlier", 1, "docs_gap")],
 )
 def test_exit_status_follows_the_evidence(firstrun: Run, tmp_path: Path, task: str, code: int,
                                           classification: str) -> None:
@@ -119,10 +119,10 @@ def test_show_narrates_a_real_trace(firstrun: Run, tmp_path: Path) -> None:
         at("docs read (documented route): https://greeter.docs.example/index.html"),
         at("docs read (documented route): https://greeter.docs.example/first-greeting.html"),
         at("docs read (documented route): https://greeter.docs.example/missing.html: NOT READ, http_error"),
+        at("[agent] $ printf 'goodbye\\n' > greeting.txt  -> exit 0"),
         at("egress BLOCKED (shell): GET not-allowed.example:80/greeting: not_allowed"),
         # The agent was told under the command that asked for it.
         at("[sandbox] refused not-allowed.example:80 (not_allowed)"),
-        at("[agent] $ printf 'goodbye\\n' > greeting.txt  -> exit 0"),
         at("check: exit 1"),
         at("classification: blocked (egress_refused)"),
     ]

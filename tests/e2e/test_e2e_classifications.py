@@ -187,3 +187,7 @@ def test_blocked_when_the_check_fails_after_the_boundary_refused(
     # The agent was told, in the command's own result, what was refused and why.
     step = events(trace, "command", source="agent")[0]
     assert f"[sandbox] refused {where} ({reason})" in step["refusals"], step["refusals"]
+    # The record names the failed step that was refused, and what was.
+    (blocked_by, *_) = run["extra"]["blocked_by"]
+    assert (blocked_by["step"], blocked_by["source"]) == (step["command"], "agent")
+    assert f"{where} ({reason})" in blocked_by["refusals"], blocked_by

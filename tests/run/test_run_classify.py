@@ -5,14 +5,19 @@ from __future__ import annotations
 import pytest
 
 from firstrun.agents.base import AgentStop
+from firstrun.policy.permissions import PermissionMode, PermissionReason, PermissionVerdict
 from firstrun.results.model import Classification as C
 from firstrun.run.classify import RunReason as R
-from firstrun.run.classify import classify_run
+from firstrun.run.classify import blocking_steps, classify_run
 from firstrun.run.events import (
     AgentFinished,
     CheckFinished,
+    CheckIsolated,
     CommandRan,
+    Egress,
+    Event,
     Failure,
+    PermissionDecided,
     Source,
     WorkspaceDisk,
 )
@@ -92,3 +97,82 @@ def test_classification_table(events: list, classification: C, reason: R) -> Non
 def test_setup_output_never_counts_as_a_failed_agent_step() -> None:
     events = [cmd(Source.SETUP, 0), cmd(Source.AGENT, 0), agent(AgentStop.FINISHED), check(1)]
     assert classify_run(events).reason is R.CHECK_FAILED
+
+
+def step(code: int, command: str = "x", *, verdict: PermissionVerdict = PermissionVerdict.ALLOW,
+         during: tuple[Egress, ...] = (), after: tuple[Egress, ...] = ()) -> list[Event]:
+    """One agent command as the toolbelt emits it: its decision, what the proxy recorded
+    while it ran, its result, and records that reached the run after it closed."""
+    return [PermissionDecided(tool="bash", argument=command, verdict=verdict,
+                              reason=PermissionReason.NO_RULE, mode=PermissionMode.UNATTENDED),
+            *during, CommandRan(source=Source.AGENT, command=command, exit_code=code,
+                                duration_s=0.0), *after]
+
+
+def checked(code: int, *, during: tuple[Egress, ...] = ()) -> list[Event]:
+    return [CheckIsolated(isolation="clean", killed=0), *during,
+            CommandRan(source=Source.CHECK, command="<success check>", exit_code=code,
+                       duration_s=0.0), check(code)]
+
+
+def refused(host: str, reason: str = "dns_not_allowed", channel: str = "shell") -> Egress:
+    return Egress(record={"channel": channel, "decision": "deny", "reason": reason,
+                          "scheme": "dns", "host": host})
+
+
+DNS = refused("storage.example")
+FAILED = agent(AgentStop.STEP_FAILED)
+FINISHED = agent(AgentStop.FINISHED)
+
+ATTRIBUTION = [
+    # Puppeteer on docker: a DNS lookup refused during an earlier step that
+    # succeeded, then a later step failed on its own (a SyntaxError).
+    ([*step(0, "npm install", during=(DNS,)), *step(1, "node example.js"), FAILED, *checked(1)],
+     C.DOCS_GAP, R.REPLAY_STEP_FAILED),
+    # The failing step met the refusal itself.
+    ([*step(0, "npm install"), *step(1, "node example.js", during=(DNS,)), FAILED, *checked(1)],
+     C.BLOCKED, R.EGRESS_REFUSED),
+    # Its record reached the run after the step closed, before anything else opened.
+    ([*step(1, "npm install", after=(DNS,)), FAILED, *checked(1)], C.BLOCKED, R.EGRESS_REFUSED),
+    # A late record of a step that succeeded stays that step's.
+    ([*step(0, "npm install", after=(DNS,)), *step(1, "node example.js"), FAILED, *checked(1)],
+     C.DOCS_GAP, R.REPLAY_STEP_FAILED),
+    # The check that failed was refused while it ran.
+    ([*step(0, "npm install"), FINISHED, *checked(1, during=(DNS,))], C.BLOCKED, R.EGRESS_REFUSED),
+    # A model agent that went on past a refused, failed command, then the check failed.
+    ([*step(6, "curl https://storage.example/x", during=(refused("storage.example", "not_allowed"),)),
+      *step(0, "echo done"), FINISHED, *checked(1)], C.BLOCKED, R.EGRESS_REFUSED),
+    # A timed-out step failed too.
+    ([PermissionDecided(tool="bash", argument="x", verdict=PermissionVerdict.ALLOW,
+                        reason=PermissionReason.NO_RULE, mode=PermissionMode.UNATTENDED), DNS,
+      CommandRan(source=Source.AGENT, command="x", exit_code=-9, duration_s=9.0, timed_out=True),
+      FAILED, *checked(1)], C.BLOCKED, R.EGRESS_REFUSED),
+    # Before any command (the attestation's), during setup, or on the docs channel: never.
+    ([DNS, cmd(Source.SETUP, 0), *step(1), FAILED, *checked(1)], C.DOCS_GAP, R.REPLAY_STEP_FAILED),
+    ([*step(1, during=(refused("docs.example", "not_allowed", "docs"),)), FAILED, *checked(1)],
+     C.DOCS_GAP, R.REPLAY_STEP_FAILED),
+    # A refusal no task line lifts decides nothing, even during the failed step.
+    ([*step(1, during=(refused("docs.example", "docs_host_on_shell"),)), FAILED, *checked(1)],
+     C.DOCS_GAP, R.REPLAY_STEP_FAILED),
+    # A bash call the permission rules refused never ran: it opens no step, so a
+    # refusal then is the earlier step's late record.
+    ([*step(0, "a"), *step(1, "b", verdict=PermissionVerdict.DENY)[:1], DNS, *step(1, "c"),
+      FAILED, *checked(1)], C.DOCS_GAP, R.REPLAY_STEP_FAILED),
+    # The check passing decides, whatever was refused.
+    ([*step(1, during=(DNS,)), FAILED, *checked(0)], C.PASSED, R.PASSED),
+]
+
+
+@pytest.mark.parametrize(("events", "classification", "reason"), ATTRIBUTION)
+def test_blocked_is_tied_to_refusals_made_while_a_failed_step_ran(
+        events: list[Event], classification: C, reason: R) -> None:
+    outcome = classify_run(events)
+    assert (outcome.classification, outcome.reason) == (classification, reason)
+
+
+def test_the_blocking_steps_name_each_failed_step_and_its_own_refusals() -> None:
+    other = refused("cdn.example", "not_allowed")
+    events = [*step(0, "npm install", during=(DNS,)), *step(1, "node example.js", during=(other,)),
+              FAILED, *checked(1, during=(DNS,))]
+    found = [(s.command, [r["host"] for r in records]) for s, records in blocking_steps(events)]
+    assert found == [("node example.js", ["cdn.example"]), ("<success check>", ["storage.example"])]

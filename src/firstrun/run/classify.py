@@ -16,7 +16,8 @@ rules is the order below, and the first that applies decides:
 7. otherwise the check alone decides: exit 0          -> passed
    non-zero: a spent budget                           -> budget_exhausted
              (the agent's, or the workspace's disk: disk_exhausted)
-             the boundary refused a shell destination -> blocked (egress_refused)
+             the boundary refused a shell destination
+             while a failed step ran                  -> blocked (egress_refused)
              the boundary cut a shell tunnel          -> infra_error (tunnel_cut)
              else                                     -> docs_gap
    (reason replay_step_failed when an agent step failed first, else check_failed)
@@ -25,9 +26,13 @@ Blocked (rule 7): a run whose check failed after the boundary refused
 something on the shell channel for a reason the task's own lists decide
 (``not_allowed``, ``port_not_allowed``, ``ip_literal``, ``dns_not_allowed``,
 ``tcp_not_allowed``), or a datagram that was not DNS (``udp_not_allowed``),
-is not evidence about the docs: the quickstart may have needed exactly what
-was refused. It is ``blocked``, non-evidential, and its record carries the
-task lines that would allow it. A docs host fetched from the shell
+while a step that failed was running, is not evidence about the docs: that
+step may have needed exactly what was refused. It is ``blocked``,
+non-evidential, and its record names those refusals and carries the task
+lines that would allow them. A failed step is an agent command or the check
+that exited non-zero or timed out; a refusal during a step that succeeded
+blocks nothing, since that step did without what was refused
+(``step_egress`` says which records fall in which step's time). A docs host fetched from the shell
 (``docs_host_on_shell``, attribution) is not blocked: the agent is told to
 read the docs through ``read_docs``, so that refusal decides nothing here,
 and the check decides as before. So does a refusal by the address floor,
@@ -74,14 +79,17 @@ from enum import StrEnum
 
 from firstrun.agents.base import AgentStop
 from firstrun.policy.decision import Reason as EgressReason
+from firstrun.policy.permissions import BASH, PermissionVerdict
 from firstrun.results.model import Classification
 from firstrun.run.events import (
     AgentFinished,
     CheckFinished,
+    CheckIsolated,
     CommandRan,
     Egress,
     Event,
     Failure,
+    PermissionDecided,
     Source,
     WorkspaceDisk,
 )
@@ -179,10 +187,59 @@ def classify_run(events: Sequence[Event]) -> Outcome:
 
 
 def blocking_refusals(events: Sequence[Event]) -> list[dict]:
-    """The shell-channel refusals that make a failed run ``blocked`` (see rule 7)."""
-    return [e.record for e in events
-            if isinstance(e, Egress) and e.record.get("channel") == "shell"
-            and e.record.get("decision") == "deny" and e.record.get("reason") in _BLOCKING]
+    """The shell-channel refusals that make a failed run ``blocked`` (rule 7), in order."""
+    return [record for _, records in blocking_steps(events) for record in records]
+
+
+def blocking_steps(events: Sequence[Event]) -> list[tuple[CommandRan, list[dict]]]:
+    """Each failed step that ran while the boundary refused what blocks, with those refusals."""
+    found = []
+    for step, records in step_egress(events):
+        refused = [r for r in records if r.get("channel") == "shell"
+                   and r.get("decision") == "deny" and r.get("reason") in _BLOCKING]
+        if refused and _failed(step):
+            found.append((step, refused))
+    return found
+
+
+def step_egress(events: Sequence[Event]) -> list[tuple[CommandRan, list[dict]]]:
+    """Each command, with the egress records made while it ran, in order.
+
+    An agent command opens at its allowed ``bash`` decision, the check at
+    ``CheckIsolated``; each closes at its ``CommandRan``. A record that
+    arrives after a command closed and before the next opened is that
+    command's too: the proxy's records reach the run from another thread,
+    a moment after the request was refused. Records before any command
+    (the attestation's) belong to none. A setup command has no opening
+    mark, so its records count as the command's before it: neither blocks
+    anything, since a failed setup command is ``infra_error`` first.
+    """
+    steps: list[tuple[CommandRan, list[dict]]] = []
+    current: list[dict] = []
+    last: list[dict] | None = None
+    running = False
+    for event in events:
+        if _opens_command(event):
+            current, running = [], True
+        elif isinstance(event, Egress):
+            if running:
+                current.append(event.record)
+            elif last is not None:
+                last.append(event.record)
+        elif isinstance(event, CommandRan):
+            steps.append((event, current))
+            last, current, running = current, [], False
+    return steps
+
+
+def _opens_command(event: Event) -> bool:
+    return isinstance(event, CheckIsolated) or (
+        isinstance(event, PermissionDecided) and event.tool == BASH
+        and event.verdict is PermissionVerdict.ALLOW)
+
+
+def _failed(step: CommandRan) -> bool:
+    return step.source is not Source.SETUP and (step.exit_code != 0 or step.timed_out)
 
 
 _BLOCKING = frozenset(r.value for r in BLOCKING)

@@ -30,7 +30,7 @@ from firstrun.policy.decision import Reason as EgressReason
 from firstrun.policy.network import Channel, destination_label
 from firstrun.proxy.records import EgressRecord, Scheme
 from firstrun.results.model import Classification, PageRead, RunRecord
-from firstrun.run.classify import Outcome, RunReason, blocking_refusals
+from firstrun.run.classify import Outcome, RunReason, blocking_refusals, blocking_steps
 from firstrun.run.events import (
     AffordancesProbed,
     AgentFinished,
@@ -158,6 +158,12 @@ class Recorder:
                 raise self.errors[0]
 
 
+def _refused_where(record: dict[str, Any]) -> str:
+    if record.get("scheme") == Scheme.DNS.value:
+        return str(record.get("host"))
+    return destination_label(record.get("host"), record.get("port"))
+
+
 def _page(record: dict[str, Any]) -> PageRead:
     return PageRead(url_requested=record["url_requested"], url_final=record.get("url_final"),
                     status=record.get("status"), error=record.get("error"),
@@ -211,10 +217,10 @@ def build_record(task: Task, *, attempt: int, agent_name: str, model: str | None
     elif failed_setup is not None:
         detail = f"setup step exited {failed_setup.exit_code}: {failed_setup.command}"
     elif outcome.classification is Classification.BLOCKED:
-        hosts = ", ".join(dict.fromkeys(
-            str(r.get("host")) if r.get("scheme") == Scheme.DNS.value
-            else destination_label(r.get("host"), r.get("port")) for r in blocking_refusals(events)))
-        detail = f"the check failed after the sandbox refused {hosts}"
+        step, refused = blocking_steps(events)[0]
+        hosts = ", ".join(dict.fromkeys(_refused_where(r) for r in refused))
+        what = "the check" if step.source is Source.CHECK else f"the step `{step.command}`"
+        detail = f"{what} failed while the sandbox refused {hosts}"
     elif outcome.reason is RunReason.DISK_EXHAUSTED and disk is not None:
         detail = (f"the workspace reached its disk bound of {(disk.bound_bytes or 0) >> 20} MiB; "
                   "writes past it failed with ENOSPC")
@@ -231,6 +237,12 @@ def build_record(task: Task, *, attempt: int, agent_name: str, model: str | None
     if failure is not None:
         extra["failure"] = {"phase": failure.phase, "who": failure.who,
                             "error_type": failure.error_type}
+    if outcome.classification is Classification.BLOCKED:
+        # Which failed steps the boundary refused, and what: the refusals that decided.
+        extra["blocked_by"] = [
+            {"step": step.command, "source": step.source.value,
+             "refusals": [f"{_refused_where(r)} ({r.get('reason')})" for r in refused]}
+            for step, refused in blocking_steps(events)]
     if disk is not None:
         extra["disk"] = {"bound_bytes": disk.bound_bytes, "mechanism": disk.mechanism,
                          "peak_bytes": disk.peak_bytes, "reached": disk.reached}
