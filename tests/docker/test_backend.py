@@ -63,6 +63,8 @@ def test_a_session_runs_commands_attested_and_gives_the_workspace_back(workspace
         # (where this kernel has it) applied by the helper over the read-only root.
         assert session.info.enforcement is Enforcement.ENFORCED
         assert session.info.downgrades == ()
+        # The image it ran in, for what a failed step's image lacked (run.lacking).
+        assert session.info.image == "firstrun/python:3.11"
         layers = {l.name: l for l in session.info.layers}
         assert set(layers) == {layer.value for layer in LayerName}
         assert all(l.applied for l in layers.values())

@@ -94,10 +94,13 @@ class SessionInfo:
     attestation: tuple[Check, ...] = ()
     exposed: tuple[str, ...] = field(default=())
     downgrades: tuple[str, ...] = ()
+    # The container image the commands ran in; None where the host's own root is used.
+    image: str | None = None
 
     def to_data(self) -> dict[str, object]:
         return {
             "backend": self.backend,
+            "image": self.image,
             "enforcement": self.enforcement.value,
             "policy_hash": self.policy_hash,
             "layers": [

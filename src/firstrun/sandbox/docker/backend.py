@@ -708,7 +708,7 @@ class DockerBackend:
                 checks += (_trust_check(session, inspection),)
             session.info = SessionInfo(
                 backend=self.name, enforcement=plan.enforcement,
-                policy_hash=profile.policy_hash(),
+                policy_hash=profile.policy_hash(), image=plan.image,
                 layers=_layers(profile, image=plan.image, user=plan.user,
                                proxy=plan.sidecar_request is not None, landlock_abi=landlock_abi,
                                inspection=inspection.detail() if inspection is not None else None),
