@@ -139,3 +139,15 @@ def test_model_turns_and_affordance_probes_are_told_not_called_unknown(tmp_path:
     assert "asks bash {'command': 'pip install x'}" in text
     refused = [line for line in lines if "refused: unknown tool" in line.text]
     assert refused and refused[0].style is Style.BAD
+
+
+def test_what_an_image_lacked_is_told(tmp_path: Path) -> None:
+    from firstrun.run.events import ImageLacked
+
+    trace = Trace(tmp_path / "trace.jsonl")
+    trace.emit(ImageLacked(image="firstrun/node:24", commands=["make"], libraries=["libGL.so.1"]))
+    trace.close()
+    (line, *_) = narrate_file(tmp_path / "trace.jsonl")
+    assert line.text.endswith("image firstrun/node:24 lacks command make, library libGL.so.1, "
+                              "which this host has: not evidence about the docs")
+    assert line.style is Style.BAD

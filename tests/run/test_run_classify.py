@@ -17,6 +17,7 @@ from firstrun.run.events import (
     Egress,
     Event,
     Failure,
+    ImageLacked,
     PermissionDecided,
     Source,
     WorkspaceDisk,
@@ -176,3 +177,33 @@ def test_the_blocking_steps_name_each_failed_step_and_its_own_refusals() -> None
               FAILED, *checked(1, during=(DNS,))]
     found = [(s.command, [r["host"] for r in records]) for s, records in blocking_steps(events)]
     assert found == [("node example.js", ["cdn.example"]), ("<success check>", ["storage.example"])]
+
+
+NODE_LACKS = ImageLacked(image="firstrun/node:24", commands=["make"])
+PYTHON_LACKS = ImageLacked(image="firstrun/python:3.11", libraries=["libGL.so.1"])
+
+IMAGE = [
+    # The step could not find a command a reader's machine has: not the docs'.
+    ([*step(127, "make"), FAILED, *checked(1), NODE_LACKS], C.INFRA_ERROR, R.IMAGE_LACKS_COMMAND),
+    ([*step(1, "python3 app.py"), FAILED, *checked(1), PYTHON_LACKS], C.INFRA_ERROR,
+     R.IMAGE_LACKS_LIBRARY),
+    ([*step(0), FINISHED, *checked(1), ImageLacked(image="firstrun/node:24", commands=["yarn"],
+                                                   libraries=["libatomic.so.1"])],
+     C.INFRA_ERROR, R.IMAGE_LACKS_COMMAND),
+    # It outranks a refusal: the step could not have started either way.
+    ([*step(127, "make", during=(DNS,)), FAILED, *checked(1), NODE_LACKS], C.INFRA_ERROR,
+     R.IMAGE_LACKS_COMMAND),
+    # A spent budget still decides first, and a passing check is a pass.
+    ([*step(127, "make"), agent(AgentStop.BUDGET_EXHAUSTED), *checked(1), NODE_LACKS],
+     C.BUDGET_EXHAUSTED, R.BUDGET_EXHAUSTED),
+    ([*step(127, "make"), FAILED, *checked(0), NODE_LACKS], C.PASSED, R.PASSED),
+    # Without the event (the host lacks it too, or no default image): the docs' gap.
+    ([*step(127, "make"), FAILED, *checked(1)], C.DOCS_GAP, R.REPLAY_STEP_FAILED),
+]
+
+
+@pytest.mark.parametrize(("events", "classification", "reason"), IMAGE)
+def test_a_default_image_that_lacked_what_the_host_has_is_never_a_docs_gap(
+        events: list[Event], classification: C, reason: R) -> None:
+    outcome = classify_run(events)
+    assert (outcome.classification, outcome.reason) == (classification, reason)

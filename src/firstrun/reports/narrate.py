@@ -319,6 +319,13 @@ def _workspace_disk(e: Mapping[str, Any]) -> list[Line]:
     return [Line(text=text, style=Style.DIM)]
 
 
+def _image_lacked(e: Mapping[str, Any]) -> list[Line]:
+    what = [*(f"command {c}" for c in e.get("commands") or ()),
+            *(f"library {lib}" for lib in e.get("libraries") or ())]
+    return [Line(text=f"image {e.get('image')} lacks {', '.join(what)}, which this host has: "
+                      "not evidence about the docs", style=Style.BAD)]
+
+
 def _unknown(e: Mapping[str, Any]) -> list[Line]:
     return [Line(text=f"event {e.get('kind')!r} (not known to this firstrun version)", style=Style.DIM)]
 
@@ -338,4 +345,5 @@ _TELLERS: dict[str, Callable[[Mapping[str, Any]], list[Line]]] = {
     "affordance_probe": _affordance_probe,
     "permission": _permission,
     "workspace_disk": _workspace_disk,
+    "image_lacked": _image_lacked,
 }

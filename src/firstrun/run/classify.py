@@ -16,6 +16,9 @@ rules is the order below, and the first that applies decides:
 7. otherwise the check alone decides: exit 0          -> passed
    non-zero: a spent budget                           -> budget_exhausted
              (the agent's, or the workspace's disk: disk_exhausted)
+             the default image lacked what a failed
+             step needed and the host has             -> infra_error
+             (image_lacks_command, image_lacks_library)
              the boundary refused a shell destination
              while a failed step ran                  -> blocked (egress_refused)
              the boundary cut a shell tunnel          -> infra_error (tunnel_cut)
@@ -47,6 +50,13 @@ of it, so the run is the boundary's and not evidence about the docs.
 A full disk (rule 7): writes past the workspace's bound failed with ENOSPC
 (``WorkspaceDisk.reached``). A check that failed then is a spent budget, the
 task's to raise, not a finding about the docs.
+
+A default image that lacked what a failed step needed (rule 7): a command
+the step ran by name that the image cannot find and the host has, or a
+shared library the loader could not open there and the host has
+(``ImageLacked``, found by ``run.lacking``). A reader's machine has them, so
+the failure says nothing about the docs: ``infra_error``, naming the image
+and what it lacked.
 
 A recheck (``firstrun check``) has no agent events; its check alone decides.
 
@@ -89,6 +99,7 @@ from firstrun.run.events import (
     Egress,
     Event,
     Failure,
+    ImageLacked,
     PermissionDecided,
     Source,
     WorkspaceDisk,
@@ -105,6 +116,8 @@ class RunReason(StrEnum):
     REPLAY_STEP_FAILED = "replay_step_failed"
     BUDGET_EXHAUSTED = "budget_exhausted"
     DISK_EXHAUSTED = "disk_exhausted"
+    IMAGE_LACKS_COMMAND = "image_lacks_command"
+    IMAGE_LACKS_LIBRARY = "image_lacks_library"
     NO_REPLAY = "no_replay"
     PERMISSION_DENIED = "permission_denied"
     AGENT_REFUSED = "agent_refused"
@@ -173,6 +186,11 @@ def classify_run(events: Sequence[Event]) -> Outcome:
         return Outcome(classification=Classification.BUDGET_EXHAUSTED, reason=RunReason.BUDGET_EXHAUSTED)
     if any(isinstance(e, WorkspaceDisk) and e.reached for e in events):
         return Outcome(classification=Classification.BUDGET_EXHAUSTED, reason=RunReason.DISK_EXHAUSTED)
+    lacked = next((e for e in events if isinstance(e, ImageLacked)), None)
+    if lacked is not None:
+        return Outcome(classification=Classification.INFRA_ERROR,
+                       reason=RunReason.IMAGE_LACKS_COMMAND if lacked.commands
+                       else RunReason.IMAGE_LACKS_LIBRARY)
     if blocking_refusals(events):
         return Outcome(classification=Classification.BLOCKED, reason=RunReason.EGRESS_REFUSED)
     if any(isinstance(e, Egress) and e.record.get("channel") == "shell"

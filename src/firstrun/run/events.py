@@ -194,6 +194,20 @@ class WorkspaceDisk(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ImageLacked(Event):
+    """What the run's default image lacked and this host has, that a failed step needed.
+
+    ``commands``: names a step ran that the image cannot find (the step exited
+    127); ``libraries``: shared libraries the loader could not open.
+    """
+
+    kind: ClassVar[str] = "image_lacked"
+    image: str
+    commands: list[str] = field(default_factory=list)
+    libraries: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Failure(Event):
     """The harness or its infrastructure failed; ``who`` is FirstrunError.who.
 

@@ -41,6 +41,7 @@ from firstrun.run.events import (
     Egress,
     Event,
     Failure,
+    ImageLacked,
     PermissionDecided,
     SandboxStarted,
     Source,
@@ -203,6 +204,7 @@ def build_record(task: Task, *, attempt: int, agent_name: str, model: str | None
     isolated = next((e for e in events if isinstance(e, CheckIsolated)), None)
     failure = next((e for e in events if isinstance(e, Failure)), None)
     disk = next((e for e in events if isinstance(e, WorkspaceDisk)), None)
+    lacked = next((e for e in events if isinstance(e, ImageLacked)), None)
     findings = tuple(
         {"url": e.page["url_requested"], "error": e.page["error"], "status": e.page["status"],
          "detail": e.page["detail"]}
@@ -221,6 +223,11 @@ def build_record(task: Task, *, attempt: int, agent_name: str, model: str | None
         hosts = ", ".join(dict.fromkeys(_refused_where(r) for r in refused))
         what = "the check" if step.source is Source.CHECK else f"the step `{step.command}`"
         detail = f"{what} failed while the sandbox refused {hosts}"
+    elif lacked is not None and outcome.reason in (RunReason.IMAGE_LACKS_COMMAND,
+                                                   RunReason.IMAGE_LACKS_LIBRARY):
+        what = [*(f"the command {c}" for c in lacked.commands),
+                *(f"the shared library {lib}" for lib in lacked.libraries)]
+        detail = f"the image {lacked.image} lacks {', '.join(what)}, which this host has"
     elif outcome.reason is RunReason.DISK_EXHAUSTED and disk is not None:
         detail = (f"the workspace reached its disk bound of {(disk.bound_bytes or 0) >> 20} MiB; "
                   "writes past it failed with ENOSPC")
@@ -243,6 +250,9 @@ def build_record(task: Task, *, attempt: int, agent_name: str, model: str | None
             {"step": step.command, "source": step.source.value,
              "refusals": [f"{_refused_where(r)} ({r.get('reason')})" for r in refused]}
             for step, refused in blocking_steps(events)]
+    if lacked is not None:
+        extra["image_lacked"] = {"image": lacked.image, "commands": lacked.commands,
+                                 "libraries": lacked.libraries}
     if disk is not None:
         extra["disk"] = {"bound_bytes": disk.bound_bytes, "mechanism": disk.mechanism,
                          "peak_bytes": disk.peak_bytes, "reached": disk.reached}

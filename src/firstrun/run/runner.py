@@ -46,6 +46,7 @@ from firstrun.run.events import (
     Trace,
     WorkspaceDisk,
 )
+from firstrun.run.lacking import image_lacked
 from firstrun.run.record import Recorder, build_record, failure_event, now_iso
 from firstrun.run.sandbox import open_sandbox
 from firstrun.run.toolbelt import RunInterrupted, RunToolbelt
@@ -179,13 +180,20 @@ def _carry_out(task: Task, *, agent: Agent, config: RunConfig, where: Path,
             _stop_point(stop)
             phase = "check"
             with Workspace(workspace) as handle:
-                run_check(task, session=session, workspace=handle,
-                          output=agent_output(recorder.events()),
-                          timeout_s=float(budgets.max_command_seconds), emit=recorder.emit)
+                checked = run_check(task, session=session, workspace=handle,
+                                    output=agent_output(recorder.events()),
+                                    timeout_s=float(budgets.max_command_seconds),
+                                    emit=recorder.emit)
             # A stop that came while the check ran may have killed what it
             # judged (a Ctrl-C reaches a command and the sweep in either
             # order): its verdict is no evidence either way.
             _stop_point(stop)
+            if checked.exit_code != 0:
+                phase = "image_probe"
+                lacked = image_lacked(session, session.info.image, recorder.events(),
+                                      task.spec.success.script or "")
+                if lacked is not None:
+                    recorder.emit(lacked)
         phase = "teardown"
         recorder.raise_deferred()
     except RunInterrupted:
