@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from pathlib import Path
@@ -33,6 +34,9 @@ HOST = HostView(
     prefix="/PY",
 )
 
+# One instruction, SECCOMP_RET_ALLOW: the plan carries whatever program it is given.
+SECCOMP_BPF = bytes.fromhex("060000000000ff7f")
+
 
 def _facts(**overrides: object) -> GvisorFacts:
     facts: dict[str, object] = {
@@ -41,6 +45,7 @@ def _facts(**overrides: object) -> GvisorFacts:
         "host": HOST, "sockets": {}, "cpus": 2.0, "helper_source": "<HELPER>",
         "host_env": {"PATH": "/HOME/.cargo/bin:/usr/bin:/opt/absent", "OPENAI_API_KEY": "sk-never"},
         "path_dirs": frozenset({"/HOME/.cargo/bin", "/usr/bin"}),
+        "seccomp_bpf": SECCOMP_BPF,
     }
     facts.update(overrides)
     return GvisorFacts(**facts)  # type: ignore[arg-type]
@@ -118,3 +123,14 @@ def test_under_capture_the_helper_loads_the_rules_and_only_it_may() -> None:
     plain = prepare(PROFILE, proxy, _facts(sockets={"c": "/tmp/p/proxy.sock"}))
     assert "--net-raw" not in plain.argv
     assert "capture" not in json.loads(plain.config["process"]["args"][-1])
+
+
+def test_the_helper_is_handed_the_seccomp_program_and_the_bundle_none_of_its_own() -> None:
+    plan = prepare(PROFILE, None, _facts())
+    config = json.loads(plan.config["process"]["args"][-1])
+    assert base64.b64decode(config["seccomp_bpf"]) == SECCOMP_BPF
+    # runsc would answer every refusal of linux.seccomp with EPERM, so the bundle has none.
+    assert "seccomp" not in plan.config["linux"] and "--oci-seccomp" not in plan.argv
+    # A profile without the layer: no program, and the helper loads none.
+    omitted = prepare(PROFILE, None, _facts(seccomp_bpf=None))
+    assert "seccomp_bpf" not in json.loads(omitted.config["process"]["args"][-1])

@@ -59,6 +59,24 @@ def test_the_kernel_inside_is_gvisors_not_the_hosts(session: GvisorSession) -> N
     assert "gVisor" in layers["namespaces"] and "read-only root" in layers["landlock"]
 
 
+def test_the_linux_filter_is_loaded_and_proven_from_inside(session: GvisorSession) -> None:
+    checks = {c.name: c for c in session.info.attestation}
+    # Inside: the probe's own calls met the filter; outside: runsc's filter on the sentry.
+    assert checks["seccomp_loaded"].passed, checks["seccomp_loaded"]
+    assert checks["seccomp_loaded"].detail == "Seccomp 2, unshare(CLONE_NEWUSER): EPERM"
+    assert checks["sentry_seccomp_loaded"].passed, checks["sentry_seccomp_loaded"]
+    [layer] = [layer for layer in session.info.layers if layer.name == "seccomp"]
+    assert layer.applied and layer.mechanism.startswith("seccomp-bpf in the sentry (")
+    # The clone3 refusal answers ENOSYS, as on linux, so libc falls back to
+    # clone: threads and subprocesses still start.
+    out = session.exec(["python3", "-c", "import ctypes, subprocess, threading; "
+                        "libc = ctypes.CDLL(None, use_errno=True); "
+                        "print(libc.syscall(435, None, 0), ctypes.get_errno()); "
+                        "t = threading.Thread(target=print, args=('thread',)); t.start(); t.join(); "
+                        "print(subprocess.run(['echo', 'child'], capture_output=True, text=True).stdout)"])
+    assert out.stdout.text().split() == ["-1", "38", "thread", "child"], out.stderr.text()
+
+
 def test_the_start_is_profiled_phase_by_phase(session: GvisorSession) -> None:
     assert session.start_phases is not None
     ends = session.start_phases.ends

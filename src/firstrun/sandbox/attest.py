@@ -56,9 +56,7 @@ class AttestPlan:
     configuration without the network layer): nothing about the network is
     proven, nothing is dialled, and the checks say so. ``seccomp`` says
     whether the syscall filter must be proven; False only for a session
-    whose profile leaves that layer out (the audit's, again); ``"host"`` for
-    a kernel of the session's own whose host process carries the filter,
-    which the backend proves from the host instead.
+    whose profile leaves that layer out (the audit's, again).
 
     ``supervisor`` is how the process that runs every command is walled
     off from them: ``same_uid`` (the linux helper, which shares the
@@ -102,7 +100,7 @@ class AttestPlan:
     proxy_host: str = "127.0.0.1"
     kernel: str = "linux"
     write_witness: str | None = None
-    seccomp: bool | str = True
+    seccomp: bool = True
     host_alias: str | None = None
     supervisor: str = "same_uid"
     self_mem_sealed: bool = False

@@ -1,4 +1,4 @@
-"""The in-sandbox helper: the supervisor of every command, on the linux and docker backends.
+"""The in-sandbox helper: the supervisor of every command, on the linux, docker and gvisor backends.
 
 Guarantee: before it answers "ready", the helper has confined itself, and so
 everything it will ever start: Landlock limits writes to the workspace, /tmp,
@@ -32,6 +32,11 @@ Where it runs:
   therefore shares no uid with the helper: it cannot signal it, trace it or
   open anything under ``/proc/1``. The channel is the container's stdin and
   stdout, attached by the harness.
+- gvisor: as on docker, in runsc's sentry. runsc 20240729 answers every
+  refusal of an OCI seccomp section with EPERM (it drops ``errnoRet``), so
+  the harness hands the helper the linux backend's own filter, compiled to
+  BPF, and the helper loads it (``load_seccomp``) before it answers ready:
+  each refusal then answers with the same errno as on linux.
 
 As pid 1 of its namespace on both backends, the helper takes no signal a
 command sends (the kernel delivers to a namespace's init only the signals
@@ -120,6 +125,9 @@ _PR_SET_DUMPABLE = 4
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_CAPBSET_DROP = 24
+_PR_SET_SECCOMP = 22
+_SECCOMP_MODE_FILTER = 2
+_BPF_INSN_BYTES = 8
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
@@ -194,6 +202,26 @@ def apply_landlock(writable_dirs: list[str], writable_files: list[str], *, min_a
     finally:
         os.close(ruleset)
     return abi
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def load_seccomp(program: bytes) -> None:
+    """Confine this thread and its future children to the BPF ``program``.
+
+    Must run before any other thread exists: a filter loaded by prctl applies
+    to the calling thread only. no_new_privs first, which loading a filter
+    without CAP_SYS_ADMIN requires.
+    """
+    if not program or len(program) % _BPF_INSN_BYTES:
+        raise OSError(errno.EINVAL, f"a seccomp program of {len(program)} bytes")
+    code = ctypes.create_string_buffer(program, len(program))
+    prog = _SockFprog(len(program) // _BPF_INSN_BYTES, ctypes.addressof(code))
+    _prctl(_PR_SET_NO_NEW_PRIVS, 1)
+    if _libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), f"PR_SET_SECCOMP: {os.strerror(ctypes.get_errno())}")
 
 
 def _set_limits(limits: dict) -> None:
@@ -887,6 +915,10 @@ def main(argv: list[str]) -> int:
             report["capture_ipv6"] = capture.ipv6
             if config["capture"].get("load") is not None:
                 capture.load(config["capture"]["load"])
+        # Last, once the capture rules' tools (netlink among them) have run,
+        # and before the relay's threads start.
+        if config.get("seccomp_bpf") is not None:
+            load_seccomp(base64.b64decode(config["seccomp_bpf"]))
     except (OSError, LandlockError) as exc:
         channel.send({"op": "ready", "ok": False, "error": f"{type(exc).__name__}: {exc}",
                       "landlock": isinstance(exc, LandlockError)})

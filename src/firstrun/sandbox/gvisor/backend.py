@@ -5,9 +5,12 @@ run inside as an ordinary command, proved the boundary: the kernel is not
 the host's (its version and release differ, and what only the host kernel
 answers, it does not), the network is loopback alone with the proxy the
 only way out, writes land only in the workspace and the session's tmpfs,
-the helper is out of every command's reach; and the harness saw, from the
-host, runsc's own seccomp filter and no_new_privs on the sentry. Otherwise
-it tears everything down and raises.
+the helper is out of every command's reach, the linux backend's seccomp
+filter is loaded (the probe's calls are refused with linux's errnos); and
+the harness saw, from the host, runsc's own seccomp filter and
+no_new_privs on the sentry. Otherwise it tears everything down and raises.
+A profile that leaves seccomp out gets no filter, and a session recorded
+as downgraded.
 
 Commands never run as root: the helper (the container's init) runs each as
 the workspace owner's uid, or for a root-owned workspace as a per-session
@@ -53,6 +56,7 @@ from firstrun.sandbox.base import (
     ProxyEndpoint,
     SessionInfo,
     StartPhases,
+    apt_fix,
 )
 from firstrun.sandbox.channel import JsonLines, SupervisedSession, kill_and_wait
 from firstrun.sandbox.gvisor import probe
@@ -64,6 +68,7 @@ from firstrun.sandbox.gvisor.spec import (
     GvisorPlan,
     prepare,
 )
+from firstrun.sandbox.linux import seccomp
 from firstrun.sandbox.linux.spec import HostView
 from firstrun.sandbox.ownership import alive, give_back, lend, pick_uid, process_identity, recover
 from firstrun.sandbox.protect import describe as describe_protection
@@ -85,7 +90,8 @@ _CGROUP_ROOT = "/sys/fs/cgroup"
 PROVIDES: Provides = {
     LayerName.NAMESPACES: "gVisor sandbox (its own kernel, the sentry)",
     LayerName.LANDLOCK: "read-only root + tmpfs",
-    LayerName.SECCOMP: "gVisor's syscall surface + runsc's host seccomp filter",
+    LayerName.SECCOMP: f"seccomp-bpf in the sentry ({len(seccomp.RULES)} rules, "
+                       "the linux backend's filter)",
     LayerName.NETWORK: "no network (--network=none) + the proxy's sockets bound in, "
                        "+ nat capture in the sentry's netstack",
     LayerName.LIMITS: "container cgroup + rlimits",
@@ -193,15 +199,35 @@ def sentry_pid(runsc: str, state_root: str, container_id: str) -> int:
         time.sleep(0.02)
 
 
-def _seccomp_check(pid: int) -> Check:
+def _seccomp_bpf(profile: SandboxProfile) -> bytes | None:
+    """The linux backend's filter as BPF, when the profile requires the layer.
+
+    A filter that cannot be built refuses the session, unless the profile
+    downgrades the layer explicitly (then the session is recorded so).
+    """
+    if LayerName.SECCOMP not in profile.required:
+        return None
+    try:
+        fd = seccomp.compile_filter()
+    except SandboxError as exc:
+        if LayerName.SECCOMP in profile.downgrades:
+            return None
+        raise SandboxUnavailable(f"seccomp: {exc}", who="gvisor",
+                                 fix=apt_fix("libseccomp2")) from exc
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
+
+
+def _sentry_seccomp_check(pid: int) -> Check:
     """From the host: the sentry runs under runsc's seccomp filter with no_new_privs."""
+    name = "sentry_seccomp_loaded"
     try:
         with open(f"/proc/{pid}/status", encoding="utf-8") as f:
             status = dict(line.split(":\t", 1) for line in f.read().splitlines() if ":\t" in line)
     except OSError as exc:
-        return Check(name="seccomp_loaded", passed=False, detail=f"cannot read the sentry: {exc}")
+        return Check(name=name, passed=False, detail=f"cannot read the sentry: {exc}")
     seccomp, nnp = status.get("Seccomp", "?").strip(), status.get("NoNewPrivs", "?").strip()
-    return Check(name="seccomp_loaded", passed=seccomp == "2" and nnp == "1",
+    return Check(name=name, passed=seccomp == "2" and nnp == "1",
                  detail=f"the sentry (host pid {pid}, uid {status.get('Uid', '?').split()[0]}): "
                         f"Seccomp {seccomp}, NoNewPrivs {nnp}")
 
@@ -289,6 +315,7 @@ class GvisorBackend:
         # changes owner again.
         recover(who="gvisor")
         phases.mark("reaped")
+        seccomp_bpf = _seccomp_bpf(profile)
         interpreter = os.path.realpath(sys.executable)
         prefix = os.path.realpath(sys.base_prefix)
         paths = (*fs.readonly, *fs.hidden, prefix)
@@ -328,7 +355,8 @@ class GvisorBackend:
                 container_id=container_id, uid=uid, host=host,
                 sockets=_sockets(proxy), host_env=os.environ,
                 path_dirs=frozenset(e for e in host_path.split(":") if os.path.isdir(e)),
-                cpus=float(os.cpu_count() or 1), helper_source=HELPER_SOURCE, capture=tools))
+                cpus=float(os.cpu_count() or 1), helper_source=HELPER_SOURCE, capture=tools,
+                seccomp_bpf=seccomp_bpf))
             try:
                 os.mkdir(bundle, mode=0o700)
                 _make_skeleton(plan)
@@ -369,16 +397,19 @@ class GvisorBackend:
                     proxy_port=PROXY_PORT if proxy is not None else None,
                     nonce=proxy.nonce if proxy is not None else None, landlock=False,
                     network="captured" if capturing else "loopback_only", supervisor="sentry",
-                    seccomp="host",
+                    seccomp=seccomp_bpf is not None,
                     protected=fs.protected, foreign_kernel=attest_probe.host_kernel()))
                 session.pid = sentry.result()
-            checks += (_seccomp_check(session.pid),)
+            checks += (_sentry_seccomp_check(session.pid),)
+            downgrades = () if seccomp_bpf is not None else (LayerName.SECCOMP.value,)
             session.info = SessionInfo(
-                backend=self.name, enforcement=Enforcement.ENFORCED,
+                backend=self.name,
+                enforcement=Enforcement.DOWNGRADED if downgrades else Enforcement.ENFORCED,
                 policy_hash=profile.policy_hash(),
                 layers=_layers(profile, runsc=runsc, uid=uid, lent=lent is not None,
-                               proxy=proxy is not None, capturing=capturing),
-                attestation=checks, exposed=plan.exposed)
+                               proxy=proxy is not None, capturing=capturing,
+                               seccomp_applied=seccomp_bpf is not None),
+                attestation=checks, exposed=plan.exposed, downgrades=downgrades)
             attestation.require_passed(checks)
             phases.mark("attested")
             session.start_phases = phases
@@ -411,7 +442,7 @@ def _sockets(proxy: ProxyEndpoint | None) -> dict[str, str]:
 
 
 def _layers(profile: SandboxProfile, *, runsc: probe.Runsc, uid: int, lent: bool,
-            proxy: bool, capturing: bool) -> tuple[LayerStatus, ...]:
+            proxy: bool, capturing: bool, seccomp_applied: bool) -> tuple[LayerStatus, ...]:
     fs = profile.fs
     limits = profile.limits
     writable = ", ".join([fs.sandbox_workspace, SANDBOX_TMP, fs.sandbox_home, "/dev/shm"])
@@ -422,9 +453,15 @@ def _layers(profile: SandboxProfile, *, runsc: probe.Runsc, uid: int, lent: bool
                               "namespaces" + describe_protection(fs),
         LayerName.LANDLOCK: f"in place of Landlock (the sentry has none): the root is "
                             f"read-only; writable only {writable}",
-        LayerName.SECCOMP: "every system call a command makes is the sentry's to answer; the "
-                           "sentry and gofer run under runsc's own seccomp filter (proven "
-                           "from the host: seccomp_loaded)",
+        LayerName.SECCOMP: (f"the linux backend's {len(seccomp.RULES)} rules (ptrace, "
+                            "process_vm_*, namespaces, mounts, io_uring, bpf, keyrings, "
+                            "TIOCSTI, ...), compiled to the same BPF and loaded into the "
+                            "sentry by the helper before any command, each refusal with "
+                            "linux's errno (seccomp_loaded)" if seccomp_applied else
+                            "omitted: the profile leaves it out, or downgrades it; gVisor's "
+                            "own syscall surface answers")
+                           + "; beneath, the sentry and gofer run under runsc's own host "
+                             "filter (sentry_seccomp_loaded)",
         LayerName.NETWORK: ("every flow and DNS query captured by nat rules in the sentry's "
                             "netstack and relayed to the egress proxy's sockets"
                             if capturing else
@@ -439,5 +476,6 @@ def _layers(profile: SandboxProfile, *, runsc: probe.Runsc, uid: int, lent: bool
                                  else f"the workspace owner's uid {uid}")
                                 + "; no capabilities, no supplementary groups",
     }
-    return tuple(LayerStatus(name=layer, applied=True, mechanism=PROVIDES[layer],
-                             detail=details[layer]) for layer in LayerName)
+    return tuple(LayerStatus(name=layer, applied=seccomp_applied or layer is not LayerName.SECCOMP,
+                             mechanism=PROVIDES[layer], detail=details[layer])
+                 for layer in LayerName)

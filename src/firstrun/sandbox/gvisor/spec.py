@@ -24,6 +24,10 @@ command's environment, is golden-tested. What it gives:
   kill what commands leave (and, under capture, to load the rules); its
   channel is the container's stdin and
   stdout. No command shares its uid, so none can signal, trace or read it;
+- the linux backend's seccomp filter, the very BPF bubblewrap loads there,
+  loaded into the sentry by the helper before any command, when the profile
+  requires the layer (not the bundle's ``linux.seccomp``: runsc 20240729
+  answers all of its refusals with EPERM, and clone3 must answer ENOSYS);
 - memory and CPU capped by the container's cgroup. Processes are capped by
   RLIMIT_NPROC inside, because runsc's pids cgroup counts the sentry's host
   threads (about thirty per guest process) and a cap there crashes it.
@@ -31,6 +35,7 @@ command's environment, is golden-tested. What it gives:
 
 from __future__ import annotations
 
+import base64
 import json
 import posixpath
 from collections.abc import Mapping
@@ -73,7 +78,9 @@ class GvisorFacts:
     ``sockets``: the proxy's listeners by the helper's kind (``c`` for
     proxy-aware clients, ``t`` and ``d`` for captured flows and DNS), each
     a host socket path. ``capture``: the tools the helper loads the rules
-    with, when the session captures; None when it does not.
+    with, when the session captures; None when it does not. ``seccomp_bpf``:
+    the linux backend's filter as BPF (``linux.seccomp.compile_filter``),
+    when the profile requires the seccomp layer; None when it does not.
     """
 
     runsc: str
@@ -89,6 +96,7 @@ class GvisorFacts:
     cpus: float
     helper_source: str
     capture: GvisorTools | None = None
+    seccomp_bpf: bytes | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -178,6 +186,8 @@ def prepare(profile: SandboxProfile, proxy: ProxyEndpoint | None, facts: GvisorF
     })
     if endpoints:
         config["endpoints"] = endpoints
+    if facts.seccomp_bpf is not None:
+        config["seccomp_bpf"] = base64.b64encode(facts.seccomp_bpf).decode("ascii")
     caps = list(HELPER_CAPS)
     if facts.capture is not None:
         config["capture"] = {**CAPTURE_PORTS.to_config(ipv6=True),
