@@ -501,13 +501,27 @@ def _sentry_supervisor(parent: int) -> tuple[bool, str]:
     return ok, "; ".join(d for d in details if d)
 
 
+class _IoVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
 def check_seccomp() -> tuple[bool, str]:
+    """The filter is on: a new user namespace is refused, and so is a read of
+    the probe's own memory by process_vm_readv, which every kernel grants a
+    process over itself: only the filter refuses it."""
     mode = _status()["Seccomp"].strip()
     libc = ctypes.CDLL(None, use_errno=True)
     rc = libc.unshare(_CLONE_NEWUSER)
     err = ctypes.get_errno()
-    ok = mode == "2" and rc != 0
-    return ok, f"Seccomp {mode}, unshare(CLONE_NEWUSER): {errno.errorcode.get(err, err) if rc else 'succeeded'}"
+    source, target = ctypes.create_string_buffer(b"probe"), ctypes.create_string_buffer(5)
+    local, remote = _IoVec(ctypes.addressof(target), 5), _IoVec(ctypes.addressof(source), 5)
+    libc.process_vm_readv.restype = ctypes.c_ssize_t
+    read = libc.process_vm_readv(os.getpid(), ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+    read_err = ctypes.get_errno()
+    ok = mode == "2" and rc != 0 and read < 0
+    return ok, (f"Seccomp {mode}, unshare(CLONE_NEWUSER): "
+                f"{errno.errorcode.get(err, err) if rc else 'succeeded'}, process_vm_readv(itself): "
+                f"{errno.errorcode.get(read_err, read_err) if read < 0 else f'read {read} bytes'}")
 
 
 _SYS_LANDLOCK_CREATE_RULESET = 444
