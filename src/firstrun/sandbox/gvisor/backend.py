@@ -208,14 +208,12 @@ def _seccomp_bpf(profile: SandboxProfile) -> bytes | None:
     if LayerName.SECCOMP not in profile.required:
         return None
     try:
-        fd = seccomp.compile_filter()
+        return seccomp.filter_program()
     except SandboxError as exc:
         if LayerName.SECCOMP in profile.downgrades:
             return None
         raise SandboxUnavailable(f"seccomp: {exc}", who="gvisor",
                                  fix=apt_fix("libseccomp2")) from exc
-    with os.fdopen(fd, "rb") as f:
-        return f.read()
 
 
 def _sentry_seccomp_check(pid: int) -> Check:

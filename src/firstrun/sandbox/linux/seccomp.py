@@ -235,3 +235,10 @@ def compile_filter(rules: tuple[Rule, ...] = RULES) -> int:
     except OSError as exc:
         raise SandboxError(f"cannot build the seccomp filter: {exc}", who="seccomp") from exc
     return fd
+
+
+def filter_program(rules: tuple[Rule, ...] = RULES) -> bytes:
+    """``compile_filter``'s BPF as bytes, for a loader inside a sandbox of its own kernel
+    (the gvisor helper, the micro-VM's agent): the very program bubblewrap loads."""
+    with os.fdopen(compile_filter(rules), "rb") as f:
+        return f.read()

@@ -234,15 +234,6 @@ def _ca_bundle() -> bytes:
     return b"\n".join(Path(p).read_bytes() for p in paths)
 
 
-def _seccomp_bpf() -> bytes:
-    fd = seccomp.compile_filter()
-    try:
-        with os.fdopen(os.dup(fd), "rb") as f:
-            return f.read()
-    finally:
-        os.close(fd)
-
-
 # Run between the uid change (which would clear a parent-death signal set
 # earlier) and QEMU: SIGKILL when the harness dies, even by SIGKILL; a
 # harness already gone by then (the parent changed) means no VM at all.
@@ -374,7 +365,7 @@ class MicrovmBackend:
                                       channel_fd=guest_end.fileno()),
                         relay=relay.command(RELAY_PYTHON, relay_server.name)
                         if relay_server is not None else None,
-                        seccomp=_seccomp_bpf(), ca_bundle=_ca_bundle(), host_env=os.environ))
+                        seccomp=seccomp.filter_program(), ca_bundle=_ca_bundle(), host_env=os.environ))
                     process = subprocess.Popen(
                         plan.argv, stdin=subprocess.DEVNULL, stdout=console, stderr=console,
                         env=dict(plan.qemu_env), pass_fds=plan.pass_fds, close_fds=True,
