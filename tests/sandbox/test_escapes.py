@@ -26,6 +26,8 @@ from sandbox_support import (
 )
 
 from firstrun.proxy.server import EgressProxy
+from firstrun.sandbox.base import Session
+from firstrun.sandbox.gvisor.backend import GvisorBackend
 from firstrun.sandbox.linux.backend import LinuxBackend, LinuxSession
 
 pytestmark = pytest.mark.escape
@@ -99,6 +101,33 @@ def hostile(workspace: str, monkeypatch: pytest.MonkeyPatch, proxy) -> Iterator[
         session.close()
         os.close(leaked_fd)
         shutil.rmtree(home, ignore_errors=True)
+
+
+class Confined:
+    """A session on one backend of those that load the linux seccomp filter."""
+
+    def __init__(self, session: Session, workspace: str) -> None:
+        self.session = session
+        self.workspace = workspace
+
+    def run(self, command: str | list[str]) -> str:
+        result = self.session.exec(command, timeout=60)
+        return result.stdout.text() + result.stderr.text()
+
+
+def _gvisor_missing() -> str | None:
+    missing = [f"{c.name}: {c.detail}" for c in GvisorBackend().probe() if not c.available]
+    return "; ".join(missing) or None
+
+
+@pytest.fixture(params=["linux", "gvisor"])
+def confined(request: pytest.FixtureRequest, workspace: str, proxy) -> Iterator[Confined]:
+    """The same attempts, under bubblewrap and under gVisor's own kernel."""
+    if request.param == "gvisor" and (why := _gvisor_missing()):
+        pytest.skip(f"the gvisor backend is not available here: {why}")
+    backend = LinuxBackend() if request.param == "linux" else GvisorBackend()
+    with backend.start(make_profile(workspace), proxy=proxy[1]) as session:
+        yield Confined(session, workspace)
 
 
 def test_real_ssh_key_is_unreadable(hostile: Hostile) -> None:
@@ -264,16 +293,60 @@ def test_no_process_survives_close(workspace: str) -> None:
     assert host_processes_with(token) == []
 
 
-def test_ptrace_and_helper_introspection_are_denied(hostile: Hostile) -> None:
+# A child keeps a canary in its memory and says where; the parent attaches to
+# it and reads there, word by word (PTRACE_PEEKDATA) and in one go
+# (process_vm_readv), and prints whatever bytes it got.
+TRACER = """
+import ctypes, os, subprocess, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.restype = ctypes.c_long
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+child = subprocess.Popen([sys.executable, '-c', (
+    'import ctypes, sys, time\\n'
+    'canary = ctypes.create_string_buffer(sys.argv[1].encode())\\n'
+    'print(ctypes.addressof(canary), flush=True)\\n'
+    'ok = ctypes.string_at(ctypes.addressof(canary), len(sys.argv[1])) == sys.argv[1].encode()\\n'
+    'print("control", "holds" if ok else "missing", flush=True)\\n'
+    'time.sleep(1000)\\n'), sys.argv[1]], stdout=subprocess.PIPE, text=True)
+address = int(child.stdout.readline())
+print(child.stdout.readline().strip())
+n = len(sys.argv[1])
+rc = libc.ptrace(16, child.pid, None, None)  # PTRACE_ATTACH
+print('attach', rc, ctypes.get_errno())
+time.sleep(0.1)
+got = bytearray()
+for offset in range(0, n, 8):
+    ctypes.set_errno(0)
+    word = libc.ptrace(2, child.pid, ctypes.c_void_p(address + offset), None)  # PEEKDATA
+    if ctypes.get_errno() == 0:
+        got += (word & (1 << 64) - 1).to_bytes(8, 'little')
+print('peek', ctypes.get_errno(), got.hex())
+class IoVec(ctypes.Structure):
+    _fields_ = [('base', ctypes.c_void_p), ('len', ctypes.c_size_t)]
+buf = ctypes.create_string_buffer(n)
+local, remote = IoVec(ctypes.addressof(buf), n), IoVec(address, n)
+libc.process_vm_readv.restype = ctypes.c_ssize_t
+read = libc.process_vm_readv(child.pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+print('vm_readv', read, ctypes.get_errno(), buf.raw[:max(read, 0)].hex())
+tracer = [l for l in open(f'/proc/{child.pid}/status') if l.startswith('TracerPid')][0]
+print('tracer', tracer.split()[1])
+child.kill()
+"""
+
+
+def test_no_command_traces_or_reads_another(confined: Confined) -> None:
+    canary = "trace-canary-" + secrets.token_hex(12)
+    out = confined.run(["python3", "-c", TRACER, canary])
+    assert "control holds" in out, out  # the address is where the canary is
+    assert "attach -1 1" in out and "tracer 0" in out, out  # EPERM
+    assert "peek 1 " in out and "vm_readv -1 1 " in out, out
+    # Not a byte of it came back, by either route.
+    assert canary not in out and canary.encode().hex()[:16] not in out
+
+
+def test_helper_introspection_is_denied(hostile: Hostile) -> None:
     out = hostile.run(["python3", "-c", (
-        "import ctypes, os, subprocess, time\n"
-        "libc = ctypes.CDLL(None, use_errno=True)\n"
-        "child = subprocess.Popen(['sleep', '1000'])\n"
-        "rc = libc.ptrace(16, child.pid, 0, 0)\n"  # PTRACE_ATTACH
-        "print('attach', rc, ctypes.get_errno())\n"
-        "time.sleep(0.1)\n"
-        "tracer = [l for l in open(f'/proc/{child.pid}/status') if l.startswith('TracerPid')][0]\n"
-        "print('tracer', tracer.split()[1])\n"
+        "import os\n"
         # The helper is this command's parent: its control socket is behind /proc/<pid>/fd.
         "helper = os.getppid()\n"
         "for what in ('fd', 'mem', 'environ'):\n"
@@ -282,10 +355,7 @@ def test_ptrace_and_helper_introspection_are_denied(hostile: Hostile) -> None:
         "        print('helper', what, 'OPEN')\n"
         "    except OSError as e:\n"
         "        print('helper', what, 'denied', e.errno)\n"
-        "child.kill()\n"
     )])
-    assert "attach -1 1" in out  # EPERM
-    assert "tracer 0" in out
     assert out.count("denied") == 3 and "OPEN" not in out
 
 
@@ -364,8 +434,8 @@ def test_host_sockets_are_unreachable(hostile: Hostile) -> None:
             c.close()
 
 
-def test_seccomp_refuses_namespace_and_kernel_surface(hostile: Hostile) -> None:
-    out = hostile.run(["python3", "-c", (
+def test_seccomp_refuses_namespace_and_kernel_surface(confined: Confined) -> None:
+    out = confined.run(["python3", "-c", (
         "import ctypes, errno, os, socket\n"
         "libc = ctypes.CDLL(None, use_errno=True)\n"
         "def call(name, nr, *args):\n"
@@ -374,6 +444,7 @@ def test_seccomp_refuses_namespace_and_kernel_surface(hostile: Hostile) -> None:
         "ns = os.readlink('/proc/self/ns/user')\n"
         "call('unshare_user', 272, 0x10000000)\n"
         "call('unshare_mount', 272, 0x00020000)\n"
+        "call('unshare_user_mount', 272, 0x10000000 | 0x00020000)\n"
         "call('clone_newuser', 56, 0x10000000 | 17, 0, 0, 0, 0)\n"
         "call('clone3', 435, 0, 0)\n"
         "call('mount', 165, 0, 0, 0, 0, 0)\n"
@@ -393,7 +464,7 @@ def test_seccomp_refuses_namespace_and_kernel_surface(hostile: Hostile) -> None:
         "print('same_userns', os.readlink('/proc/self/ns/user') == ns)\n"
     )])
     lines = dict(line.rsplit(" ", 1) for line in out.splitlines())
-    for name in ("unshare_user", "unshare_mount", "clone_newuser", "mount", "bpf", "keyctl",
+    for name in ("unshare_user", "unshare_mount", "unshare_user_mount", "clone_newuser", "mount", "bpf", "keyctl",
                  "userfaultfd", "io_uring_setup", "perf_event_open", "personality_no_aslr",
                  "memfd_secret"):
         assert lines[name] == "EPERM", (name, out)
@@ -401,3 +472,30 @@ def test_seccomp_refuses_namespace_and_kernel_surface(hostile: Hostile) -> None:
     for fam in (16, 17, 0, 40):
         assert lines[f"family {fam}"] == "EAFNOSUPPORT", (fam, out)
     assert lines["same_userns"] == "True"
+
+
+# A user namespace of its own would make the command root over a mount
+# namespace of its own, where it could mount a tmpfs over the workspace's
+# directory and hide what it writes there from the host.
+MOUNTER = """
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+def answer(rc):
+    return 'ok' if rc == 0 else errno.errorcode[ctypes.get_errno()]
+os.mkdir('target')
+before = open('/proc/self/mountinfo').read()
+print('unshare', answer(libc.unshare(0x10000000 | 0x00020000)))
+print('mount', answer(libc.mount(b'tmpfs', b'target', b'tmpfs', 0, None)))
+with open('target/marker', 'w') as f:
+    f.write('written')
+print('mountinfo', 'same' if open('/proc/self/mountinfo').read() == before else 'CHANGED')
+"""
+
+
+def test_no_user_namespace_or_mount_of_its_own(confined: Confined) -> None:
+    out = confined.run(["python3", "-c", MOUNTER])
+    assert "unshare EPERM" in out and "mount EPERM" in out, out
+    assert "mountinfo same" in out, out
+    # What was written landed in the host's directory: nothing was mounted over it.
+    with open(os.path.join(confined.workspace, "target", "marker")) as f:
+        assert f.read() == "written"
