@@ -8,7 +8,9 @@ pass vacuously, a control proves the evidence would have shown it.
 
 from __future__ import annotations
 
+import errno
 import ipaddress
+import json
 import os
 import socket
 import uuid
@@ -19,6 +21,7 @@ from conformance_support import session_on
 
 from firstrun.policy.profile import LayerName
 from firstrun.sandbox.base import Enforcement
+from firstrun.sandbox.linux.seccomp import RULES, Action
 from firstrun.sandbox.select import REGISTRY
 
 # The registries' address here (a TLS-intercepting proxy): reachable from the
@@ -222,3 +225,70 @@ def test_kill_all_leaves_nothing_a_command_started_and_counts_it(
         if backend not in VM_BACKENDS:
             assert _host_pids_with(marker) == []
         assert session.exec("echo on", timeout=60).stdout.text() == "on\n"
+
+
+# Each attempt as an ordinary command, answered by its errno name (or "ok").
+# Calls without a libc wrapper go by number, for the two native ABIs.
+REFUSALS = r"""
+import ctypes, errno, json, os, platform, socket, subprocess
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+libc.ptrace.restype = ctypes.c_long
+NR = {"x86_64": {"clone": 56, "clone3": 435, "io_uring_setup": 425, "bpf": 321},
+      "aarch64": {"clone": 220, "clone3": 435, "io_uring_setup": 425, "bpf": 280}}[platform.machine()]
+def answer(rc):
+    return "ok" if rc >= 0 else errno.errorcode[ctypes.get_errno()]
+out = {}
+out["unshare"] = answer(libc.unshare(0x10000000 | 0x00020000))
+out["mount"] = answer(libc.mount(b"tmpfs", b"/tmp", b"tmpfs", 0, None))
+pid = libc.syscall(NR["clone"], ctypes.c_ulong(0x10000000 | 17), None, None, None, None)
+if pid == 0:
+    os._exit(0)
+out["clone"] = answer(pid)
+out["clone3"] = answer(libc.syscall(NR["clone3"], None, ctypes.c_size_t(0)))
+buf = ctypes.create_string_buffer(120)
+out["io_uring_setup"] = answer(libc.syscall(NR["io_uring_setup"], ctypes.c_uint(1), buf))
+out["bpf"] = answer(libc.syscall(NR["bpf"], 0, None, 0))
+out["ioctl"] = answer(libc.ioctl(0, ctypes.c_ulong(0x5412), buf))  # TIOCSTI
+out["personality"] = answer(libc.personality(0x0040000))  # ADDR_NO_RANDOMIZE
+child = subprocess.Popen(["sleep", "60"])
+out["ptrace"] = answer(libc.ptrace(16, child.pid, None, None))  # PTRACE_ATTACH
+class IoVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+local, remote = IoVec(ctypes.addressof(buf), 8), IoVec(ctypes.addressof(buf) + 8, 8)
+libc.process_vm_readv.restype = ctypes.c_ssize_t
+out["process_vm_readv"] = answer(libc.process_vm_readv(child.pid, ctypes.byref(local), 1,
+                                                       ctypes.byref(remote), 1, 0))
+child.kill()
+child.wait()
+try:
+    socket.socket(socket.AF_NETLINK, socket.SOCK_RAW).close()
+    out["socket"] = "ok"
+except OSError as exc:
+    out["socket"] = errno.errorcode[exc.errno]
+print(json.dumps(out))
+"""
+_ERRNO = {Action.EPERM: errno.EPERM, Action.ENOSYS: errno.ENOSYS,
+          Action.EAFNOSUPPORT: errno.EAFNOSUPPORT}
+
+
+def _rule_answer(syscall: str) -> str:
+    """The errno the linux rules give ``syscall``: one table for every backend."""
+    [answer] = {errno.errorcode[_ERRNO[r.action]] for r in RULES if r.syscall == syscall}
+    return answer
+
+
+def test_each_refusal_answers_with_the_rules_errno(backend: str, workspace: str) -> None:
+    with session_on(backend, workspace) as session:
+        result = session.exec(["python3", "-c", REFUSALS], timeout=120)
+        # Control: what the rules leave alone still works here.
+        works = session.exec(["python3", "-c", "import socket, subprocess; "
+                              "socket.socket(socket.AF_INET6, socket.SOCK_DGRAM).close(); "
+                              "print(subprocess.run(['echo', 'ok'], capture_output=True, "
+                              "text=True).stdout.strip())"], timeout=60)
+    assert result.exit_code == 0, result.stderr.text()
+    answers = json.loads(result.stdout.text())
+    assert answers == {name: _rule_answer(name) for name in answers}
+    assert answers["clone3"] == "ENOSYS" and answers["socket"] == "EAFNOSUPPORT"
+    assert works.stdout.text() == "ok\n", works.stderr.text()
