@@ -129,16 +129,23 @@ def test_writes_outside_the_workspace_change_nothing(backend: str, workspace: st
     canary.write_text("original\n")
     beside = Path(workspace).parent / f"{Path(workspace).name}-escape"
     etc = Path("/etc") / f"firstrun-conformance-{uuid.uuid4().hex}"
+    # In a system directory the sandbox shows read-only, writable by its mode:
+    # only the read-only view stands between a command and the host's file.
+    system = Path("/usr/local/share") / f"firstrun-conformance-{uuid.uuid4().hex}"
+    system.write_text("original\n")
+    system.chmod(0o666)
     try:
         with session_on(backend, workspace) as session:
             session.exec(f"echo pwned > {canary}; echo pwned > {beside}; echo pwned > {etc}; "
-                         "echo mine > inside", timeout=60)
+                         f": > {system}; echo pwned >> {system}; echo mine > inside", timeout=60)
         assert canary.read_text() == "original\n"
+        assert system.read_text() == "original\n"
         assert not beside.exists() and not etc.exists()
         # Control: the same command's write inside the workspace landed.
         assert (Path(workspace) / "inside").read_text() == "mine\n"
     finally:
         canary.unlink()
+        system.unlink()
         for path in (beside, etc):
             if path.exists():
                 path.unlink()

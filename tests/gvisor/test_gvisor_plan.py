@@ -65,6 +65,8 @@ def _mounts(plan) -> dict[str, dict]:  # type: ignore[no-untyped-def]
 def test_without_a_proxy_nothing_leads_out_and_only_the_workspace_is_writable() -> None:
     plan = prepare(PROFILE, None, _facts())
     assert "--network=none" in plan.argv and "--host-uds=open" not in plan.argv
+    # Through the gofer: directfs truncates a read-only bind's file on O_TRUNC.
+    assert "--directfs=false" in plan.argv
     mounts = _mounts(plan)
     writable = {d for d, m in mounts.items() if m["type"] == "bind" and "rw" in m["options"]}
     assert writable == {"/workspace"}

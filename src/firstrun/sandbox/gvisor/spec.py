@@ -18,7 +18,9 @@ command's environment, is golden-tested. What it gives:
   bound read-only over it with their secrets masked; tmpfs ``/tmp``,
   ``/dev/shm`` and HOME sized at the memory limit; exactly one host
   directory writable, the workspace, with its protected entries bound
-  read-only on top;
+  read-only on top. Files are reached through the gofer (``--directfs=false``):
+  with directfs, runsc 20240729 answers open(O_TRUNC) of a read-only bind's
+  file with EROFS and truncates the host's file all the same;
 - the helper as the container's init, root inside the sandbox with only
   the capabilities it needs to run each command as the session's uid and
   kill what commands leave (and, under capture, to load the rules); its
@@ -221,6 +223,7 @@ def prepare(profile: SandboxProfile, proxy: ProxyEndpoint | None, facts: GvisorF
     argv = (facts.runsc, "--root", facts.state_root, f"--platform={facts.platform}",
             "--network=none", *(("--host-uds=open",) if endpoints else ()),
             *(("--net-raw",) if facts.capture is not None else ()), "--overlay2=none",
+            "--directfs=false",
             "run", "--bundle", facts.bundle, facts.container_id)
     env = command_environment(profile, proxy, host_env=facts.host_env, prefix=host.prefix,
                               path_dirs=facts.path_dirs)
