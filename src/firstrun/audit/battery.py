@@ -20,7 +20,9 @@ the stack without firstrun's seccomp profile (Docker's default then
 applies; the container, its read-only root and its sidecar network are the
 backend itself), and the full stack with the sidecar's TLS inspection
 (the sidecar is handed the registry's CA and the credential's value);
-``local`` is the no-layer baseline, explicitly unenforced; it runs with the
+gvisor runs the same three (the sandbox, its read-only root and
+--network=none are the backend itself; without the layer no filter is
+loaded in the sentry; the harness's proxy inspects); ``local`` is the no-layer baseline, explicitly unenforced; it runs with the
 harness's own privileges, so what those refuse is measured in a child of
 the harness (``harness_refusals``) and given to the model.
 One session per configuration runs every action, so the matrix stays
@@ -103,11 +105,14 @@ _ACTION_TIMEOUT_S = 150.0
 # The layers a backend is, whatever its profile says.
 _LINUX_BASE = frozenset({AuditedLayer.FILESYSTEM, AuditedLayer.NAMESPACES})
 _DOCKER_BASE = frozenset({AuditedLayer.FILESYSTEM, AuditedLayer.NAMESPACES, AuditedLayer.LANDLOCK, AuditedLayer.NETWORK})
+# gVisor's sandbox, its read-only root and --network=none are the backend itself.
+_GVISOR_BASE = _DOCKER_BASE
 # The profile's layer for each model layer a backend's profile can leave out.
 _OMITTABLE: dict[str, dict[AuditedLayer, LayerName]] = {
     "linux": {AuditedLayer.SECCOMP: LayerName.SECCOMP, AuditedLayer.LANDLOCK: LayerName.LANDLOCK,
               AuditedLayer.NETWORK: LayerName.NETWORK},
     "docker": {AuditedLayer.SECCOMP: LayerName.SECCOMP},
+    "gvisor": {AuditedLayer.SECCOMP: LayerName.SECCOMP},
 }
 # The interpreter of the run images; the harness's own is not in the container.
 _DOCKER_PYTHON = "/usr/bin/python3"
@@ -154,6 +159,12 @@ def configurations(backend: str) -> tuple[Configuration, ...]:
         plain = [Configuration(backend="docker", layers=_DOCKER_BASE | kept,
                                omitted=optional - kept) for kept in subsets(optional)]
         return (*plain, Configuration(backend="docker", layers=_DOCKER_BASE | optional | _INSPECTION))
+    if backend == "gvisor":
+        # As docker's: the harness's proxy inspects, whichever filter is loaded.
+        optional = frozenset(_OMITTABLE["gvisor"])
+        plain = [Configuration(backend="gvisor", layers=_GVISOR_BASE | kept,
+                               omitted=optional - kept) for kept in subsets(optional)]
+        return (*plain, Configuration(backend="gvisor", layers=_GVISOR_BASE | optional | _INSPECTION))
     if backend == "local":
         return (Configuration(backend="local", layers=frozenset(),
                               host_refuses=harness_refusals()),)
@@ -161,7 +172,7 @@ def configurations(backend: str) -> tuple[Configuration, ...]:
                      f"choose one of {', '.join(AUDITED_BACKENDS)}")
 
 
-AUDITED_BACKENDS: tuple[str, ...] = ("linux", "docker", "local")
+AUDITED_BACKENDS: tuple[str, ...] = ("linux", "docker", "gvisor", "local")
 
 # A child of the harness runs the battery's own OOM-score probe, the way a
 # local command would, and says whether the kernel let it.

@@ -407,7 +407,7 @@ def _add_report_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignor
     audit = sub.add_parser(
         "audit",
         help="measure what each sandbox layer stops, beside the model's prediction",
-        usage="firstrun audit [--backend linux|docker|local|all] [--format text|json|markdown]",
+        usage="firstrun audit [--backend linux|docker|gvisor|local|all] [--format text|json|markdown]",
         description="Run a battery of actions a task needs and actions it does not inside each "
         "available backend, under every combination of the layers it can really turn off, and "
         "print the matrix (judged by evidence), the counts per configuration, the residual paths "
@@ -416,7 +416,8 @@ def _add_report_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignor
         allow_abbrev=False,
     )
     audit.add_argument("--backend", default="all", metavar="B",
-                       help="linux, docker, local (the unenforced baseline) or all (default: all)")
+                       help="linux, docker, gvisor, local (the unenforced baseline) or all "
+                       "(default: all)")
     audit.add_argument("--format", dest="audit_format", default="text",
                        choices=("text", "json", "markdown"), help="output format (default: text)")
 
