@@ -20,7 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from firstrun.errors import SandboxError
 from firstrun.policy.profile import SandboxProfile
+from firstrun.sandbox.gvisor import backend as gvisor_backend
 from firstrun.sandbox.gvisor.backend import SESSIONS_DIR, GvisorBackend, GvisorSession
 from firstrun.sandbox.gvisor.spec import CGROUP_PARENT
 from firstrun.sandbox.hostfs import host_filesystem_policy
@@ -76,6 +78,30 @@ def test_the_linux_filter_is_loaded_and_proven_from_inside(session: GvisorSessio
                         "t = threading.Thread(target=print, args=('thread',)); t.start(); t.join(); "
                         "print(subprocess.run(['echo', 'child'], capture_output=True, text=True).stdout)"])
     assert out.stdout.text().split() == ["-1", "38", "thread", "child"], out.stderr.text()
+
+
+def test_a_filter_the_sentry_will_not_load_refuses_the_session(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # One instruction with an opcode BPF does not have: the helper's load fails.
+    monkeypatch.setattr(gvisor_backend.seccomp, "filter_program", lambda: b"\xff" * 8)
+    before = _own_session_dirs()
+    workspace = tempfile.mkdtemp(prefix="firstrun-test-gvisor-")
+    try:
+        profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False))
+        with pytest.raises(SandboxError, match="PR_SET_SECCOMP"):
+            GvisorBackend().start(profile, proxy=None)
+    finally:
+        subprocess.run(["rm", "-rf", workspace], check=False)
+    # Torn down: no session directory of this harness is left but those it had.
+    assert _own_session_dirs() <= before
+
+
+def _own_session_dirs() -> set[str]:
+    """This harness's session directories (other harnesses may share the host)."""
+    mine = f"{os.getpid()}:"
+    return {name for name in os.listdir(SESSIONS_DIR)
+            if Path(SESSIONS_DIR, name, "owner").is_file()
+            and Path(SESSIONS_DIR, name, "owner").read_text().startswith(mine)}
 
 
 def test_the_start_is_profiled_phase_by_phase(session: GvisorSession) -> None:
