@@ -79,6 +79,8 @@ HELPER_SOURCE = Path(helper.__file__).read_text(encoding="utf-8")
 # One directory per session: its runsc state, its bundle and who owns it.
 SESSIONS_DIR = "/run/firstrun/gvisor"
 _OWNER_FILE = "owner"
+# A session directory still being made, not yet with its owner file.
+_STAGING = ".staging-"
 # Per-session uids for a root-owned workspace, as the linux backend's.
 _UID_RANGE = (1_500_000_000, 1_600_000_000)
 _READY_TIMEOUT_S = 30.0
@@ -156,10 +158,34 @@ def reap(runsc: str) -> tuple[str, ...]:
             owner = ""
         if owner and alive(owner):
             continue
+        if not owner and name.startswith(_STAGING):
+            continue  # another harness's claim in flight (see _claim_session_dir)
         _remove_container(runsc, session_dir, name)
         shutil.rmtree(session_dir, ignore_errors=True)
         reaped.append(name)
     return tuple(reaped)
+
+
+def _claim_session_dir(container_id: str) -> str:
+    """The session's directory, its owner file already in it when it appears under its name.
+
+    Made under a staging name and renamed: a concurrent harness's ``reap``
+    must never see a session's directory without its owner and take it for
+    a dead harness's (two gvisor runs of one sweep start at once).
+    """
+    identity = process_identity(os.getpid())
+    if identity is None:
+        raise SandboxError("cannot read this process's own /proc entry", who="gvisor")
+    os.makedirs(SESSIONS_DIR, mode=0o700, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=_STAGING, dir=SESSIONS_DIR)
+    try:
+        Path(staging, _OWNER_FILE).write_text(identity + "\n", encoding="utf-8")
+        session_dir = os.path.join(SESSIONS_DIR, container_id)
+        os.rename(staging, session_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return session_dir
 
 
 def _make_skeleton(plan: GvisorPlan) -> None:
@@ -326,14 +352,8 @@ class GvisorBackend:
         owner = (st.st_uid, st.st_gid)
         container_id = f"firstrun-{uuid.uuid4().hex[:12]}"
         with ExitStack() as acquired:
-            os.makedirs(SESSIONS_DIR, mode=0o700, exist_ok=True)
-            session_dir = os.path.join(SESSIONS_DIR, container_id)
-            os.mkdir(session_dir, mode=0o700)
+            session_dir = _claim_session_dir(container_id)
             acquired.callback(shutil.rmtree, session_dir, ignore_errors=True)
-            identity = process_identity(os.getpid())
-            if identity is None:
-                raise SandboxError("cannot read this process's own /proc entry", who="gvisor")
-            Path(session_dir, _OWNER_FILE).write_text(identity + "\n", encoding="utf-8")
             lent = pick_uid(_UID_RANGE, who="gvisor") if owner[0] == 0 else None
             uid = lent if lent is not None else owner[0]
             placeholders = place_placeholders(fs, who="gvisor")
