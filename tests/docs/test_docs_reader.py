@@ -353,6 +353,24 @@ def test_record_is_json_and_complete(serve):
     assert record["status"] == 200 and record["bytes"] == len(QUICKSTART)
     assert record["sha256"] == page.sha256 and record["error"] is None
     assert record["markdown_chars"] == len(page.markdown)
+    # The code blocks travel as data, so a report judges them from the trace.
+    assert [(b["index"], b["language"], b["kind"]) for b in record["blocks"]] == [
+        (0, "python", "other"), (1, "bash", "shell")]
+    assert record["blocks"][1]["page"] == site.url("/p")
+    assert record["blocks"][1]["steps"] == [
+        {"command": "pip install foo_tool", "output": [], "placeholders": []}]
+
+
+def test_a_markdown_page_gives_its_fenced_blocks(serve):
+    source = b"# Install\n\n```console\n$ pip install foo_tool\nDone\n```\n"
+    site = serve({"/install.md": Route(body=source, content_type="text/markdown")})
+    with make_reader(site) as reader:
+        page = reader.read(site.url("/install.md"))
+        missing = reader.read(site.url("/gone.md"))
+    assert [(b.kind.value, [s.command for s in b.steps]) for b in page.blocks] == [
+        ("shell", ["pip install foo_tool"])]
+    assert page.blocks[0].steps[0].output == ("Done",)
+    assert not missing.ok and missing.blocks == ()
 
 
 def test_all_traffic_goes_through_the_proxy(serve):

@@ -94,14 +94,15 @@ def convert(
     if media in HTML_TYPES:
         markdown, title, links = _from_html(body, charset=charset, url=url)
     else:
-        markdown = _decode(body, charset)
+        markdown = decode_text(body, charset)
         title = _markdown_title(markdown) if media == "text/markdown" else None
         links = _text_links(markdown, url)
     markdown, truncated = _cap(markdown, max_chars)
     return Converted(markdown=markdown, title=title, links=links, truncated=truncated)
 
 
-def _decode(body: bytes, charset: str | None) -> str:
+def decode_text(body: bytes, charset: str | None) -> str:
+    """A text body as a string: its declared charset, else UTF-8, bad bytes replaced."""
     try:
         return body.decode(charset or "utf-8", errors="replace")
     except LookupError:

@@ -12,6 +12,8 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
+from .blocks import Block
+
 
 class ReadFailure(enum.StrEnum):
     """Why a page could not be read. Values are stable: results key on them."""
@@ -40,6 +42,8 @@ class Page:
     ``bytes`` and ``sha256`` describe the body of that last response as
     received (decoded from any transfer compression), before conversion.
     ``from_cache`` is true only when no hop touched the network.
+    ``blocks`` are the body's code blocks (``firstrun.docs.blocks``), each
+    filed under ``url_requested``; none for a page that could not be read.
     """
 
     url_requested: str
@@ -57,6 +61,7 @@ class Page:
     hops: tuple[str, ...]
     truncated: bool
     duration_ms: int
+    blocks: tuple[Block, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -67,7 +72,9 @@ class Page:
 
         The markdown itself is left out: ``sha256`` identifies the body that
         produced it and the cache holds that body, so the record stays small
-        enough to write once per read.
+        enough to write once per read. The code blocks are kept
+        (``Block.to_data``), so what replay ran, and what drifted from it, can
+        be judged from the trace alone.
         """
         return {
             "url_requested": self.url_requested,
@@ -85,4 +92,5 @@ class Page:
             "detail": self.detail,
             "hops": list(self.hops),
             "duration_ms": self.duration_ms,
+            "blocks": [block.to_data() for block in self.blocks],
         }

@@ -33,8 +33,9 @@ from firstrun.errors import DocsError, PolicyError, ProxyError, UsageError
 from firstrun.policy.hosts import HostPattern, canonical_host
 
 from .affordances import AffordanceFilter
+from .blocks import Block, extract, extract_markdown
 from .cache import CacheMode, DiskCache, Entry
-from .convert import charset_of, convert, media_type
+from .convert import HTML_TYPES, charset_of, convert, decode_text, media_type
 from .mirror import Mirror, MirrorTransport
 from .page import Page, ReadFailure
 from .politeness import Politeness
@@ -193,11 +194,13 @@ class DocsReader:
         if failure is None and media is None:
             failure = _Failed(error=ReadFailure.NOT_TEXT, detail=f"content type {content_type or 'unknown'}")
         converted = None
+        blocks: tuple[Block, ...] = ()
         if failure is None and media is not None:
             converted = convert(
                 body, media=media, charset=charset_of(content_type), url=walk.url_final,
                 max_chars=self._max_chars,
             )
+            blocks = _blocks(body, media=media, charset=charset_of(content_type), url=url)
         return Page(
             url_requested=url,
             url_final=walk.url_final,
@@ -208,6 +211,7 @@ class DocsReader:
             markdown=converted.markdown if converted else "",
             title=converted.title if converted else None,
             links=converted.links if converted else (),
+            blocks=blocks,
             from_cache=walk.from_cache,
             error=failure.error if failure else None,
             detail=failure.detail if failure else None,
@@ -391,6 +395,16 @@ class DocsReader:
             return _Failed(error=ReadFailure.UNREACHABLE, detail=_describe(exc))
         except (httpx.TransportError, httpx.DecodingError) as exc:
             return _Failed(error=ReadFailure.UNREACHABLE, detail=_describe(exc))
+
+
+def _blocks(body: bytes, *, media: str, charset: str | None, url: str) -> tuple[Block, ...]:
+    """The page's code blocks, filed under the URL asked for (the route's own name for it)."""
+    text = decode_text(body, charset)
+    if media in HTML_TYPES:
+        return extract(text, url=url)
+    if media == "text/markdown":
+        return extract_markdown(text, url=url)
+    return ()
 
 
 def _join(base: httpx.URL, location: str) -> str:
