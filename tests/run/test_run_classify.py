@@ -65,6 +65,10 @@ TABLE = [
     ([agent(AgentStop.FINISHED), check(0), disk(reached=True)], C.PASSED, R.PASSED),
     ([agent(AgentStop.FINISHED), check(1), disk(reached=False)], C.DOCS_GAP, R.CHECK_FAILED),
     ([agent(AgentStop.NO_REPLAY)], C.SKIPPED, R.NO_REPLAY),
+    # replay: docs stopped before a step whose value the task does not give,
+    # and a hand-written step no page shows: the task, not the docs, is judged.
+    ([agent(AgentStop.NEEDS_INPUT)], C.SKIPPED, R.NEEDS_INPUT),
+    ([agent(AgentStop.REPLAY_DRIFT)], C.SKIPPED, R.REPLAY_DRIFT),
     ([agent(AgentStop.REFUSED)], C.AGENT_REFUSAL, R.AGENT_REFUSED),
     ([agent(AgentStop.INFRA_ERROR)], C.INFRA_ERROR, R.AGENT_INFRA),
     ([agent(AgentStop.HARNESS_ERROR)], C.HARNESS_ERROR, R.HARNESS_ERROR),

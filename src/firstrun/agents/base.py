@@ -42,6 +42,10 @@ class AgentStop(StrEnum):
     # A replay step (or route page) the task's permission rules refuse: the
     # documented commands cannot be run as written under the task's own rules.
     PERMISSION_DENIED = "permission_denied"
+    # replay: docs reached a step with a placeholder the task gives no value for.
+    NEEDS_INPUT = "needs_input"
+    # A hand-written replay step matches no code block on the route: the task is stale.
+    REPLAY_DRIFT = "replay_drift"
     INFRA_ERROR = "infra_error"
     HARNESS_ERROR = "harness_error"
 

@@ -12,6 +12,8 @@ rules is the order below, and the first that applies decides:
 3. the agent stopped for an infrastructure reason     -> infra_error
 4. replay with no replay block                        -> skipped
 5. replay stopped by the task's permission rules      -> skipped (permission_denied)
+   replay: docs stopped before a step needing a value  -> skipped (needs_input)
+   a hand-written replay step no route block shows     -> skipped (replay_drift)
 6. the agent refused                                  -> agent_refusal
 7. otherwise the check alone decides: exit 0          -> passed
    non-zero: a spent budget                           -> budget_exhausted
@@ -79,6 +81,12 @@ in the docs, and the run says nothing about them either way, so it is
 task before it runs. A model agent is told of a refusal and may find another
 way, as it may around a blocked egress request, so its run is decided by
 the check like any other; the refusals are counted in its record.
+
+Needs input and drift (rule 5): a step that needs a value the task does not
+give cannot be typed as the page shows it, and a hand-written step that no
+page on the route shows means the task's copy and the docs have parted; a
+verdict either way would be about the task, not the docs, so both are
+``skipped`` with their own reason.
 """
 
 from __future__ import annotations
@@ -120,6 +128,8 @@ class RunReason(StrEnum):
     IMAGE_LACKS_LIBRARY = "image_lacks_library"
     NO_REPLAY = "no_replay"
     PERMISSION_DENIED = "permission_denied"
+    NEEDS_INPUT = "needs_input"
+    REPLAY_DRIFT = "replay_drift"
     AGENT_REFUSED = "agent_refused"
     SETUP_FAILED = "setup_failed"
     SANDBOX_REFUSED = "sandbox_refused"
@@ -170,6 +180,10 @@ def classify_run(events: Sequence[Event]) -> Outcome:
         if finished.stop is AgentStop.PERMISSION_DENIED:
             return Outcome(classification=Classification.SKIPPED,
                            reason=RunReason.PERMISSION_DENIED)
+        if finished.stop is AgentStop.NEEDS_INPUT:
+            return Outcome(classification=Classification.SKIPPED, reason=RunReason.NEEDS_INPUT)
+        if finished.stop is AgentStop.REPLAY_DRIFT:
+            return Outcome(classification=Classification.SKIPPED, reason=RunReason.REPLAY_DRIFT)
         if finished.stop is AgentStop.REFUSED:
             return Outcome(classification=Classification.AGENT_REFUSAL, reason=RunReason.AGENT_REFUSED)
     check = next((e for e in events if isinstance(e, CheckFinished)), None)
