@@ -66,7 +66,7 @@ def bare_loop(runs: int) -> float:
         try:
             env = {**os.environ, "HOME": os.path.join(work, ".home"), "TMPDIR": work}
             os.mkdir(env["HOME"])
-            for command in (*task.spec.setup, *task.spec.replay, check):
+            for command in (*task.spec.setup, *(s.run for s in task.spec.replay_steps), check):
                 subprocess.run(["bash", "-c", command], cwd=work, env=env, check=True,
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         finally:

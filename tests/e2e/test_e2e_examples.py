@@ -59,7 +59,7 @@ def test_the_replay_reads_the_route_then_runs_the_documented_commands(
     assert all(r["route"] and r["page"]["status"] == 200 for r in reads)
     assert [p["url_final"] for p in run["pages"]] == list(task.docs_route)
     commands = events(trace, "command", source="agent")
-    assert [c["command"] for c in commands] == list(task.spec.replay)
+    assert [c["command"] for c in commands] == [s.run for s in task.spec.replay_steps]
     assert all(c["exit_code"] == 0 for c in commands)
     # Every page is read before the first command runs.
     kinds = [e["kind"] for e in trace if e["kind"] in ("docs_read", "command")]

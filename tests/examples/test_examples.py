@@ -43,7 +43,7 @@ def test_every_example_directory_is_listed_and_every_listed_one_exists() -> None
 
 def test_there_is_a_python_and_a_node_example() -> None:
     images = {load_task(e.task_path).spec.image for e in EXAMPLES}
-    replays = [" ".join(load_task(e.task_path).spec.replay) for e in EXAMPLES]
+    replays = [" ".join(s.run for s in load_task(e.task_path).spec.replay_steps) for e in EXAMPLES]
     assert "node:22-slim" in images
     assert any("pip install" in r for r in replays)
     assert any("npm install" in r for r in replays)
@@ -84,7 +84,7 @@ def test_the_replay_is_exactly_the_documented_commands_and_files(example) -> Non
                 shell.add(code.get_text())
             elif any(c in classes for c in ("language-python", "language-js")):
                 files.add(code.get_text())
-    for step in task.spec.replay:
+    for step in (s.run for s in task.spec.replay_steps):
         heredoc = HEREDOC.match(step)
         if heredoc:
             assert heredoc["body"] in files, f"{step!r} writes a file the docs do not show"

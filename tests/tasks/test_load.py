@@ -8,6 +8,7 @@ import pytest
 
 from firstrun.errors import TaskError, UsageError
 from firstrun.tasks.load import expand_task_paths, load_task, load_tasks, read_task
+from firstrun.tasks.model import DocsReplay, ReplayStep
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tasks"
 VALID = FIXTURES / "valid"
@@ -71,6 +72,14 @@ INVALID_EXPECTED = {
         "image: '--privileged' is not an image reference (NAME[:TAG][@DIGEST], a lowercase "
         "name such as python:3.11-slim or registry.example:5000/team/tool:1.2)",
     ),
+    "replay-word.yaml": (
+        5,
+        "replay: expected 'docs', a mapping {from: docs, values, skip} or a list of steps, got 'doc'",
+    ),
+    "replay-docs-typo.yaml": (7, "unknown key 'valeus' in replay; did you mean 'values'?"),
+    "replay-skip-off-route.yaml": (
+        6, "replay: replay.skip names https://docs.example.org/other, which is not a page of docs.path"),
+    "replay-step-blank-mark.yaml": (8, "replay[1].undocumented: must not be empty"),
     "top-level-list.yaml": (
         1,
         "the top level must be a mapping of keys (name, goal, docs, success, ...)",
@@ -192,6 +201,25 @@ def test_quickstarted_leniencies_mean_what_they_meant(write_task) -> None:
     assert task.spec.success.script is None
     assert task.spec.success.expect_output is not None
     assert task.spec.success.expect_output.contains == ("42",)
+
+
+def test_replay_docs_in_each_form_and_the_hand_written_list(write_task) -> None:
+    head = "name: t\ngoal: g\ndocs:\n  path: [https://d.example/a]\nsuccess:\n  script: test -f x\n"
+    word = load_task(write_task(head + "replay: docs\n")).spec
+    assert word.replay_docs == DocsReplay(source="docs") and word.replay_steps == ()
+    full = load_task(write_task(head + (
+        "replay:\n  from: docs\n  values: {your-api-key: k3y, PORT: 8080}\n"
+        "  skip: [{page: 'https://d.example/a', block: 2}]\n"))).spec.replay_docs
+    assert full is not None and full.values == (("your-api-key", "k3y"), ("PORT", "8080"))
+    assert full.value("<your-api-key>") == "k3y" and full.value("${PORT}") == "8080"
+    assert full.value("YOUR_TOKEN") is None
+    assert full.skips("https://d.example/a", 2) and not full.skips("https://d.example/a", 1)
+    steps = load_task(write_task(head + (
+        "replay:\n  - ' ls '\n  - ''\n  - run: touch ready\n    undocumented: the guide assumes it\n"
+    ))).spec
+    assert steps.replay_docs is None
+    assert steps.replay_steps == (ReplayStep(run="ls"),
+                                  ReplayStep(run="touch ready", undocumented="the guide assumes it"))
 
 
 def test_check_file_is_held_in_memory(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from firstrun.policy.permissions import PermissionDecision
-from firstrun.tasks.model import Budgets
+from firstrun.tasks.model import Budgets, DocsReplay, ReplayStep
 
 if TYPE_CHECKING:
     # Type-only: an agent reads the data the toolbelt hands it and never
@@ -106,8 +106,17 @@ class Brief:
     docs_route: tuple[str, ...]
     docs_hosts: tuple[str, ...]
     budgets: Budgets
-    replay: tuple[str, ...]
+    replay: tuple[ReplayStep, ...]
+    replay_docs: DocsReplay | None = None
     max_spend: Decimal | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Origin:
+    """Where a replay step comes from: a route page and its code block's index there."""
+
+    page: str
+    block: int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,8 +143,11 @@ class TurnRecord:
 
 
 class Toolbelt(Protocol):
-    def bash(self, command: str, *, timeout: float | None = None) -> ExecResult:
+    def bash(self, command: str, *, timeout: float | None = None,
+             origin: Origin | None = None) -> ExecResult:
         """Run ``command`` under bash in the workspace; recorded as an agent command.
+
+        ``origin`` is recorded with it: the page and block a replay step came from.
 
         ``timeout`` can only shorten the task's per-command limit and the
         time left in the wall budget. Raises ``BudgetExhausted`` when no

@@ -1,27 +1,35 @@
 """The replay agent: the documented commands, run as written, with no model.
 
 Guarantee: a replay run reads the task's documented route page by page, in
-order (so the run records the pages a reader would read), then runs the
-task's ``replay`` steps in order in the session and stops at the first step
-that exits non-zero. It never retries, edits or skips a step, so a failure
-is the documentation's commands failing, not an agent's choice. A task
-without a ``replay`` block stops at once with ``NO_REPLAY`` (the run is
-``skipped``: there is nothing to replay, which says nothing about the docs).
+order, and runs its steps in the session, stopping at the first step that
+exits non-zero. It never retries, edits or reorders a step, so a failure is
+the documentation's commands failing, not an agent's choice.
 
-Turns: one replay step is one turn; reading the route is not, because every
-replay run reads the whole route and a page count is not a choice the agent
-made. ``max_turns`` smaller than the number of steps stops the run with
-``BUDGET_EXHAUSTED`` before the first step past it. The wall budget is the
-toolbelt's to enforce, and ends the run the same way.
+``replay: docs``: the steps are the route's own code blocks, page by page as
+each is read: a shell block's commands run, a file block is written to its
+file inside the workspace through the session, each recorded with the page
+and block it came from (``Origin``). Blocks the page marks to skip, or the
+task's ``skip`` names, do not run. A step whose placeholder the task gives no
+value for stops the run before it (``NEEDS_INPUT``); a route with no step at
+all is ``NO_REPLAY``. A failure names its page and block.
 
-Permission rules apply to replay as to any agent: the task author's rules
-are about what gets run, whoever types it. A route page or a step they
-refuse stops the replay with ``PERMISSION_DENIED`` before it runs, because
-replay may not swap in another command; the run is then ``skipped``
-(``firstrun.run.classify`` says why).
+Hand-written steps run in order after the whole route is read. A task
+without a ``replay`` block stops at once with ``NO_REPLAY``.
+
+Turns: one step is one turn; reading a page is not. ``max_turns`` smaller
+than the number of steps stops the run with ``BUDGET_EXHAUSTED`` before the
+first step past it. Permission rules apply as to any agent: a route page or
+a step they refuse stops the replay with ``PERMISSION_DENIED`` before it runs.
 """
 
 from __future__ import annotations
+
+import posixpath
+import re
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from firstrun.agents.base import (
     AgentResult,
@@ -30,8 +38,27 @@ from firstrun.agents.base import (
     Budget,
     BudgetExhausted,
     CallRefused,
+    Origin,
     Toolbelt,
 )
+from firstrun.tasks.model import DocsReplay, ReplayStep
+
+if TYPE_CHECKING:
+    # Type-only: the blocks arrive as data on the pages the toolbelt hands back.
+    from firstrun.docs.blocks import Block
+    from firstrun.docs.page import Page
+
+
+@dataclass(frozen=True, kw_only=True)
+class DocsStep:
+    """One step taken from a code block: a command, or a file block's write."""
+
+    origin: Origin
+    command: str
+    placeholders: tuple[str, ...]
+
+    def where(self) -> str:
+        return f"{self.origin.page} block {self.origin.block}"
 
 
 class ReplayAgent:
@@ -39,39 +66,130 @@ class ReplayAgent:
     model: str | None = None
 
     def run(self, brief: Brief, tools: Toolbelt) -> AgentResult:
-        if not brief.replay:
+        if brief.replay_docs is None and not brief.replay:
             return AgentResult(stop=AgentStop.NO_REPLAY, detail="the task has no replay block")
-        turns = 0
+        run = _Run(brief, tools)
         try:
-            for url in brief.docs_route:
-                try:
-                    tools.read_docs(url)
-                except CallRefused as exc:
-                    why = exc.decision.explain()
-                    return AgentResult(stop=AgentStop.PERMISSION_DENIED, turns=turns,
-                                       detail=f"route page {url} not read, {why}")
-            for number, step in enumerate(brief.replay, start=1):
-                if turns >= brief.budgets.max_turns:
-                    raise BudgetExhausted(
-                        Budget.MAX_TURNS,
-                        f"max_turns {brief.budgets.max_turns} reached before step {number}",
-                    )
-                turns += 1
-                try:
-                    result = tools.bash(step)
-                except CallRefused as exc:
-                    why = exc.decision.explain()
-                    return AgentResult(stop=AgentStop.PERMISSION_DENIED, turns=turns,
-                                       detail=f"step {number} not run, {why}: {step}")
-                if result.exit_code != 0:
-                    how = "timed out" if result.timed_out else f"exited {result.exit_code}"
-                    return AgentResult(
-                        stop=AgentStop.STEP_FAILED,
-                        turns=turns,
-                        detail=f"step {number} {how}: {step}",
-                    )
+            if brief.replay_docs is not None:
+                return run.from_docs(brief.replay_docs)
+            return run.hand_written(brief.replay)
+        except _Stopped as stopped:
+            return stopped.result
         except BudgetExhausted as exc:
-            return AgentResult(
-                stop=AgentStop.BUDGET_EXHAUSTED, turns=turns, detail=f"{exc.budget}: {exc.detail}"
-            )
-        return AgentResult(stop=AgentStop.FINISHED, turns=turns)
+            return AgentResult(stop=AgentStop.BUDGET_EXHAUSTED, turns=run.turns,
+                               detail=f"{exc.budget}: {exc.detail}")
+
+
+class _Stopped(Exception):
+    def __init__(self, result: AgentResult) -> None:
+        self.result = result
+
+
+class _Run:
+    def __init__(self, brief: Brief, tools: Toolbelt) -> None:
+        self.brief = brief
+        self.tools = tools
+        self.turns = 0
+
+    def read(self, url: str) -> Page:
+        try:
+            return self.tools.read_docs(url)
+        except CallRefused as exc:
+            why = exc.decision.explain()
+            raise _Stopped(AgentResult(stop=AgentStop.PERMISSION_DENIED, turns=self.turns,
+                                       detail=f"route page {url} not read, {why}")) from None
+
+    def step(self, command: str, *, what: str, origin: Origin | None = None) -> None:
+        if self.turns >= self.brief.budgets.max_turns:
+            raise BudgetExhausted(Budget.MAX_TURNS,
+                                  f"max_turns {self.brief.budgets.max_turns} reached before {what}")
+        self.turns += 1
+        try:
+            result = self.tools.bash(command, origin=origin)
+        except CallRefused as exc:
+            why = exc.decision.explain()
+            raise _Stopped(AgentResult(stop=AgentStop.PERMISSION_DENIED, turns=self.turns,
+                                       detail=f"{what} not run, {why}: {command}")) from None
+        if result.exit_code != 0:
+            how = "timed out" if result.timed_out else f"exited {result.exit_code}"
+            raise _Stopped(AgentResult(stop=AgentStop.STEP_FAILED, turns=self.turns,
+                                       detail=f"{what} {how}: {_first_line(command)}"))
+
+    def from_docs(self, replay: DocsReplay) -> AgentResult:
+        taken = 0
+        for url in self.brief.docs_route:
+            page = self.read(url)
+            if not page.ok:
+                raise _Stopped(AgentResult(
+                    stop=AgentStop.STEP_FAILED, turns=self.turns,
+                    detail=f"route page {url} could not be read ({page.error}: {page.detail}), "
+                    "so its steps could not be taken"))
+            for step in docs_steps(page.blocks, replay):
+                missing = [p for p in step.placeholders if replay.value(p) is None]
+                if missing:
+                    raise _Stopped(AgentResult(
+                        stop=AgentStop.NEEDS_INPUT, turns=self.turns,
+                        detail=f"{step.where()} needs a value for {', '.join(missing)}; "
+                        "give it under replay.values"))
+                taken += 1
+                self.step(step.command, what=step.where(), origin=step.origin)
+        if not taken:
+            return AgentResult(stop=AgentStop.NO_REPLAY, turns=self.turns,
+                               detail="the route's pages show no shell or file block to replay")
+        return AgentResult(stop=AgentStop.FINISHED, turns=self.turns)
+
+    def hand_written(self, steps: Sequence[ReplayStep]) -> AgentResult:
+        for url in self.brief.docs_route:
+            self.read(url)
+        for number, step in enumerate(steps, start=1):
+            self.step(step.run, what=f"step {number}")
+        return AgentResult(stop=AgentStop.FINISHED, turns=self.turns)
+
+
+def docs_steps(blocks: Sequence[Block], replay: DocsReplay) -> list[DocsStep]:
+    """The steps of one page's blocks, in order, with the task's values filled in."""
+    steps = []
+    for block in blocks:
+        if block.skip or replay.skips(block.page, block.index):
+            continue
+        origin = Origin(page=block.page, block=block.index)
+        if block.kind == "shell":
+            for step in block.steps:
+                missing = tuple(p for p in step.placeholders if replay.value(p) is None)
+                steps.append(DocsStep(origin=origin, command=_filled(step.command, replay),
+                                      placeholders=missing))
+        elif block.kind == "file" and block.file is not None:
+            missing = tuple(p for p in block.placeholders if replay.value(p) is None)
+            steps.append(DocsStep(origin=origin, placeholders=missing,
+                                  command=write_command(block.file, _filled(block.content, replay))))
+    return steps
+
+
+def write_command(file: str, content: str) -> str:
+    """A command that writes ``content`` to ``file`` in the working directory, and nowhere else.
+
+    A name that leaves the workspace (absolute, ``~``, a ``..`` part) is
+    written as its last part, so the page's file still exists for the next
+    step that names it by that part, and nothing outside is touched.
+    """
+    parts = [p for p in file.removeprefix("~/").split("/") if p not in ("", ".")]
+    if file.startswith(("/", "~")) or ".." in parts:
+        parts = parts[-1:]
+    path = posixpath.join(*parts) if parts else "file"
+    folder = posixpath.dirname(path)
+    make = f"mkdir -p -- {shlex.quote(folder)} && " if folder else ""
+    return f"{make}printf '%s' {shlex.quote(content)} > {shlex.quote(path)}"
+
+
+def _filled(text: str, replay: DocsReplay) -> str:
+    for name, value in replay.values:
+        for form in (f"<{name}>", f"${{{name}}}", f"${name}"):
+            text = text.replace(form, value)
+        if re.fullmatch(r"(?:YOUR|MY)_\w+|your[-_][\w-]+", name):
+            text = re.sub(rf"(?<![\w$<-]){re.escape(name)}(?![\w>-])", lambda _m, v=value: v, text)
+    return text
+
+
+def _first_line(text: str) -> str:
+    lines = text.strip().split("\n")
+    return lines[0] + (" ..." if len(lines) > 1 else "")

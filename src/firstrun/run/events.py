@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 # Defined beside the agents that return it; a trace names the same values.
-from firstrun.agents.base import AgentStop
+from firstrun.agents.base import AgentStop, Origin
 from firstrun.policy.permissions import PermissionDecision, PermissionMode, PermissionReason, PermissionVerdict
 
 
@@ -70,6 +70,8 @@ class CommandRan(Event):
     truncated: bool = False
     # What the boundary refused while it ran, as the agent was told it.
     refusals: list[str] = field(default_factory=list)
+    # replay: docs: the route page and code block this step came from.
+    origin: Origin | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

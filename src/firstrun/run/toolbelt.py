@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from firstrun.agents.base import Budget, BudgetExhausted, CallRefused, TurnRecord
+from firstrun.agents.base import Budget, BudgetExhausted, CallRefused, Origin, TurnRecord
 from firstrun.docs import DocsReader, Page
 from firstrun.policy.permissions import BASH, READ_DOCS, PermissionMode, PermissionVerdict, RuleSet, decide
 from firstrun.run.events import (
@@ -92,7 +92,8 @@ class RunToolbelt:
         if decision.verdict is not PermissionVerdict.ALLOW:
             raise CallRefused(tool=tool, argument=argument, decision=decision)
 
-    def bash(self, command: str, *, timeout: float | None = None) -> ExecResult:
+    def bash(self, command: str, *, timeout: float | None = None,
+             origin: Origin | None = None) -> ExecResult:
         left = self._remaining()
         self._permit(BASH, command)
         limit = min(self._max_command_seconds, left if timeout is None else min(timeout, left))
@@ -112,6 +113,7 @@ class RunToolbelt:
                 stderr=result.stderr.text(),
                 truncated=result.stdout.truncated or result.stderr.truncated,
                 refusals=list(result.refusals),
+                origin=origin,
             )
         )
         if result.timed_out and cut_by_budget:

@@ -178,8 +178,8 @@ def _permissions(task: Task) -> list[Finding]:
         return []
     calls = [(READ_DOCS, url, key, f"route page {url}")
              for url, key in zip(task.docs_route, _route_keys(task), strict=True)]
-    calls += [(BASH, step, ("replay", i), f"replay step {i + 1}")
-              for i, step in enumerate(task.spec.replay)]
+    calls += [(BASH, step.run, ("replay", i), f"replay step {i + 1}")
+              for i, step in enumerate(task.spec.replay_steps)]
     findings = []
     for tool, argument, key, what in calls:
         decision = decide([rules], tool=tool, argument=argument, mode=PermissionMode.UNATTENDED)
@@ -316,7 +316,7 @@ def _environments(task: Task) -> list[Finding]:
     """
     if not task.check:
         return []
-    promised = "\n".join((*task.spec.setup, *task.spec.replay))
+    promised = "\n".join((*task.spec.setup, *(step.run for step in task.spec.replay_steps)))
     findings = []
     reported: set[str] = set()
     for match in _ENV_BIN.finditer(task.check):

@@ -40,7 +40,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from firstrun.errors import TaskError, UsageError
-from firstrun.tasks.model import RULE, KeyPath, Locations, Task, TaskSpec
+from firstrun.tasks.model import RULE, UNION_TAGS, KeyPath, Locations, Task, TaskSpec
 
 TASK_SUFFIXES = (".yaml", ".yml")
 
@@ -397,7 +397,7 @@ def validation_error(
 
 
 def _loc(err: ErrorDetails) -> KeyPath:
-    loc: KeyPath = tuple(err["loc"])
+    loc: KeyPath = tuple(part for part in err["loc"] if part not in UNION_TAGS)
     if err["type"] == RULE:
         key = (err.get("ctx") or {}).get("key")
         if key:

@@ -38,9 +38,11 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
     NonNegativeInt,
     PositiveInt,
+    Tag,
     WithJsonSchema,
     model_validator,
 )
@@ -579,6 +581,107 @@ class Extensions(_Model):
     )
 
 
+class ReplayStep(_Model):
+    """One hand-written replay step; ``undocumented`` marks it as shown by no page, on purpose."""
+
+    run: Annotated[str, AfterValidator(_non_blank)] = Field(description="The command, run under bash.")
+    undocumented: Annotated[str, AfterValidator(_non_blank)] | None = Field(
+        None,
+        description="Why no page of the route shows this step. A step without it that matches "
+        "no code block on the route is drift: 'validate' warns, and a replay run that meets it "
+        "is not evidence about the docs.",
+    )
+
+
+class BlockRef(_Model):
+    """One code block of the route: its page and its index among the page's blocks."""
+
+    page: HttpUrl = Field(description="A page of docs.path (or docs.entrypoint).")
+    block: NonNegativeInt = Field(description="The block's index on that page, counted from 0.")
+
+
+def _string_pairs(value: Any) -> Any:
+    if isinstance(value, dict):
+        return tuple((str(k), v if isinstance(v, str) else str(v)) for k, v in value.items())
+    raise rule("expected a mapping of NAME: value")
+
+
+class DocsReplay(_Model):
+    """``replay: docs``: the steps are the route's own code blocks, in route order."""
+
+    source: Literal["docs"] = Field(alias="from", description="Where the steps come from.")
+    values: Annotated[
+        tuple[tuple[str, str], ...],
+        BeforeValidator(_string_pairs),
+        WithJsonSchema({"type": "object", "additionalProperties": {"type": "string"}}),
+    ] = Field(
+        (),
+        description="A value for each placeholder the docs leave to the reader, by its name "
+        "without <>, $ or braces (<your-api-key>: your-api-key; $OPENAI_API_KEY: "
+        "OPENAI_API_KEY). A step with a placeholder given no value stops the run before it "
+        "(needs_input).",
+    )
+    skip: tuple[BlockRef, ...] = Field((), description="Blocks of the route not to run.")
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    def value(self, placeholder: str) -> str | None:
+        """The value given for ``placeholder`` as a page writes it, or None."""
+        name = placeholder_name(placeholder)
+        return next((v for k, v in self.values if k == name), None)
+
+    def skips(self, page: str, block: int) -> bool:
+        return any(ref.page == page and ref.block == block for ref in self.skip)
+
+
+def placeholder_name(placeholder: str) -> str:
+    """A placeholder's name as ``replay.values`` keys it: without <>, $ or braces."""
+    return placeholder.strip("<>").lstrip("$").strip("{}")
+
+
+def _replay(value: Any) -> Any:
+    if isinstance(value, str):
+        return DocsReplay(source="docs")
+    if isinstance(value, DocsReplay):
+        return value
+    # As quickstarted: surrounding whitespace dropped, blank commands skipped.
+    return tuple(ReplayStep(run=step.strip()) if isinstance(step, str) else step
+                 for step in value if not isinstance(step, str) or step.strip())
+
+
+def _replay_form(value: Any) -> str:
+    """Which form of ``replay`` this is, so an error speaks of that form alone."""
+    if isinstance(value, str):
+        return "replay-word"
+    return "replay-docs" if isinstance(value, dict) else "replay-steps"
+
+
+def _step_form(value: Any) -> str:
+    return "replay-step" if isinstance(value, dict) else "replay-command"
+
+
+def _docs_word(value: str) -> str:
+    if value.strip() != "docs":
+        raise rule(f"expected 'docs', a mapping {{from: docs, values, skip}} or a list of steps, "
+                   f"got {value!r}")
+    return value
+
+
+# Union tags never shown: the loader drops them from an error's location.
+UNION_TAGS = frozenset({"replay-word", "replay-docs", "replay-steps", "replay-step", "replay-command"})
+
+Replay = Annotated[
+    Annotated[str, AfterValidator(_docs_word), Tag("replay-word"),
+              WithJsonSchema({"const": "docs", "type": "string"})]
+    | Annotated[DocsReplay, Tag("replay-docs")]
+    | Annotated[tuple[Annotated[Annotated[str, Tag("replay-command")]
+                                | Annotated[ReplayStep, Tag("replay-step")],
+                                Discriminator(_step_form)], ...], Tag("replay-steps")],
+    Discriminator(_replay_form),
+    AfterValidator(_replay),
+]
+
+
 class TaskSpec(_Model):
     """A task file: a goal reached from the documentation alone, and a check that decides."""
 
@@ -592,10 +695,12 @@ class TaskSpec(_Model):
     docs: Docs
     success: Success
     setup: Commands = Field((), description="Commands run before the agent starts.")
-    replay: Commands = Field(
+    replay: Replay = Field(
         (),
         description=(
-            "The documented commands, run in order by --agent replay; the first failure stops."
+            "What --agent replay runs, in order; the first failure stops. 'docs' (or "
+            "{from: docs, values, skip}): the route's own shell and file blocks. A list: "
+            "hand-written commands, each a string or {run, undocumented}."
         ),
     )
     network: Network = Network()
@@ -608,6 +713,27 @@ class TaskSpec(_Model):
     )
 
     _blank_is_absent: ClassVar[frozenset[str]] = frozenset({"image"})
+
+    @model_validator(mode="after")
+    def _skips_on_route(self) -> TaskSpec:
+        if isinstance(self.replay, DocsReplay):
+            route = self.docs.route
+            for ref in self.replay.skip:
+                if ref.page not in route:
+                    raise rule(f"replay.skip names {ref.page}, which is not a page of docs.path",
+                               key="replay")
+        return self
+
+    @property
+    def replay_steps(self) -> tuple[ReplayStep, ...]:
+        """The hand-written replay steps; none under ``replay: docs``."""
+        return () if isinstance(self.replay, DocsReplay) else tuple(
+            step for step in self.replay if isinstance(step, ReplayStep))
+
+    @property
+    def replay_docs(self) -> DocsReplay | None:
+        """``replay: docs`` and its values and skips, or None for a hand-written replay."""
+        return self.replay if isinstance(self.replay, DocsReplay) else None
 
 
 KeyPath = tuple[str | int, ...]
