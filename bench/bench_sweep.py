@@ -54,6 +54,18 @@ def _example():
     return load_task(find_example("python-tabulate").task_path)
 
 
+def _replay_commands(task) -> list[str]:
+    """The commands ``replay: docs`` takes from the example's bundled pages, in route order."""
+    from firstrun.agents.replay import docs_steps
+    from firstrun.docs.blocks import extract
+    from firstrun.examples import find_example
+
+    docs = find_example("python-tabulate").docs_dir
+    return [step.command for url in task.docs_route
+            for step in docs_steps(extract((docs / url.rsplit("/", 1)[1]).read_text(), url=url),
+                                   task.spec.replay_docs)]
+
+
 def bare_loop(runs: int) -> float:
     """Seconds for ``runs`` bare runs: each replay command then the check, in a fresh directory."""
     from firstrun.run.check import build_check_script, check_port
@@ -66,7 +78,7 @@ def bare_loop(runs: int) -> float:
         try:
             env = {**os.environ, "HOME": os.path.join(work, ".home"), "TMPDIR": work}
             os.mkdir(env["HOME"])
-            for command in (*task.spec.setup, *(s.run for s in task.spec.replay_steps), check):
+            for command in (*task.spec.setup, *_replay_commands(task), check):
                 subprocess.run(["bash", "-c", command], cwd=work, env=env, check=True,
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         finally:

@@ -48,7 +48,7 @@ def test_one_suite_runs_every_example_and_each_passes(out: Path) -> None:
 
 
 @pytest.mark.parametrize("example", list_examples(), ids=lambda e: e.name)
-def test_the_replay_reads_the_route_then_runs_the_documented_commands(
+def test_the_replay_runs_the_route_pages_blocks_each_naming_its_page_and_block(
     out: Path, example
 ) -> None:
     run = runs_by_task(out)[example.name]
@@ -58,12 +58,22 @@ def test_the_replay_reads_the_route_then_runs_the_documented_commands(
     assert [r["page"]["url_requested"] for r in reads] == list(task.docs_route)
     assert all(r["route"] and r["page"]["status"] == 200 for r in reads)
     assert [p["url_final"] for p in run["pages"]] == list(task.docs_route)
+    # Every shell and file block of the route ran, in route order, each after
+    # its page was read and recorded with the page and block it came from.
+    documented = [(r["page"]["url_requested"], b["index"], step["command"])
+                  for r in reads for b in r["page"]["blocks"] if b["kind"] == "shell"
+                  for step in b["steps"]]
+    files = [(r["page"]["url_requested"], b["index"]) for r in reads for b in r["page"]["blocks"]
+             if b["kind"] == "file"]
     commands = events(trace, "command", source="agent")
-    assert [c["command"] for c in commands] == [s.run for s in task.spec.replay_steps]
     assert all(c["exit_code"] == 0 for c in commands)
-    # Every page is read before the first command runs.
-    kinds = [e["kind"] for e in trace if e["kind"] in ("docs_read", "command")]
-    assert kinds == ["docs_read"] * len(reads) + ["command"] * (len(kinds) - len(reads))
+    ran = [(c["origin"]["page"], c["origin"]["block"]) for c in commands]
+    assert ran == sorted(ran, key=lambda o: (task.docs_route.index(o[0]), o[1]))
+    assert [(p, b, c["command"]) for (p, b), c in zip(ran, commands, strict=True)
+            if (p, b) not in files] == documented
+    assert [o for o in ran if o in files] == files and len(files) == 1
+    seqs = {e["page"]["url_requested"]: e["seq"] for e in reads}
+    assert all(seqs[c["origin"]["page"]] < c["seq"] for c in commands)
 
 
 @pytest.mark.parametrize("example", list_examples(), ids=lambda e: e.name)
