@@ -24,6 +24,7 @@ a step they refuse stops the replay with ``PERMISSION_DENIED`` before it runs.
 
 from __future__ import annotations
 
+import difflib
 import posixpath
 import re
 import shlex
@@ -49,6 +50,13 @@ if TYPE_CHECKING:
     from firstrun.docs.page import Page
 
 
+_HEREDOC_WRITE = re.compile(
+    r"""^cat\s+(?:>\s*(?P<a>\S+)\s+<<-?\s*(?P<qa>['"]?)(?P<da>[\w.-]+)(?P=qa)"""
+    r"""|<<-?\s*(?P<qb>['"]?)(?P<db>[\w.-]+)(?P=qb)\s+>\s*(?P<b>\S+))\s*\n(?P<body>.*)\n(?P<end>[\w.-]+)$""",
+    re.DOTALL,
+)
+
+
 @dataclass(frozen=True, kw_only=True)
 class DocsStep:
     """One step taken from a code block: a command, or a file block's write."""
@@ -59,6 +67,21 @@ class DocsStep:
 
     def where(self) -> str:
         return f"{self.origin.page} block {self.origin.block}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Drift:
+    """A hand-written step that matches no code block on the route, and the nearest one."""
+
+    number: int
+    step: str
+    nearest: Block | None
+
+    def describe(self) -> str:
+        near = (f"; nearest: {self.nearest.page} block {self.nearest.index}: "
+                f"{_first_line(self.nearest.text)}" if self.nearest is not None
+                else "; the route shows no code block")
+        return f"step {self.number} matches no code block on the route: {_first_line(self.step)}{near}"
 
 
 class ReplayAgent:
@@ -188,6 +211,44 @@ def _filled(text: str, replay: DocsReplay) -> str:
         if re.fullmatch(r"(?:YOUR|MY)_\w+|your[-_][\w-]+", name):
             text = re.sub(rf"(?<![\w$<-]){re.escape(name)}(?![\w>-])", lambda _m, v=value: v, text)
     return text
+
+
+def drift(steps: Sequence[ReplayStep], blocks: Sequence[Block]) -> list[Drift]:
+    """The hand-written steps, not marked undocumented, that match no block in ``blocks``.
+
+    A step matches a block when it is one of the block's commands, when its
+    text is in the block's text (whitespace aside), or when it writes by a
+    heredoc exactly the block's text.
+    """
+    found = []
+    for number, step in enumerate(steps, start=1):
+        if step.undocumented is None and not any(matches(step.run, b) for b in blocks):
+            found.append(Drift(number=number, step=step.run, nearest=nearest(step.run, blocks)))
+    return found
+
+
+def matches(step: str, block: Block) -> bool:
+    text = _squeeze(step)
+    if any(_squeeze(s.command) == text for s in block.steps):
+        return True
+    if text and text in _squeeze(block.text):
+        return True
+    heredoc = _HEREDOC_WRITE.match(step.strip())
+    if heredoc is not None and heredoc.group("end") == (heredoc.group("da") or heredoc.group("db")):
+        return _squeeze(heredoc.group("body")) == _squeeze(block.text)
+    return False
+
+
+def nearest(step: str, blocks: Sequence[Block]) -> Block | None:
+    """The block whose text is most like ``step``'s, or None when there are none."""
+    if not blocks:
+        return None
+    text = _squeeze(step)
+    return max(blocks, key=lambda b: difflib.SequenceMatcher(None, text, _squeeze(b.text)).ratio())
+
+
+def _squeeze(text: str) -> str:
+    return "\n".join(" ".join(line.split()) for line in text.strip().split("\n") if line.strip())
 
 
 def _first_line(text: str) -> str:

@@ -321,13 +321,20 @@ def _add_task_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[
         help="lint task files",
         description="Lint task files: invalid fields, checks that cannot fail or fail in silence, "
         "'serve' with no criterion, environments nothing creates, and (with --check-urls) "
-        "unreachable docs pages. Exit status 1 if any finding is an error, 3 if no task file was found.",
+        "unreachable docs pages. A task's replay is compared with its route's pages when they can "
+        "be read offline (a bundled example, --docs-mirror) or --check-urls is given: drift, and "
+        "what replay: docs will run. Exit status 1 if any finding is an error, 3 if no task file "
+        "was found.",
         allow_abbrev=False,
     )
     validate.add_argument("tasks", nargs="*", metavar="TASK",
                           help="task files, directories or globs (default: tasks/)")
     validate.add_argument("--check-urls", action="store_true",
                           help="also fetch every page of each documented route")
+    validate.add_argument("--docs-mirror", dest="docs_mirrors", action="append", default=[],
+                          metavar="HOST=SRC",
+                          help="read docs host HOST from directory SRC or a loopback server URL, "
+                               "as run does; repeatable")
     validate.add_argument("--format", dest="validate_format", choices=("text", "json", "github"),
                           default="text",
                           help="text (one line per finding), json (a list of findings) or github "
@@ -512,9 +519,14 @@ def _cmd_schema(_args: argparse.Namespace, _argv: Sequence[str]) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace, _argv: Sequence[str]) -> int:
+    from firstrun.cli.route_check import route_findings
+    from firstrun.docs import parse_mirrors
     from firstrun.tasks.cli_support import validate_paths
 
-    findings, code = validate_paths(args.tasks, check_urls=args.check_urls)
+    mirrors = parse_mirrors(args.docs_mirrors)
+    findings, code = validate_paths(
+        args.tasks, check_urls=args.check_urls,
+        also=lambda task: route_findings(task, mirrors=mirrors, online=args.check_urls))
     if args.validate_format == "json":
         print(json.dumps([finding.to_data() for finding in findings], indent=2))
     elif args.validate_format == "github":

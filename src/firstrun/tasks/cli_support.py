@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import ssl
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import httpx
 
@@ -37,16 +37,18 @@ def validate_paths(
     *,
     check_urls: bool = False,
     client: httpx.Client | None = None,
+    also: Callable[[Task], list[Finding]] | None = None,
 ) -> tuple[list[Finding], int]:
     """Lint every task named by ``paths`` (files, directories, globs; none means ``tasks/``).
 
     ``check_urls`` also fetches each documented page, with ``client`` when
     given (the caller keeps it open and closes it) or else with
-    ``url_check_client()``, opened and closed here.
+    ``url_check_client()``, opened and closed here. ``also`` gives each
+    loaded task's further findings (the CLI's comparison with the docs).
     """
     if check_urls and client is None:
         with url_check_client() as owned:
-            return validate_paths(paths, check_urls=True, client=owned)
+            return validate_paths(paths, check_urls=True, client=owned, also=also)
     files, unmatched = expand_task_paths(paths)
     findings = [
         Finding(
@@ -77,6 +79,8 @@ def validate_paths(
         findings.extend(lint_task(task))
         if check_urls and client is not None:
             findings.extend(check_docs_urls(task, client))
+        if also is not None:
+            findings.extend(also(task))
     findings.extend(
         Finding(
             severity=Severity.ERROR,

@@ -66,6 +66,13 @@ class Code(StrEnum):
     REPLAY_REFUSED = "replay_refused_by_permissions"
     CHECK_SHARED = "check_shares_agent_processes"
     TCP_RULE = "tcp_rule"
+    # Judged against the route's pages (``firstrun.cli.route_check``), when they can be read.
+    REPLAY_DRIFT = "replay_drift"
+    REPLAY_NEEDS_INPUT = "replay_needs_input"
+    REPLAY_NOTHING_TO_RUN = "replay_nothing_to_run"
+    REPLAY_NO_SUCH_BLOCK = "replay_no_such_block"
+    REPLAY_STEPS = "replay_steps"
+    ROUTE_NOT_READ = "route_not_read"
 
 
 # What ``firstrun init`` writes where the author must put their own words; a
