@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from firstrun.agents.base import Origin
 from firstrun.errors import UsageError
 from firstrun.reports.narrate import Style, narrate_file, trace_paths
 from firstrun.results.store import ResultsStore
@@ -48,7 +49,8 @@ def _write(path: Path, *, finished: bool = True) -> Path:
         "status": 404, "bytes": 0, "error": "http_error", "detail": "HTTP 404",
     }))
     trace.emit(_egress("pypi.org", "allow", "allowed_by_list"))
-    trace.emit(CommandRan(source=Source.AGENT, command="pip install hello", exit_code=0, duration_s=2.5))
+    trace.emit(CommandRan(source=Source.AGENT, command="pip install hello", exit_code=0, duration_s=2.5,
+                          origin=Origin(page="https://docs.test/start/", block=1)))
     trace.emit(_egress("evil.test", "deny", "not_allowed"))
     trace.emit(CommandRan(source=Source.AGENT, command="curl https://evil.test", exit_code=56,
                           duration_s=0.25, stderr="curl: (56) CONNECT tunnel failed, response 403\n"))
@@ -70,6 +72,7 @@ def test_every_event_is_told_in_order(tmp_path: Path) -> None:
         "docs read (documented route): https://docs.test/gone/: NOT READ, http_error: HTTP 404",
         "egress allowed (shell): CONNECT pypi.org:443: allowed_by_list",
         "[agent] $ pip install hello  -> exit 0 in 2.50s",
+        "from https://docs.test/start/ block 1",
         "egress BLOCKED (shell): CONNECT evil.test:443: not_allowed",
         "[agent] $ curl https://evil.test  -> exit 56 in 0.25s",
         "| curl: (56) CONNECT tunnel failed, response 403",

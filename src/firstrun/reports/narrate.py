@@ -184,6 +184,11 @@ def _command(e: Mapping[str, Any]) -> list[Line]:
                  Line(text=result, style=style)]
     else:
         lines = [Line(text=f"{head}  {result}", style=style)]
+    origin = e.get("origin")
+    if isinstance(origin, dict):
+        # replay: docs names the page and block each step came from.
+        lines.insert(1, Line(text=f"    from {origin.get('page')} block {origin.get('block')}",
+                             style=Style.DIM))
     # The check's output is told with its verdict (check_finished), not twice.
     if failed and e.get("source") != "check":
         lines += _tail(str(e.get("stdout") or ""), "stdout") + _tail(str(e.get("stderr") or ""), "stderr")
