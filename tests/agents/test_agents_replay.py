@@ -1,6 +1,8 @@
-"""The replay agent against a toolbelt that records calls: order, first failure, budgets."""
+"""The replay agent against a toolbelt that records calls: order, first failure, budgets, drift."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
@@ -13,7 +15,7 @@ from firstrun.agents import (
     make_agent,
 )
 from firstrun.agents.replay import write_command
-from firstrun.docs import Page
+from firstrun.docs import Page, ReadFailure
 from firstrun.docs.blocks import extract
 from firstrun.errors import UsageError
 from firstrun.sandbox.base import CappedOutput, ExecResult
@@ -96,6 +98,31 @@ def test_the_toolbelt_ending_the_wall_budget_ends_the_agent() -> None:
     assert result.detail.startswith("max_seconds")
 
 
+def test_a_step_no_page_shows_is_drift_and_nothing_runs() -> None:
+    tools = ScriptedTools(first='<pre><code class="language-bash">one\ntwo</code></pre>')
+    result = ReplayAgent().run(brief(("one", "tree")), tools)
+    assert result.stop is AgentStop.REPLAY_DRIFT and result.turns == 0
+    assert not [c for c in tools.calls if c[0] == "bash"]
+    assert result.detail == ("step 2 matches no code block on the route: tree; "
+                             "nearest: http://a.test/1 block 0: one ...")
+
+
+def test_a_step_marked_undocumented_is_not_drift() -> None:
+    tools = ScriptedTools()
+    marked = ReplayStep(run="touch ready", undocumented="the guide assumes a marker")
+    result = ReplayAgent().run(brief(("one", marked)), tools)
+    assert result.stop is AgentStop.FINISHED
+    assert ("bash", "touch ready") in tools.calls
+
+
+def test_a_heredoc_matches_the_file_block_it_writes() -> None:
+    html = ('<p>Save this as <code>app.py</code>:</p>\n'
+            '<pre><code class="language-python">print("hi")\nprint("bye")</code></pre>')
+    tools = ScriptedTools(first=html)
+    step = "cat > app.py <<'PY'\nprint(\"hi\")\nprint(\"bye\")\nPY"
+    assert ReplayAgent().run(brief((step,)), tools).stop is AgentStop.FINISHED
+
+
 KEYED = ('<pre><code class="language-console">$ export API_TOKEN=&lt;your-token&gt;\n'
          '$ curl -H "Authorization: $API_TOKEN" https://api.example/me\n{"ok": true}</code></pre>\n'
          '<p>Save this as <code>app.py</code>:</p><pre><code class="language-python">print(1)</code></pre>\n'
@@ -153,6 +180,17 @@ def test_a_file_block_is_written_inside_the_workspace(name: str, path: str) -> N
     command = write_command(name, "x\n")
     assert path in command and ".." not in command and "~" not in command
     assert " /" not in command
+
+
+def test_drift_is_not_judged_over_a_route_not_read_in_full() -> None:
+    class Unread(ScriptedTools):
+        def read_docs(self, url: str) -> Page:
+            page = super().read_docs(url)
+            return replace(page, error=ReadFailure.HTTP_ERROR, blocks=()) if url.endswith("/2") else page
+
+    tools = Unread()
+    assert ReplayAgent().run(brief(("one", "tree")), tools).stop is AgentStop.FINISHED
+    assert ("bash", "tree") in tools.calls
 
 
 def test_make_agent_knows_replay_and_names_the_flag_otherwise() -> None:

@@ -114,7 +114,8 @@ docs:
   path:
     - http://docs.greeter.test/
 replay:
-  - touch {marker}.started; bash -c 'exec -a {marker} sleep 600'
+  - run: touch {marker}.started; bash -c 'exec -a {marker} sleep 600'
+    undocumented: a test step, not the guide's
 success:
   script: |
     test -f never-made || qs_fail "the long step never finished"

@@ -37,8 +37,10 @@ docs:
   path:
     - http://docs.greeter.test/
 replay:
-  - curl -sS -o got.html -w '%{http_code}' http://denied.example/page > code.txt; true
-  - curl -sS -o docs.html http://docs.greeter.test/; true
+  - run: curl -sS -o got.html -w '%{http_code}' http://denied.example/page > code.txt; true
+    undocumented: a test step, not the guide's
+  - run: curl -sS -o docs.html http://docs.greeter.test/; true
+    undocumented: a test step, not the guide's
 success:
   script: |
     grep -q '^200$' code.txt || qs_fail "the page did not come back: $(cat code.txt)"
@@ -54,8 +56,10 @@ network:
   only:
     - pypi.org
 replay:
-  - curl -sS -o /dev/null -w '%{http_code}\\n' https://pypi.org/simple/tabulate/ >> codes.txt
-  - curl -sS -o /dev/null -w '%{http_code}\\n' https://deb.debian.org/debian/ >> codes.txt; true
+  - run: curl -sS -o /dev/null -w '%{http_code}\\n' https://pypi.org/simple/tabulate/ >> codes.txt
+    undocumented: a test step, not the guide's
+  - run: curl -sS -o /dev/null -w '%{http_code}\\n' https://deb.debian.org/debian/ >> codes.txt; true
+    undocumented: a test step, not the guide's
 success:
   script: |
     test "$(head -n1 codes.txt)" = 200 || qs_fail "pypi.org was not reachable"
@@ -77,8 +81,10 @@ firstrun:
     deny:
       - deb.debian.org
 replay:
-  - curl -sS -o /dev/null -w '%{http_code}\\n' https://pypi.org/simple/tabulate/ >> codes.txt
-  - curl -sS -o /dev/null -w '%{http_code}\\n' https://deb.debian.org/debian/ >> codes.txt; true
+  - run: curl -sS -o /dev/null -w '%{http_code}\\n' https://pypi.org/simple/tabulate/ >> codes.txt
+    undocumented: a test step, not the guide's
+  - run: curl -sS -o /dev/null -w '%{http_code}\\n' https://deb.debian.org/debian/ >> codes.txt; true
+    undocumented: a test step, not the guide's
 success:
   script: |
     test "$(head -n1 codes.txt)" = 200 || qs_fail "pypi.org was not reachable"

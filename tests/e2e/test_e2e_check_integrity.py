@@ -68,8 +68,10 @@ def test_a_process_left_to_plant_the_checks_file_finds_no_check(run_task, backen
     # table, then creates the file the check looks for. The install failed.
     record, workspace, trace = run_task("forge-check", r"""
         replay:
-          - (for i in $(seq 200); do if ps -eo args | grep -q '[q]s_fail'; then touch installed; fi; sleep 0.05; done) >/dev/null 2>&1 &
-          - echo "the installer failed"; false
+          - run: (for i in $(seq 200); do if ps -eo args | grep -q '[q]s_fail'; then touch installed; fi; sleep 0.05; done) >/dev/null 2>&1 &
+            undocumented: a test step, not the guide's
+          - run: echo "the installer failed"; false
+            undocumented: a test step, not the guide's
         success:
           script: |
             sleep 1
@@ -98,26 +100,28 @@ def test_a_spy_left_by_the_agent_never_sees_signals_or_touches_the_check(
         budgets:
           max_command_seconds: 120
         replay:
-          - |
-            (
-              a=CHECK; secret="$a-SECRET"; b=QS_SESSION; envname="${b}_LOG"
-              end=$((SECONDS + 100))
-              while [ "$SECONDS" -lt "$end" ]; do
-                for p in /proc/[0-9]*; do
-                  [ "$p" = "/proc/$BASHPID" ] && continue
-                  if grep -qa -- "$secret" "$p/cmdline" 2>/dev/null; then
-                    echo "cmdline of ${p#/proc/}" >> spy-leak
-                    kill -TERM "${p#/proc/}" 2>/dev/null && echo "signalled ${p#/proc/}" >> spy-leak
-                    echo forged > verdict
-                  fi
-                  if grep -qa -- "$envname" "$p/environ" 2>/dev/null; then
-                    echo "environ of ${p#/proc/}" >> spy-leak
-                  fi
+          - undocumented: a test step, not the guide's
+            run: |
+              (
+                a=CHECK; secret="$a-SECRET"; b=QS_SESSION; envname="${b}_LOG"
+                end=$((SECONDS + 100))
+                while [ "$SECONDS" -lt "$end" ]; do
+                  for p in /proc/[0-9]*; do
+                    [ "$p" = "/proc/$BASHPID" ] && continue
+                    if grep -qa -- "$secret" "$p/cmdline" 2>/dev/null; then
+                      echo "cmdline of ${p#/proc/}" >> spy-leak
+                      kill -TERM "${p#/proc/}" 2>/dev/null && echo "signalled ${p#/proc/}" >> spy-leak
+                      echo forged > verdict
+                    fi
+                    if grep -qa -- "$envname" "$p/environ" 2>/dev/null; then
+                      echo "environ of ${p#/proc/}" >> spy-leak
+                    fi
+                  done
+                  sleep 0.02
                 done
-                sleep 0.02
-              done
-            ) >/dev/null 2>&1 &
-          - echo "spy started"
+              ) >/dev/null 2>&1 &
+          - run: echo "spy started"
+            undocumented: a test step, not the guide's
         success:
           script: |
             : CHECK-SECRET
@@ -136,8 +140,10 @@ def test_a_harness_started_server_is_the_one_process_beside_the_check(
         run_task, backend: str) -> None:  # type: ignore[no-untyped-def]
     record, _, _ = run_task("serve-alone", r"""
         replay:
-          - (exec -a agent-leftover sleep 1000) >/dev/null 2>&1 &
-          - echo started
+          - run: (exec -a agent-leftover sleep 1000) >/dev/null 2>&1 &
+            undocumented: a test step, not the guide's
+          - run: echo started
+            undocumented: a test step, not the guide's
         success:
           serve: python3 -m http.server "$QS_PORT" --bind 127.0.0.1
           wait_http:
@@ -158,8 +164,10 @@ def test_wait_http_with_no_serve_checks_the_agents_server_and_says_shared(
     port = check_port("agent-server")
     record, _, trace = run_task("agent-server", f"""
         replay:
-          - nohup python3 -m http.server {port} --bind 127.0.0.1 >/dev/null 2>&1 &
-          - sleep 1
+          - run: nohup python3 -m http.server {port} --bind 127.0.0.1 >/dev/null 2>&1 &
+            undocumented: a test step, not the guide's
+          - run: sleep 1
+            undocumented: a test step, not the guide's
         success:
           wait_http:
             path: /
@@ -188,8 +196,10 @@ def test_a_program_planted_on_path_does_not_answer_for_the_check(
     try:
         record, workspace, _ = run_task("planted", f"""
             replay:
-              - mkdir -p bin {planted_tmp} && printf '{fake}' > bin/python3 && cp bin/python3 {planted_tmp}/python3 && chmod +x bin/python3 {planted_tmp}/python3
-              - python3 -c 'print("which?")'
+              - run: mkdir -p bin {planted_tmp} && printf '{fake}' > bin/python3 && cp bin/python3 {planted_tmp}/python3 && chmod +x bin/python3 {planted_tmp}/python3
+                undocumented: a test step, not the guide's
+              - run: python3 -c 'print("which?")'
+                undocumented: a test step, not the guide's
             success:
               script: |
                 test "$(python3 -c 'print(1 + 1)')" = 2 || qs_fail "python3 answered: $(python3 -c 'print(1 + 1)')"

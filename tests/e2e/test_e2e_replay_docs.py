@@ -8,6 +8,7 @@ judged by what the run saved.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -54,6 +55,21 @@ def _no_install(docs: Path) -> None:
     page.write_text(text.replace(INSTALL, ""))
 
 
+def _hand_written(root: Path, name: str, steps: list[str]) -> tuple[str, str]:
+    """A copy whose replay is a hand-written list, as quickstarted's task files have it."""
+    task, mirror = _copy(root, name)
+    text = Path(task).read_text().replace(
+        "replay: docs\n", "replay:\n" + "".join(f"  - {json.dumps(step)}\n" for step in steps))
+    Path(task).write_text(text)
+    return task, mirror
+
+
+PLANETS = (EXAMPLE.docs_dir / "first-table.html").read_text().split(
+    '<code class="language-python">', 1)[1].split("</code>", 1)[0].replace("&quot;", '"')
+TRANSCRIBED = ["python3 -m venv .venv", ".venv/bin/pip install tabulate",
+               f"cat > planets.py <<'PY'\n{PLANETS}\nPY", ".venv/bin/python planets.py"]
+
+
 def _keyed(root: Path, name: str, values: str) -> tuple[str, str]:
     host = f"{name}.docs.example"
     (root / name / "docs").mkdir(parents=True)
@@ -76,6 +92,10 @@ def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
         _copy(root, "tabulate-no-page", lambda docs: (docs / "first-table.html").unlink()),
         _keyed(root, "keyed-given", "  values: {your-token: s3cret}\n"),
         _keyed(root, "keyed-missing", ""),
+        _hand_written(root, "tabulate-transcribed", TRANSCRIBED),
+        _hand_written(root, "tabulate-drift", ["python3 -m venv .venv",
+                                               ".venv/bin/pip install tabulate==0.8.10",
+                                               ".venv/bin/python planets.py"]),
     ]
     out = root / "out"
     argv = [str(FIRSTRUN), "run", "--agent", "replay", "--out", str(out)]
@@ -142,4 +162,29 @@ def test_a_value_the_task_does_not_give_stops_the_run_before_its_step(out: Path)
     assert run["detail"] == ("https://keyed-missing.docs.example/index.html block 0 needs a value "
                              "for <your-token>; give it under replay.values")
     assert _agent_commands(out, "keyed-missing") == []
+    assert run["check_exit"] is None
+
+
+def test_a_hand_written_transcription_of_the_docs_still_runs_unchanged(out: Path) -> None:
+    run = runs_by_task(out)["tabulate-transcribed"]
+    assert (run["classification"], run["reason"]) == ("passed", "passed")
+    commands = _agent_commands(out, "tabulate-transcribed")
+    assert [c["command"] for c in commands] == TRANSCRIBED
+    assert all(c["origin"] is None for c in commands)
+
+
+def test_a_hand_written_step_no_longer_in_the_docs_is_drift_and_no_evidence(out: Path) -> None:
+    run = runs_by_task(out)["tabulate-drift"]
+    assert (run["classification"], run["reason"]) == ("skipped", "replay_drift")
+    assert run["detail"] == (
+        "step 2 matches no code block on the route: .venv/bin/pip install tabulate==0.8.10; "
+        "nearest: https://tabulate-drift.docs.example/install.html block 1: "
+        ".venv/bin/pip install tabulate")
+    trace = trace_of(out, run)
+    assert _agent_commands(out, "tabulate-drift") == []
+    assert [e["stop"] for e in events(trace, "agent_finished")] == ["replay_drift"]
+    # The route's blocks are in the trace, so the drift can be judged from it alone.
+    blocks = {(b["page"], b["index"]): b for r in events(trace, "docs_read") for b in r["page"]["blocks"]}
+    nearest = blocks[("https://tabulate-drift.docs.example/install.html", 1)]
+    assert [step["command"] for step in nearest["steps"]] == [".venv/bin/pip install tabulate"]
     assert run["check_exit"] is None

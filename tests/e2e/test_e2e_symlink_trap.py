@@ -62,7 +62,7 @@ def _trap_task(tmp_path: Path, canary: Path) -> Path:
         f"name: {NAME}\n"
         "goal: Plant symlinks out of the workspace.\n"
         f"docs:\n  path:\n    - https://{DOCS_HOST}/index.html\n"
-        "replay:\n" + "".join(f"  - {step}\n" for step in steps) +
+        "replay:\n" + "".join(f"  - {{run: {step}, undocumented: a test step}}\n" for step in steps) +
         "success:\n  script: |\n"
         "    test -L etc-link && test -L canary-file || qs_fail \"the links are gone\"\n"
     )

@@ -52,7 +52,8 @@ goal: Following the Greeter guide, write the first greeting into greeting.txt.
 docs:
   entrypoint: https://greeter.docs.example/index.html
 replay:
-  - {replay}
+  - run: {replay}
+    undocumented: a test step, not the guide's
 success:
   script: |
     grep -qx hello greeting.txt || qs_fail "greeting.txt does not say hello"

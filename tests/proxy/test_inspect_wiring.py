@@ -42,7 +42,7 @@ firstrun:
 
 def _task(tmp_path: Path, extra: str = "", *, replay: tuple[str, ...] = ("true",),
           success: str = "test -f done") -> Path:
-    steps = "".join(f"  - {json.dumps(step)}\n" for step in replay)
+    steps = "".join(f"  - {{run: {json.dumps(step)}, undocumented: a test step}}\n" for step in replay)
     path = tmp_path / "inspect.yaml"
     path.write_text(
         f"name: inspect\ngoal: Fetch a package.\ndocs:\n  entrypoint: http://{DOCS_HOST}/\n"

@@ -33,7 +33,8 @@ CURL_STEP = "curl -s http://127.0.0.1:9/ ; touch curl-ran"
 
 
 def greeter(tmp_path: Path, *, replay: list[str], permissions: str = "") -> Task:
-    steps = "".join(f"  - {json.dumps(step)}\n" for step in replay)
+    # The steps are the test's, not the fixture guide's: marked, so no drift stops them.
+    steps = "".join(f"  - {{run: {json.dumps(step)}, undocumented: a test step}}\n" for step in replay)
     text = (f"name: perm\ngoal: Create greeting.txt holding the greeting.\n"
             f"docs:\n  entrypoint: http://{DOCS_HOST}/\n"
             f"replay:\n{steps}"

@@ -141,7 +141,8 @@ def test_the_check_file_never_reaches_the_workspace(config: RunConfig, tmp_path:
     (tmp_path / "checks").mkdir()
     (tmp_path / "checks" / "answer-key.sh").write_text(source.check)
     text = Path(source.path).read_text().replace(
-        "replay:\n", "replay:\n  - \"! grep -rqs ANSWER-KEY-7f3c /workspace /tmp /home\"\n")
+        "replay:\n", "replay:\n  - run: \"! grep -rqs ANSWER-KEY-7f3c /workspace /tmp /home\"\n"
+        "    undocumented: a fixture step, not the guide's\n")
     task = write_task(tmp_path, "check-file", text)
     kept = replace(config, keep_sandbox=True)
     record = run_task(task, attempt=1, agent=ReplayAgent(), config=kept)
@@ -174,8 +175,10 @@ def test_symlinks_planted_by_the_agent_never_lead_the_harness_out(
     task = write_task(tmp_path, "trap", f"name: greeter-symlink-trap\n{GREETER_HEAD}"
                       "replay:\n"
                       "  - printf 'hello, reader\\n' > greeting.txt\n"
-                      f"  - ln -s {canary} results && ln -s {canary}/canary.txt canary-link\n"
-                      f"  - mkdir -p deep/er && ln -s {canary} deep/er/link\n")
+                      f"  - run: ln -s {canary} results && ln -s {canary}/canary.txt canary-link\n"
+                      "    undocumented: a fixture step, not the guide's\n"
+                      f"  - run: mkdir -p deep/er && ln -s {canary} deep/er/link\n"
+                      "    undocumented: a fixture step, not the guide's\n")
     record = run_task(task, attempt=1, agent=ReplayAgent(), config=config)
     assert record.classification is Classification.PASSED
     # The temporary workspace, links and all, was removed; the targets were not.

@@ -13,7 +13,12 @@ task's ``skip`` names, do not run. A step whose placeholder the task gives no
 value for stops the run before it (``NEEDS_INPUT``); a route with no step at
 all is ``NO_REPLAY``. A failure names its page and block.
 
-Hand-written steps run in order after the whole route is read. A task
+Hand-written steps run in order after the whole route is read, and every
+step not marked ``undocumented`` must match a code block on it (``drift``):
+one that matches none stops the run before any step (``REPLAY_DRIFT``),
+because the task's copy and the docs have parted and the run would judge
+the copy. Drift is judged over a route read in full; a page that could not
+be read is a route finding, and the check decides as before. A task
 without a ``replay`` block stops at once with ``NO_REPLAY``.
 
 Turns: one step is one turn; reading a page is not. ``max_turns`` smaller
@@ -162,8 +167,12 @@ class _Run:
         return AgentResult(stop=AgentStop.FINISHED, turns=self.turns)
 
     def hand_written(self, steps: Sequence[ReplayStep]) -> AgentResult:
-        for url in self.brief.docs_route:
-            self.read(url)
+        pages = [self.read(url) for url in self.brief.docs_route]
+        if all(page.ok for page in pages):
+            drifted = drift(steps, [block for page in pages for block in page.blocks])
+            if drifted:
+                return AgentResult(stop=AgentStop.REPLAY_DRIFT, turns=self.turns,
+                                   detail="; ".join(d.describe() for d in drifted))
         for number, step in enumerate(steps, start=1):
             self.step(step.run, what=f"step {number}")
         return AgentResult(stop=AgentStop.FINISHED, turns=self.turns)
