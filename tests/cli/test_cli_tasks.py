@@ -27,6 +27,14 @@ def test_schema_is_json_schema_that_accepts_the_fixtures(firstrun: Run) -> None:
 
     for path in sorted((FIXTURES / "valid").glob("*.yaml")):
         jsonschema.validate(yaml.safe_load(path.read_text()), schema)
+    # Every form of replay the loader takes, and none it refuses.
+    head = "name: t\ngoal: g\ndocs: {path: ['https://d.example/a']}\nsuccess: {script: 'test -f x'}\n"
+    for replay in ("docs", "{from: docs, values: {your-token: t}, skip: [{page: 'https://d.example/a', block: 1}]}",
+                   "[ls, {run: touch ready, undocumented: the guide assumes it}]"):
+        jsonschema.validate(yaml.safe_load(f"{head}replay: {replay}\n"), schema)
+    for replay in ("doc", "{from: web}", "[{run: ls, why: x}]", "{from: docs, skip: [{page: x, block: -1}]}"):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(yaml.safe_load(f"{head}replay: {replay}\n"), schema)
 
 
 def test_validate_exit_codes_follow_the_findings(firstrun: Run, tmp_path: Path) -> None:
