@@ -1,0 +1,461 @@
+"""Findings a docs team can act on, from saved runs.
+
+Guarantee: pure functions of ``RunRecord``s and their saved trace events (no
+I/O, no clock). Only evidential runs count, as in the Wilson rate. A failing
+run *breaks* at its first agent call that failed and was never overcome (no
+later call ran the same command, or a step of the same block, and exited 0),
+or at the check when every failed call was overcome. Each agent command is
+matched to the code blocks of the pages the run had read by then; a command
+that matches none is *improvised*. A run whose trace is missing, or whose
+pages were saved without their blocks, is a marked gap, never a guess.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from firstrun.results.model import Classification, RunRecord
+from firstrun.tasks.shell import Kind, ParseError, parse
+
+# Two commands of one name match when their token sequences are at least this
+# alike (difflib's ratio, 2*matches/total tokens). 0.75 keeps a documented
+# step with a flag added or a pin dropped (``pip install tabulate`` against
+# ``pip install tabulate==0.9.0`` is 0.75) and parts ``pip install wheel``
+# from ``pip install tabulate`` (0.67).
+SIMILARITY = 0.75
+
+# Commands that look around rather than do a step: never counted as improvised.
+LOOKING_AROUND = frozenset({
+    "cd", "ls", "pwd", "cat", "head", "tail", "less", "more", "echo", "printf", "grep", "find",
+    "which", "type", "command", "env", "printenv", "true", "false", ":", "sleep", "wc", "sort",
+    "uniq", "tree", "file", "stat", "whoami", "id", "uname", "date", "test", "[", "[[",
+})
+
+# Lines of a command's output kept as evidence, and their characters at most.
+TAIL_LINES = 8
+TAIL_CHARS = 1200
+# Final reports quoted per finding, and characters of each.
+CLAIMS = 3
+CLAIM_CHARS = 400
+# Runs shown with their command and output, per finding (every run id is kept).
+EVIDENCE = 3
+
+
+# --- error signatures ------------------------------------------------------------
+
+# Made uniform, in this order: directories under temporary roots (a file's
+# own name is kept), hashes, versions, then any other number. A package name with a digit in it is a word and stays.
+_UNIFORM = (
+    (re.compile(r"(?:/tmp|/var/folders|/private/var|/var/tmp)(?:/[^\s'\":/]+)*(?=/[^\s'\":/]+)"), "<tmp>"),
+    (re.compile(r"\b(?:0x[0-9a-fA-F]+|(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,64})\b"), "<hash>"),
+    (re.compile(r"\bv?\d+(?:\.\d+)+(?:[-+]?(?:a|b|rc|dev|post|alpha|beta)\.?\d*)*\b"), "<version>"),
+    (re.compile(r"(?<![\w.<])\d+(?![\w.>])"), "<n>"),
+)
+
+
+def uniform(text: str) -> str:
+    """``text`` with temporary paths, hashes, versions and numbers made uniform."""
+    for pattern, token in _UNIFORM:
+        text = pattern.sub(token, text)
+    return " ".join(text.split())
+
+
+@dataclass(frozen=True, kw_only=True)
+class SignatureRule:
+    """A line of output that names an error: ``template`` is filled from the match's groups."""
+
+    name: str
+    pattern: re.Pattern[str]
+    template: str
+
+
+def _rule(name: str, pattern: str, template: str) -> SignatureRule:
+    return SignatureRule(name=name, pattern=re.compile(pattern, re.MULTILINE), template=template)
+
+
+# The first rule that matches anywhere in the output decides: the specific
+# before the general (a pip resolution error before the traceback's last line).
+SIGNATURE_RULES = (
+    _rule("python_module", r"ModuleNotFoundError: No module named '([^']+)'",
+          "ModuleNotFoundError: No module named '{0}'"),
+    _rule("python_import", r"ImportError: cannot import name '([^']+)' from '([^']+)'",
+          "ImportError: cannot import name '{0}' from '{1}'"),
+    _rule("pip_no_distribution", r"No matching distribution found for (\S+)",
+          "No matching distribution found for {0}"),
+    _rule("pip_externally_managed", r"error: externally-managed-environment",
+          "error: externally-managed-environment"),
+    _rule("npm_404", r"npm (?:ERR!|error) 404 .*?'?(@?[\w.-]+(?:/[\w.-]+)?)@?[^\s']*'? is not in (?:the|this) "
+          r"(?:npm )?registry", "npm ERR! 404 {0}"),
+    _rule("npm_404_get", r"npm (?:ERR!|error) 404 Not Found - GET \S*/(@?[\w.-]+(?:%2[fF][\w.-]+)?)\b",
+          "npm ERR! 404 {0}"),
+    _rule("npm_etarget", r"npm (?:ERR!|error) notarget No matching version found for (@?[\w./-]+?)@",
+          "npm ERR! notarget No matching version found for {0}"),
+    _rule("npm_code", r"npm (?:ERR!|error) code (E[A-Z0-9]+)", "npm ERR! code {0}"),
+    _rule("command_not_found", r"(?:^|: )([\w.+-]+): (?:command )?not found$", "command not found: {0}"),
+    _rule("no_such_file", r"can't open file '([^']+)': \[Errno 2\] No such file or directory",
+          "can't open file '{0}': No such file or directory"),
+    _rule("python_exception", r"^(\w+(?:Error|Exception)): (.+)$", "{0}: {1}"),
+    _rule("error_line", r"^(?:ERROR|Error|error|fatal|FATAL)(?:\[[^\]]*\])?: (.+)$", "error: {0}"),
+)
+
+
+def signature(output: str, exit_code: int | None) -> str:
+    """The error a command's output names, made uniform; its last line when no rule knows it."""
+    for rule in SIGNATURE_RULES:
+        found = rule.pattern.search(output)
+        if found is not None:
+            return rule.template.format(*(uniform(g) for g in found.groups()))
+    lines = [line for line in output.splitlines() if line.strip()]
+    if lines:
+        return uniform(lines[-1])[:200]
+    return "no output" if exit_code is None else f"exit {exit_code} with no output"
+
+
+# --- commands and blocks ---------------------------------------------------------
+
+# Names that run the same program: a reader who types ``python3 -m pip`` ran pip.
+_SAME_PROGRAM = {"python3": "python", "pip3": "pip", "py": "python"}
+_PROMPT = re.compile(r"^\s*(?:\([^()\s]{1,40}\)\s*)?(?:[\w.-]+@[\w.-]+(?::\S*)?\s?)?[$%#>]\s+")
+_TOKENS = re.compile(r"[A-Za-z0-9_.@~/+-]+|[^\sA-Za-z0-9_.@~/+-]+")
+
+
+def _program(word: str) -> str:
+    name = word.rsplit("/", 1)[-1]
+    return _SAME_PROGRAM.get(name, name)
+
+
+def simple_commands(call: str) -> tuple[tuple[str, ...], ...]:
+    """The simple commands of one shell call, each as its words, in order.
+
+    ``a && b; c | d`` is four. A compound command (a subshell, a loop) is one
+    command of all its words; a call this reader cannot follow is one command
+    of its whitespace-split words.
+    """
+    text = "\n".join(_PROMPT.sub("", line, count=1) for line in call.splitlines())
+    try:
+        statements = parse(text)
+    except ParseError:
+        return (tuple(text.split()),) if text.split() else ()
+    out = []
+    for statement in statements:
+        for pipeline in statement.pipelines:
+            for command in pipeline.commands:
+                words = command.words
+                if command.kind is Kind.SIMPLE:
+                    # ``VAR=x cmd`` and ``sudo cmd`` run cmd.
+                    while words and ("=" in words[0] and words[0].split("=", 1)[0].isidentifier()
+                                     or words[0] == "sudo"):
+                        words = words[1:]
+                if words:
+                    out.append(words)
+    return tuple(out)
+
+
+def normal(words: Sequence[str]) -> tuple[str, ...]:
+    """A command's words as compared: the program by its name, ``python -m pip`` as ``pip``."""
+    if not words:
+        return ()
+    first = _program(words[0])
+    rest = tuple(words[1:])
+    if first == "python" and len(rest) >= 2 and rest[0] == "-m":
+        first, rest = _program(rest[1]), rest[2:]
+    return (first, *rest)
+
+
+def _tokens(words: Sequence[str]) -> list[str]:
+    return [t for word in words for t in _TOKENS.findall(word)]
+
+
+def similarity(a: Sequence[str], b: Sequence[str]) -> float:
+    """How alike two normal commands are: 0 for different programs, else the token ratio."""
+    if not a or not b or a[0] != b[0]:
+        return 0.0
+    return difflib.SequenceMatcher(None, _tokens(a), _tokens(b), autojunk=False).ratio()
+
+
+@dataclass(frozen=True, kw_only=True)
+class BlockRef:
+    """A code block a command came from: its page, its index on the page, its text."""
+
+    page: str
+    index: int
+    text: str
+    exact: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Step:
+    page: str
+    index: int
+    text: str
+    words: tuple[str, ...]
+
+
+def _steps(blocks: Sequence[Mapping[str, Any]]) -> list[_Step]:
+    steps = []
+    for block in blocks:
+        if not isinstance(block, Mapping) or block.get("kind") != "shell":
+            continue
+        page, index, text = str(block.get("page", "")), int(block.get("index", 0)), str(block.get("text", ""))
+        for step in block.get("steps") or ():
+            for words in simple_commands(str(step.get("command", ""))):
+                steps.append(_Step(page=page, index=index, text=text, words=normal(words)))
+    return steps
+
+
+def match(words: tuple[str, ...], steps: Sequence[_Step]) -> BlockRef | None:
+    """The block whose step ``words`` (normal) matches: exactly first, then the most alike."""
+    for step in steps:
+        if step.words == words:
+            return BlockRef(page=step.page, index=step.index, text=step.text, exact=True)
+    best, score = None, SIMILARITY
+    for step in steps:
+        s = similarity(words, step.words)
+        if s >= score and (best is None or s > score):
+            best, score = step, s
+    return None if best is None else BlockRef(page=best.page, index=best.index, text=best.text, exact=False)
+
+
+# --- one run ---------------------------------------------------------------------
+
+class Gap(StrEnum):
+    """Why a run's trace could not be read for findings; shown, never guessed past."""
+
+    NO_TRACE = "no_trace"
+    UNREADABLE = "unreadable"
+    NO_BLOCKS = "no_blocks"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunTrace:
+    """One saved run as findings read it: its record, and its trace's events (None: a gap)."""
+
+    record: RunRecord
+    events: tuple[Mapping[str, Any], ...] | None
+    gap: str | None = None
+
+    @property
+    def id(self) -> str:
+        return f"{self.record.task} #{self.record.attempt}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Call:
+    """One agent ``bash`` call: its text, exit, output, and the block each simple command came from."""
+
+    command: str
+    exit_code: int | None
+    output: str
+    commands: tuple[tuple[str, ...], ...]
+    blocks: tuple[BlockRef | None, ...]
+    origin: BlockRef | None
+
+    def tail(self) -> str:
+        lines = self.output.rstrip("\n").splitlines()[-TAIL_LINES:]
+        text = "\n".join(lines)
+        return text if len(text) <= TAIL_CHARS else "..." + text[-TAIL_CHARS:]
+
+
+def _origin(event: Mapping[str, Any], blocks: Mapping[tuple[str, int], str]) -> BlockRef | None:
+    origin = event.get("origin")
+    if not isinstance(origin, Mapping) or not isinstance(origin.get("page"), str):
+        return None
+    index = origin.get("block", origin.get("index"))
+    if not isinstance(index, int):
+        return None
+    page = origin["page"]
+    return BlockRef(page=page, index=index, text=blocks.get((page, index), ""), exact=True)
+
+
+def calls(events: Sequence[Mapping[str, Any]]) -> tuple[tuple[Call, ...], bool]:
+    """The run's agent calls, matched to blocks of the pages read before each; and
+    whether every page read carried its blocks (False: matches are unknown)."""
+    steps: list[_Step] = []
+    texts: dict[tuple[str, int], str] = {}
+    with_blocks = True
+    out = []
+    for event in events:
+        if not isinstance(event, Mapping):
+            continue
+        if event.get("kind") == "docs_read":
+            page = event.get("page") if isinstance(event.get("page"), Mapping) else {}
+            blocks = page.get("blocks")
+            if blocks is None:
+                with_blocks = with_blocks and page.get("error") is not None
+                continue
+            steps.extend(_steps(blocks))
+            texts.update({(str(b.get("page")), int(b.get("index", 0))): str(b.get("text", ""))
+                          for b in blocks if isinstance(b, Mapping)})
+        elif event.get("kind") == "command" and event.get("source") == "agent":
+            command = str(event.get("command", ""))
+            words = simple_commands(command)
+            matched = tuple(match(normal(w), steps) for w in words)
+            doing = [m for w, m in zip(words, matched, strict=True)
+                     if m is not None and normal(w)[0] not in LOOKING_AROUND]
+            origin = _origin(event, texts) or (doing[0] if doing else None)
+            exit_code = event.get("exit_code")
+            output = "\n".join(str(event.get(k) or "").rstrip("\n") for k in ("stdout", "stderr")).strip("\n")
+            out.append(Call(command=command, exit_code=exit_code if isinstance(exit_code, int) else None,
+                            output=output, commands=words, blocks=matched, origin=origin))
+    return tuple(out), with_blocks
+
+
+def _failed(call: Call) -> bool:
+    return call.exit_code != 0
+
+
+def breaking_call(run_calls: Sequence[Call]) -> Call | None:
+    """The first failed call the run never got past; None when each was overcome."""
+    for i, call in enumerate(run_calls):
+        if not _failed(call):
+            continue
+        key = " ".join(call.command.split())
+        overcome = any(
+            not _failed(later) and (" ".join(later.command.split()) == key
+                                    or (call.origin is not None and later.origin is not None
+                                        and (later.origin.page, later.origin.index)
+                                        == (call.origin.page, call.origin.index)))
+            for later in run_calls[i + 1:]
+        )
+        if not overcome:
+            return call
+    return None
+
+
+# --- findings ----------------------------------------------------------------------
+
+class FindingKind(StrEnum):
+    BREAK = "break"
+    IMPROVISED = "improvised"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evidence:
+    run: str
+    trace: str
+    command: str
+    exit_code: int | None
+    output_tail: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finding:
+    """Runs of one task that broke alike, or ran one step no page gave.
+
+    ``what`` is the error signature (a break) or the normal command (an
+    improvised step); ``page``/``block``/``block_text`` the block a break came
+    from (None: no block on any page read). ``runs`` of ``of`` evidential runs.
+    """
+
+    kind: FindingKind
+    task: str
+    task_file: str
+    what: str
+    page: str | None
+    block: int | None
+    block_text: str | None
+    runs: tuple[str, ...]
+    of: int
+    evidence: tuple[Evidence, ...]
+    claims: tuple[str, ...]
+
+    @property
+    def key(self) -> tuple[str, str, str, str, int]:
+        """What makes a finding the same one in two sweeps."""
+        return (self.kind.value, self.task, self.what, self.page or "", -1 if self.block is None else self.block)
+
+    def headline(self) -> str:
+        if self.kind is FindingKind.IMPROVISED:
+            return f"{len(self.runs)} of {self.of} runs ran `{self.what}`, which no page says"
+        where = (f"block {self.block} of {self.page}" if self.page is not None
+                 else "a command from no block of any page read")
+        return f"{len(self.runs)} of {self.of} runs broke at {where}: {self.what}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskFindings:
+    task: str
+    evidential: int
+    findings: tuple[Finding, ...]
+    gaps: tuple[tuple[str, str], ...]
+
+
+def _claims(runs: Sequence[RunTrace]) -> tuple[str, ...]:
+    seen: dict[str, str] = {}
+    for run in runs:
+        claim = run.record.extra.get("claim") if isinstance(run.record.extra, Mapping) else None
+        if not isinstance(claim, str) or not claim.strip():
+            continue
+        text = " ".join(claim.split())
+        text = text if len(text) <= CLAIM_CHARS else text[: CLAIM_CHARS - 3] + "..."
+        seen.setdefault(text.casefold(), text)
+    return tuple(seen.values())[:CLAIMS]
+
+
+def _check_call(record: RunRecord) -> Call:
+    return Call(command="(the success check)", exit_code=record.check_exit, output=record.check_output,
+                commands=(), blocks=(), origin=None)
+
+
+def task_findings(task: str, runs: Sequence[RunTrace]) -> TaskFindings:
+    """One task's findings from its runs, the most runs first (breaks before steps on a tie)."""
+    evidential = [r for r in runs if r.record.evidential]
+    gaps: list[tuple[str, str]] = []
+    breaks: dict[tuple[str | None, int | None, str], list[tuple[RunTrace, Call]]] = {}
+    improvised: dict[str, list[tuple[RunTrace, Call]]] = {}
+    block_text: dict[tuple[str | None, int | None], str] = {}
+    for run in evidential:
+        if run.events is None:
+            gaps.append((run.id, run.gap or Gap.NO_TRACE.value))
+            continue
+        run_calls, with_blocks = calls(run.events)
+        if not with_blocks:
+            gaps.append((run.id, Gap.NO_BLOCKS.value))
+        if run.record.classification is Classification.DOCS_GAP:
+            broke = breaking_call(run_calls) or _check_call(run.record)
+            origin = broke.origin
+            where = (origin.page, origin.index) if origin is not None else (None, None)
+            if origin is not None:
+                block_text[where] = origin.text
+            breaks.setdefault((*where, signature(broke.output, broke.exit_code)), []).append((run, broke))
+        if not with_blocks:
+            continue
+        seen: set[str] = set()
+        for call in run_calls:
+            for words, block in zip(call.commands, call.blocks, strict=True):
+                key = " ".join(normal(words))
+                if block is None and normal(words)[0] not in LOOKING_AROUND and key not in seen:
+                    seen.add(key)
+                    improvised.setdefault(key, []).append((run, call))
+    n = len(evidential)
+    found = [_finding(FindingKind.BREAK, task, what, page, index, block_text.get((page, index)), hits, n)
+             for (page, index, what), hits in breaks.items()]
+    found += [_finding(FindingKind.IMPROVISED, task, what, None, None, None, hits, n)
+              for what, hits in improvised.items()]
+    found.sort(key=lambda f: (-len(f.runs), f.kind is not FindingKind.BREAK, f.what))
+    return TaskFindings(task=task, evidential=n, findings=tuple(found), gaps=tuple(gaps))
+
+
+def _finding(kind: FindingKind, task: str, what: str, page: str | None, index: int | None,
+             text: str | None, hits: Sequence[tuple[RunTrace, Call]], of: int) -> Finding:
+    return Finding(
+        kind=kind, task=task, task_file=hits[0][0].record.task_file, what=what, page=page, block=index,
+        block_text=text, runs=tuple(run.id for run, _ in hits), of=of,
+        evidence=tuple(Evidence(run=run.id, trace=run.record.trace, command=call.command,
+                                exit_code=call.exit_code, output_tail=call.tail())
+                       for run, call in hits[:EVIDENCE]),
+        claims=_claims([run for run, _ in hits]),
+    )
+
+
+def findings(runs: Sequence[RunTrace]) -> tuple[TaskFindings, ...]:
+    """Findings per task, tasks in the order they first appear."""
+    grouped: dict[str, list[RunTrace]] = {}
+    for run in runs:
+        grouped.setdefault(run.record.task, []).append(run)
+    return tuple(task_findings(task, task_runs) for task, task_runs in grouped.items())

@@ -1,0 +1,225 @@
+"""Findings over saved runs whose answers are known by hand.
+
+Traces are the events a run saves (``trace.jsonl`` lines); each page read
+carries its code blocks as ``firstrun.docs.blocks.extract`` gives them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from report_support import record
+
+from firstrun.docs.blocks import extract
+from firstrun.reports.findings import (
+    SIGNATURE_RULES,
+    SIMILARITY,
+    FindingKind,
+    Gap,
+    RunTrace,
+    breaking_call,
+    calls,
+    findings,
+    normal,
+    signature,
+    similarity,
+    simple_commands,
+    uniform,
+)
+from firstrun.results.model import Classification
+
+PAGE = "https://docs.test/quickstart"
+HTML = """
+<p>Install it:</p>
+<pre><code class="language-console">$ python -m venv .venv
+$ .venv/bin/pip install tabulate==0.0.999</code></pre>
+<p>Save this as <code>app.py</code>:</p>
+<pre><code class="language-python">import tabulate</code></pre>
+<pre><code class="language-console">$ .venv/bin/python app.py
+hello</code></pre>
+"""
+BLOCKS = [b.to_data() for b in extract(HTML, url=PAGE)]
+NO_DIST = ("ERROR: Could not find a version that satisfies the requirement tabulate==0.0.999 "
+           "(from versions: 0.8.10, 0.9.0)\nERROR: No matching distribution found for tabulate==0.0.999\n")
+
+
+def read(url: str = PAGE, blocks: list[dict[str, Any]] | None = BLOCKS) -> dict[str, Any]:
+    page: dict[str, Any] = {"url_requested": url, "url_final": url, "status": 200, "error": None}
+    if blocks is not None:
+        page["blocks"] = blocks
+    return {"kind": "docs_read", "page": page, "route": True}
+
+
+def ran(command: str, exit_code: int = 0, stderr: str = "", **extra: Any) -> dict[str, Any]:
+    return {"kind": "command", "source": "agent", "command": command, "exit_code": exit_code,
+            "stdout": "", "stderr": stderr, **extra}
+
+
+def run(attempt: int, classification: Classification, events: list[dict[str, Any]] | None,
+        *, task: str = "pin", claim: str = "", **fields: Any) -> RunTrace:
+    extra = {"claim": claim, **fields.pop("extra", {})}
+    r = record(task, attempt, classification, extra=extra, **fields)
+    return RunTrace(record=r, events=None if events is None else tuple(events),
+                    gap=None if events is not None else Gap.NO_TRACE.value)
+
+
+# --- signatures: one row per rule, and the uniform tokens ---------------------------
+
+SIGNATURES = [
+    ("python_module", "Traceback (most recent call last):\n  File \"/tmp/tmpa1b2/app.py\", line 3\n"
+     "ModuleNotFoundError: No module named 'requests'\n", "ModuleNotFoundError: No module named 'requests'"),
+    ("python_import", "ImportError: cannot import name 'foo' from 'bar' (/tmp/x/bar.py)",
+     "ImportError: cannot import name 'foo' from 'bar'"),
+    ("pip_no_distribution", NO_DIST, "No matching distribution found for tabulate==<version>"),
+    ("pip_externally_managed", "error: externally-managed-environment\n\nx This environment...",
+     "error: externally-managed-environment"),
+    ("npm_404", "npm error 404  'left-padx@1.2.3' is not in this registry.", "npm ERR! 404 left-padx"),
+    ("npm_404_get", "npm ERR! code E404\nnpm ERR! 404 Not Found - GET https://registry.npmjs.org/left-padx - "
+     "Not found", "npm ERR! 404 left-padx"),
+    ("npm_etarget", "npm ERR! code ETARGET\nnpm ERR! notarget No matching version found for "
+     "express@99.0.0.", "npm ERR! notarget No matching version found for express"),
+    ("npm_code", "npm ERR! code ENOENT\nnpm ERR! syscall open", "npm ERR! code ENOENT"),
+    ("command_not_found", "bash: line 1: uvx: command not found", "command not found: uvx"),
+    ("command_not_found", "sh: 1: uvx: not found", "command not found: uvx"),
+    ("no_such_file", "python: can't open file '/tmp/ws-8812/app.py': [Errno 2] No such file or directory",
+     "can't open file '<tmp>/app.py': No such file or directory"),
+    ("python_exception", "Traceback ...\nKeyError: 'port 8080 at 3f9a2b1c7d'",
+     "KeyError: 'port <n> at <hash>'"),
+    ("error_line", "fatal: repository 'https://git.test/x.git/' not found", "error: repository "
+     "'https://git.test/x.git/' not found"),
+]
+
+
+@pytest.mark.parametrize(("rule", "output", "expected"), SIGNATURES)
+def test_each_rule_names_its_error_uniformly(rule: str, output: str, expected: str) -> None:
+    first = next(r.name for r in SIGNATURE_RULES if r.pattern.search(output))
+    assert first == rule
+    assert signature(output, 1) == expected
+
+
+def test_every_rule_has_a_row() -> None:
+    assert {r.name for r in SIGNATURE_RULES} == {rule for rule, _, _ in SIGNATURES}
+
+
+def test_an_unknown_error_is_its_last_line_made_uniform_and_silence_its_exit() -> None:
+    assert signature("building...\nsegfault in worker 12 at 0xdeadbeef99\n\n", 139) == \
+        "segfault in worker <n> at <hash>"
+    assert signature("", 127) == "exit 127 with no output"
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("/tmp/pip-build-abc123/setup.py failed", "<tmp>/setup.py failed"),
+    ("/var/folders/x1/T/tmpz/a.txt", "<tmp>/a.txt"),
+    ("commit 4f3a2b1c9d8e7f60", "commit <hash>"),
+    ("node v18.19.0 and 1.2.3rc1", "node <version> and <version>"),
+    ("took 42 s, py3dmol", "took <n> s, py3dmol"),
+    ("deadbeef is a word", "deadbeef is a word"),
+])
+def test_uniform_tokens(text: str, expected: str) -> None:
+    assert uniform(text) == expected
+
+
+# --- commands split, normalised and matched --------------------------------------------
+
+def test_a_chained_call_splits_into_its_simple_commands() -> None:
+    assert simple_commands("cd app && .venv/bin/pip install x 2>&1 | tail -5; python3 -m pip install wheel") == (
+        ("cd", "app"), (".venv/bin/pip", "install", "x"), ("tail", "-5"),
+        ("python3", "-m", "pip", "install", "wheel"))
+    assert simple_commands("$ FOO=1 sudo npm i x") == (("npm", "i", "x"),)
+    # Shell the reader does not follow is one command, never an exception.
+    assert simple_commands("echo 'unclosed") == (("echo", "'unclosed"),)
+
+
+def test_programs_are_compared_by_name() -> None:
+    assert normal((".venv/bin/python3", "-m", "pip", "install", "x")) == ("pip", "install", "x")
+    assert normal(("/usr/bin/pip3", "list")) == ("pip", "list")
+
+
+def test_similarity_threshold_keeps_a_dropped_pin_and_parts_another_package() -> None:
+    assert similarity(("pip", "install", "tabulate"), ("pip", "install", "tabulate==0.9.0")) >= SIMILARITY
+    assert similarity(("pip", "install", "wheel"), ("pip", "install", "tabulate")) < SIMILARITY
+    assert similarity(("npm", "install", "x"), ("pip", "install", "x")) == 0
+
+
+def test_calls_match_exactly_then_by_similarity_and_leave_the_rest_improvised() -> None:
+    found, with_blocks = calls([
+        ran(".venv/bin/pip install tabulate==0.0.999", 1, NO_DIST),  # before any read: no block
+        read(),
+        ran("python3 -m venv .venv && .venv/bin/pip install tabulate==0.0.999 --quiet", 1, NO_DIST),
+        ran("ls -la && pip install wheel"),
+    ])
+    assert with_blocks
+    assert found[0].origin is None
+    assert [(b.index, b.exact) if b else None for b in found[1].blocks] == [(0, True), (0, False)]
+    assert found[1].origin is not None and (found[1].origin.page, found[1].origin.index) == (PAGE, 0)
+    assert found[2].blocks == (None, None) and found[2].origin is None
+
+
+def test_a_step_that_names_its_origin_is_taken_at_its_word() -> None:
+    found, _ = calls([read(), ran("make it", origin={"page": PAGE, "block": 2})])
+    assert found[0].origin is not None and found[0].origin.index == 2
+    assert "app.py" in found[0].origin.text
+
+
+def test_a_failure_overcome_later_is_not_where_the_run_broke() -> None:
+    found, _ = calls([read(), ran("pip install tabulate==0.0.999", 1, NO_DIST),
+                      ran("pip install tabulate==0.0.999", 0),
+                      ran("python app.py", 1, "ModuleNotFoundError: No module named 'yaml'")])
+    broke = breaking_call(found)
+    assert broke is not None and broke.command == "python app.py"
+    assert breaking_call(found[:2]) is None
+
+
+# --- findings -------------------------------------------------------------------------
+
+def _pinned(attempt: int, claim: str) -> RunTrace:
+    return run(attempt, Classification.DOCS_GAP, [
+        read(), ran("python -m venv .venv"), ran(".venv/bin/pip install tabulate==0.0.999", 1, NO_DIST),
+        ran("pip install wheel", 0), ran(".venv/bin/pip install tabulate==0.0.998", 1, NO_DIST)],
+        claim=claim)
+
+
+def test_breaks_group_by_block_then_signature_and_improvised_steps_count_runs() -> None:
+    runs = [
+        _pinned(1, "The pin tabulate==0.0.999 does not exist."),
+        _pinned(2, "the pin   tabulate==0.0.999 does not exist."),
+        _pinned(3, "Step 2 fails."),
+        run(4, Classification.PASSED, [read(), ran("python -m venv .venv"), ran(".venv/bin/python app.py")]),
+        # Not evidential: never counted, not even in "of".
+        run(5, Classification.INFRA_ERROR, [read(), ran("pip install wheel")]),
+    ]
+    (task,) = findings(runs)
+    assert task.evidential == 4 and task.gaps == ()
+    first, second = task.findings
+    assert first.kind is FindingKind.BREAK
+    assert (first.page, first.block, first.what) == (PAGE, 0, "No matching distribution found for tabulate==<version>")
+    assert first.runs == ("pin #1", "pin #2", "pin #3") and first.of == 4
+    assert "pip install tabulate==0.0.999" in (first.block_text or "")
+    # The first failed call never overcome is where each run broke, the output tail beside it.
+    assert first.evidence[0].command == ".venv/bin/pip install tabulate==0.0.999"
+    assert first.evidence[0].output_tail.endswith("No matching distribution found for tabulate==0.0.999")
+    # Claims deduplicated (case and spacing), in run order.
+    assert first.claims == ("The pin tabulate==0.0.999 does not exist.", "Step 2 fails.")
+    assert second.kind is FindingKind.IMPROVISED and second.what == "pip install wheel"
+    assert second.runs == ("pin #1", "pin #2", "pin #3")
+    assert second.headline() == "3 of 4 runs ran `pip install wheel`, which no page says"
+    assert first.headline().startswith(f"3 of 4 runs broke at block 0 of {PAGE}: No matching")
+
+
+def test_a_run_whose_failures_were_all_overcome_broke_at_the_check() -> None:
+    r = run(1, Classification.DOCS_GAP, [read(), ran(".venv/bin/python app.py")],
+            check_exit=1, check_output="expected hello\n")
+    (task,) = findings([r])
+    (finding,) = task.findings
+    assert (finding.page, finding.block, finding.what) == (None, None, "expected hello")
+    assert finding.evidence[0].command == "(the success check)"
+
+
+def test_a_missing_trace_and_pages_without_blocks_are_marked_gaps() -> None:
+    runs = [run(1, Classification.DOCS_GAP, None),
+            run(2, Classification.DOCS_GAP, [read(blocks=None), ran("pip install wheel", 1, "boom")])]
+    (task,) = findings(runs)
+    assert task.gaps == (("pin #1", "no_trace"), ("pin #2", "no_blocks"))
+    # The break is still told (its signature is in the trace); no step is called improvised.
+    assert [(f.kind, f.what, f.page) for f in task.findings] == [(FindingKind.BREAK, "boom", None)]
