@@ -1,4 +1,4 @@
-"""Findings over saved runs whose answers are known by hand.
+"""Findings and the field's figures over saved runs whose answers are known by hand.
 
 Traces are the events a run saves (``trace.jsonl`` lines); each page read
 carries its code blocks as ``firstrun.docs.blocks.extract`` gives them.
@@ -6,9 +6,13 @@ carries its code blocks as ``firstrun.docs.blocks.extract`` gives them.
 
 from __future__ import annotations
 
+from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from report_support import record
 
 from firstrun.docs.blocks import extract
@@ -18,13 +22,19 @@ from firstrun.reports.findings import (
     FindingKind,
     Gap,
     RunTrace,
+    agent_seconds,
     breaking_call,
     calls,
+    figures,
     findings,
     normal,
+    pass_at_k,
+    pass_hat_k,
+    quantile,
     signature,
     similarity,
     simple_commands,
+    sweep_figures,
     uniform,
 )
 from firstrun.results.model import Classification
@@ -223,3 +233,88 @@ def test_a_missing_trace_and_pages_without_blocks_are_marked_gaps() -> None:
     assert task.gaps == (("pin #1", "no_trace"), ("pin #2", "no_blocks"))
     # The break is still told (its signature is in the trace); no step is called improvised.
     assert [(f.kind, f.what, f.page) for f in task.findings] == [(FindingKind.BREAK, "boom", None)]
+
+
+# --- the figures ------------------------------------------------------------------------
+
+def test_pass_hat_k_and_pass_at_k_against_hand_computed_values() -> None:
+    # 5 runs, 3 passed: pass^2 = C(3,2)/C(5,2) = 3/10; pass^3 = 1/10; pass@2 = 1 - C(2,2)/C(5,2) = 9/10.
+    assert pass_hat_k(5, 3, 2) == Fraction(3, 10)
+    assert pass_hat_k(5, 3, 3) == Fraction(1, 10)
+    assert pass_hat_k(5, 3, 4) == 0
+    assert pass_at_k(5, 3, 2) == Fraction(9, 10)
+    assert pass_at_k(5, 3, 3) == 1
+    with pytest.raises(ValueError):
+        pass_hat_k(2, 1, 3)
+
+
+@given(st.integers(1, 40).flatmap(lambda n: st.tuples(st.just(n), st.integers(0, n))))
+def test_pass_hat_1_is_the_pass_rate_and_pass_hat_k_never_grows_with_k(nc: tuple[int, int]) -> None:
+    n, c = nc
+    assert pass_hat_k(n, c, 1) == Fraction(c, n) == pass_at_k(n, c, 1)
+    hats = [pass_hat_k(n, c, k) for k in range(1, n + 1)]
+    ats = [pass_at_k(n, c, k) for k in range(1, n + 1)]
+    assert all(a >= b for a, b in zip(hats, hats[1:], strict=False))
+    assert all(a <= b for a, b in zip(ats, ats[1:], strict=False))
+
+
+def test_quantile_interpolates_like_numpy() -> None:
+    assert quantile([10.0, 20.0, 30.0, 40.0], 0.9) == pytest.approx(37.0)
+    assert quantile([5.0], 0.9) == 5.0 and quantile([], 0.9) is None
+
+
+def _timed(attempt: int, classification: Classification, wall: float, agent: float | None,
+           usage: dict[str, Any] | None, failed: int = 0) -> RunTrace:
+    events: list[dict[str, Any]] = [{"kind": "sandbox_started", "mono": 100.0},
+                                    {"kind": "command", "source": "setup", "exit_code": 0, "command": "s",
+                                     "mono": 101.0}]
+    events += [ran("x", 1) for _ in range(failed)] + [ran("y", 0)]
+    if agent is not None:
+        events.append({"kind": "agent_finished", "mono": 101.0 + agent})
+    return run(attempt, classification, events, duration_s=wall, commands=failed + 1,
+               extra={"usage": usage} if usage is not None else {})
+
+
+def test_figures_over_evidential_runs() -> None:
+    runs = [
+        _timed(1, Classification.PASSED, 10.0, 4.0, {"input_tokens": 100, "output_tokens": 20, "spend": "0.10"}),
+        _timed(2, Classification.PASSED, 30.0, 8.0, {"input_tokens": 200, "output_tokens": 40, "spend": "0.30"}),
+        _timed(3, Classification.DOCS_GAP, 50.0, 9.0, {"input_tokens": 60, "output_tokens": 0, "spend": "0.20"},
+               failed=2),
+        _timed(4, Classification.INFRA_ERROR, 99.0, None, None),
+    ]
+    f = figures("pin", runs)
+    assert (f.evidential, f.passed) == (3, 2)
+    assert dict(f.pass_hat) == {1: pytest.approx(2 / 3), 2: pytest.approx(1 / 3)}
+    assert f.wall_s.median == 20.0 and f.wall_s.p90 == pytest.approx(28.0)
+    assert f.agent_s.median == 6.0
+    assert f.tokens_per_success == 210.0
+    assert f.spend_per_success == Decimal("0.30")
+    assert f.commands_per_run == pytest.approx(5 / 3)
+    assert f.failed_command_share == pytest.approx(2 / 5)
+
+
+def test_unknown_spend_is_unknown_never_zero() -> None:
+    runs = [_timed(1, Classification.PASSED, 1.0, 1.0, {"input_tokens": 1, "output_tokens": 1, "spend": None}),
+            _timed(2, Classification.PASSED, 1.0, 1.0, {})]
+    f = figures("t", runs)
+    assert f.spend_per_success is None and f.tokens_per_success is None
+    nothing = figures("t", [_timed(1, Classification.DOCS_GAP, 1.0, 1.0, {"spend": "0.1"})])
+    assert nothing.spend_per_success is None and nothing.wall_s.median is None
+
+
+def test_agent_phase_is_from_the_end_of_setup_to_agent_finished() -> None:
+    assert agent_seconds([{"kind": "sandbox_started", "mono": 1.0},
+                          {"kind": "command", "source": "setup", "mono": 3.0},
+                          {"kind": "agent_finished", "mono": 10.5}]) == 7.5
+    assert agent_seconds([{"kind": "sandbox_started", "mono": 1.0}]) is None
+
+
+def test_sweep_pass_hat_k_is_the_mean_over_tasks() -> None:
+    runs = [run(1, Classification.PASSED, [], task="a"), run(2, Classification.PASSED, [], task="a"),
+            run(1, Classification.PASSED, [], task="b"), run(2, Classification.DOCS_GAP, [], task="b")]
+    f = sweep_figures(runs)
+    assert dict(f.pass_hat) == {1: 0.75, 2: 0.5}
+    # A task with one run leaves pass^2 unsaid rather than averaged over the other task alone.
+    assert dict(sweep_figures([*runs, run(1, Classification.DOCS_GAP, [], task="c")]).pass_hat) == {
+        1: pytest.approx(0.5)}

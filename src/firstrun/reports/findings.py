@@ -1,4 +1,4 @@
-"""Findings a docs team can act on, from saved runs.
+"""Findings a docs team can act on, and the figures the field reports, from saved runs.
 
 Guarantee: pure functions of ``RunRecord``s and their saved trace events (no
 I/O, no clock). Only evidential runs count, as in the Wilson rate. A failing
@@ -13,10 +13,14 @@ pages were saved without their blocks, is a marked gap, never a guess.
 from __future__ import annotations
 
 import difflib
+import math
 import re
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from enum import StrEnum
+from fractions import Fraction
 from typing import Any
 
 from firstrun.results.model import Classification, RunRecord
@@ -459,3 +463,151 @@ def findings(runs: Sequence[RunTrace]) -> tuple[TaskFindings, ...]:
     for run in runs:
         grouped.setdefault(run.record.task, []).append(run)
     return tuple(task_findings(task, task_runs) for task, task_runs in grouped.items())
+
+
+# --- the field's figures ------------------------------------------------------------
+
+def pass_hat_k(n: int, c: int, k: int) -> Fraction:
+    """pass^k: the chance that k tries drawn from n (c passed) all pass, C(c,k)/C(n,k) (tau-bench)."""
+    _check(n, c, k)
+    return Fraction(math.comb(c, k), math.comb(n, k))
+
+
+def pass_at_k(n: int, c: int, k: int) -> Fraction:
+    """pass@k: the chance that at least one of k tries drawn from n passes, 1 - C(n-c,k)/C(n,k)."""
+    _check(n, c, k)
+    return 1 - Fraction(math.comb(n - c, k), math.comb(n, k))
+
+
+def _check(n: int, c: int, k: int) -> None:
+    if not (0 <= c <= n and 1 <= k <= n):
+        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n} c={c} k={k}")
+
+
+def quantile(values: Sequence[float], q: float) -> float | None:
+    """The q-quantile by linear interpolation between closest ranks (numpy's default); None if empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    at = q * (len(ordered) - 1)
+    low = math.floor(at)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
+
+
+def agent_seconds(events: Sequence[Mapping[str, Any]]) -> float | None:
+    """The agent phase's wall time: from the end of setup to ``agent_finished``; None if unseen."""
+    start = end = None
+    for event in events:
+        if not isinstance(event, Mapping) or not isinstance(event.get("mono"), int | float):
+            continue
+        kind = event.get("kind")
+        if kind in ("sandbox_started", "affordance_probe") or (kind == "command" and event.get("source") == "setup"):
+            start = event["mono"]
+        elif kind == "agent_finished":
+            end = event["mono"]
+            break
+    return None if start is None or end is None else max(0.0, end - start)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Spread:
+    median: float | None
+    p90: float | None
+
+
+def spread(values: Sequence[float]) -> Spread:
+    return Spread(median=statistics.median(values) if values else None, p90=quantile(values, 0.9))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Figures:
+    """One task's (or the sweep's) figures over its evidential runs; None means unknown."""
+
+    task: str
+    evidential: int
+    passed: int
+    pass_hat: tuple[tuple[int, float], ...]
+    pass_at: tuple[tuple[int, float], ...]
+    wall_s: Spread
+    agent_s: Spread
+    tokens_per_success: float | None
+    spend_per_success: Decimal | None
+    commands_per_run: float | None
+    failed_command_share: float | None
+
+
+KS = (1, 2, 4, 8)
+
+
+def _usage(record: RunRecord, key: str) -> Any:
+    usage = record.extra.get("usage") if isinstance(record.extra, Mapping) else None
+    return usage.get(key) if isinstance(usage, Mapping) else None
+
+
+def _spend(record: RunRecord) -> Decimal | None:
+    value = _usage(record, "spend")
+    try:
+        return Decimal(str(value)) if value is not None else None
+    except InvalidOperation:
+        return None
+
+
+def _tokens_of(record: RunRecord) -> int | None:
+    ins, outs = _usage(record, "input_tokens"), _usage(record, "output_tokens")
+    return ins + outs if isinstance(ins, int) and isinstance(outs, int) else None
+
+
+def figures(task: str, runs: Sequence[RunTrace]) -> Figures:
+    """The figures of ``runs`` taken together (one task, or a whole sweep's runs)."""
+    ev = [r for r in runs if r.record.evidential]
+    n, c = len(ev), sum(1 for r in ev if r.record.classification is Classification.PASSED)
+    passing = [r for r in ev if r.record.classification is Classification.PASSED]
+    agent = [agent_seconds(r.events) for r in passing if r.events is not None]
+    tokens = [_tokens_of(r.record) for r in ev]
+    spends = [_spend(r.record) for r in ev]
+    traced = [calls(r.events)[0] for r in ev if r.events is not None]
+    ran = [call for run_calls in traced for call in run_calls]
+    return Figures(
+        task=task, evidential=n, passed=c,
+        pass_hat=tuple((k, float(pass_hat_k(n, c, k))) for k in KS if k <= n),
+        pass_at=tuple((k, float(pass_at_k(n, c, k))) for k in KS if k <= n),
+        wall_s=spread([r.record.duration_s for r in passing]),
+        # A passing run whose trace is missing leaves the agent phase unknown, not shorter.
+        agent_s=spread([a for a in agent if a is not None]) if len(agent) == len(passing) and None not in agent
+        else Spread(median=None, p90=None),
+        tokens_per_success=sum(t for t in tokens if t is not None) / c if c and None not in tokens else None,
+        spend_per_success=(sum((s for s in spends if s is not None), Decimal(0)) / c
+                           if c and None not in spends else None),
+        commands_per_run=sum(r.record.commands for r in ev) / n if n else None,
+        failed_command_share=(sum(1 for call in ran if _failed(call)) / len(ran)
+                              if ran and len(traced) == n else None),
+    )
+
+
+def sweep_figures(runs: Sequence[RunTrace], *, label: str = "all tasks") -> Figures:
+    """The sweep's figures: times, tokens, spend and commands over all its evidential runs;
+    pass^k and pass@k the mean over its tasks, as tau-bench averages, for each k that every
+    task with evidence has at least k evidential runs for."""
+    pooled = figures(label, runs)
+    per_task: dict[str, list[RunTrace]] = {}
+    for run in runs:
+        per_task.setdefault(run.record.task, []).append(run)
+    tasks = [figures(task, task_runs) for task, task_runs in per_task.items()]
+
+    def mean(which: str, k: int) -> float | None:
+        values = [dict(getattr(t, which))[k] for t in tasks if t.evidential >= k]
+        return sum(values) / len(values) if values else None
+
+    # Only a k every task with evidence reaches: a mean over fewer tasks for a
+    # larger k would compare different tasks, and could exceed pass^1.
+    judged = [t for t in tasks if t.evidential]
+    ks = [k for k in KS if judged and all(t.evidential >= k for t in judged)]
+    return Figures(
+        task=label, evidential=pooled.evidential, passed=pooled.passed,
+        pass_hat=tuple((k, v) for k in ks if (v := mean("pass_hat", k)) is not None),
+        pass_at=tuple((k, v) for k in ks if (v := mean("pass_at", k)) is not None),
+        wall_s=pooled.wall_s, agent_s=pooled.agent_s, tokens_per_success=pooled.tokens_per_success,
+        spend_per_success=pooled.spend_per_success, commands_per_run=pooled.commands_per_run,
+        failed_command_share=pooled.failed_command_share,
+    )
