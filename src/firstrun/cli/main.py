@@ -74,12 +74,13 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
             "firstrun run tasks/ --agent claude --repeat 10 --workers 2 --out results/claude"),
     "check": ("firstrun check tasks/quickstart.yaml --sandbox results/runs/quickstart/1/workspace",),
     "show": ("firstrun show results/runs/quickstart/1",),
-    "schema": ("firstrun schema > task.schema.json",),
+    "schema": ("firstrun schema > task.schema.json", "firstrun schema --findings > findings.schema.json"),
     "validate": ("firstrun validate tasks/", "firstrun validate tasks/ --format github"),
     "init": ("firstrun init https://docs.example.com/quickstart/",),
     "examples": ("firstrun examples", "firstrun run --example python-tabulate"),
     "diff": ("firstrun diff results/before results/after --fail-on-regression",),
     "report": ("firstrun report results --out report.html --markdown -",),
+    "findings": ("firstrun findings results", "firstrun findings results --format json > findings.json"),
     "audit": ("firstrun audit --backend linux", "firstrun audit --format markdown"),
     "images": ("firstrun images build", "firstrun images build --microvm"),
     "completion": ("firstrun completion bash > ~/.local/share/bash-completion/completions/firstrun",
@@ -309,12 +310,15 @@ def _add_task_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[
     show.add_argument("trace", metavar="TRACE")
     color_flag(show)
 
-    sub.add_parser(
+    schema = sub.add_parser(
         "schema",
         help="print the task file JSON Schema",
-        description="Print the JSON Schema of task files, generated from the model that loads them.",
+        description="Print the JSON Schema of task files, generated from the model that loads them; "
+        "with --findings, the schema of 'firstrun findings --format json' instead.",
         allow_abbrev=False,
     )
+    schema.add_argument("--findings", action="store_true",
+                        help="print the JSON Schema of 'firstrun findings --format json'")
 
     validate = sub.add_parser(
         "validate",
@@ -410,6 +414,23 @@ def _add_report_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignor
     report.add_argument("--out", metavar="FILE", help="write the HTML report to FILE")
     report.add_argument("--markdown", metavar="FILE", help="write the markdown summary to FILE ('-': stdout)")
     github_summary_flags(report)
+
+    findings = sub.add_parser(
+        "findings",
+        help="print what a docs team can act on: where runs broke, steps no page gave, the figures",
+        usage="firstrun findings RESULTS_DIR [--format text|markdown|json]",
+        description="From saved results and their traces: in each failing evidential run, the "
+        "command it never got past, grouped by the page and code block it came from and by its "
+        "error; the commands agents ran that no page read gives (improvised steps), counted across "
+        "runs; the agents' final reports beside them; and pass^k, pass@k, time to success and cost "
+        "per success. A run without its trace, or whose pages were saved without their code "
+        "blocks, is named as a gap. The JSON follows 'firstrun schema --findings'. "
+        "Exit status: 0, or 3 bad usage.",
+        allow_abbrev=False,
+    )
+    findings.add_argument("results", metavar="RESULTS_DIR", help="a results directory or its results.json")
+    findings.add_argument("--format", dest="findings_format", default="text",
+                          choices=("text", "markdown", "json"), help="output format (default: text)")
 
     audit = sub.add_parser(
         "audit",
@@ -511,7 +532,12 @@ def _cmd_show(args: argparse.Namespace, _argv: Sequence[str]) -> int:
     return show(args.trace, color=args.color)
 
 
-def _cmd_schema(_args: argparse.Namespace, _argv: Sequence[str]) -> int:
+def _cmd_schema(args: argparse.Namespace, _argv: Sequence[str]) -> int:
+    if args.findings:
+        from firstrun.cli.report import findings_schema_text
+
+        sys.stdout.write(findings_schema_text())
+        return 0
     from firstrun.tasks.cli_support import schema_text
 
     sys.stdout.write(schema_text())
@@ -572,6 +598,12 @@ def _cmd_report(args: argparse.Namespace, _argv: Sequence[str]) -> int:
                           github_summary_file=args.github_summary_file)
 
 
+def _cmd_findings(args: argparse.Namespace, _argv: Sequence[str]) -> int:
+    from firstrun.cli.report import findings_command
+
+    return findings_command(args.results, fmt=args.findings_format)
+
+
 def _cmd_audit(args: argparse.Namespace, _argv: Sequence[str]) -> int:
     from firstrun.cli.audit import audit_command
 
@@ -597,6 +629,7 @@ _COMMANDS = {
     "examples": _cmd_examples,
     "diff": _cmd_diff,
     "report": _cmd_report,
+    "findings": _cmd_findings,
 }
 
 

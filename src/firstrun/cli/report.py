@@ -1,4 +1,4 @@
-"""``firstrun diff`` and ``firstrun report``, and where a GitHub step summary goes.
+"""``firstrun diff``, ``firstrun report`` and ``firstrun findings``, and where a GitHub step summary goes.
 
 Guarantee: both read saved results only, and every bad input (a missing
 results file, an unwritable output, an output that is the results file
@@ -12,6 +12,7 @@ counted as a regression, and says so.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -19,8 +20,10 @@ from firstrun.cli.color import colors, rich_console
 from firstrun.cli.flags import summary_target, writable_file
 from firstrun.errors import UsageError
 from firstrun.reports.diff import HEADER, diff_lines, diff_notes, diff_rows
+from firstrun.reports.findings_report import FINDINGS_SCHEMA, build_report, render_text, report_data
+from firstrun.reports.findings_report import render_markdown as findings_markdown
 from firstrun.reports.html import write_html
-from firstrun.reports.load import load_saved
+from firstrun.reports.load import load_saved, read_runs
 from firstrun.reports.markdown import render_markdown
 from firstrun.reports.output import append_text, write_text_atomic
 from firstrun.results.stats import compare
@@ -86,3 +89,20 @@ def report_command(results: str, *, out: str | None, markdown: str | None, githu
     if summary is not None:
         append_text(summary.path, text)
     return 0
+
+
+def findings_command(results: str, *, fmt: str) -> int:
+    saved = load_saved(results, label="RESULTS_DIR")
+    report = build_report(read_runs(saved))
+    if fmt == "json":
+        sys.stdout.write(json.dumps(report_data(report), indent=2) + "\n")
+    elif fmt == "markdown":
+        sys.stdout.write(findings_markdown(report))
+    else:
+        sys.stdout.write(render_text(report))
+    return 0
+
+
+def findings_schema_text() -> str:
+    """``firstrun schema --findings``: stable key order, newline-terminated."""
+    return json.dumps(FINDINGS_SCHEMA, indent=2, sort_keys=True) + "\n"

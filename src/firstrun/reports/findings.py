@@ -200,15 +200,22 @@ class _Step:
     words: tuple[str, ...]
 
 
+def _blocks(blocks: Sequence[Any]) -> list[Mapping[str, Any]]:
+    """The blocks of a saved page that have the shape ``Block.to_data`` writes; others are left out."""
+    return [b for b in blocks if isinstance(b, Mapping) and isinstance(b.get("index"), int)
+            and isinstance(b.get("page"), str) and isinstance(b.get("text"), str)]
+
+
 def _steps(blocks: Sequence[Mapping[str, Any]]) -> list[_Step]:
     steps = []
     for block in blocks:
-        if not isinstance(block, Mapping) or block.get("kind") != "shell":
+        if block.get("kind") != "shell" or not isinstance(block.get("steps"), list | tuple):
             continue
-        page, index, text = str(block.get("page", "")), int(block.get("index", 0)), str(block.get("text", ""))
-        for step in block.get("steps") or ():
-            for words in simple_commands(str(step.get("command", ""))):
-                steps.append(_Step(page=page, index=index, text=text, words=normal(words)))
+        for step in block["steps"]:
+            command = step.get("command") if isinstance(step, Mapping) else None
+            for words in simple_commands(command if isinstance(command, str) else ""):
+                steps.append(_Step(page=block["page"], index=block["index"], text=block["text"],
+                                   words=normal(words)))
     return steps
 
 
@@ -288,13 +295,14 @@ def calls(events: Sequence[Mapping[str, Any]]) -> tuple[tuple[Call, ...], bool]:
             continue
         if event.get("kind") == "docs_read":
             page = event.get("page") if isinstance(event.get("page"), Mapping) else {}
-            blocks = page.get("blocks")
-            if blocks is None:
+            saved = page.get("blocks")
+            if not isinstance(saved, list | tuple):
+                # A page that failed to load has no blocks to have saved.
                 with_blocks = with_blocks and page.get("error") is not None
                 continue
+            blocks = _blocks(saved)
             steps.extend(_steps(blocks))
-            texts.update({(str(b.get("page")), int(b.get("index", 0))): str(b.get("text", ""))
-                          for b in blocks if isinstance(b, Mapping)})
+            texts.update({(b["page"], b["index"]): b["text"] for b in blocks})
         elif event.get("kind") == "command" and event.get("source") == "agent":
             command = str(event.get("command", ""))
             words = simple_commands(command)

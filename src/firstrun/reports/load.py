@@ -6,7 +6,8 @@ is one ``UsageError`` line naming the argument and the file, never a
 traceback and never a report built from half a file. Trace paths are
 resolved against the results directory and refused when they lead outside
 it, so a report built from a results file someone else wrote embeds no
-other file of this machine.
+other file of this machine. A run whose trace is missing or unreadable is
+read as a marked gap (``findings.Gap``), never an error.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from firstrun.errors import UsageError
+from firstrun.reports.findings import Gap, RunTrace
 from firstrun.results.model import RunRecord
 from firstrun.results.store import RESULTS_FILE, load_results
+from firstrun.run.events import read_trace
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,3 +66,23 @@ def load_saved(target: str | os.PathLike[str], *, label: str) -> SavedResults:
     meta = document.get("meta")
     return SavedResults(root=path.parent, path=path, meta=meta if isinstance(meta, dict) else {},
                         records=tuple(records))
+
+
+def read_runs(saved: SavedResults) -> tuple[RunTrace, ...]:
+    """Every run with its trace's events, for findings; a trace that cannot be read is a gap."""
+    runs = []
+    for record in saved.records:
+        path = saved.trace_path(record)
+        events, gap = None, None
+        if path is None:
+            gap = Gap.NO_TRACE if not record.trace else Gap.UNREADABLE
+        elif not path.is_file():
+            # Checked before opening: a FIFO would block the read forever.
+            gap = Gap.UNREADABLE if path.exists() else Gap.NO_TRACE
+        else:
+            try:
+                events = tuple(read_trace(path))
+            except (OSError, UnicodeDecodeError):
+                gap = Gap.UNREADABLE
+        runs.append(RunTrace(record=record, events=events, gap=None if gap is None else gap.value))
+    return tuple(runs)

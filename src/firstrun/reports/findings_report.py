@@ -1,0 +1,241 @@
+"""Findings and the field's figures as JSON, text and markdown, and two sweeps' findings compared.
+
+Guarantee: pure renderings of ``reports.findings`` results. The JSON is one
+document that validates against ``FINDINGS_SCHEMA`` (``firstrun schema
+--findings``); unknown figures are null, never 0. The markdown is inert:
+every text from a run passes through ``markdown.md`` or a fence longer than
+any backtick run in it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from firstrun.reports.findings import (
+    Evidence,
+    Figures,
+    Finding,
+    RunTrace,
+    Spread,
+    TaskFindings,
+    figures,
+    findings,
+    sweep_figures,
+)
+from firstrun.reports.markdown import md
+
+SCHEMA_ID = "firstrun.findings/1"
+# Findings shown per task in text and markdown; the JSON has every one.
+SHOWN = 10
+
+
+@dataclass(frozen=True, kw_only=True)
+class Report:
+    """A sweep's findings per task, each task's figures, and the sweep's."""
+
+    tasks: tuple[TaskFindings, ...]
+    figures: tuple[Figures, ...]
+    sweep: Figures
+
+
+def build_report(runs: Sequence[RunTrace]) -> Report:
+    tasks = findings(runs)
+    return Report(tasks=tasks,
+                  figures=tuple(figures(t.task, [r for r in runs if r.record.task == t.task]) for t in tasks),
+                  sweep=sweep_figures(runs))
+
+
+# --- JSON -------------------------------------------------------------------------
+
+def _spread(s: Spread) -> dict[str, float | None]:
+    return {"median": s.median, "p90": s.p90}
+
+
+def figures_data(f: Figures) -> dict[str, Any]:
+    return {
+        "task": f.task, "evidential": f.evidential, "passed": f.passed,
+        "pass_hat_k": [{"k": k, "value": v} for k, v in f.pass_hat],
+        "pass_at_k": [{"k": k, "value": v} for k, v in f.pass_at],
+        "wall_s": _spread(f.wall_s), "agent_s": _spread(f.agent_s),
+        "tokens_per_success": f.tokens_per_success,
+        "spend_per_success_usd": None if f.spend_per_success is None else str(f.spend_per_success),
+        "commands_per_run": f.commands_per_run,
+        "failed_command_share": f.failed_command_share,
+    }
+
+
+def _evidence(e: Evidence) -> dict[str, Any]:
+    return {"run": e.run, "trace": e.trace, "command": e.command, "exit_code": e.exit_code,
+            "output_tail": e.output_tail}
+
+
+def finding_data(f: Finding) -> dict[str, Any]:
+    return {
+        "kind": f.kind.value, "task": f.task, "task_file": f.task_file, "headline": f.headline(),
+        "what": f.what, "page": f.page, "block": f.block, "block_text": f.block_text,
+        "runs": list(f.runs), "of": f.of, "evidence": [_evidence(e) for e in f.evidence],
+        "claims": list(f.claims),
+    }
+
+
+def report_data(report: Report) -> dict[str, Any]:
+    per_task = {f.task: f for f in report.figures}
+    return {
+        "schema": SCHEMA_ID,
+        "sweep": figures_data(report.sweep),
+        "tasks": [
+            {"task": t.task, "evidential": t.evidential,
+             "figures": figures_data(per_task[t.task]),
+             "gaps": [{"run": run, "gap": gap} for run, gap in t.gaps],
+             "findings": [finding_data(f) for f in t.findings]}
+            for t in report.tasks
+        ],
+    }
+
+
+_NUMBER_OR_NULL = {"type": ["number", "null"]}
+_SPREAD = {"type": "object", "additionalProperties": False, "required": ["median", "p90"],
+           "properties": {"median": _NUMBER_OR_NULL, "p90": _NUMBER_OR_NULL}}
+_KS = {"type": "array", "items": {
+    "type": "object", "additionalProperties": False, "required": ["k", "value"],
+    "properties": {"k": {"type": "integer", "minimum": 1}, "value": {"type": "number", "minimum": 0, "maximum": 1}}}}
+_FIGURES = {
+    "type": "object", "additionalProperties": False,
+    "required": ["task", "evidential", "passed", "pass_hat_k", "pass_at_k", "wall_s", "agent_s",
+                 "tokens_per_success", "spend_per_success_usd", "commands_per_run", "failed_command_share"],
+    "properties": {
+        "task": {"type": "string"}, "evidential": {"type": "integer", "minimum": 0},
+        "passed": {"type": "integer", "minimum": 0}, "pass_hat_k": _KS, "pass_at_k": _KS,
+        "wall_s": _SPREAD, "agent_s": _SPREAD,
+        "tokens_per_success": _NUMBER_OR_NULL,
+        "spend_per_success_usd": {"type": ["string", "null"], "pattern": r"^-?\d+(\.\d+)?(E[-+]?\d+)?$",
+                                  "description": "a decimal in USD; null when any run's spend is unknown"},
+        "commands_per_run": _NUMBER_OR_NULL,
+        "failed_command_share": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
+    },
+}
+_STRING_OR_NULL = {"type": ["string", "null"]}
+_FINDING = {
+    "type": "object", "additionalProperties": False,
+    "required": ["kind", "task", "task_file", "headline", "what", "page", "block", "block_text", "runs", "of",
+                 "evidence", "claims"],
+    "properties": {
+        "kind": {"enum": ["break", "improvised"]}, "task": {"type": "string"}, "task_file": {"type": "string"},
+        "headline": {"type": "string"},
+        "what": {"type": "string", "description": "the error signature (break) or the command (improvised)"},
+        "page": _STRING_OR_NULL, "block": {"type": ["integer", "null"], "minimum": 0},
+        "block_text": _STRING_OR_NULL,
+        "runs": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+        "of": {"type": "integer", "minimum": 1},
+        "evidence": {"type": "array", "items": {
+            "type": "object", "additionalProperties": False,
+            "required": ["run", "trace", "command", "exit_code", "output_tail"],
+            "properties": {"run": {"type": "string"}, "trace": {"type": "string"}, "command": {"type": "string"},
+                           "exit_code": {"type": ["integer", "null"]}, "output_tail": {"type": "string"}}}},
+        "claims": {"type": "array", "items": {"type": "string"}},
+    },
+}
+FINDINGS_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "firstrun findings",
+    "type": "object", "additionalProperties": False, "required": ["schema", "sweep", "tasks"],
+    "properties": {
+        "schema": {"const": SCHEMA_ID},
+        "sweep": _FIGURES,
+        "tasks": {"type": "array", "items": {
+            "type": "object", "additionalProperties": False,
+            "required": ["task", "evidential", "figures", "gaps", "findings"],
+            "properties": {
+                "task": {"type": "string"}, "evidential": {"type": "integer", "minimum": 0},
+                "figures": _FIGURES,
+                "gaps": {"type": "array", "items": {
+                    "type": "object", "additionalProperties": False, "required": ["run", "gap"],
+                    "properties": {"run": {"type": "string"},
+                                   "gap": {"enum": ["no_trace", "unreadable", "no_blocks"]}}}},
+                "findings": {"type": "array", "items": _FINDING},
+            }}},
+    },
+}
+
+
+# --- text and markdown -------------------------------------------------------------
+
+_GAPS = {"no_trace": "no trace saved", "unreadable": "trace unreadable",
+         "no_blocks": "pages saved without their code blocks (an older run): no step is called improvised"}
+
+
+def _pct(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:.0%}"
+
+
+def _secs(s: Spread) -> str:
+    return "unknown" if s.median is None or s.p90 is None else f"median {s.median:.1f}s, p90 {s.p90:.1f}s"
+
+
+def figures_lines(f: Figures) -> list[str]:
+    hats = ", ".join(f"pass^{k} {v:.0%}" for k, v in f.pass_hat) or "pass^k: no evidence"
+    ats = ", ".join(f"pass@{k} {v:.0%}" for k, v in f.pass_at)
+    spend = "unknown" if f.spend_per_success is None else f"${f.spend_per_success:.4f}"
+    tokens = "unknown" if f.tokens_per_success is None else f"{f.tokens_per_success:,.0f}"
+    per_run = "unknown" if f.commands_per_run is None else f"{f.commands_per_run:.1f}"
+    return [
+        f"{f.passed}/{f.evidential} evidential runs passed; {hats}" + (f"; {ats}" if ats else ""),
+        f"time to success: {_secs(f.wall_s)} (agent phase: {_secs(f.agent_s)})",
+        f"per success: {tokens} tokens, spend {spend}",
+        f"commands per run: {per_run}, failed: {_pct(f.failed_command_share)}",
+    ]
+
+
+def render_text(report: Report) -> str:
+    lines = ["sweep:", *(f"  {line}" for line in figures_lines(report.sweep))]
+    per_task = {f.task: f for f in report.figures}
+    for t in report.tasks:
+        lines += ["", f"task {t.task}:", *(f"  {line}" for line in figures_lines(per_task[t.task]))]
+        if not t.findings:
+            lines.append("  no findings")
+        for i, f in enumerate(t.findings[:SHOWN], start=1):
+            lines.append(f"  {i}. {f.headline()}")
+            if f.block_text:
+                lines += [f"       | {line}" for line in f.block_text.splitlines()[:6]]
+            lines.append(f"     runs: {', '.join(f.runs)}")
+            for e in f.evidence[:1]:
+                lines.append(f"     {e.run}: {e.command} (exit {e.exit_code})")
+                lines += [f"       > {line}" for line in e.output_tail.splitlines()]
+            lines += [f"     said: {claim}" for claim in f.claims]
+        if len(t.findings) > SHOWN:
+            lines.append(f"  ... and {len(t.findings) - SHOWN} more (--format json has all)")
+        lines += [f"  gap: {run}: {_GAPS.get(gap, gap)}" for run, gap in t.gaps]
+    return "\n".join(lines) + "\n"
+
+
+def _fence(text: str) -> list[str]:
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [fence, *text.splitlines(), fence]
+
+
+def render_markdown(report: Report) -> str:
+    """A ``## Findings`` section: the sweep's figures, then each task's findings, ranked."""
+    out = ["## Findings", "", *(f"- {md(line)}" for line in figures_lines(report.sweep)), ""]
+    for t in report.tasks:
+        out += [f"### {md(t.task)}", ""]
+        if not t.findings:
+            out += ["No findings.", ""]
+        for i, f in enumerate(t.findings[:SHOWN], start=1):
+            out += [f"{i}. **{md(f.headline())}**", ""]
+            body: list[str] = []
+            if f.block_text:
+                body += [f"Block {f.block} of {md(f.page)}:", "", *_fence(f.block_text), ""]
+            body += [f"Runs: {md(', '.join(f.runs))}", ""]
+            for e in f.evidence[:1]:
+                body += [f"{md(e.run)} ran (exit {e.exit_code}):", "",
+                         *_fence(f"$ {e.command}\n{e.output_tail}".rstrip("\n")), ""]
+            body += [f"> {md(claim)}" for claim in f.claims]
+            out += [f"   {line}" if line else "" for line in body] + [""]
+        out += [f"- gap: {md(run)}: {md(_GAPS.get(gap, gap))}" for run, gap in t.gaps]
+        if t.gaps:
+            out.append("")
+    return "\n".join(out).rstrip("\n") + "\n"

@@ -1,0 +1,109 @@
+"""``firstrun findings`` and ``firstrun schema --findings`` through the real console script.
+
+The results directories are written as a sweep writes them (``ResultsStore``
+and ``Trace`` with the runner's typed events), the pages read carrying their
+code blocks as ``firstrun.docs.blocks`` extracts them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+from report_support import firstrun, record
+
+from firstrun.agents.base import AgentStop
+from firstrun.docs.blocks import extract
+from firstrun.results.model import Classification, RunRecord
+from firstrun.results.store import ResultsStore
+from firstrun.run.events import AgentFinished, CheckFinished, CommandRan, DocsRead, RunFinished, Source, Trace
+
+PAGE = "https://docs.test/quickstart"
+BLOCKS = [b.to_data() for b in extract(
+    '<pre><code class="language-console">$ pip install tabulate==0.0.999\n$ python app.py</code></pre>', url=PAGE)]
+NO_DIST = "ERROR: No matching distribution found for tabulate==0.0.999\n"
+
+
+def _sweep(out: Path, *, missing: bool = False) -> Path:
+    store = ResultsStore(out, meta={"agent": "replay", "model": None})
+    store.flush()
+    kinds = [Classification.DOCS_GAP] * 3 + [Classification.PASSED]
+    for attempt, kind in enumerate(kinds, start=1):
+        failed = kind is Classification.DOCS_GAP
+        r: RunRecord = record("pin", attempt, kind, extra={"claim": "The pinned version does not exist."},
+                              commands=2)
+        if not (missing and attempt == 1):
+            trace = Trace(out / r.trace)
+            trace.emit(DocsRead(page={"url_requested": PAGE, "url_final": PAGE, "status": 200, "error": None,
+                                      "blocks": BLOCKS}, route=True))
+            trace.emit(CommandRan(source=Source.AGENT, command="pip install wheel", exit_code=0, duration_s=1))
+            trace.emit(CommandRan(source=Source.AGENT, command="pip install tabulate==0.0.999",
+                                  exit_code=1 if failed else 0, duration_s=1, stderr=NO_DIST if failed else ""))
+            trace.emit(AgentFinished(stop=AgentStop.FINISHED, turns=2))
+            trace.emit(CheckFinished(exit_code=1 if failed else 0))
+            trace.emit(RunFinished(classification=kind.value, reason=r.reason))
+            trace.close()
+        store.add(r.to_data())
+    return out
+
+
+def test_text_names_the_block_the_signature_the_improvised_step_and_the_gap(tmp_path: Path) -> None:
+    out = _sweep(tmp_path / "results", missing=True)
+    proc = firstrun("findings", str(out))
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    assert f"2 of 4 runs broke at block 0 of {PAGE}: No matching distribution found for tabulate==<version>" in text
+    assert "3 of 4 runs ran `pip install wheel`, which no page says" in text
+    assert "said: The pinned version does not exist." in text
+    assert "gap: pin #1: no trace saved" in text
+    assert "1/4 evidential runs passed; pass^1 25%, pass^2 0%" in text
+    assert "per success: unknown tokens, spend unknown" in text
+
+
+def test_json_follows_the_published_schema(tmp_path: Path) -> None:
+    out = _sweep(tmp_path / "results")
+    schema = firstrun("schema", "--findings")
+    assert schema.returncode == 0, schema.stderr
+    proc = firstrun("findings", str(out), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    document = json.loads(proc.stdout)
+    jsonschema.validate(document, json.loads(schema.stdout))
+    (task,) = document["tasks"]
+    # Ranked by runs: the step all four ran, then the break of three.
+    assert [f["kind"] for f in task["findings"]] == ["improvised", "break"]
+    first = task["findings"][1]
+    assert (first["kind"], first["page"], first["block"], first["runs"]) == (
+        "break", PAGE, 0, ["pin #1", "pin #2", "pin #3"])
+    assert first["evidence"][0]["output_tail"] == NO_DIST.strip()
+    assert task["figures"]["spend_per_success_usd"] is None
+    # The schema refuses what the document must not be: a finding without its runs.
+    first["runs"] = []
+    try:
+        jsonschema.validate(document, json.loads(schema.stdout))
+    except jsonschema.ValidationError:
+        pass
+    else:
+        raise AssertionError("an empty runs list validated")
+
+
+def test_markdown_is_a_findings_section(tmp_path: Path) -> None:
+    proc = firstrun("findings", str(_sweep(tmp_path / "results")), "--format", "markdown")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("## Findings\n")
+    # A fence inside a list item is indented on every line, or it ends the item.
+    assert "   ```\n   $ pip install tabulate==0.0.999\n   $ python app.py\n   ```" in proc.stdout
+
+
+def test_bad_input_is_one_line(tmp_path: Path) -> None:
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "results.json").write_text(json.dumps({"schema_version": 0, "meta": {}, "runs": []}))
+    for argv, named in ((["findings", str(old)], "schema version"),
+                        (["findings", str(tmp_path / "none")], "RESULTS_DIR"),
+                        (["findings", str(old), "--format", "yaml"], "--format")):
+        proc = firstrun(*argv)
+        assert proc.returncode == 3, proc.stderr
+        assert "Traceback" not in proc.stderr
+        (line,) = proc.stderr.strip().splitlines()
+        assert line.startswith("firstrun: error: ") and named in line
