@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from firstrun.reports.html import PLOT_COLOUR
+from firstrun.reports.html import FINDING_COLOUR, PLOT_COLOUR
 
 WINDOW = (1280, 1400)
 _BROWSER_OWN = re.compile(r'", source: chrome://\S+ \(\d+\)$')
@@ -71,5 +71,22 @@ def _hex(colour: str) -> tuple[int, int, int]:
 
 def plot_pixels(image: Image.Image) -> int:
     target = _hex(PLOT_COLOUR)
+    return sum(n for n, rgb in image.getcolors(maxcolors=image.width * image.height)
+               if all(abs(a - b) <= 6 for a, b in zip(rgb, target, strict=True)))
+
+
+def top_row(image: Image.Image, colour: str = PLOT_COLOUR) -> int | None:
+    """The first row (from the top) holding a pixel of ``colour``; None when none does."""
+    target = _hex(colour)
+    pixels = image.load()
+    for y in range(image.height):
+        if any(all(abs(a - b) <= 6 for a, b in zip(pixels[x, y], target, strict=True))
+               for x in range(image.width)):
+            return y
+    return None
+
+
+def finding_pixels(image: Image.Image) -> int:
+    target = _hex(FINDING_COLOUR)
     return sum(n for n, rgb in image.getcolors(maxcolors=image.width * image.height)
                if all(abs(a - b) <= 6 for a, b in zip(rgb, target, strict=True)))

@@ -56,7 +56,7 @@ def test_text_names_the_block_the_signature_the_improvised_step_and_the_gap(tmp_
     assert f"2 of 4 runs broke at block 0 of {PAGE}: No matching distribution found for tabulate==<version>" in text
     assert "3 of 4 runs ran `pip install wheel`, which no page says" in text
     assert "said: The pinned version does not exist." in text
-    assert "gap: pin #1: no trace saved" in text
+    assert "gap: 1 run (pin #1): no trace saved" in text
     assert "1/4 evidential runs passed; pass^1 25%, pass^2 0%" in text
     assert "per success: unknown tokens, spend unknown" in text
 

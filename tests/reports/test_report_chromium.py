@@ -2,18 +2,20 @@
 
 The page runs no script, so it must log nothing at all to the console; a
 control page that does log proves the scan sees console lines here. The
-screenshot is judged by its pixels: the plot's colour is used by nothing
-else on the page, and a control report with no plot shows none of it.
+screenshot is judged by its pixels: the plot's colour and the findings'
+edge are each used by nothing else on the page, a control report with no
+plot and no finding shows none of either, and the findings are drawn above
+the first plot.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from chromium_support import WINDOW, plot_pixels, render
+from chromium_support import WINDOW, finding_pixels, plot_pixels, render, top_row
 from report_support import HOSTILE, record, runs, write_results
 
-from firstrun.reports.html import write_html
+from firstrun.reports.html import FINDING_COLOUR, write_html
 from firstrun.reports.load import load_saved
 from firstrun.results.model import Classification
 
@@ -45,6 +47,9 @@ def test_report_renders_without_console_errors_and_shows_the_plot(tmp_path: Path
     assert max(hi) - min(lo) > 100, "the screenshot is blank"
     # Two plots (a point and an interval bar each) are in the first screenful.
     assert plot_pixels(image) > 200
+    # Findings come first: their edges are drawn above the first plot.
+    findings_top, plot_top = top_row(image, FINDING_COLOUR), top_row(image)
+    assert findings_top is not None and plot_top is not None and findings_top < plot_top
 
 
 def test_a_report_without_evidence_draws_no_plot_colour(tmp_path: Path) -> None:
@@ -54,3 +59,5 @@ def test_a_report_without_evidence_draws_no_plot_colour(tmp_path: Path) -> None:
     image, console = render(page, tmp_path)
     assert console == []
     assert plot_pixels(image) == 0
+    # Nor any finding: a run that could not judge the docs is no finding's evidence.
+    assert finding_pixels(image) == 0

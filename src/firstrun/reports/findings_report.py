@@ -163,8 +163,17 @@ FINDINGS_SCHEMA: dict[str, Any] = {
 
 # --- text and markdown -------------------------------------------------------------
 
-_GAPS = {"no_trace": "no trace saved", "unreadable": "trace unreadable",
+GAP_TEXT = {"no_trace": "no trace saved", "unreadable": "trace unreadable",
          "no_blocks": "pages saved without their code blocks (an older run): no step is called improvised"}
+
+
+def gap_lines(t: TaskFindings) -> list[str]:
+    """One line per kind of gap, naming its runs."""
+    runs: dict[str, list[str]] = {}
+    for run, gap in t.gaps:
+        runs.setdefault(gap, []).append(run)
+    return [f"gap: {len(ids)} run{'s' if len(ids) != 1 else ''} ({', '.join(ids)}): {GAP_TEXT.get(gap, gap)}"
+            for gap, ids in runs.items()]
 
 
 def _pct(value: float | None) -> str:
@@ -207,7 +216,7 @@ def render_text(report: Report) -> str:
             lines += [f"     said: {claim}" for claim in f.claims]
         if len(t.findings) > SHOWN:
             lines.append(f"  ... and {len(t.findings) - SHOWN} more (--format json has all)")
-        lines += [f"  gap: {run}: {_GAPS.get(gap, gap)}" for run, gap in t.gaps]
+        lines += [f"  {line}" for line in gap_lines(t)]
     return "\n".join(lines) + "\n"
 
 
@@ -235,7 +244,7 @@ def render_markdown(report: Report) -> str:
                          *_fence(f"$ {e.command}\n{e.output_tail}".rstrip("\n")), ""]
             body += [f"> {md(claim)}" for claim in f.claims]
             out += [f"   {line}" if line else "" for line in body] + [""]
-        out += [f"- gap: {md(run)}: {md(_GAPS.get(gap, gap))}" for run, gap in t.gaps]
+        out += [f"- {md(line)}" for line in gap_lines(t)]
         if t.gaps:
             out.append("")
     return "\n".join(out).rstrip("\n") + "\n"

@@ -10,7 +10,8 @@ attribute names, and text reaches it only as ``str``, which is always
 escaped; characters HTML cannot carry are replaced, never written raw. Only
 ``http``/``https`` URLs become links. Each run's narrated trace
 (``firstrun.reports.narrate``) is in the page under an anchor, so a run's
-link works offline.
+link works offline. Findings (``firstrun.reports.findings``) come first,
+ranked, each a ``details`` element holding its evidence and linking its runs.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ from firstrun.reports.analysis import (
     route_report,
     run_route,
 )
-from firstrun.reports.load import SavedResults
+from firstrun.reports.findings import Finding
+from firstrun.reports.findings_report import Report, build_report, figures_lines, gap_lines
+from firstrun.reports.load import SavedResults, read_runs
 from firstrun.reports.narrate import Line, Style, narrate_file
 from firstrun.reports.output import write_text_atomic
 from firstrun.reports.summary import ORDER
@@ -40,8 +43,10 @@ from firstrun.results.model import EVIDENTIAL, Classification, RunRecord
 from firstrun.results.stats import PassRate, pass_rate
 from firstrun.tasks.allowlist import AllowEntries, allow_snippet
 
-# The plot's own colour: used by nothing else on the page, so a screenshot can find the plot.
+# The plot's own colour, and the findings' edge: each used by nothing else on
+# the page, so a screenshot can find the plot and the findings.
 PLOT_COLOUR = "#1f6feb"
+FINDING_COLOUR = "#8250df"
 
 _NOT_HTML = re.compile("[\x00-\x08\x0b\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufdd0-\ufdef\ufffe\uffff]")
 
@@ -297,6 +302,37 @@ def _trace_section(saved: SavedResults, runs: Sequence[tuple[int, RunRecord]]) -
     return _el("section", {"id": "traces"}, _el("h2", None, "Narrated traces"), items)
 
 
+def _finding(f: Finding, anchors: Mapping[str, int]) -> Markup:
+    runs = [[_el("a", {"href": f"#run-{anchors[run]}"}, run) if run in anchors else run, " "] for run in f.runs]
+    body: list[Child] = []
+    if f.block_text:
+        body += [_el("p", None, f"block {f.block} of ", _link(f.page)),
+                 _el("pre", {"class": "trace"}, f.block_text)]
+    body.append(_el("p", None, "runs: ", runs))
+    for e in f.evidence:
+        body.append(_el("pre", {"class": "trace"}, f"{e.run} (exit {e.exit_code}): $ {e.command}\n",
+                        _el("span", {"class": "dim"}, e.output_tail)))
+    if f.claims:
+        body.append(_el("p", {"class": "dim"}, "what the agents said:"))
+        body.append(_el("ul", {"class": "claims"}, [_el("li", None, _el("q", None, c)) for c in f.claims]))
+    return _el("details", {"class": f"finding {f.kind.value}"}, _el("summary", None, f.headline()), body)
+
+
+def _findings_section(report: Report, records: Sequence[RunRecord]) -> Markup:
+    anchors: dict[str, int] = {}
+    for index, r in enumerate(records):
+        anchors.setdefault(f"{r.task} #{r.attempt}", index)
+    items: list[Child] = [_el("ul", {"class": "figures"}, [_el("li", None, line)
+                                                            for line in figures_lines(report.sweep)])]
+    for t in report.tasks:
+        items.append(_el("h3", None, t.task))
+        ranked = [_finding(f, anchors) for f in t.findings]
+        items.append(_el("ol", {"class": "findings"}, [_el("li", None, f) for f in ranked])
+                     if ranked else _el("p", {"class": "none"}, "No findings."))
+        items += [_el("p", {"class": "warn"}, line) for line in gap_lines(t)]
+    return _el("section", {"id": "findings"}, _el("h2", None, "Findings"), items)
+
+
 def _overview(tasks: Sequence[tuple[int, str, list[tuple[int, RunRecord]]]],
               records: Sequence[RunRecord]) -> Markup:
     rows = []
@@ -331,6 +367,7 @@ details{border:1px solid #d0d7de;border-radius:4px;margin:6px 0;padding:4px 8px}
 details:target{outline:2px solid #9a6700}summary{cursor:pointer}
 pre.trace{font:12px/1.35 ui-monospace,"DejaVu Sans Mono",monospace;white-space:pre-wrap;
 overflow-wrap:anywhere;margin:6px 0}
+ol.findings{padding-left:20px}details.finding{border-left:4px solid """ + FINDING_COLOUR + """}
 pre .h{font-weight:700}pre .ok{color:#116329}pre .bad{color:#a40e26;font-weight:600}pre .dim{color:#656d76}
 """
 
@@ -359,7 +396,8 @@ def render_html(saved: SavedResults, *, generated_at: datetime | None = None) ->
     if not saved.records:
         body: list[Child] = [_el("p", {"class": "none"}, "No run finished: there is nothing to report.")]
     else:
-        body = [_el("h2", None, "Overview"), _overview(tasks, saved.records),
+        body = [_findings_section(build_report(read_runs(saved)), saved.records),
+                _el("h2", None, "Overview"), _overview(tasks, saved.records),
                 [_task_section(n, task, runs) for n, task, runs in tasks],
                 _trace_section(saved, indexed)]
     head = Markup(
