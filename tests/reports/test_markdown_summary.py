@@ -52,6 +52,9 @@ def test_github_summary_appends_to_the_file_the_environment_names(tmp_path: Path
     assert result.returncode == 0, result.stderr
     text = summary.read_text()
     assert text.startswith("earlier step\n## firstrun") and "| t | 2 | 2 | 0 | 0 |" in text
+    # The findings follow the pass rates, their gaps named: these runs saved no trace.
+    assert text.index("## Findings") > text.index("| t | 2 |")
+    assert "gap: 2 runs \\(t #1, t #2\\): no trace saved" in text
 
 
 def test_github_summary_file_appends_to_the_file_it_names(tmp_path: Path) -> None:

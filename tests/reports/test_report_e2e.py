@@ -16,6 +16,7 @@ def test_real_run_summary_and_report(tmp_path: Path) -> None:
     run = firstrun("run", "--example", "python-tabulate", "--out", str(out), "--github-summary-file", str(summary))
     assert run.returncode == 0, run.stdout + run.stderr
     assert "| python-tabulate | 1 | 1 | 0 | 0 | 1/1 (100%; 95% CI 21%\u2013100%) |" in summary.read_text()
+    assert "## Findings" in summary.read_text()
     (saved,) = json.loads((out / "results.json").read_text())["runs"]
     route = saved["docs_route"]
     assert route and [p["url_requested"] for p in saved["pages"]] == route

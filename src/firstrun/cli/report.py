@@ -23,7 +23,7 @@ from firstrun.reports.diff import HEADER, diff_lines, diff_notes, diff_rows
 from firstrun.reports.findings_report import FINDINGS_SCHEMA, build_report, render_text, report_data
 from firstrun.reports.findings_report import render_markdown as findings_markdown
 from firstrun.reports.html import write_html
-from firstrun.reports.load import load_saved, read_runs
+from firstrun.reports.load import SavedResults, load_saved, read_runs
 from firstrun.reports.markdown import render_markdown
 from firstrun.reports.output import append_text, write_text_atomic
 from firstrun.results.stats import compare
@@ -75,7 +75,7 @@ def report_command(results: str, *, out: str | None, markdown: str | None, githu
         # Writing the report over the results it is made from would lose them.
         if target is not None and os.path.realpath(target) == os.path.realpath(saved.path):
             raise UsageError(f"{flag}: {os.fspath(target)!r} is the results file being reported")
-    text = render_markdown(saved.records, meta=saved.meta)
+    text = summary_markdown(saved)
     # With the markdown on stdout, where things went is said on stderr.
     status = sys.stderr if markdown == "-" else sys.stdout
     if html_path is not None:
@@ -106,3 +106,8 @@ def findings_command(results: str, *, fmt: str) -> int:
 def findings_schema_text() -> str:
     """``firstrun schema --findings``: stable key order, newline-terminated."""
     return json.dumps(FINDINGS_SCHEMA, indent=2, sort_keys=True) + "\n"
+
+
+def summary_markdown(saved: SavedResults) -> str:
+    """The markdown summary (``--markdown``, ``--github-summary``): pass rates, then findings."""
+    return render_markdown(saved.records, meta=saved.meta) + "\n" + findings_markdown(build_report(read_runs(saved)))

@@ -377,10 +377,11 @@ def _run_command(request: RunRequest) -> int:
     if request.junit is not None:
         write_junit(request.junit, records)
     if summary is not None:
-        from firstrun.reports.markdown import render_markdown
+        from firstrun.cli.report import summary_markdown
+        from firstrun.reports.load import load_saved
         from firstrun.reports.output import append_text
 
-        append_text(summary.path, render_markdown(records, meta={"agent": request.agent, "model": request.model}))
+        append_text(summary.path, summary_markdown(load_saved(out, label="--out")))
     _print_summary(records, out, interrupted=signum is not None, report_only=config.report_only,
                    quiet=request.quiet, color=colors(request.color, sys.stdout))
     if signum is not None:
