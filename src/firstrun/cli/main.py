@@ -385,8 +385,9 @@ def _add_report_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignor
         usage="firstrun diff BEFORE AFTER [--alpha A] [--fail-on-regression] [--color WHEN]",
         description="Compare the pass rates of two sweeps per task with a two-sided Fisher exact "
         "test over evidential runs. A task whose samples are too small for any outcome to be "
-        "significant says so, with the sample per side that could. BEFORE and AFTER are results "
-        "directories or results.json files. Exit status: 0, or 1 with --fail-on-regression when "
+        "significant says so, with the sample per side that could. Then the findings "
+        "('firstrun findings') that appeared, grew, shrank or disappeared, by their share of "
+        "evidential runs. BEFORE and AFTER are results directories or results.json files. Exit status: 0, or 1 with --fail-on-regression when "
         "a task's pass rate dropped significantly; 3 bad usage.",
         allow_abbrev=False,
     )

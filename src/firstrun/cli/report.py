@@ -7,7 +7,8 @@ itself, an ``--alpha`` outside (0, 1), ``--github-summary`` with
 refused in one line naming the flag or argument before anything is written. ``diff`` exits
 0, or 1 with ``--fail-on-regression`` when some task's pass rate dropped
 significantly; a task whose samples are too small to show anything is never
-counted as a regression, and says so.
+counted as a regression, and says so. ``diff`` also says which findings
+appeared, grew, shrank or disappeared; they never change its exit status.
 """
 
 from __future__ import annotations
@@ -20,7 +21,14 @@ from firstrun.cli.color import colors, rich_console
 from firstrun.cli.flags import summary_target, writable_file
 from firstrun.errors import UsageError
 from firstrun.reports.diff import HEADER, diff_lines, diff_notes, diff_rows
-from firstrun.reports.findings_report import FINDINGS_SCHEMA, build_report, render_text, report_data
+from firstrun.reports.findings import findings
+from firstrun.reports.findings_report import (
+    FINDINGS_SCHEMA,
+    build_report,
+    compare_findings,
+    render_text,
+    report_data,
+)
 from firstrun.reports.findings_report import render_markdown as findings_markdown
 from firstrun.reports.html import write_html
 from firstrun.reports.load import SavedResults, load_saved, read_runs
@@ -56,6 +64,10 @@ def diff_command(before: str, after: str, *, alpha: float, fail_on_regression: b
             console.print(note, markup=False)
     else:
         print("\n".join(diff_lines(comparison)))
+    changes = compare_findings(findings(read_runs(old)), findings(read_runs(new)))
+    print("\nFindings: " + ("no change." if not changes else f"{len(changes)} changed."))
+    for change in changes:
+        print(f"  {change.text()}")
     return 1 if fail_on_regression and comparison.regressions else 0
 
 

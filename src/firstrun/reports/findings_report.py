@@ -4,7 +4,9 @@ Guarantee: pure renderings of ``reports.findings`` results. The JSON is one
 document that validates against ``FINDINGS_SCHEMA`` (``firstrun schema
 --findings``); unknown figures are null, never 0. The markdown is inert:
 every text from a run passes through ``markdown.md`` or a fence longer than
-any backtick run in it.
+any backtick run in it. A finding is the same one in two sweeps when its
+kind, task, signature or command, page and block are; it *grew* or *shrank*
+when its share of the task's evidential runs did.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from firstrun.reports.findings import (
@@ -248,3 +251,48 @@ def render_markdown(report: Report) -> str:
         if t.gaps:
             out.append("")
     return "\n".join(out).rstrip("\n") + "\n"
+
+
+# --- two sweeps -------------------------------------------------------------------
+
+class Change(StrEnum):
+    APPEARED = "appeared"
+    GREW = "grew"
+    SHRANK = "shrank"
+    DISAPPEARED = "disappeared"
+
+
+@dataclass(frozen=True, kw_only=True)
+class FindingChange:
+    change: Change
+    finding: Finding
+    before: tuple[int, int] | None
+    after: tuple[int, int] | None
+
+    def text(self) -> str:
+        def share(runs: tuple[int, int] | None) -> str:
+            return "none" if runs is None else f"{runs[0]}/{runs[1]} runs"
+        return (f"{self.change.value.upper()}: {self.finding.task}: {self.finding.headline()} "
+                f"({share(self.before)} -> {share(self.after)})")
+
+
+def compare_findings(before: Sequence[TaskFindings], after: Sequence[TaskFindings]) -> tuple[FindingChange, ...]:
+    """What changed between two sweeps' findings; a finding whose share held is not listed."""
+    old = {f.key: f for t in before for f in t.findings}
+    new = {f.key: f for t in after for f in t.findings}
+    changes = []
+    for key, f in new.items():
+        if key not in old:
+            changes.append(FindingChange(change=Change.APPEARED, finding=f, before=None,
+                                         after=(len(f.runs), f.of)))
+            continue
+        was = old[key]
+        # Shares compared by cross-multiplying, so the direction is decided on whole numbers.
+        grew = len(f.runs) * was.of - len(was.runs) * f.of
+        if grew:
+            changes.append(FindingChange(change=Change.GREW if grew > 0 else Change.SHRANK, finding=f,
+                                         before=(len(was.runs), was.of), after=(len(f.runs), f.of)))
+    changes += [FindingChange(change=Change.DISAPPEARED, finding=f, before=(len(f.runs), f.of), after=None)
+                for key, f in old.items() if key not in new]
+    order = list(Change)
+    return tuple(sorted(changes, key=lambda c: (order.index(c.change), c.finding.task, -len(c.finding.runs))))
