@@ -107,3 +107,13 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
         assert "Traceback" not in proc.stderr
         (line,) = proc.stderr.strip().splitlines()
         assert line.startswith("firstrun: error: ") and named in line
+
+
+def test_github_annotations_point_at_the_task_file_and_name_page_and_block(tmp_path: Path) -> None:
+    proc = firstrun("findings", str(_sweep(tmp_path / "results")), "--format", "github")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 2
+    assert lines[1].startswith("::warning file=tasks/pin.yaml,title=firstrun break::3 of 4 runs broke at "
+                               "block 0 of https://docs.test/quickstart: No matching distribution")
+    assert "; pin #1 ran: pip install tabulate==0.0.999" in lines[1]

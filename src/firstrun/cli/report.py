@@ -26,6 +26,7 @@ from firstrun.reports.findings_report import (
     FINDINGS_SCHEMA,
     build_report,
     compare_findings,
+    render_github,
     render_text,
     report_data,
 )
@@ -110,6 +111,8 @@ def findings_command(results: str, *, fmt: str) -> int:
         sys.stdout.write(json.dumps(report_data(report), indent=2) + "\n")
     elif fmt == "markdown":
         sys.stdout.write(findings_markdown(report))
+    elif fmt == "github":
+        sys.stdout.write(render_github(report))
     else:
         sys.stdout.write(render_text(report))
     return 0

@@ -29,6 +29,7 @@ from firstrun.reports.findings import (
     sweep_figures,
 )
 from firstrun.reports.markdown import md
+from firstrun.tasks.lint import gh_data, gh_property
 
 SCHEMA_ID = "firstrun.findings/1"
 # Findings shown per task in text and markdown; the JSON has every one.
@@ -251,6 +252,19 @@ def render_markdown(report: Report) -> str:
         if t.gaps:
             out.append("")
     return "\n".join(out).rstrip("\n") + "\n"
+
+
+def render_github(report: Report) -> str:
+    """One GitHub Actions warning per finding, on its task file, naming the page and block."""
+    lines = []
+    for t in report.tasks:
+        for f in t.findings[:SHOWN]:
+            detail = f"; runs: {', '.join(f.runs)}"
+            if f.evidence:
+                detail += f"; {f.evidence[0].run} ran: {f.evidence[0].command}"
+            lines.append(f"::warning file={gh_property(f.task_file)},title={gh_property(f'firstrun {f.kind.value}')}"
+                         f"::{gh_data(f.headline() + detail)}")
+    return "".join(line + "\n" for line in lines)
 
 
 # --- two sweeps -------------------------------------------------------------------

@@ -99,21 +99,21 @@ class Finding:
     def github_annotation(self) -> str:
         """The finding as a GitHub Actions workflow command, which annotates the file's line."""
         level = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.NOTE: "notice"}
-        where = [f"file={_gh_property(self.file)}"]
+        where = [f"file={gh_property(self.file)}"]
         if self.line is not None:
             where.append(f"line={self.line}")
-        where.append(f"title={_gh_property(str(self.code))}")
-        return f"::{level[self.severity]} {','.join(where)}::{_gh_data(self.message)}"
+        where.append(f"title={gh_property(str(self.code))}")
+        return f"::{level[self.severity]} {','.join(where)}::{gh_data(self.message)}"
 
 
 # GitHub's escaping for workflow commands: a message may not hold a newline,
 # and a property may not hold the separators ':' and ',' either.
-def _gh_data(text: str) -> str:
+def gh_data(text: str) -> str:
     return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
-def _gh_property(text: str) -> str:
-    return _gh_data(text).replace(":", "%3A").replace(",", "%2C")
+def gh_property(text: str) -> str:
+    return gh_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
 def lint_task(task: Task) -> list[Finding]:
