@@ -318,3 +318,28 @@ def test_sweep_pass_hat_k_is_the_mean_over_tasks() -> None:
     # A task with one run leaves pass^2 unsaid rather than averaged over the other task alone.
     assert dict(sweep_figures([*runs, run(1, Classification.DOCS_GAP, [], task="c")]).pass_hat) == {
         1: pytest.approx(0.5)}
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
+                                                                                  max_size=3), max_leaves=8)
+_SHELLISH = st.text(alphabet="ab =&|;()<>'\"`$\\{}\n#!-[]", max_size=30)
+
+
+@given(st.lists(st.one_of(
+    _JSON,
+    st.fixed_dictionaries({"kind": st.just("command"), "source": st.just("agent"),
+                           "command": _SHELLISH | _JSON, "exit_code": _JSON, "stdout": _JSON, "stderr": _JSON,
+                           "origin": _JSON}),
+    st.fixed_dictionaries({"kind": st.just("docs_read"), "page": st.one_of(_JSON, st.fixed_dictionaries({
+        "blocks": st.lists(st.fixed_dictionaries({"page": _JSON, "index": _JSON, "text": _JSON,
+                                                  "kind": st.just("shell"),
+                                                  "steps": st.lists(st.fixed_dictionaries(
+                                                      {"command": _SHELLISH | _JSON}), max_size=2) | _JSON}),
+                           max_size=2) | _JSON}))}),
+    st.fixed_dictionaries({"kind": st.sampled_from(["agent_finished", "sandbox_started"]), "mono": _JSON}),
+), max_size=6))
+def test_a_trace_this_version_never_wrote_gives_findings_never_an_exception(events: list[Any]) -> None:
+    runs = [run(1, Classification.DOCS_GAP, events), run(2, Classification.PASSED, events)]
+    findings(runs)
+    figures("pin", runs)
