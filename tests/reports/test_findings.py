@@ -167,9 +167,11 @@ def test_calls_match_exactly_then_by_similarity_and_leave_the_rest_improvised() 
 
 
 def test_a_step_that_names_its_origin_is_taken_at_its_word() -> None:
-    found, _ = calls([read(), ran("make it", origin={"page": PAGE, "block": 2})])
-    assert found[0].origin is not None and found[0].origin.index == 2
-    assert "app.py" in found[0].origin.text
+    found, _ = calls([read(), ran("printf 'x' > app.py && make it", origin={"page": PAGE, "block": 1})])
+    assert found[0].origin is not None and found[0].origin.index == 1
+    assert "import tabulate" in found[0].origin.text
+    # Each of its commands came from that block: none is improvised.
+    assert found[0].blocks == (found[0].origin, found[0].origin)
 
 
 def test_a_failure_overcome_later_is_not_where_the_run_broke() -> None:

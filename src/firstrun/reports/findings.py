@@ -306,10 +306,13 @@ def calls(events: Sequence[Mapping[str, Any]]) -> tuple[tuple[Call, ...], bool]:
         elif event.get("kind") == "command" and event.get("source") == "agent":
             command = str(event.get("command", ""))
             words = simple_commands(command)
-            matched = tuple(match(normal(w), steps) for w in words)
+            named = _origin(event, texts)
+            # A step that names its block (replay's, a file block's write too) came from it whole.
+            matched = (tuple(named for _ in words) if named is not None
+                       else tuple(match(normal(w), steps) for w in words))
             doing = [m for w, m in zip(words, matched, strict=True)
                      if m is not None and normal(w)[0] not in LOOKING_AROUND]
-            origin = _origin(event, texts) or (doing[0] if doing else None)
+            origin = named or (doing[0] if doing else None)
             exit_code = event.get("exit_code")
             output = "\n".join(str(event.get(k) or "").rstrip("\n") for k in ("stdout", "stderr")).strip("\n")
             out.append(Call(command=command, exit_code=exit_code if isinstance(exit_code, int) else None,
