@@ -23,6 +23,7 @@ from firstrun.reports.findings import (
     Gap,
     RunTrace,
     agent_seconds,
+    arms_matrix,
     breaking_call,
     calls,
     figures,
@@ -38,6 +39,7 @@ from firstrun.reports.findings import (
     uniform,
 )
 from firstrun.results.model import Classification
+from firstrun.results.stats import ComparisonVerdict
 
 PAGE = "https://docs.test/quickstart"
 HTML = """
@@ -345,3 +347,26 @@ def test_a_trace_this_version_never_wrote_gives_findings_never_an_exception(even
     runs = [run(1, Classification.DOCS_GAP, events), run(2, Classification.PASSED, events)]
     findings(runs)
     figures("pin", runs)
+
+
+def test_arms_matrix_rates_every_arm_on_every_task_and_tests_each_pair() -> None:
+    def arm(task_counts: dict[str, tuple[int, int]]) -> list[Any]:
+        out = []
+        for task, (passed, gaps) in task_counts.items():
+            kinds = [Classification.PASSED] * passed + [Classification.DOCS_GAP] * gaps
+            out += [record(task, i, k) for i, k in enumerate(kinds, start=1)]
+        return out
+
+    # Fisher's convictions table: 10/13 against 2/17, p = 0.0005367 (R).
+    m = arms_matrix([("a", arm({"quick": (10, 3), "only-a": (1, 0)})), ("b", arm({"quick": (2, 15)})),
+                     ("c", arm({"quick": (1, 0)}))])
+    assert m.arms == ("a", "b", "c") and m.tasks == ("quick", "only-a")
+    a_quick, a_only = m.rates[0]
+    assert a_quick is not None and (a_quick.passed, a_quick.evidential) == (10, 13)
+    assert m.rates[1][1] is None and m.totals[0].passed == 11
+    pairs = {(p.first, p.second, p.comparison.task): p.comparison for p in m.pairs}
+    assert set(pairs) == {("a", "b", "quick"), ("a", "c", "quick"), ("b", "c", "quick")}
+    assert pairs["a", "b", "quick"].verdict is ComparisonVerdict.REGRESSED
+    assert pairs["a", "b", "quick"].p_value == pytest.approx(0.0005367, abs=5e-8)
+    # 17 runs against 1: not even 0/17 against 1/1 reaches p < 0.05 (it is 1/18).
+    assert pairs["b", "c", "quick"].verdict is ComparisonVerdict.TOO_SMALL

@@ -117,3 +117,23 @@ def test_github_annotations_point_at_the_task_file_and_name_page_and_block(tmp_p
     assert lines[1].startswith("::warning file=tasks/pin.yaml,title=firstrun break::3 of 4 runs broke at "
                                "block 0 of https://docs.test/quickstart: No matching distribution")
     assert "; pin #1 ran: pip install tabulate==0.0.999" in lines[1]
+
+
+def test_several_results_are_arms_matrix_first(tmp_path: Path) -> None:
+    one = _sweep(tmp_path / "one")
+    two = _sweep(tmp_path / "two", missing=True)
+    proc = firstrun("findings", str(one), str(two))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "arms (pass rate over evidential runs, 95% Wilson CI):"
+    # Both sweeps are replay with no model: each arm is told apart by its directory.
+    assert lines[2].startswith(f"  replay ({one})  1/4 (25%, CI 5%-70%)")
+    assert f"replay ({one}) vs replay ({two}), pin: no significant difference (p 1)" in proc.stdout
+    assert proc.stdout.index(f"== arm replay ({two}) ==") > proc.stdout.index(f"== arm replay ({one}) ==") > \
+        proc.stdout.index("Fisher's exact test")
+    markdown = firstrun("findings", str(one), str(two), "--format", "markdown")
+    assert markdown.stdout.startswith("## Arms\n") and "## Findings: replay" in markdown.stdout
+    refused = firstrun("findings", str(one), str(two), "--format", "json")
+    assert refused.returncode == 3 and refused.stdout == ""
+    (line,) = refused.stderr.strip().splitlines()
+    assert line.startswith("firstrun: error: --format json: takes one RESULTS_DIR")

@@ -80,7 +80,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "examples": ("firstrun examples", "firstrun run --example python-tabulate"),
     "diff": ("firstrun diff results/before results/after --fail-on-regression",),
     "report": ("firstrun report results --out report.html --markdown -",),
-    "findings": ("firstrun findings results", "firstrun findings results --format json > findings.json"),
+    "findings": ("firstrun findings results", "firstrun findings results --format json > findings.json",
+                 "firstrun findings results/claude results/openai"),
     "audit": ("firstrun audit --backend linux", "firstrun audit --format markdown"),
     "images": ("firstrun images build", "firstrun images build --microvm"),
     "completion": ("firstrun completion bash > ~/.local/share/bash-completion/completions/firstrun",
@@ -419,18 +420,21 @@ def _add_report_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignor
     findings = sub.add_parser(
         "findings",
         help="print what a docs team can act on: where runs broke, steps no page gave, the figures",
-        usage="firstrun findings RESULTS_DIR [--format text|markdown|json|github]",
+        usage="firstrun findings RESULTS_DIR [RESULTS_DIR...] [--format text|markdown|json|github]",
         description="From saved results and their traces: in each failing evidential run, the "
         "command it never got past, grouped by the page and code block it came from and by its "
         "error; the commands agents ran that no page read gives (improvised steps), counted across "
         "runs; the agents' final reports beside them; and pass^k, pass@k, time to success and cost "
         "per success. A run without its trace, or whose pages were saved without their code "
         "blocks, is named as a gap. The JSON follows 'firstrun schema --findings'; github prints "
-        "one GitHub Actions warning per finding on its task file. "
-        "Exit status: 0, or 3 bad usage.",
+        "one GitHub Actions warning per finding on its task file. Several results directories "
+        "are arms (a sweep each, for example one per --model or --affordances): the arm x task "
+        "matrix of pass rates with Wilson intervals, and Fisher's exact test per task between "
+        "each pair of arms, come first. Exit status: 0, or 3 bad usage.",
         allow_abbrev=False,
     )
-    findings.add_argument("results", metavar="RESULTS_DIR", help="a results directory or its results.json")
+    findings.add_argument("results", metavar="RESULTS_DIR", nargs="+",
+                          help="a results directory or its results.json; several: one per arm")
     findings.add_argument("--format", dest="findings_format", default="text",
                           choices=("text", "markdown", "json", "github"), help="output format (default: text)")
 

@@ -16,16 +16,19 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Sequence
 
 from firstrun.cli.color import colors, rich_console
 from firstrun.cli.flags import summary_target, writable_file
 from firstrun.errors import UsageError
 from firstrun.reports.diff import HEADER, diff_lines, diff_notes, diff_rows
-from firstrun.reports.findings import findings
+from firstrun.reports.findings import arms_matrix, findings
 from firstrun.reports.findings_report import (
     FINDINGS_SCHEMA,
     build_report,
     compare_findings,
+    matrix_markdown,
+    matrix_text,
     render_github,
     render_text,
     report_data,
@@ -104,18 +107,40 @@ def report_command(results: str, *, out: str | None, markdown: str | None, githu
     return 0
 
 
-def findings_command(results: str, *, fmt: str) -> int:
-    saved = load_saved(results, label="RESULTS_DIR")
-    report = build_report(read_runs(saved))
-    if fmt == "json":
-        sys.stdout.write(json.dumps(report_data(report), indent=2) + "\n")
-    elif fmt == "markdown":
-        sys.stdout.write(findings_markdown(report))
-    elif fmt == "github":
-        sys.stdout.write(render_github(report))
-    else:
-        sys.stdout.write(render_text(report))
+def findings_command(results: Sequence[str], *, fmt: str) -> int:
+    if len(results) > 1 and fmt == "json":
+        raise UsageError("--format json: takes one RESULTS_DIR (one arm); run it once per arm")
+    saved = [load_saved(r, label="RESULTS_DIR") for r in results]
+    names = arm_names(saved)
+    if len(saved) > 1:
+        matrix = arms_matrix([(name, s.records) for name, s in zip(names, saved, strict=True)])
+        sys.stdout.write(matrix_markdown(matrix) + "\n" if fmt == "markdown" else
+                         matrix_text(matrix) + "\n" if fmt == "text" else "")
+    for name, one in zip(names, saved, strict=True):
+        report = build_report(read_runs(one))
+        arm = name if len(saved) > 1 else None
+        if fmt == "json":
+            sys.stdout.write(json.dumps(report_data(report), indent=2) + "\n")
+        elif fmt == "markdown":
+            sys.stdout.write(findings_markdown(report, arm=arm))
+        elif fmt == "github":
+            sys.stdout.write(render_github(report))
+        else:
+            sys.stdout.write((f"== arm {arm} ==\n" if arm is not None else "") + render_text(report))
     return 0
+
+
+def arm_names(saved: Sequence[SavedResults]) -> list[str]:
+    """Each sweep named by its agent, model and affordances; by its path too where two are alike."""
+    names = []
+    for s in saved:
+        sweep = s.meta.get("sweep") if isinstance(s.meta.get("sweep"), dict) else {}
+        parts = [s.meta.get("agent") or sweep.get("agent"), s.meta.get("model") or sweep.get("model")]
+        affordances = sweep.get("affordances")
+        if affordances not in (None, "none"):
+            parts.append(f"affordances={affordances}")
+        names.append(" ".join(str(p) for p in parts if p) or "unknown")
+    return [f"{n} ({s.root})" if names.count(n) > 1 else n for n, s in zip(names, saved, strict=True)]
 
 
 def findings_schema_text() -> str:

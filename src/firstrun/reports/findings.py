@@ -24,6 +24,15 @@ from fractions import Fraction
 from typing import Any
 
 from firstrun.results.model import Classification, RunRecord
+from firstrun.results.stats import (
+    ALPHA,
+    PassRate,
+    TaskComparison,
+    by_task,
+    compare,
+    pass_rate,
+    smallest_sample,
+)
 from firstrun.tasks.shell import Kind, ParseError, parse
 
 # Two commands of one name match when their token sequences are at least this
@@ -621,4 +630,46 @@ def sweep_figures(runs: Sequence[RunTrace], *, label: str = "all tasks") -> Figu
         wall_s=pooled.wall_s, agent_s=pooled.agent_s, tokens_per_success=pooled.tokens_per_success,
         spend_per_success=pooled.spend_per_success, commands_per_run=pooled.commands_per_run,
         failed_command_share=pooled.failed_command_share,
+    )
+
+
+# --- arms ---------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class ArmPair:
+    """Two arms on one task: Fisher's test as ``diff`` runs it, ``first`` as BEFORE."""
+
+    first: str
+    second: str
+    comparison: TaskComparison
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArmsMatrix:
+    """Each arm's pass rate on each task (None: the arm did not run it), and every pair compared."""
+
+    arms: tuple[str, ...]
+    tasks: tuple[str, ...]
+    rates: tuple[tuple[PassRate | None, ...], ...]
+    totals: tuple[PassRate, ...]
+    pairs: tuple[ArmPair, ...]
+    smallest_sample: int
+
+
+def arms_matrix(arms: Sequence[tuple[str, Sequence[RunRecord]]], *, alpha: float = ALPHA) -> ArmsMatrix:
+    """The arm x task matrix of pass rates with Wilson intervals, and Fisher's test per task
+    between each pair of arms (in the order given); tasks in the order they first appear."""
+    tasks = list(dict.fromkeys(r.task for _, records in arms for r in records))
+    grouped = [by_task(records) for _, records in arms]
+    pairs = []
+    for i, (first, before) in enumerate(arms):
+        for second, after in arms[i + 1:]:
+            pairs += [ArmPair(first=first, second=second, comparison=c)
+                      for c in compare(before, after, alpha=alpha).tasks
+                      if c.before is not None and c.after is not None]
+    return ArmsMatrix(
+        arms=tuple(name for name, _ in arms), tasks=tuple(tasks),
+        rates=tuple(tuple(pass_rate(g[t], task=t) if t in g else None for t in tasks) for g in grouped),
+        totals=tuple(pass_rate(records) for _, records in arms),
+        pairs=tuple(pairs), smallest_sample=smallest_sample(alpha),
     )

@@ -18,6 +18,8 @@ from enum import StrEnum
 from typing import Any
 
 from firstrun.reports.findings import (
+    ArmPair,
+    ArmsMatrix,
     Evidence,
     Figures,
     Finding,
@@ -29,6 +31,7 @@ from firstrun.reports.findings import (
     sweep_figures,
 )
 from firstrun.reports.markdown import md
+from firstrun.results.stats import ComparisonVerdict, PassRate
 from firstrun.tasks.lint import gh_data, gh_property
 
 SCHEMA_ID = "firstrun.findings/1"
@@ -230,9 +233,11 @@ def _fence(text: str) -> list[str]:
     return [fence, *text.splitlines(), fence]
 
 
-def render_markdown(report: Report) -> str:
-    """A ``## Findings`` section: the sweep's figures, then each task's findings, ranked."""
-    out = ["## Findings", "", *(f"- {md(line)}" for line in figures_lines(report.sweep)), ""]
+def render_markdown(report: Report, *, arm: str | None = None) -> str:
+    """A ``## Findings`` section (of ``arm``, when given): the sweep's figures, then each
+    task's findings, ranked."""
+    title = "## Findings" + (f": {md(arm)}" if arm is not None else "")
+    out = [title, "", *(f"- {md(line)}" for line in figures_lines(report.sweep)), ""]
     for t in report.tasks:
         out += [f"### {md(t.task)}", ""]
         if not t.findings:
@@ -265,6 +270,55 @@ def render_github(report: Report) -> str:
             lines.append(f"::warning file={gh_property(f.task_file)},title={gh_property(f'firstrun {f.kind.value}')}"
                          f"::{gh_data(f.headline() + detail)}")
     return "".join(line + "\n" for line in lines)
+
+
+# --- arms -------------------------------------------------------------------------
+
+def _cell(rate: PassRate | None) -> str:
+    if rate is None:
+        return "not run"
+    if rate.rate is None or rate.interval is None:
+        return "no evidence"
+    return f"{rate.passed}/{rate.evidential} ({rate.rate:.0%}, CI {rate.interval.low:.0%}-{rate.interval.high:.0%})"
+
+
+def pair_text(pair: ArmPair, matrix: ArmsMatrix) -> str:
+    c = pair.comparison
+    p = f" (p {c.p_value:.4g})" if c.p_value is not None else ""
+    said = {
+        ComparisonVerdict.REGRESSED: f"{pair.first} higher{p}",
+        ComparisonVerdict.IMPROVED: f"{pair.second} higher{p}",
+        ComparisonVerdict.NO_SIGNIFICANT_CHANGE: f"no significant difference{p}",
+        ComparisonVerdict.TOO_SMALL: f"too small to tell: needs {matrix.smallest_sample}+ evidential runs per side",
+    }
+    return f"{pair.first} vs {pair.second}, {c.task}: {said.get(c.verdict, 'no evidence on one side')}"
+
+
+def matrix_rows(matrix: ArmsMatrix) -> list[list[str]]:
+    """The header, then one row per arm: its cell per task, then all tasks."""
+    return [["arm", *matrix.tasks, "all tasks"],
+            *([arm, *(_cell(r) for r in rates), _cell(total)]
+              for arm, rates, total in zip(matrix.arms, matrix.rates, matrix.totals, strict=True))]
+
+
+def matrix_text(matrix: ArmsMatrix) -> str:
+    rows = matrix_rows(matrix)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["arms (pass rate over evidential runs, 95% Wilson CI):",
+             *("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+               for row in rows),
+             "Fisher's exact test per task between each pair of arms:",
+             *(f"  {pair_text(pair, matrix)}" for pair in matrix.pairs)]
+    return "\n".join(lines) + "\n"
+
+
+def matrix_markdown(matrix: ArmsMatrix) -> str:
+    header, *rows = matrix_rows(matrix)
+    out = ["## Arms", "", "| " + " | ".join(md(h) for h in header) + " |",
+           "|" + "---|" * len(header), *("| " + " | ".join(md(c) for c in row) + " |" for row in rows), "",
+           "Fisher's exact test per task between each pair of arms:", "",
+           *(f"- {md(pair_text(pair, matrix))}" for pair in matrix.pairs)]
+    return "\n".join(out) + "\n"
 
 
 # --- two sweeps -------------------------------------------------------------------
