@@ -156,13 +156,13 @@ def test_similarity_threshold_keeps_a_dropped_pin_and_parts_another_package() ->
 
 def test_calls_match_exactly_then_by_similarity_and_leave_the_rest_improvised() -> None:
     found, with_blocks = calls([
-        ran(".venv/bin/pip install tabulate==0.0.999", 1, NO_DIST),  # before any read: no block
+        ran(".venv/bin/pip install tabulate==0.0.999", 1, NO_DIST),  # before the read: still its block
         read(),
         ran("python3 -m venv .venv && .venv/bin/pip install tabulate==0.0.999 --quiet", 1, NO_DIST),
         ran("ls -la && pip install wheel"),
     ])
     assert with_blocks
-    assert found[0].origin is None
+    assert found[0].origin is not None and (found[0].origin.index, found[0].origin.exact) == (0, True)
     assert [(b.index, b.exact) if b else None for b in found[1].blocks] == [(0, True), (0, False)]
     assert found[1].origin is not None and (found[1].origin.page, found[1].origin.index) == (PAGE, 0)
     assert found[2].blocks == (None, None) and found[2].origin is None

@@ -5,8 +5,8 @@ I/O, no clock). Only evidential runs count, as in the Wilson rate. A failing
 run *breaks* at its first agent call that failed and was never overcome (no
 later call ran the same command, or a step of the same block, and exited 0),
 or at the check when every failed call was overcome. Each agent command is
-matched to the code blocks of the pages the run had read by then; a command
-that matches none is *improvised*. A run whose trace is missing, or whose
+matched to the code blocks of the pages the run read; a command that
+matches none is *improvised*. A run whose trace is missing, or whose
 pages were saved without their blocks, is a marked gap, never a guess.
 """
 
@@ -293,39 +293,41 @@ def _origin(event: Mapping[str, Any], blocks: Mapping[tuple[str, int], str]) -> 
 
 
 def calls(events: Sequence[Mapping[str, Any]]) -> tuple[tuple[Call, ...], bool]:
-    """The run's agent calls, matched to blocks of the pages read before each; and
-    whether every page read carried its blocks (False: matches are unknown)."""
+    """The run's agent calls, each matched to the blocks of every page the run read (an
+    agent may run a step before it reads the page that gives it); and whether every page
+    read carried its blocks (False: matches are unknown)."""
     steps: list[_Step] = []
     texts: dict[tuple[str, int], str] = {}
     with_blocks = True
+    for event in events:
+        if not isinstance(event, Mapping) or event.get("kind") != "docs_read":
+            continue
+        page = event.get("page") if isinstance(event.get("page"), Mapping) else {}
+        saved = page.get("blocks")
+        if not isinstance(saved, list | tuple):
+            # A page that failed to load has no blocks to have saved.
+            with_blocks = with_blocks and page.get("error") is not None
+            continue
+        blocks = _blocks(saved)
+        steps.extend(_steps(blocks))
+        texts.update({(b["page"], b["index"]): b["text"] for b in blocks})
     out = []
     for event in events:
-        if not isinstance(event, Mapping):
+        if not isinstance(event, Mapping) or event.get("kind") != "command" or event.get("source") != "agent":
             continue
-        if event.get("kind") == "docs_read":
-            page = event.get("page") if isinstance(event.get("page"), Mapping) else {}
-            saved = page.get("blocks")
-            if not isinstance(saved, list | tuple):
-                # A page that failed to load has no blocks to have saved.
-                with_blocks = with_blocks and page.get("error") is not None
-                continue
-            blocks = _blocks(saved)
-            steps.extend(_steps(blocks))
-            texts.update({(b["page"], b["index"]): b["text"] for b in blocks})
-        elif event.get("kind") == "command" and event.get("source") == "agent":
-            command = str(event.get("command", ""))
-            words = simple_commands(command)
-            named = _origin(event, texts)
-            # A step that names its block (replay's, a file block's write too) came from it whole.
-            matched = (tuple(named for _ in words) if named is not None
-                       else tuple(match(normal(w), steps) for w in words))
-            doing = [m for w, m in zip(words, matched, strict=True)
-                     if m is not None and normal(w)[0] not in LOOKING_AROUND]
-            origin = named or (doing[0] if doing else None)
-            exit_code = event.get("exit_code")
-            output = "\n".join(str(event.get(k) or "").rstrip("\n") for k in ("stdout", "stderr")).strip("\n")
-            out.append(Call(command=command, exit_code=exit_code if isinstance(exit_code, int) else None,
-                            output=output, commands=words, blocks=matched, origin=origin))
+        command = str(event.get("command", ""))
+        words = simple_commands(command)
+        named = _origin(event, texts)
+        # A step that names its block (replay's, a file block's write too) came from it whole.
+        matched = (tuple(named for _ in words) if named is not None
+                   else tuple(match(normal(w), steps) for w in words))
+        doing = [m for w, m in zip(words, matched, strict=True)
+                 if m is not None and normal(w)[0] not in LOOKING_AROUND]
+        origin = named or (doing[0] if doing else None)
+        exit_code = event.get("exit_code")
+        output = "\n".join(str(event.get(k) or "").rstrip("\n") for k in ("stdout", "stderr")).strip("\n")
+        out.append(Call(command=command, exit_code=exit_code if isinstance(exit_code, int) else None,
+                        output=output, commands=words, blocks=matched, origin=origin))
     return tuple(out), with_blocks
 
 
