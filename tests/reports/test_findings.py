@@ -38,6 +38,7 @@ from firstrun.reports.findings import (
     sweep_figures,
     uniform,
 )
+from firstrun.reports.findings_report import gap_lines
 from firstrun.results.model import Classification
 from firstrun.results.stats import ComparisonVerdict
 
@@ -228,6 +229,11 @@ def test_a_run_whose_failures_were_all_overcome_broke_at_the_check() -> None:
     (finding,) = task.findings
     assert (finding.page, finding.block, finding.what) == (None, None, "expected hello")
     assert finding.evidence[0].command == "(the success check)"
+
+
+def test_a_gap_names_five_runs_and_counts_the_rest() -> None:
+    (task,) = findings([run(i, Classification.PASSED, None) for i in range(1, 8)])
+    assert gap_lines(task) == ["gap: 7 runs (pin #1, pin #2, pin #3, pin #4, pin #5, and 2 more): no trace saved"]
 
 
 def test_a_missing_trace_and_pages_without_blocks_are_marked_gaps() -> None:

@@ -35,8 +35,9 @@ from firstrun.results.stats import ComparisonVerdict, PassRate
 from firstrun.tasks.lint import gh_data, gh_property
 
 SCHEMA_ID = "firstrun.findings/1"
-# Findings shown per task in text and markdown; the JSON has every one.
+# Findings shown per task in text and markdown, and runs named per gap; the JSON has every one.
 SHOWN = 10
+GAP_RUNS = 5
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -179,7 +180,11 @@ def gap_lines(t: TaskFindings) -> list[str]:
     runs: dict[str, list[str]] = {}
     for run, gap in t.gaps:
         runs.setdefault(gap, []).append(run)
-    return [f"gap: {len(ids)} run{'s' if len(ids) != 1 else ''} ({', '.join(ids)}): {GAP_TEXT.get(gap, gap)}"
+    def named(ids: list[str]) -> str:
+        shown = ", ".join(ids[:GAP_RUNS])
+        return shown + (f", and {len(ids) - GAP_RUNS} more" if len(ids) > GAP_RUNS else "")
+
+    return [f"gap: {len(ids)} run{'s' if len(ids) != 1 else ''} ({named(ids)}): {GAP_TEXT.get(gap, gap)}"
             for gap, ids in runs.items()]
 
 
