@@ -227,8 +227,9 @@ def test_a_run_whose_failures_were_all_overcome_broke_at_the_check() -> None:
             check_exit=1, check_output="expected hello\n")
     (task,) = findings([r])
     (finding,) = task.findings
-    assert (finding.page, finding.block, finding.what) == (None, None, "expected hello")
+    assert (finding.page, finding.block, finding.what, finding.at_check) == (None, None, "expected hello", True)
     assert finding.evidence[0].command == "(the success check)"
+    assert finding.headline() == "1 of 1 runs broke at the success check: expected hello"
 
 
 def test_a_gap_names_five_runs_and_counts_the_rest() -> None:
@@ -243,6 +244,7 @@ def test_a_missing_trace_and_pages_without_blocks_are_marked_gaps() -> None:
     assert task.gaps == (("pin #1", "no_trace"), ("pin #2", "no_blocks"))
     # The break is still told (its signature is in the trace); no step is called improvised.
     assert [(f.kind, f.what, f.page) for f in task.findings] == [(FindingKind.BREAK, "boom", None)]
+    assert task.findings[0].headline() == "1 of 2 runs broke at a command no saved block gives: boom"
 
 
 # --- the figures ------------------------------------------------------------------------

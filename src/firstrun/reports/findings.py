@@ -375,7 +375,8 @@ class Finding:
 
     ``what`` is the error signature (a break) or the normal command (an
     improvised step); ``page``/``block``/``block_text`` the block a break came
-    from (None: no block on any page read). ``runs`` of ``of`` evidential runs.
+    from (None: no saved block gives it); ``at_check``: every failed command
+    was overcome and the run broke at the check. ``runs`` of ``of`` evidential runs.
     """
 
     kind: FindingKind
@@ -385,6 +386,7 @@ class Finding:
     page: str | None
     block: int | None
     block_text: str | None
+    at_check: bool
     runs: tuple[str, ...]
     of: int
     evidence: tuple[Evidence, ...]
@@ -399,7 +401,7 @@ class Finding:
         if self.kind is FindingKind.IMPROVISED:
             return f"{len(self.runs)} of {self.of} runs ran `{self.what}`, which no page says"
         where = (f"block {self.block} of {self.page}" if self.page is not None
-                 else "a command from no block of any page read")
+                 else "the success check" if self.at_check else "a command no saved block gives")
         return f"{len(self.runs)} of {self.of} runs broke at {where}: {self.what}"
 
 
@@ -432,7 +434,7 @@ def task_findings(task: str, runs: Sequence[RunTrace]) -> TaskFindings:
     """One task's findings from its runs, the most runs first (breaks before steps on a tie)."""
     evidential = [r for r in runs if r.record.evidential]
     gaps: list[tuple[str, str]] = []
-    breaks: dict[tuple[str | None, int | None, str], list[tuple[RunTrace, Call]]] = {}
+    breaks: dict[tuple[str | None, int | None, str, bool], list[tuple[RunTrace, Call]]] = {}
     improvised: dict[str, list[tuple[RunTrace, Call]]] = {}
     block_text: dict[tuple[str | None, int | None], str] = {}
     for run in evidential:
@@ -443,12 +445,14 @@ def task_findings(task: str, runs: Sequence[RunTrace]) -> TaskFindings:
         if not with_blocks:
             gaps.append((run.id, Gap.NO_BLOCKS.value))
         if run.record.classification is Classification.DOCS_GAP:
-            broke = breaking_call(run_calls) or _check_call(run.record)
+            stuck = breaking_call(run_calls)
+            broke = stuck or _check_call(run.record)
             origin = broke.origin
             where = (origin.page, origin.index) if origin is not None else (None, None)
             if origin is not None:
                 block_text[where] = origin.text
-            breaks.setdefault((*where, signature(broke.output, broke.exit_code)), []).append((run, broke))
+            breaks.setdefault((*where, signature(broke.output, broke.exit_code), stuck is None),
+                              []).append((run, broke))
         if not with_blocks:
             continue
         seen: set[str] = set()
@@ -459,8 +463,9 @@ def task_findings(task: str, runs: Sequence[RunTrace]) -> TaskFindings:
                     seen.add(key)
                     improvised.setdefault(key, []).append((run, call))
     n = len(evidential)
-    found = [_finding(FindingKind.BREAK, task, what, page, index, block_text.get((page, index)), hits, n)
-             for (page, index, what), hits in breaks.items()]
+    found = [_finding(FindingKind.BREAK, task, what, page, index, block_text.get((page, index)), hits, n,
+                      at_check=at_check)
+             for (page, index, what, at_check), hits in breaks.items()]
     found += [_finding(FindingKind.IMPROVISED, task, what, None, None, None, hits, n)
               for what, hits in improvised.items()]
     found.sort(key=lambda f: (-len(f.runs), f.kind is not FindingKind.BREAK, f.what))
@@ -468,9 +473,11 @@ def task_findings(task: str, runs: Sequence[RunTrace]) -> TaskFindings:
 
 
 def _finding(kind: FindingKind, task: str, what: str, page: str | None, index: int | None,
-             text: str | None, hits: Sequence[tuple[RunTrace, Call]], of: int) -> Finding:
+             text: str | None, hits: Sequence[tuple[RunTrace, Call]], of: int, *,
+             at_check: bool = False) -> Finding:
     return Finding(
         kind=kind, task=task, task_file=hits[0][0].record.task_file, what=what, page=page, block=index,
+        at_check=at_check,
         block_text=text, runs=tuple(run.id for run, _ in hits), of=of,
         evidence=tuple(Evidence(run=run.id, trace=run.record.trace, command=call.command,
                                 exit_code=call.exit_code, output_tail=call.tail())

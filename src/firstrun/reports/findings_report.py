@@ -83,7 +83,7 @@ def _evidence(e: Evidence) -> dict[str, Any]:
 def finding_data(f: Finding) -> dict[str, Any]:
     return {
         "kind": f.kind.value, "task": f.task, "task_file": f.task_file, "headline": f.headline(),
-        "what": f.what, "page": f.page, "block": f.block, "block_text": f.block_text,
+        "what": f.what, "page": f.page, "block": f.block, "block_text": f.block_text, "at_check": f.at_check,
         "runs": list(f.runs), "of": f.of, "evidence": [_evidence(e) for e in f.evidence],
         "claims": list(f.claims),
     }
@@ -128,7 +128,8 @@ _FIGURES = {
 _STRING_OR_NULL = {"type": ["string", "null"]}
 _FINDING = {
     "type": "object", "additionalProperties": False,
-    "required": ["kind", "task", "task_file", "headline", "what", "page", "block", "block_text", "runs", "of",
+    "required": ["kind", "task", "task_file", "headline", "what", "page", "block", "block_text", "at_check",
+                 "runs", "of",
                  "evidence", "claims"],
     "properties": {
         "kind": {"enum": ["break", "improvised"]}, "task": {"type": "string"}, "task_file": {"type": "string"},
@@ -136,6 +137,8 @@ _FINDING = {
         "what": {"type": "string", "description": "the error signature (break) or the command (improvised)"},
         "page": _STRING_OR_NULL, "block": {"type": ["integer", "null"], "minimum": 0},
         "block_text": _STRING_OR_NULL,
+        "at_check": {"type": "boolean", "description": "the run broke at the success check, every failed "
+                     "command overcome"},
         "runs": {"type": "array", "items": {"type": "string"}, "minItems": 1},
         "of": {"type": "integer", "minimum": 1},
         "evidence": {"type": "array", "items": {
