@@ -55,6 +55,7 @@ from firstrun.policy.methods import InspectionPolicy
 from firstrun.policy.network import parse_tcp_rules
 from firstrun.policy.permissions import TOOLS, PermissionVerdict, RuleSet, parse_rule
 from firstrun.policy.process import DEFAULT_DISK_MB, MAX_COMMAND_TIMEOUT_S, MIN_DISK_MB
+from firstrun.tasks.mutation import Mutation
 
 RULE = "task_rule"
 
@@ -781,6 +782,8 @@ class Task:
     check: str
     check_path: str | None
     locations: Locations
+    # ``firstrun mutate``: this run is a mutant of the task (its name says which).
+    mutation: Mutation | None = None
 
     @property
     def name(self) -> str:
