@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from firstrun.policy.permissions import PermissionDecision
 from firstrun.tasks.model import Budgets, DocsReplay, ReplayStep
+from firstrun.tasks.mutation import Mutation
 
 if TYPE_CHECKING:
     # Type-only: an agent reads the data the toolbelt hands it and never
@@ -108,6 +109,8 @@ class Brief:
     budgets: Budgets
     replay: tuple[ReplayStep, ...]
     replay_docs: DocsReplay | None = None
+    # ``firstrun mutate``: the one change the replay makes to its steps.
+    mutation: Mutation | None = None
     max_spend: Decimal | None = None
 
 

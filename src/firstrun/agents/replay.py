@@ -21,6 +21,12 @@ the copy. Drift is judged over a route read in full; a page that could not
 be read is a route finding, and the check decides as before. A task
 without a ``replay`` block stops at once with ``NO_REPLAY``.
 
+A mutant (``Brief.mutation``, ``firstrun mutate``) runs the same steps with
+one change at its step: dropped, or one version pin replaced. When that step
+is no longer the command the mutant was made from, or the replay never
+reaches it, the run stops as ``REPLAY_DRIFT``: a mutant that changed nothing
+proves nothing.
+
 Turns: one step is one turn; reading a page is not. ``max_turns`` smaller
 than the number of steps stops the run with ``BUDGET_EXHAUSTED`` before the
 first step past it. Permission rules apply as to any agent: a route page or
@@ -118,6 +124,7 @@ class _Run:
         self.brief = brief
         self.tools = tools
         self.turns = 0
+        self.reached = 0
 
     def read(self, url: str) -> Page:
         try:
@@ -128,6 +135,17 @@ class _Run:
                                        detail=f"route page {url} not read, {why}")) from None
 
     def step(self, command: str, *, what: str, origin: Origin | None = None) -> None:
+        self.reached += 1
+        mutation = self.brief.mutation
+        if mutation is not None and mutation.step == self.reached:
+            if command != mutation.command:
+                raise _Stopped(AgentResult(
+                    stop=AgentStop.REPLAY_DRIFT, turns=self.turns,
+                    detail=f"mutant of {what}: the step is now {_first_line(command)!r}, not the "
+                    f"{_first_line(mutation.command)!r} it was made from"))
+            if mutation.pin is None:
+                return
+            command = command.replace(*mutation.pin)
         if self.turns >= self.brief.budgets.max_turns:
             raise BudgetExhausted(Budget.MAX_TURNS,
                                   f"max_turns {self.brief.budgets.max_turns} reached before {what}")
@@ -164,7 +182,7 @@ class _Run:
         if not taken:
             return AgentResult(stop=AgentStop.NO_REPLAY, turns=self.turns,
                                detail="the route's pages show no shell or file block to replay")
-        return AgentResult(stop=AgentStop.FINISHED, turns=self.turns)
+        return self.finished()
 
     def hand_written(self, steps: Sequence[ReplayStep]) -> AgentResult:
         pages = [self.read(url) for url in self.brief.docs_route]
@@ -175,6 +193,15 @@ class _Run:
                                    detail="; ".join(d.describe() for d in drifted))
         for number, step in enumerate(steps, start=1):
             self.step(step.run, what=f"step {number}")
+        return self.finished()
+
+    def finished(self) -> AgentResult:
+        mutation = self.brief.mutation
+        if mutation is not None and mutation.step > self.reached:
+            # The change was never made: this run says nothing about the check.
+            return AgentResult(stop=AgentStop.REPLAY_DRIFT, turns=self.turns,
+                               detail=f"mutant of step {mutation.step}: the replay now has "
+                               f"{self.reached} steps")
         return AgentResult(stop=AgentStop.FINISHED, turns=self.turns)
 
 

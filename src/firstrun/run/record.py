@@ -241,6 +241,8 @@ def build_record(task: Task, *, attempt: int, agent_name: str, model: str | None
     if finished is not None:
         extra = {"agent_stop": finished.stop.value, "turns": finished.turns,
                  "usage": finished.usage, "claim": finished.claim}
+    if task.mutation is not None:
+        extra["mutation"] = task.mutation.to_data()
     if failure is not None:
         extra["failure"] = {"phase": failure.phase, "who": failure.who,
                             "error_type": failure.error_type}

@@ -161,7 +161,8 @@ def _carry_out(task: Task, *, agent: Agent, config: RunConfig, where: Path,
             phase = "agent"
             brief = Brief(task=task.name, goal=task.spec.goal, docs_route=task.docs_route,
                           docs_hosts=task.docs_hosts, budgets=budgets, replay=task.spec.replay_steps,
-                          replay_docs=task.spec.replay_docs, max_spend=max_spend)
+                          replay_docs=task.spec.replay_docs, mutation=task.mutation,
+                          max_spend=max_spend)
             tools = RunToolbelt(session=session, reader=enclosure.reader, route=task.docs_route,
                                 max_seconds=float(budgets.max_seconds),
                                 max_command_seconds=float(budgets.max_command_seconds),
