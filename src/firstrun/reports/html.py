@@ -40,6 +40,7 @@ from firstrun.reports.narrate import Line, Style, narrate_file
 from firstrun.reports.output import write_text_atomic
 from firstrun.reports.summary import ORDER
 from firstrun.results.model import EVIDENTIAL, Classification, RunRecord
+from firstrun.results.mutation import TaskScore, Verdict, mutation_scores
 from firstrun.results.stats import PassRate, pass_rate
 from firstrun.tasks.allowlist import AllowEntries, allow_snippet
 
@@ -347,6 +348,23 @@ def _overview(tasks: Sequence[tuple[int, str, list[tuple[int, RunRecord]]]],
                   rows, cls="overview")
 
 
+def _mutation_section(scores: Sequence[TaskScore]) -> Markup | str:
+    """``firstrun mutate``'s scores, and each mutant with its verdict and why."""
+    if not scores:
+        return ""
+    rows = [[score.task, score.count(Verdict.KILLED), score.count(Verdict.SURVIVED),
+             score.count(Verdict.NOT_RUN), score.score_text() + (f": {score.why_none}" if score.why_none else "")]
+            for score in scores]
+    mutants = [[m.name, m.verdict.value, m.describe(), m.reason] for s in scores for m in s.mutants]
+    return Markup("").join([
+        _el("h2", None, "Mutation scores"),
+        _el("p", {"class": "dim"}, "Each mutant replays the task with one documented step removed, or one "
+            "version pin made impossible; a mutant the check lets pass survived."),
+        _table(["task", "killed", "survived", "not run", "score"], rows, cls="overview"),
+        _table(["mutant", "verdict", "change", "why"], mutants, cls="runs") if mutants else "",
+    ])
+
+
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;color:#1f2328;margin:24px auto;
 max-width:1200px;padding:0 16px;background:#fff}
@@ -377,7 +395,9 @@ def render_html(saved: SavedResults, *, generated_at: datetime | None = None) ->
     indexed = list(enumerate(saved.records))
     grouped: dict[str, list[tuple[int, RunRecord]]] = {}
     for index, record in indexed:
-        grouped.setdefault(record.task, []).append((index, record))
+        # A mutant's run judges the task's check, not the docs: scored apart, never a pass rate.
+        if "mutation" not in record.extra:
+            grouped.setdefault(record.task, []).append((index, record))
     tasks = [(n, task, runs) for n, (task, runs) in enumerate(grouped.items(), start=1)]
     meta = saved.meta
     when = (generated_at or datetime.now(UTC)).isoformat(timespec="seconds")
@@ -397,7 +417,9 @@ def render_html(saved: SavedResults, *, generated_at: datetime | None = None) ->
         body: list[Child] = [_el("p", {"class": "none"}, "No run finished: there is nothing to report.")]
     else:
         body = [_findings_section(build_report(read_runs(saved)), saved.records),
-                _el("h2", None, "Overview"), _overview(tasks, saved.records),
+                _el("h2", None, "Overview"),
+                _overview(tasks, [r for _, _, runs in tasks for _, r in runs]),
+                _mutation_section(mutation_scores(saved.records, meta.get("mutated") or ())),
                 [_task_section(n, task, runs) for n, task, runs in tasks],
                 _trace_section(saved, indexed)]
     head = Markup(

@@ -19,6 +19,7 @@ from typing import Any
 from firstrun.reports.analysis import destination
 from firstrun.reports.summary import route_finding_text
 from firstrun.results.model import Classification, RunRecord
+from firstrun.results.mutation import TaskScore, Verdict, mutation_scores
 from firstrun.results.stats import PassRate, pass_rate, pass_rates
 from firstrun.tasks.allowlist import AllowEntries, allow_snippet
 
@@ -52,10 +53,32 @@ def _not_evidential(rate: PassRate) -> str:
     return f"{rate.not_evidential_runs} ({parts})"
 
 
+def mutation_lines(scores: Sequence[TaskScore]) -> list[str]:
+    """``firstrun mutate``'s scores: a row per task, then each mutant that survived."""
+    if not scores:
+        return []
+    lines = ["", "### Mutation scores", "",
+             "Each mutant replays the task with one documented step removed, or one version pin "
+             "made impossible; a mutant the check lets pass survived.", "",
+             _row(["task", "killed", "survived", "not run", "score"]), _row(["---", "---:", "---:", "---:", "---"])]
+    for score in scores:
+        lines.append(_row([md(score.task), str(score.count(Verdict.KILLED)), str(score.count(Verdict.SURVIVED)),
+                           str(score.count(Verdict.NOT_RUN)),
+                           md(score.score_text() + (f": {score.why_none}" if score.why_none else ""))]))
+    survivors = [(s, m) for s in scores for m in s.mutants if m.verdict is Verdict.SURVIVED]
+    if survivors:
+        lines += ["", "Survivors (the step is not needed, or the check does not verify its effect):", ""]
+        lines += [f"- {md(m.name)}: {md(m.describe())}" for _, m in survivors]
+    return lines
+
+
 def render_markdown(records: Sequence[RunRecord], *, meta: Mapping[str, Any] | None = None,
                     title: str = "firstrun") -> str:
     """The summary: one table row per task, a total, then every run that did not pass."""
     meta = meta or {}
+    scores = mutation_scores(records, meta.get("mutated") or ())
+    # A mutant's run judges the task's check, not the docs: scored apart, never a pass rate.
+    records = [r for r in records if "mutation" not in r.extra]
     lines = [f"## {md(title)}", ""]
     if not records:
         return "\n".join([*lines, "No run finished: there is nothing to report.", ""])
@@ -75,6 +98,7 @@ def render_markdown(records: Sequence[RunRecord], *, meta: Mapping[str, Any] | N
         name = md(rate.task) if rate.task != "all tasks" else "**all tasks**"
         lines.append(_row([name, str(rate.runs), str(rate.passed), str(rate.docs_gap),
                            _not_evidential(rate), _rate(rate)]))
+    lines += mutation_lines(scores)
     shared = [r for r in records if r.check_isolation == "shared"]
     if shared:
         runs = ", ".join(f"{md(r.task)} \\#{r.attempt}" for r in shared)

@@ -1,0 +1,59 @@
+"""Mutation scores from saved runs: verdicts, the score, and how the reports show them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from report_support import record, write_results
+
+from firstrun.reports.html import render_html
+from firstrun.reports.load import load_saved
+from firstrun.reports.markdown import render_markdown
+from firstrun.results.model import Classification, RunRecord
+from firstrun.results.mutation import Verdict, mutation_scores
+from firstrun.tasks.mutation import Mutation
+
+
+def mutant(step: int, classification: Classification, *, pin: tuple[str, str] | None = None,
+           reason: str | None = None) -> RunRecord:
+    mutation = Mutation(of="t", step=step, command=f"cmd {step}", where=f"https://d.test/a block {step}",
+                        pin=pin, number=1 if pin else 0)
+    fields = {"reason": reason} if reason else {}
+    return record(mutation.name, 1, classification, extra={"mutation": mutation.to_data()}, **fields)
+
+
+SWEEP = [
+    record("t", 1, Classification.PASSED),
+    mutant(1, Classification.DOCS_GAP),
+    mutant(1, Classification.DOCS_GAP, pin=("==1.0", "==99999.0")),
+    mutant(2, Classification.PASSED),
+    mutant(3, Classification.SKIPPED, reason="replay_drift"),
+]
+
+
+def test_a_docs_gap_kills_a_pass_survives_and_no_evidence_is_not_run() -> None:
+    [score] = mutation_scores(SWEEP)
+    assert [(m.name, m.verdict) for m in score.mutants] == [
+        ("t.drop-1", Verdict.KILLED), ("t.pin-1-1", Verdict.KILLED), ("t.drop-2", Verdict.SURVIVED),
+        ("t.drop-3", Verdict.NOT_RUN)]
+    assert score.score == 2 / 3 and score.score_text() == "2/3 killed (67%)"
+    assert score.mutants[3].reason.startswith("skipped (replay_drift)")
+    assert score.mutants[1].describe() == "step 1 (https://d.test/a block 1) with ==1.0 made ==99999.0"
+
+
+def test_a_task_that_did_not_pass_unmutated_has_no_score_and_says_why() -> None:
+    [score] = mutation_scores([record("t", 1, Classification.DOCS_GAP)], ["t"])
+    assert score.score is None and score.mutants == ()
+    assert score.why_none.startswith("the unmutated task did not pass (docs_gap")
+
+
+def test_the_reports_score_mutants_apart_from_the_pass_rates(tmp_path: Path) -> None:
+    out = write_results(tmp_path / "r", SWEEP, meta={"agent": "replay", "mutated": ["t"]})
+    text = render_markdown(load_saved(out, label="RESULTS_DIR").records, meta={"mutated": ["t"]})
+    assert "| t | 2 | 1 | 1 | 2/3 killed \\(67%\\) |" in text
+    assert "- t.drop-2: step 2 \\(https://d.test/a block 2\\) removed" in text
+    # Mutants are no runs of the docs: not in the pass-rate table, not "runs that did not pass".
+    assert "| t.drop-1 |" not in text and "t.drop-1 \\#1" not in text
+    page = render_html(load_saved(out, label="RESULTS_DIR"))
+    assert "Mutation scores" in page and "2/3 killed (67%)" in page
+    assert page.count('href="#task-') == 1
