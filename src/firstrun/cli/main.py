@@ -40,6 +40,10 @@ from firstrun.run.options import INSPECT_TLS_HELP, RUN_OPTION, RUN_OPTIONS, RunO
 from firstrun.sandbox.select import BACKENDS
 
 EXIT_USAGE = 3
+# The options of ``run`` that ``mutate`` takes: what a replay sweep needs, no agent or spend.
+MUTATE_OPTIONS = ("tasks", "examples", "backend", "image", "out", "resume", "config", "workers",
+                  "docs_mirrors", "cache_dir", "refresh", "offline", "allow_unenforced", "quiet",
+                  "verbose", "color")
 EXIT_SANDBOX = 125
 
 
@@ -72,6 +76,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "doctor": ("firstrun doctor", "firstrun doctor --json"),
     "run": ("firstrun run --example all",
             "firstrun run tasks/ --agent claude --repeat 10 --workers 2 --out results/claude"),
+    "mutate": ("firstrun mutate --example python-tabulate",
+               "firstrun mutate tasks/quickstart.yaml --out results/mutate --json"),
     "check": ("firstrun check tasks/quickstart.yaml --sandbox results/runs/quickstart/1/workspace",),
     "show": ("firstrun show results/runs/quickstart/1",),
     "schema": ("firstrun schema > task.schema.json", "firstrun schema --findings > findings.schema.json"),
@@ -268,6 +274,24 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     for option in RUN_OPTIONS:
         _add_run_option(run, option)
+
+    mutate = sub.add_parser(
+        "mutate",
+        help="prove each task's check can fail: replay it with a step removed or a pin broken",
+        usage="firstrun mutate [TASK|DIR|GLOB...] [--example NAME|all] [OPTIONS]",
+        description="Replay each task unmutated, then once per mutant: each replay step removed, "
+        "each version pin in a step (==1.2.3, @1.2.3) replaced by one that does not exist. A "
+        "mutant is killed when its run fails, survives when the check passes anyway (the step "
+        "is not needed, or the check does not verify it), or is not run, with the reason. Runs "
+        "are saved as by run (OUT/results.json, a trace per mutant; --resume continues). Exit "
+        "status: 0 every mutant judged was killed, 1 one survived, 2 none could be judged, 3 "
+        "bad usage, 130 interrupted.",
+        allow_abbrev=False,
+    )
+    for field in MUTATE_OPTIONS:
+        _add_run_option(mutate, RUN_OPTION[field])
+    mutate.add_argument("--json", action="store_true",
+                        help="print each task's score and every mutant's verdict as JSON")
 
     check = sub.add_parser(
         "check",
@@ -522,6 +546,16 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     ))
 
 
+def _cmd_mutate(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from firstrun.cli.mutate import mutate_command
+    from firstrun.cli.run import RunRequest
+
+    return mutate_command(RunRequest(
+        **{field: RUN_OPTION[field].request_value(getattr(args, field)) for field in MUTATE_OPTIONS},
+        argv=("firstrun", *argv),
+    ), as_json=args.json)
+
+
 def _cmd_check(args: argparse.Namespace, _argv: Sequence[str]) -> int:
     from firstrun.cli.run import check_command
 
@@ -627,6 +661,7 @@ _COMMANDS = {
     "completion": _cmd_completion,
     "audit": _cmd_audit,
     "run": _cmd_run,
+    "mutate": _cmd_mutate,
     "check": _cmd_check,
     "show": _cmd_show,
     "schema": _cmd_schema,

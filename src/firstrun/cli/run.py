@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from firstrun import __version__
 from firstrun.agents.base import Agent
@@ -70,6 +70,9 @@ from firstrun.sandbox.select import (
 from firstrun.tasks.allowlist import AllowEntries, allow_snippet
 from firstrun.tasks.load import DEFAULT_TASK_DIR, expand_task_paths, load_tasks
 from firstrun.tasks.model import Task
+
+if TYPE_CHECKING:
+    from firstrun.run.config import RunConfig
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -262,7 +265,6 @@ def _run_command(request: RunRequest) -> int:
     from firstrun.agents import make_agent
     from firstrun.agents.spend import load_price_file
     from firstrun.cli.flags import summary_target
-    from firstrun.run.runner import RunConfig
     from firstrun.run.suite import run_suite, suite_exit_code
 
     project = find_project_config(request.config)
@@ -310,34 +312,9 @@ def _run_command(request: RunRequest) -> int:
     if warning is not None:
         print(warning, file=sys.stderr)
     out = Path(request.out)
-    config = RunConfig(
-        out_dir=out,
-        backend=resolution.backend,
-        image=request.image,
-        allow_unenforced=request.allow_unenforced,
-        allow_downgrade=request.downgrades,
-        keep_sandbox=request.keep_sandbox,
-        docs_mirrors=mirrors,
-        cache_dir=Path(request.cache_dir) if request.cache_dir is not None else None,
-        cache_mode=CacheMode.REFRESH if request.refresh
-        else CacheMode.OFFLINE if request.offline else CacheMode.USE,
-        affordances=Affordances(request.affordances),
-        probe_affordances=request.probe_affordances,
-        inspect_tls=inspect_tls,
-        permissions=(project.permissions,) if project is not None else (),
-    )
-    store = _open_store(
-        request, out, _sweep_identity(request, tasks, resolution.backend, project),
-        meta={
-            "firstrun": __version__,
-            "versions": shaping_versions(request.agent),
-            **_recorded(request, resolution.backend, "meta"),
-            "backend_resolution": resolution.to_data(),
-            "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "argv": list(request.argv),
-            "config": None if project is None else project.to_record(),
-        },
-    )
+    config = run_config(request, resolution.backend, mirrors, project, inspect_tls=inspect_tls)
+    store = _open_store(request, out, _sweep_identity(request, tasks, resolution.backend, project),
+                        meta=sweep_meta(request, resolution, project))
     progress = sweep_progress(request, sys.stderr)
     stop = threading.Event()
     signum: int | None = None
@@ -387,6 +364,43 @@ def _run_command(request: RunRequest) -> int:
     if signum is not None:
         return 128 + signum
     return suite_exit_code(records)
+
+
+def run_config(request: RunRequest, backend: str, mirrors: dict[str, Mirror],
+               project: ProjectConfig | None, *, inspect_tls: bool) -> RunConfig:
+    """How each run of the sweep is carried out, from the request filled from the project."""
+    from firstrun.run.runner import RunConfig
+
+    return RunConfig(
+        out_dir=Path(request.out or "results"),
+        backend=backend,
+        image=request.image,
+        allow_unenforced=request.allow_unenforced,
+        allow_downgrade=request.downgrades,
+        keep_sandbox=request.keep_sandbox,
+        docs_mirrors=mirrors,
+        cache_dir=Path(request.cache_dir) if request.cache_dir is not None else None,
+        cache_mode=CacheMode.REFRESH if request.refresh
+        else CacheMode.OFFLINE if request.offline else CacheMode.USE,
+        affordances=Affordances(request.affordances),
+        probe_affordances=request.probe_affordances,
+        inspect_tls=inspect_tls,
+        permissions=(project.permissions,) if project is not None else (),
+    )
+
+
+def sweep_meta(request: RunRequest, resolution: Resolution,
+               project: ProjectConfig | None) -> dict[str, Any]:
+    """What results.json's meta says of the sweep: versions, options, backend, when, how."""
+    return {
+        "firstrun": __version__,
+        "versions": shaping_versions(request.agent),
+        **_recorded(request, resolution.backend, "meta"),
+        "backend_resolution": resolution.to_data(),
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "argv": list(request.argv),
+        "config": None if project is None else project.to_record(),
+    }
 
 
 def sweep_progress(request: RunRequest, stderr: TextIO) -> SweepProgress:
