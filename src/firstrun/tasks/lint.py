@@ -20,6 +20,8 @@ hosts, exactly as ``read_docs`` would refuse it.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from dataclasses import dataclass
 from enum import StrEnum
@@ -33,7 +35,7 @@ from firstrun.policy.network import DEFAULT_ALLOW
 from firstrun.policy.permissions import BASH, READ_DOCS, PermissionMode, PermissionVerdict, decide
 from firstrun.tasks import shell
 from firstrun.tasks.compile import covering_patterns
-from firstrun.tasks.model import CheckIsolation, KeyPath, Task, host_entry_text
+from firstrun.tasks.model import CheckIsolation, KeyPath, Success, Task, host_entry_text
 
 MAX_REDIRECTS = 10
 
@@ -63,6 +65,7 @@ class Code(StrEnum):
     DOCS_UNREACHABLE = "docs_unreachable"
     DOCS_REDIRECT_OUTSIDE_ALLOW = "docs_redirect_outside_allow"
     SCAFFOLD_UNEDITED = "scaffold_unedited"
+    CHECK_DRAFTED = "check_drafted"
     REPLAY_REFUSED = "replay_refused_by_permissions"
     CHECK_SHARED = "check_shares_agent_processes"
     TCP_RULE = "tcp_rule"
@@ -78,6 +81,19 @@ class Code(StrEnum):
 # What ``firstrun init`` writes where the author must put their own words; a
 # task still holding it has a placeholder goal or a check that fails every run.
 SCAFFOLD_MARKER = "EDIT ME (firstrun init)"
+
+# The line ``firstrun init`` opens a drafted check with, naming the digest of
+# the check as drafted: while the check still has that digest, nobody has read
+# and edited it, and ``validate`` says so.
+DRAFTED = re.compile(r"^# drafted by firstrun init \(([0-9a-f]{16})\)", re.MULTILINE)
+
+
+def drafted_digest(success: Success) -> str:
+    """The digest of a check, its drafted-by line left out (so the line can carry it)."""
+    data = success.model_dump(mode="json")
+    if data.get("script"):
+        data["script"] = DRAFTED.sub("", data["script"])
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -125,6 +141,7 @@ def lint_task(task: Task) -> list[Finding]:
         *_environments(task),
         *_hosts(task),
         *_scaffold(task),
+        *_drafted(task),
         *_permissions(task),
         *_tcp_rules(task),
     ]
@@ -171,6 +188,18 @@ def _scaffold(task: Task) -> list[Finding]:
             )
         )
     return findings
+
+
+def _drafted(task: Task) -> list[Finding]:
+    """A check ``firstrun init`` drafted that nobody has edited since: it runs, but it says
+    what the docs showed, not what the goal needs."""
+    found = DRAFTED.search(task.check)
+    if found is None or found.group(1) != drafted_digest(task.spec.success):
+        return []
+    file, line = _check_line(task, task.check.count("\n", 0, found.start()))
+    return [Finding(severity=Severity.WARNING, code=Code.CHECK_DRAFTED, file=file, line=line,
+                    message="the check is as firstrun init drafted it from the docs' output and "
+                    "files; read it, make it prove the goal, and this warning goes")]
 
 
 def _permissions(task: Task) -> list[Finding]:
