@@ -11,8 +11,6 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from firstrun.tasks.load import load_tasks
-
 Run = Callable[..., subprocess.CompletedProcess[str]]
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tasks"
@@ -48,46 +46,6 @@ def test_validate_exit_codes_follow_the_findings(firstrun: Run, tmp_path: Path) 
     none = firstrun("validate", cwd=str(tmp_path))
     assert none.returncode == 3
     assert "no task files here" in none.stdout
-
-
-def test_init_scaffold_loads_is_flagged_and_never_overwrites(firstrun: Run, tmp_path: Path) -> None:
-    url = "https://docs.widget.test/en/getting-started/index.html?x=1#install"
-    proc = firstrun("init", url, cwd=str(tmp_path))
-    assert proc.returncode == 0, proc.stderr
-    path = tmp_path / "tasks" / "docs-widget-test-en-getting-started.yaml"
-    assert str(path.relative_to(tmp_path)) in proc.stdout
-    (task,) = load_tasks([path])
-    assert task.name == "docs-widget-test-en-getting-started"
-    assert task.docs_route == (url,)
-    assert task.spec.docs.allow == ("docs.widget.test",)
-    assert task.spec.replay == ()  # commented out: a replay run is skipped until written
-    lint = firstrun("validate", str(path))
-    codes = [line.rsplit("[", 1)[-1] for line in lint.stdout.splitlines()]
-    assert codes == ["scaffold_unedited]", "scaffold_unedited]"], lint.stdout
-    before = path.read_bytes()
-    again = firstrun("init", url, cwd=str(tmp_path))
-    assert again.returncode == 3
-    assert "already exists" in again.stderr and path.read_bytes() == before
-    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]  # no temporary left behind
-
-
-def test_the_scaffold_check_fails_when_run_as_shell(tmp_path: Path) -> None:
-    """The placeholder check exits non-zero even with the helpers missing or present."""
-    from firstrun.cli.scaffold import init_task
-
-    path = init_task("https://docs.widget.test/", out=str(tmp_path / "t.yaml"))
-    (task,) = load_tasks([path])
-    helpers = 'qs_fail() { echo "$*" >&2; exit 1; }\n'
-    proc = subprocess.run(["bash", "-c", helpers + task.check], capture_output=True, text=True)
-    assert proc.returncode == 1 and "EDIT ME" in proc.stderr
-
-
-def test_init_with_name_and_out(firstrun: Run, tmp_path: Path) -> None:
-    out = tmp_path / "mine.yml"
-    proc = firstrun("init", "http://127.0.0.1:8000/docs/", "--name", "local-docs", "--out", str(out))
-    assert proc.returncode == 0, proc.stderr
-    (task,) = load_tasks([out])
-    assert task.name == "local-docs"
 
 
 def test_examples_lists_one_per_line_name_first(firstrun: Run) -> None:

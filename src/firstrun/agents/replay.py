@@ -231,13 +231,18 @@ def write_command(file: str, content: str) -> str:
     written as its last part, so the page's file still exists for the next
     step that names it by that part, and nothing outside is touched.
     """
-    parts = [p for p in file.removeprefix("~/").split("/") if p not in ("", ".")]
-    if file.startswith(("/", "~")) or ".." in parts:
-        parts = parts[-1:]
-    path = posixpath.join(*parts) if parts else "file"
+    path = workspace_path(file)
     folder = posixpath.dirname(path)
     make = f"mkdir -p -- {shlex.quote(folder)} && " if folder else ""
     return f"{make}printf '%s' {shlex.quote(content)} > {shlex.quote(path)}"
+
+
+def workspace_path(file: str) -> str:
+    """Where a file block named ``file`` is written, relative to the workspace."""
+    parts = [p for p in file.removeprefix("~/").split("/") if p not in ("", ".")]
+    if file.startswith(("/", "~")) or ".." in parts:
+        parts = parts[-1:]
+    return posixpath.join(*parts) if parts else "file"
 
 
 def _filled(text: str, replay: DocsReplay) -> str:

@@ -82,7 +82,9 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "show": ("firstrun show results/runs/quickstart/1",),
     "schema": ("firstrun schema > task.schema.json", "firstrun schema --findings > findings.schema.json"),
     "validate": ("firstrun validate tasks/", "firstrun validate tasks/ --format github"),
-    "init": ("firstrun init https://docs.example.com/quickstart/",),
+    "init": ("firstrun init https://docs.example.com/install/ https://docs.example.com/quickstart/",
+             "firstrun init https://docs.example.com/start/ --docs-mirror docs.example.com=./site "
+             "--out tasks/start.yaml"),
     "examples": ("firstrun examples", "firstrun run --example python-tabulate"),
     "diff": ("firstrun diff results/before results/after --fail-on-regression",),
     "report": ("firstrun report results --out report.html --markdown -",),
@@ -372,15 +374,31 @@ def _add_task_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[
 
     init = sub.add_parser(
         "init",
-        help="scaffold a task file for a docs page",
-        description="Write a task file to start from for the docs page URL. It loads, but its "
-        "goal and check are placeholders that 'firstrun validate' reports and that fail every "
-        "run until edited. Never overwrites a file.",
+        help="draft a task from docs pages, and run it once",
+        usage="firstrun init URL [URL ...] [--name NAME] [--out FILE] [--docs-mirror HOST=SRC]... "
+              "[--cache-dir DIR] [--backend B] [--allow-unenforced] [--results DIR]",
+        description="Read the docs pages URL... (in reading order) as run reads them, and write a "
+        "task that replays their own code blocks (replay: docs), with a goal from their titles "
+        "and headings and a check drafted from what they show: each console block's output, "
+        "loosened where it varies (versions, numbers, times, paths), must be printed, and each "
+        "file they write must exist. Then run it once with replay in the sandbox and say what "
+        "passed and what did not. 'firstrun validate' reports the check as drafted until it is "
+        "edited. Never overwrites a file. Exit status: that of the run (0 passed, 1 a docs gap, "
+        "2 no evidence), 3 bad usage.",
         allow_abbrev=False,
     )
-    init.add_argument("url", metavar="URL", help="the first page a reader opens")
-    init.add_argument("--name", help="the task name (default: from the URL's host and path)")
+    init.add_argument("urls", nargs="+", metavar="URL", help="the pages a reader follows, in order")
+    init.add_argument("--name", help="the task name (default: from the first URL's host and path)")
     init.add_argument("--out", metavar="FILE", help="where to write it (default: tasks/NAME.yaml)")
+    _add_run_option(init, RUN_OPTION["docs_mirrors"])
+    _add_run_option(init, RUN_OPTION["cache_dir"])
+    init.add_argument("--backend", choices=BACKENDS, default="auto",
+                      help="sandbox backend of the draft's run (default: auto)")
+    init.add_argument("--allow-unenforced", action="store_true",
+                      help="permit the 'local' backend, which enforces nothing")
+    init.add_argument("--results", metavar="DIR",
+                      help="where the draft's run is saved (default: results/init/NAME); must be "
+                           "new or empty")
 
     sub.add_parser(
         "examples",
@@ -605,12 +623,16 @@ def _cmd_validate(args: argparse.Namespace, _argv: Sequence[str]) -> int:
 
 
 def _cmd_init(args: argparse.Namespace, _argv: Sequence[str]) -> int:
-    from firstrun.cli.scaffold import init_task
+    from firstrun.cli.scaffold import init_task, results_dir, task_name_for, try_draft
+    from firstrun.docs import parse_mirrors
 
-    path = init_task(args.url, name=args.name, out=args.out)
-    print(f"wrote {path}: replace its goal, replay steps and success check "
-          f"(firstrun validate {path} lists what is left), then: firstrun run {path}")
-    return 0
+    mirrors = parse_mirrors(args.docs_mirrors)
+    results = results_dir(args.results, args.name or task_name_for(args.urls[0]))
+    path = init_task(args.urls, name=args.name, out=args.out, mirrors=mirrors, cache_dir=args.cache_dir)
+    print(f"wrote {path}: its check is drafted from the docs; read and edit it "
+          f"(firstrun validate {path} says so until then). Running it once with replay:")
+    return try_draft(path, out=results, mirrors=mirrors, cache_dir=args.cache_dir,
+                     backend=args.backend, allow_unenforced=args.allow_unenforced)
 
 
 def _cmd_examples(_args: argparse.Namespace, _argv: Sequence[str]) -> int:
