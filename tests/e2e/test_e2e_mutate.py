@@ -143,3 +143,14 @@ def test_a_task_without_replay_is_refused_naming_its_file(tmp_path: Path) -> Non
     assert done.returncode == 3 and "Traceback" not in done.stderr
     assert done.stderr.strip() == (f"firstrun: error: mutate: {task}: task plain has no replay block, "
                                    "so there is no step to remove; add 'replay: docs' or a list of steps")
+
+
+def test_a_credential_without_inspect_tls_is_refused_before_any_run(tmp_path: Path) -> None:
+    task = tmp_path / "secret.yaml"
+    task.write_text(WEAK.replace("name: weak", "name: secret") + "firstrun:\n  credentials:\n"
+                    "    - {name: NPM_TOKEN, host: registry.example.com, from_env: NPM_TOKEN_REAL}\n")
+    done = mutate(str(task), "--out", str(tmp_path / "out"))
+    assert done.returncode == 3 and "Traceback" not in done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"firstrun: error: {task}: firstrun.credentials (NPM_TOKEN) need --inspect-tls")
+    assert not (tmp_path / "out").exists()

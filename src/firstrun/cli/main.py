@@ -42,8 +42,8 @@ from firstrun.sandbox.select import BACKENDS
 EXIT_USAGE = 3
 # The options of ``run`` that ``mutate`` takes: what a replay sweep needs, no agent or spend.
 MUTATE_OPTIONS = ("tasks", "examples", "backend", "image", "out", "resume", "config", "workers",
-                  "docs_mirrors", "cache_dir", "refresh", "offline", "allow_unenforced", "quiet",
-                  "verbose", "color")
+                  "docs_mirrors", "cache_dir", "refresh", "offline", "allow_unenforced", "inspect_tls",
+                  "quiet", "verbose", "color")
 EXIT_SANDBOX = 125
 
 

@@ -15,6 +15,7 @@ survived, 2 none could be judged.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 from dataclasses import replace
@@ -67,7 +68,13 @@ def mutate_command(request: RunRequest, *, as_json: bool = False) -> int:
         if task.spec.replay_docs is None and not task.spec.replay_steps:
             raise UsageError(f"mutate: {task.path}: task {task.name} has no replay block, so there "
                              "is no step to remove; add 'replay: docs' or a list of steps")
-    resolution = _resolve(request.backend or "auto", request.allow_unenforced,
+    from firstrun.run.sandbox import check_inspection
+    from firstrun.sandbox.select import inspecting_backend
+
+    inspect_tls = bool(request.inspect_tls)
+    check_inspection(tasks, inspect_tls=inspect_tls, env=os.environ)
+    backend = inspecting_backend(request.backend or "auto", inspect_tls=inspect_tls, flag="--backend")
+    resolution = _resolve(backend, request.allow_unenforced,
                           [task.spec.image or request.image for task in tasks], project)
     if isinstance(resolution, str):
         print(resolution, file=sys.stderr)
@@ -76,7 +83,7 @@ def mutate_command(request: RunRequest, *, as_json: bool = False) -> int:
     if warning is not None:
         print(warning, file=sys.stderr)
     out = Path(request.out or "results")
-    config = run_config(request, resolution.backend, mirrors, project, inspect_tls=False)
+    config = run_config(request, resolution.backend, mirrors, project, inspect_tls=inspect_tls)
     store = _open_store(request, out, _sweep_identity(request, tasks, resolution.backend, project),
                         meta={**sweep_meta(request, resolution, project),
                               MUTATED_KEY: [task.name for task in tasks]})
