@@ -7,7 +7,7 @@ from pathlib import Path
 from report_support import record, write_results
 
 from firstrun.reports.html import render_html
-from firstrun.reports.load import load_saved
+from firstrun.reports.load import load_saved, read_runs
 from firstrun.reports.markdown import render_markdown
 from firstrun.results.model import Classification, RunRecord
 from firstrun.results.mutation import Verdict, mutation_scores
@@ -57,3 +57,9 @@ def test_the_reports_score_mutants_apart_from_the_pass_rates(tmp_path: Path) -> 
     page = render_html(load_saved(out, label="RESULTS_DIR"))
     assert "Mutation scores" in page and "2/3 killed (67%)" in page
     assert page.count('href="#task-') == 1
+
+
+def test_findings_leave_a_mutant_s_runs_out(tmp_path: Path) -> None:
+    # A mutant's docs were broken on purpose: its failure is no finding about the docs.
+    write_results(tmp_path, SWEEP)
+    assert [run.record.task for run in read_runs(load_saved(tmp_path, label="RESULTS"))] == ["t"]

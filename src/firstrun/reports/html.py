@@ -40,7 +40,7 @@ from firstrun.reports.narrate import Line, Style, narrate_file
 from firstrun.reports.output import write_text_atomic
 from firstrun.reports.summary import ORDER
 from firstrun.results.model import EVIDENTIAL, Classification, RunRecord
-from firstrun.results.mutation import TaskScore, Verdict, mutation_scores
+from firstrun.results.mutation import TaskScore, Verdict, is_mutant, mutation_scores
 from firstrun.results.stats import PassRate, pass_rate
 from firstrun.tasks.allowlist import AllowEntries, allow_snippet
 
@@ -396,7 +396,7 @@ def render_html(saved: SavedResults, *, generated_at: datetime | None = None) ->
     grouped: dict[str, list[tuple[int, RunRecord]]] = {}
     for index, record in indexed:
         # A mutant's run judges the task's check, not the docs: scored apart, never a pass rate.
-        if "mutation" not in record.extra:
+        if not is_mutant(record):
             grouped.setdefault(record.task, []).append((index, record))
     tasks = [(n, task, runs) for n, (task, runs) in enumerate(grouped.items(), start=1)]
     meta = saved.meta

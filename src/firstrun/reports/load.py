@@ -21,6 +21,7 @@ from typing import Any
 from firstrun.errors import UsageError
 from firstrun.reports.findings import Gap, RunTrace
 from firstrun.results.model import RunRecord
+from firstrun.results.mutation import is_mutant
 from firstrun.results.store import RESULTS_FILE, load_results
 from firstrun.run.events import read_trace
 
@@ -69,9 +70,14 @@ def load_saved(target: str | os.PathLike[str], *, label: str) -> SavedResults:
 
 
 def read_runs(saved: SavedResults) -> tuple[RunTrace, ...]:
-    """Every run with its trace's events, for findings; a trace that cannot be read is a gap."""
+    """Every run with its trace's events, for findings; a trace that cannot be read is a gap.
+
+    A mutant's run is left out: its docs were broken on purpose.
+    """
     runs = []
     for record in saved.records:
+        if is_mutant(record):
+            continue
         path = saved.trace_path(record)
         events, gap = None, None
         if path is None:

@@ -19,7 +19,7 @@ from typing import Any
 from firstrun.reports.analysis import destination
 from firstrun.reports.summary import route_finding_text
 from firstrun.results.model import Classification, RunRecord
-from firstrun.results.mutation import TaskScore, Verdict, mutation_scores
+from firstrun.results.mutation import TaskScore, Verdict, is_mutant, mutation_scores
 from firstrun.results.stats import PassRate, pass_rate, pass_rates
 from firstrun.tasks.allowlist import AllowEntries, allow_snippet
 
@@ -78,7 +78,7 @@ def render_markdown(records: Sequence[RunRecord], *, meta: Mapping[str, Any] | N
     meta = meta or {}
     scores = mutation_scores(records, meta.get("mutated") or ())
     # A mutant's run judges the task's check, not the docs: scored apart, never a pass rate.
-    records = [r for r in records if "mutation" not in r.extra]
+    records = [r for r in records if not is_mutant(r)]
     lines = [f"## {md(title)}", ""]
     if not records:
         return "\n".join([*lines, "No run finished: there is nothing to report.", ""])

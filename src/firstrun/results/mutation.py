@@ -71,6 +71,11 @@ class TaskScore:
                 "mutants": [m.to_data() for m in self.mutants]}
 
 
+def is_mutant(record: RunRecord) -> bool:
+    """A ``firstrun mutate`` run: it judges the task's check, never the docs."""
+    return "mutation" in record.extra
+
+
 def verdict(record: RunRecord) -> tuple[Verdict, str]:
     """A mutant's verdict from its run, and the run's own words for it."""
     said = f"{record.classification.value} ({record.reason})" + (f": {record.detail}" if record.detail else "")
@@ -84,9 +89,9 @@ def verdict(record: RunRecord) -> tuple[Verdict, str]:
 
 def mutation_scores(records: Sequence[RunRecord], tasks: Iterable[str] = ()) -> list[TaskScore]:
     """A score for each task mutated in ``records``, and for each of ``tasks`` besides."""
-    bases = {r.task: r for r in records if "mutation" not in r.extra and r.attempt == 1}
+    bases = {r.task: r for r in records if not is_mutant(r) and r.attempt == 1}
     names = list(dict.fromkeys([*tasks, *(str(r.extra["mutation"]["of"]) for r in records
-                                          if "mutation" in r.extra)]))
+                                          if is_mutant(r))]))
     scores = []
     for name in names:
         base = bases.get(name)
