@@ -13,6 +13,10 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
+from typing import Any
+
+from firstrun.results.store import ResultsStore
 
 # Bounds every wait here; only a hang guard, never a judgement.
 _TRIES = 1200
@@ -53,3 +57,20 @@ def kill_then_stop(token: str, held: threading.Event, stop: threading.Event) -> 
     thread = threading.Thread(target=interrupt, name="interrupt")
     thread.start()
     return thread
+
+
+class StopOnceStored(ResultsStore):
+    """Sets ``stop`` the moment the first record is stored: a stop after a run finished.
+
+    Not at the run's ``RunFinished`` event: a record taken in after the stop
+    is not kept, since the stop may have reached the run before its verdict.
+    """
+
+    def __init__(self, out_dir: Path, stop: threading.Event, *,
+                 meta: dict[str, Any] | None = None) -> None:
+        super().__init__(out_dir, meta=meta or {})
+        self._stop = stop
+
+    def add(self, run: dict) -> None:
+        super().add(run)
+        self._stop.set()

@@ -26,10 +26,10 @@ from firstrun.cli.run import RunRequest, _sweep_identity, _with_project
 from firstrun.errors import UsageError
 from firstrun.results.model import SweepIdentity, TaskIdentity, incomparability
 from firstrun.results.store import RESULTS_FILE, ResultsStore, load_results
-from firstrun.run.events import Event, RunFinished
 from firstrun.run.project import load_project_config
 from firstrun.run.runner import RunConfig
 from firstrun.run.suite import run_suite
+from interrupt_support import StopOnceStored
 
 FIRSTRUN = Path(sys.executable).parent / "firstrun"
 CLI_FIXTURES = Path(__file__).resolve().parents[1] / "cli" / "run_fixtures"
@@ -74,15 +74,11 @@ def test_a_stopped_sweep_resumed_ends_with_every_attempt_once_and_keeps_what_fin
     config: RunConfig,
 ) -> None:
     tasks = [fixture_task(n) for n in ("pass", "check-fails")]
-    store = ResultsStore(config.out_dir, meta={"sweep": _identity().to_data()})
     stop = threading.Event()
-
-    def stop_after_one(task: str, attempt: int, event: Event) -> None:
-        if isinstance(event, RunFinished):
-            stop.set()
+    store = StopOnceStored(config.out_dir, stop, meta={"sweep": _identity().to_data()})
 
     first = run_suite(tasks, agent_factory=lambda: make_agent("replay"), config=config,
-                      store=store, repeat=2, workers=1, stop=stop, on_event=stop_after_one)
+                      store=store, repeat=2, workers=1, stop=stop)
     assert first.interrupted
     kept = _document(config.out_dir)["runs"]
     assert _pairs(kept) == [("greeter-pass", 1)]

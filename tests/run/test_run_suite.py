@@ -20,7 +20,7 @@ from firstrun.run.events import CommandRan, Event, RunFinished, Source
 from firstrun.run.runner import RunConfig, run_task
 from firstrun.run.suite import run_suite, suite_exit_code
 from firstrun.tasks.model import Task
-from interrupt_support import kill_then_stop, processes_named
+from interrupt_support import StopOnceStored, kill_then_stop, processes_named
 
 
 def replay() -> object:
@@ -56,22 +56,10 @@ def test_a_suite_runs_every_task_every_time_and_stores_each_run(config: RunConfi
     assert suite_exit_code(outcome.records) == 1
 
 
-class _StopOnceStored(ResultsStore):
-    """Sets ``stop`` the moment the first record is stored: a stop after a run finished."""
-
-    def __init__(self, out_dir: Path, stop: threading.Event) -> None:
-        super().__init__(out_dir, meta={})
-        self._stop = stop
-
-    def add(self, run: dict) -> None:
-        super().add(run)
-        self._stop.set()
-
-
 def test_stop_after_a_run_finishes_keeps_it_and_starts_nothing_more(config: RunConfig) -> None:
     tasks = [fixture_task(n) for n in ("pass", "check-fails", "expect-output")]
     stop = threading.Event()
-    store = _StopOnceStored(config.out_dir, stop)
+    store = StopOnceStored(config.out_dir, stop)
 
     outcome = run_suite(tasks, agent_factory=replay, config=config, store=store, workers=1,
                         stop=stop)
