@@ -42,7 +42,15 @@ from firstrun.proxy.records import EgressRecord, RecordLog
 from firstrun.proxy.server import EgressProxy, ProxyLimits
 from firstrun.results.model import Classification
 from firstrun.run.classify import RunReason, classify_run
-from firstrun.run.events import AgentFinished, CheckFinished, Egress, Event
+from firstrun.run.events import (
+    AgentFinished,
+    CheckFinished,
+    CheckIsolated,
+    CommandRan,
+    Egress,
+    Event,
+    Source,
+)
 from firstrun.sandbox.base import ProxyEndpoint
 from firstrun.sandbox.hostfs import host_filesystem_policy
 from firstrun.sandbox.linux import probe
@@ -217,10 +225,13 @@ def test_a_run_whose_proxy_spent_its_budget_is_infra_error_never_a_docs_gap(
                             CheckFinished(exit_code=check)])
         assert (outcome.classification, outcome.reason) == (
             Classification.INFRA_ERROR, RunReason.RECORD_BUDGET_EXHAUSTED)
-    # Without the closing record, the same denial and a failed check is blocked: the
-    # allow-list, not the docs, may be what was missing.
-    outcome = classify_run([egress[0], AgentFinished(stop=AgentStop.FINISHED),
-                        CheckFinished(exit_code=1)])
+    # Without the closing record, the same denial made while the check ran and failed is
+    # blocked: the allow-list, not the docs, may be what was missing.
+    outcome = classify_run([AgentFinished(stop=AgentStop.FINISHED),
+                            CheckIsolated(isolation="clean", killed=0), egress[0],
+                            CommandRan(source=Source.CHECK, command="<success check>",
+                                       exit_code=1, duration_s=0.1),
+                            CheckFinished(exit_code=1)])
     assert outcome.classification is Classification.BLOCKED
 
 
