@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from firstrun.docs.blocks import extract_markdown
+from firstrun.docs.blocks import BlockKind, extract_markdown
 
 FIRSTRUN = Path(sys.executable).parent / "firstrun"
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "differential" / "corpus.yaml"
@@ -54,14 +54,17 @@ def _task(entry: dict[str, Any], readme: str, into: Path) -> tuple[Path, str]:
     (site / "README.md").write_text(readme, encoding="utf-8")
     url = f"https://{host}/README.md"
     blocks = extract_markdown(readme, url=url)
-    steps = [step.command for index in entry["blocks"] for step in blocks[index].steps]
-    assert steps, f"{entry['package']}: the chosen blocks hold no command"
+    assert all(blocks[index].steps for index in entry["blocks"]), entry["package"]
+    # The README's own blocks, read by the replay agent from the page it serves: every
+    # runnable block but the quickstart's is skipped.
+    skip = [{"page": url, "block": b.index} for b in blocks
+            if b.kind is not BlockKind.OTHER and b.index not in entry["blocks"]]
     task = into / f"{entry['package']}.yaml"
     task.write_text(yaml.safe_dump({
         "name": entry["package"],
         "goal": f"Follow the {entry['package']} README's quickstart.",
         "docs": {"entrypoint": url},
-        "replay": steps,
+        "replay": {"from": "docs", "skip": skip},
         "success": {"script": f"{entry['check']} || qs_fail 'the quickstart did not work'\n"},
     }, sort_keys=False), encoding="utf-8")
     return task, f"{host}={site}"
@@ -107,6 +110,9 @@ def test_the_corpus_is_what_it_says_on_the_host(host: dict[str, Any]) -> None:
     assert {name: o["classification"] for name, o in host.items()} == {
         "left-pad": "passed", "express": "passed", "uuid": "passed", "is-number": "docs_gap",
     }, json.dumps(host, indent=1)
+    assert {name: [command for command, _ in o["steps"]] for name, o in host.items()} == {
+        "left-pad": ["npm install left-pad"], "express": ["npm install express"],
+        "uuid": ["npm install uuid", "npx uuid"], "is-number": ["npm install && npm test"]}
 
 
 def test_a_backend_agrees_with_the_host_but_for_a_refusal(
