@@ -308,7 +308,7 @@ def test_figures_over_evidential_runs() -> None:
 
 def test_unknown_spend_is_unknown_never_zero() -> None:
     runs = [_timed(1, Classification.PASSED, 1.0, 1.0, {"input_tokens": 1, "output_tokens": 1, "spend": None}),
-            _timed(2, Classification.PASSED, 1.0, 1.0, {})]
+            _timed(2, Classification.PASSED, 1.0, 1.0, {"spend": "0.1"})]
     f = figures("t", runs)
     assert f.spend_per_success is None and f.tokens_per_success is None
     nothing = figures("t", [_timed(1, Classification.DOCS_GAP, 1.0, 1.0, {"spend": "0.1"})])
@@ -378,3 +378,10 @@ def test_arms_matrix_rates_every_arm_on_every_task_and_tests_each_pair() -> None
     assert pairs["a", "b", "quick"].p_value == pytest.approx(0.0005367, abs=5e-8)
     # 17 runs against 1: not even 0/17 against 1/1 reaches p < 0.05 (it is 1/18).
     assert pairs["b", "c", "quick"].verdict is ComparisonVerdict.TOO_SMALL
+
+
+def test_a_replay_sweep_spends_nothing_per_success_and_says_so() -> None:
+    # Replay records an empty usage: no model, so nothing spent, as the spend cap counts it.
+    runs = [_timed(n, Classification.PASSED, 1.0, 1.0, {}) for n in (1, 2)]
+    f = figures("t", runs)
+    assert f.spend_per_success == Decimal(0) and f.tokens_per_success == 0

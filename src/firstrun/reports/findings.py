@@ -18,7 +18,7 @@ import re
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from enum import StrEnum
 from fractions import Fraction
 from typing import Any
@@ -574,15 +574,9 @@ def _usage(record: RunRecord, key: str) -> Any:
     return usage.get(key) if isinstance(usage, Mapping) else None
 
 
-def _spend(record: RunRecord) -> Decimal | None:
-    value = _usage(record, "spend")
-    try:
-        return Decimal(str(value)) if value is not None else None
-    except InvalidOperation:
-        return None
-
-
 def _tokens_of(record: RunRecord) -> int | None:
+    if record.extra.get("usage") == {}:
+        return 0  # an agent with no model (replay) uses no tokens
     ins, outs = _usage(record, "input_tokens"), _usage(record, "output_tokens")
     return ins + outs if isinstance(ins, int) and isinstance(outs, int) else None
 
@@ -594,7 +588,7 @@ def figures(task: str, runs: Sequence[RunTrace]) -> Figures:
     passing = [r for r in ev if r.record.classification is Classification.PASSED]
     agent = [agent_seconds(r.events) for r in passing if r.events is not None]
     tokens = [_tokens_of(r.record) for r in ev]
-    spends = [_spend(r.record) for r in ev]
+    spends = [r.record.spent() for r in ev]
     traced = [calls(r.events)[0] for r in ev if r.events is not None]
     ran = [call for run_calls in traced for call in run_calls]
     return Figures(

@@ -10,6 +10,7 @@ the run could not judge it, and is counted apart.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from decimal import Decimal, InvalidOperation
 from enum import StrEnum
 from typing import Any
 
@@ -90,6 +91,24 @@ class RunRecord:
     @property
     def evidential(self) -> bool:
         return self.classification in EVIDENTIAL
+
+    def spent(self) -> Decimal | None:
+        """What the run spent in USD; None when unknown, never guessed as zero."""
+        usage = self.extra.get("usage")
+        if usage is None:
+            failure = self.extra.get("failure")
+            # No usage: either the agent never started (nothing spent) or it
+            # failed mid-conversation, having spent an unknown amount.
+            return None if isinstance(failure, dict) and failure.get("phase") == "agent" \
+                else Decimal(0)
+        if not usage:
+            return Decimal(0)  # an agent with no model (replay) spends nothing
+        if not isinstance(usage, dict) or usage.get("spend") is None:
+            return None
+        try:
+            return Decimal(str(usage["spend"]))
+        except InvalidOperation:
+            return None
 
     def to_data(self) -> dict[str, Any]:
         data = asdict(self)

@@ -41,7 +41,7 @@ import queue
 import threading
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Protocol
 
 from firstrun.agents.base import Agent
@@ -195,7 +195,7 @@ def run_suite(
                 return
             finally:
                 if spend is not None and reservation is not None:
-                    spend.settle(reservation, None if record is None else recorded_spend(record))
+                    spend.settle(reservation, None if record is None else record.spent())
             # A record taken in after the stop is not kept, whatever it says:
             # the stop may have reached the run (on its node, or through a
             # signal to its command) before its check decided, and no engine
@@ -245,24 +245,6 @@ def run_suite(
     return SuiteOutcome(records=records, interrupted=stop.is_set(),
                         spend_reached=spend is not None and spend.reached,
                         resolution=resolution, backend_lost=lost[0] if lost else None)
-
-
-def recorded_spend(record: RunRecord) -> Decimal | None:
-    """What a run spent, from its record; None when unknown, never guessed as zero."""
-    if "usage" not in record.extra:
-        failure = record.extra.get("failure")
-        # No usage: either the agent never started (nothing spent) or it
-        # failed mid-conversation, having spent an unknown amount.
-        return None if isinstance(failure, dict) and failure.get("phase") == "agent" else Decimal(0)
-    usage = record.extra["usage"]
-    if not usage:
-        return Decimal(0)  # an agent with no model (replay) spends nothing
-    if usage.get("spend") is None:
-        return None
-    try:
-        return Decimal(str(usage["spend"]))
-    except InvalidOperation:
-        return None
 
 
 def suite_exit_code(records: Sequence[RunRecord]) -> int:
