@@ -2,10 +2,11 @@
 
 Guarantee: ``build_profile`` is a pure function of the linux backend's rule
 data (``firstrun.sandbox.linux.seccomp.RULES``), so one list decides what is
-refused on both backends: every syscall a rule refuses outright is refused
-here with the same errno, and every argument rule (clone with a CLONE_NEW*
-flag, TIOCSTI and TIOCLINUX, the hardening-weakening personalities, socket
-families other than unix and IP) refuses exactly the calls it refuses there,
+refused on every backend (gvisor and the micro-VM load linux's own BPF):
+every syscall a rule refuses outright is refused here with the same errno,
+and every argument rule (clone with a CLONE_NEW* flag, TIOCSTI and
+TIOCLINUX, the hardening-weakening personalities, socket families other
+than unix and IP) refuses exactly the calls it refuses there,
 with the same errno. Underneath is an allow-list, as in Docker's own default profile,
 so a syscall added to the kernel later is refused until someone decides it
 is needed.
