@@ -9,6 +9,7 @@ a command neither has stays the docs' gap.
 
 from __future__ import annotations
 
+import html
 import json
 import shutil
 import subprocess
@@ -36,16 +37,18 @@ def _lacked_by_the_image(host_has: set[str], candidates: tuple[str, ...], probe:
 
 
 def _task(directory: Path, name: str, step: str) -> str:
+    """A task replaying its own page (``replay: docs``): the one documented step, then done.txt."""
+    (directory / "docs" / f"{name}.html").write_text(
+        f"<html><body><p>Run the step.</p><pre><code class=\"language-bash\">"
+        f"{html.escape(step)}\ntouch done.txt</code></pre></body></html>", encoding="utf-8")
     path = directory / f"{name}.yaml"
     path.write_text(f"""name: {name}
 goal: Run the one documented step, then write done.txt.
 image: {NODE.tag}
 docs:
   path:
-    - https://{DOCS_HOST}/index.html
-replay:
-  - {json.dumps(step)}
-  - touch done.txt
+    - https://{DOCS_HOST}/{name}.html
+replay: docs
 success:
   script: |
     test -f done.txt || qs_fail "no done.txt"
@@ -64,7 +67,6 @@ def test_a_step_needing_what_the_image_lacks_is_not_evidence_and_names_the_image
                                    f'{LDCONFIG} -p | grep -q "^[[:space:]]$1 "')
     docs = tmp_path / "docs"
     docs.mkdir()
-    (docs / "index.html").write_text("<html><body><p>Run the step.</p></body></html>")
     tasks = [_task(tmp_path, "lacks-command", f"{tool} --version"),
              _task(tmp_path, "lacks-library",
                    f"python3 -c \"import ctypes; ctypes.CDLL('{library}')\""),
