@@ -116,5 +116,5 @@ def test_the_guide_as_written_has_no_finding_and_every_figure(report: dict[str, 
     assert figures["pass_hat_k"] == [{"k": 1, "value": 1.0}, {"k": 2, "value": 1.0}]
     assert figures["wall_s"]["median"] > 0 and figures["agent_s"]["p90"] > 0
     assert figures["failed_command_share"] == 0.0
-    # Replay has no model: what it spent is not recorded, so it is unknown, not zero.
-    assert figures["spend_per_success_usd"] is None
+    # Replay has no model: it spends nothing, as the spend cap counts it.
+    assert figures["spend_per_success_usd"] == "0"
