@@ -2,7 +2,11 @@
 
 One ``firstrun run`` over the fixture tasks (real bubblewrap, real proxy,
 the fixture docs served from a directory mirror); each run is judged by its
-saved record and by its trace: what ran, what did not, and why.
+saved record and by its trace: what ran, what did not, and why. The linux
+backend is named, not left to ``auto`` (docker where a daemon answers): the
+harness's own proxy hands each record over before it answers, so which step
+a refusal belongs to is exact; the docker sidecar's records reach the
+harness a moment late, through the daemon.
 
 Not here, and why: ``agent_refusal`` needs an agent that can refuse, which
 replay cannot (the LLM agents' issue covers it); ``harness_error`` means a
@@ -58,7 +62,7 @@ def suite(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path]:
     out = tmp_path_factory.mktemp("classes") / "out"
     done = subprocess.run(
         [str(FIRSTRUN), "run", *(task(name) for name in FIXTURES), "--agent", "replay",
-         "--docs-mirror", f"{DOCS_HOST}={DOCS}", "--out", str(out)],
+         "--backend", "linux", "--docs-mirror", f"{DOCS_HOST}={DOCS}", "--out", str(out)],
         capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=600,
     )
     return done.returncode, out
