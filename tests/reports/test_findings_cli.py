@@ -58,7 +58,8 @@ def test_text_names_the_block_the_signature_the_improvised_step_and_the_gap(tmp_
     assert "said: The pinned version does not exist." in text
     assert "gap: 1 run (pin #1): no trace saved" in text
     assert "1/4 evidential runs passed; pass^1 25%, pass^2 0%" in text
-    assert "per success: unknown tokens, spend unknown" in text
+    # Records with no usage and no agent failure: nothing spent, as the spend cap counts it.
+    assert "per success: 0 tokens, spend $0.0000" in text
 
 
 def test_json_follows_the_published_schema(tmp_path: Path) -> None:
@@ -76,7 +77,7 @@ def test_json_follows_the_published_schema(tmp_path: Path) -> None:
     assert (first["kind"], first["page"], first["block"], first["runs"]) == (
         "break", PAGE, 0, ["pin #1", "pin #2", "pin #3"])
     assert first["evidence"][0]["output_tail"] == NO_DIST.strip()
-    assert task["figures"]["spend_per_success_usd"] is None
+    assert task["figures"]["spend_per_success_usd"] == "0"
     # The schema refuses what the document must not be: a finding without its runs.
     first["runs"] = []
     try:

@@ -575,8 +575,9 @@ def _usage(record: RunRecord, key: str) -> Any:
 
 
 def _tokens_of(record: RunRecord) -> int | None:
-    if record.extra.get("usage") == {}:
-        return 0  # an agent with no model (replay) uses no tokens
+    usage = record.extra.get("usage")
+    if not usage and record.spent() == 0:
+        return 0  # as ``spent``: no model (replay), or no agent call was made
     ins, outs = _usage(record, "input_tokens"), _usage(record, "output_tokens")
     return ins + outs if isinstance(ins, int) and isinstance(outs, int) else None
 
