@@ -10,9 +10,10 @@ firstrun's seccomp profile (``seccomp.py``) refuses io_uring and a new user
 namespace and the OOM score cannot be lowered (``seccomp_probe.py``);
 otherwise it removes everything it created and raises. Leftovers of a
 harness that died are reaped before anything is created. Every command runs
-under the supervisor (``supervisor.py``), so a timeout, an interrupt or the
-harness's death kills its whole tree; ``close`` removes the containers and
-networks, then gives the workspace back to its owner.
+under the helper (``firstrun.sandbox.helper``, the run container's pid 1),
+so a timeout, an interrupt or the harness's death kills its whole tree;
+``close`` removes the containers and networks, then gives the workspace back
+to its owner.
 
 The backend provides every layer a profile can require (``PROVIDES``):
 Landlock's guarantee, writes confined to the workspace and the session's
