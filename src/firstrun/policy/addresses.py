@@ -1,17 +1,9 @@
 """Classify an IP address into the ranges the egress floor refuses.
 
-Guarantee: every address gets exactly one class, and an IPv4 address carried
-inside IPv6 (mapped, compatible, NAT64, 6to4, Teredo) is classified by the
-IPv4 address it carries as well, so wrapping cannot launder ``127.0.0.1`` or
-``169.254.169.254`` past the floor.
-
-The ranges are listed explicitly rather than taken from ``is_private``:
-Python counts the documentation ranges (192.0.2.0/24, 203.0.113.0/24, ...)
-as private, and some real networks, including the package mirrors this
-project is tested against, answer from them. The floor is about reaching the
-harness's own machine and network, and these lists say exactly that.
-
-Pure: stdlib only, no I/O.
+Guarantee: every address gets exactly one class. An IPv6 address that
+carries an IPv4 address (mapped, compatible, NAT64, 6to4, Teredo) is classed
+``EMBEDDED_IPV4`` whatever it carries, so wrapping cannot launder
+``127.0.0.1`` or ``169.254.169.254`` past the floor. Pure: stdlib only, no I/O.
 """
 
 from __future__ import annotations
@@ -35,6 +27,11 @@ class AddressClass(StrEnum):
     EMBEDDED_IPV4 = "embedded_ipv4"
 
 
+# The ranges are listed explicitly rather than taken from ``is_private``:
+# Python counts the documentation ranges (192.0.2.0/24, 203.0.113.0/24, ...)
+# as private, and some real networks, including the package mirrors this
+# project is tested against, answer from them. The floor is about reaching
+# the harness's own machine and network, and these lists say exactly that.
 _V4 = {
     AddressClass.METADATA: ["169.254.169.254/32", "169.254.170.2/32", "100.100.100.200/32"],
     AddressClass.UNSPECIFIED: ["0.0.0.0/8"],

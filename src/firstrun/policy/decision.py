@@ -1,13 +1,11 @@
 """What an egress decision is: its verdict, the layer that decided, the reason, as data.
 
 Guarantee: every egress decision in firstrun, by the name rules
-(``policy.network``), by what a decrypted request may do
-(``policy.methods``) or by the proxy's own protocol checks, is a
-``Decision`` over these enums, and each ``Reason`` value is a stable key
-that results and statistics group on. No logic lives here, so both
-deciding modules import it and neither imports the other.
-
-Pure: stdlib only, no I/O.
+(``policy.network``), by what a decrypted request may do (``policy.methods``)
+or by the proxy's own protocol checks, is a ``Decision`` over these enums, and
+each ``Reason`` value is a stable key that results and statistics group on.
+No logic lives here, so both deciding modules import it and neither imports
+the other. Pure: stdlib only, no I/O.
 """
 
 from __future__ import annotations

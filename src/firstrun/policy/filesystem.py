@@ -5,7 +5,6 @@ system directories are visible read-only; the invoking user's home is absent
 except for the toolchain directories that the command's PATH needs, and the
 secret locations inside those stay hidden even then. The lists here are data:
 backends turn them into mounts, Landlock rules or Seatbelt parameters.
-
 Pure: stdlib only, no I/O (the caller passes in what exists).
 """
 

@@ -1,19 +1,11 @@
 """Host names and host patterns, in one canonical form.
 
-Guarantee: two spellings of the same destination (case, trailing dot,
-Unicode vs. IDNA, userinfo, IP literals written in decimal, octal, hex or as
-an IPv6-mapped address) canonicalise to the same string, a Unicode name
-canonicalises to the name httpx and browsers dial for it (UTS-46,
-non-transitional: ``faß.de`` is ``xn--fa-hia.de``), and a pattern matches
-on label boundaries only, so ``a.com`` never matches ``a.com.evil`` nor
-``evila.com``. Patterns broad enough to defeat an allow-list (``*``, and a
-wildcard over any public suffix of the Public Suffix List, its private section
-included: ``*.com``, ``*.co.uk``, ``*.github.io``, ``*.web.app``) are refused
-when the list is built, not at match time.
-
-Pure: no I/O but reading, once, the Public Suffix List bundled in the pinned
-``publicsuffixlist`` package (data shipped with the code, as a module is);
-``idna`` is pure too.
+Guarantee: two spellings of one destination (case, trailing dot, Unicode vs.
+IDNA, userinfo, IP literals in decimal, octal, hex or IPv6-mapped) canonicalise
+to one string, the name httpx and browsers dial (UTS-46, non-transitional). A
+pattern matches on label boundaries only (``a.com`` never matches
+``evila.com``), and one broad enough to defeat an allow-list (``*``, a wildcard
+over a public suffix: ``*.com``, ``*.github.io``) is refused when parsed.
 """
 
 from __future__ import annotations
@@ -31,6 +23,9 @@ from firstrun.errors import PolicyError
 _LABEL = re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)$")
 
 
+# The only I/O in this module: the Public Suffix List bundled in the pinned
+# ``publicsuffixlist`` package (data shipped with the code, as a module is),
+# read once. ``idna`` is pure.
 @cache
 def _public_suffix_list() -> PublicSuffixList:
     # ICANN and private sections both: *.githubusercontent.com or *.web.app

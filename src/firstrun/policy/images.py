@@ -2,12 +2,9 @@
 
 Guarantee: ``image_reference_error`` returns None only for a string that the
 reference grammar of Docker's distribution library accepts (``name[:tag][@digest]``,
-a lowercase path, an optional registry host and port), so a reference that
-reaches a ``docker`` argv is never read as an option (``--privileged``,
-``-v/:/host``) or as anything but one image. The grammar is transcribed from
-that library's published regular expressions; names are at most 255
-characters.
-
+a lowercase path, an optional registry host and port, a name of at most 255
+characters), so a reference that reaches a ``docker`` argv is never read as an
+option (``--privileged``, ``-v/:/host``) or as anything but one image.
 Pure: stdlib only, no I/O.
 """
 
@@ -15,6 +12,8 @@ from __future__ import annotations
 
 import re
 
+# Transcribed from the published regular expressions of Docker's distribution
+# library (reference/regexp.go).
 _ALNUM = r"[a-z0-9]+"
 _SEPARATOR = r"(?:[._]|__|[-]+)"
 _PATH_COMPONENT = rf"{_ALNUM}(?:{_SEPARATOR}{_ALNUM})*"

@@ -1,26 +1,11 @@
 """Method, path and body rules for requests the proxy decrypted, and which credentials a host gets.
 
-Guarantee: with TLS inspection on, every shell request the proxy can read
-(each one inside an intercepted tunnel, and plain HTTP) is decided by
-``decide_inner`` alone, before a byte of it goes upstream. Every host the shell may reach is read-only by default: ``GET``
-and ``HEAD`` pass, anything else (an upload to a package registry, a
-``DELETE``) is refused with ``method_not_allowed``, unless a task rule names
-that host, that method and a path prefix covering the path. A request whose
-body is over ``max_body_bytes`` is refused with ``body_too_large``, whatever
-its method. The allow-list decides where a request may go; these rules
-decide what it may do there, which is the residual an allow-list leaves
-open (an allowed registry accepts writes).
-
-Method rules are enforced in report mode too: report mode lifts the name
-rules so an allow-list can be learnt, and a run that asked for inspection
-asked for its uploads to be stopped.
-
-A credential is policy data here: a name, the host it belongs to and the
-harness variable that holds its value. Values and placeholders are runtime
-secrets and never part of a policy (so never part of its hash or record).
-``credentials_for`` says which credentials a request to a host may carry.
-
-Pure: stdlib only, no I/O.
+Guarantee: with TLS inspection on, every shell request the proxy can read (inside
+an intercepted tunnel, and plain HTTP) is decided by ``decide_inner`` alone, in
+report mode too. ``GET`` and ``HEAD`` pass; any other method is refused
+(``method_not_allowed``) unless a task rule names that host, that method and a
+path prefix covering the path; a body over ``max_body_bytes`` is refused
+(``body_too_large``) whatever its method. Pure: stdlib only, no I/O.
 """
 
 from __future__ import annotations
@@ -61,6 +46,9 @@ class MethodRule:
         )
 
 
+# A credential is policy data: a name, the host it belongs to and the harness
+# variable that holds its value. Values and placeholders are runtime secrets
+# and never part of a policy (so never part of its hash or record).
 @dataclass(frozen=True, kw_only=True)
 class CredentialRule:
     """The credential ``name`` belongs to ``pattern``; its value is in harness variable ``from_env``."""
@@ -145,6 +133,11 @@ class InnerRequest:
     body_bytes: int = 0
 
 
+# The allow-list decides where a request may go; these rules decide what it may
+# do there, the residual an allow-list leaves open (an allowed registry accepts
+# writes). Report mode does not reach here: it lifts the name rules so an
+# allow-list can be learnt, and a run that asked for inspection asked for its
+# uploads to be stopped.
 def decide_inner(policy: InspectionPolicy, request: InnerRequest) -> Decision:
     """Allow or refuse one decrypted request; the first rule with an opinion decides."""
     host = request.host

@@ -1,49 +1,11 @@
-"""Every egress decision, as two pure functions over the policy.
+"""Every egress decision, as pure functions over the policy (stdlib only, no I/O, no clock).
 
 Guarantee: the proxy asks ``decide_name`` before it resolves anything and
-``decide_addresses`` after it resolved once; nothing else decides. A name the
-name rules deny is never resolved (the lookup itself would leak it), and an
-address that passes is the address that gets dialled. Rules run in a fixed
-order and the first with an opinion decides:
-
-1. floor: loopback, private, link-local, metadata, CGNAT, multicast and
-   embedded-IPv4 addresses are refused unless an override names them;
-2. attribution: docs hosts are refused on the shell channel and allowed on
-   the docs channel, so every page an agent reads goes through ``read_docs``
-   and is recorded. The one exception is quickstarted's: a docs host the
-   task also names for the shell (``shell_docs``) is let through and each
-   request is recorded as ``allowed_docs_host_on_shell``, so the gap in the
-   page record is counted, not hidden;
-3. explicit overrides from the task, recorded as such;
-4. the allow-list, and the task's ``tcp`` rules (exact name and port);
-5. deny.
-
-The rules are data: ``NAME_RULES`` is the name rules' order (docs channel,
-docs host on the shell, deny list, override, allow list, tcp rule, IP
-literal, another port of an allowed host, nothing allows it) and
-``ADDRESS_RULES`` the address rules' (nothing resolved, the floor, then the
-ground an allowed connection is recorded with: override, docs channel, docs
-host on the shell, the lists); ``DNS_RULES`` is the stub's. Each is a small
-function that decides or passes, and report mode is applied once to what
-decided.
-
-Every flow reaches these rules whether or not the program honours the proxy
-variables: on backends with transparent capture a DNS stub answers only the
-names ``decide_dns`` allows (with synthetic addresses the proxy maps back to
-the name), and a redirected connection is decided by name like a CONNECT.
-What a stream may carry is decided once its first bytes are seen
-(``decide_stream``): TLS and HTTP go wherever the name rules allowed, while
-anything else (ssh, a database protocol, ``git://``) needs a ``tcp`` rule
-for that exact name and port.
-
-In report mode a denial by the name rules (attribution, the lists, the
-default) is turned into an allow whose ``would_deny`` carries the reason, so
-an allow-list can be written from a real run. The floor and malformed input
-stay enforced in every mode: report mode is for learning which names a
-quickstart needs, and a quickstart nobody vetted must not reach the host's
-loopback or the cloud metadata service while its allow-list is being learnt.
-
-Pure: stdlib only, no I/O, no clock.
+``decide_addresses`` after it resolved once, so a name the rules deny is never
+resolved and an address that passes is the one dialled; ``decide_dns`` and
+``decide_stream`` rule on the DNS stub's answers and on streams that are neither
+TLS nor HTTP. Report mode turns a denial into an allow carrying ``would_deny``,
+except the floor's and malformed input's, which hold in every mode.
 """
 
 from __future__ import annotations
@@ -235,6 +197,9 @@ class Request:
 
 
 # Layers whose denials report mode never lifts.
+# Report mode is for learning which names a quickstart needs, so an allow-list
+# can be written from a real run; a quickstart nobody vetted must still not
+# reach the host's loopback or the cloud metadata service meanwhile.
 _ALWAYS_ENFORCED = frozenset({DecisionLayer.FLOOR, DecisionLayer.PROTOCOL})
 
 
@@ -338,6 +303,14 @@ def _nothing_allows(policy: NetworkPolicy, channel: Channel, host: str, port: in
     return _refuse(Reason.NOT_ALLOWED, DecisionLayer.DEFAULT, host)
 
 
+# Attribution first: docs hosts are refused on the shell channel and allowed on
+# the docs channel, so every page an agent reads goes through ``read_docs`` and
+# is recorded. A docs host the task also opened to the shell (``shell_docs``)
+# is let through and each request recorded as ``allowed_docs_host_on_shell``,
+# so the gap in the page record is counted, not hidden. Then the deny list, the
+# task's overrides, the allow list and the tcp rules; whatever none of them
+# allows is refused (an IP literal or another port of an allowed host under its
+# own reason). The floor is the address rules' (``ADDRESS_RULES``).
 NAME_RULES: tuple[NameRule, ...] = (
     _docs_channel, _docs_host_on_shell, _deny_list, _override_rule, _allow_list, _tcp_rule,
     _ip_literal, _other_port, _nothing_allows,
@@ -361,6 +334,11 @@ def decide_name(policy: NetworkPolicy, request: Request) -> Decision:
 # A DNS rule decides whether the stub answers a (canonical) name, or passes
 # (None) to the next; DNS_RULES is their order. A name is answered when some
 # port of it could be allowed, so these match the host alone.
+#
+# Every flow reaches these rules whether or not the program honours the proxy
+# variables: on backends with transparent capture the DNS stub answers only the
+# names ``decide_dns`` allows (with synthetic addresses the proxy maps back to
+# the name), and a redirected connection is decided by name like a CONNECT.
 DnsRule = Callable[["NetworkPolicy", str], "Decision | None"]
 
 

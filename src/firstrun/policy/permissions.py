@@ -2,66 +2,10 @@
 
 Guarantee: ``decide`` is a pure function of the rule sets, the tool, the
 argument and the mode. A call that matches a ``deny`` rule in any set is
-denied, whatever else matches; in ``PermissionMode.UNATTENDED`` (every firstrun run:
-nobody is there to answer) ``ask`` is ``deny``, so ``decide`` never returns
-``ask`` in that mode. A rule that cannot mean one thing is refused when it
-is parsed, with a ``PolicyError`` that quotes the rule as written.
-
-This is the weakest layer firstrun has, and it is not a boundary. A rule
-sees the string the agent asked to run, not what runs: ``npm test`` runs
-whatever ``package.json`` says, ``bash -c "$(echo Z2l0IHB1c2g= | base64 -d)"``
-is ``git push`` that ``bash(git push*)`` never sees, and ``sh -c 'git push'``
-does not start with ``git`` at all. The rules state a task author's intent,
-stop the obvious case early and put every decision in the trace; the kernel
-layers below (filesystem scope, namespaces, seccomp, Landlock, the egress
-allow-list) are what actually hold.
-
-Grammar, one rule::
-
-    rule    = tool | tool "(" pattern ")"
-    tool    = "bash" | "read_docs"
-    pattern = one or more characters; the rule's last character is its ")"
-
-- A bare ``tool`` covers every call of that tool. An unknown tool is an
-  error (a typo such as ``Bash(...)`` would otherwise never match, and a
-  deny rule that never matches fails open).
-- ``pattern`` is everything between the first ``(`` and the final ``)``, so
-  it may itself hold parentheses. It is an ``fnmatch`` glob matched,
-  case-sensitively, against the WHOLE argument (the command for ``bash``,
-  the URL for ``read_docs``): ``*`` is any run of characters (spaces, ``/``
-  and newlines included), ``?`` one character, ``[seq]`` and ``[!seq]`` a
-  set; ``[*]`` is a literal ``*``. ``bash(git push*)`` therefore matches
-  ``git push origin main`` but not ``cd x && git push``; write
-  ``bash(*git push*)`` for "anywhere", knowing it still misses the base64
-  form above. An empty pattern is an error: write the bare tool instead.
-- Whitespace: the rule text is stripped; in the pattern and in every
-  argument, each run of whitespace (spaces, tabs, newlines) becomes one
-  space and the ends are stripped, so ``git   push`` and a command split
-  over lines match like ``git push``. Nothing else is rewritten: a URL is
-  matched as written (case and all).
-
-PermissionDecision within one rule set, first match in the set's order naming the
-rule:
-
-1. a matching ``deny`` rule                                -> deny
-2. a matching ``ask`` rule                                 -> ask
-3. a matching ``allow`` rule                               -> allow
-4. the set has ``allow`` rules for this tool, none matched -> ask
-   (an allow rule makes the tool allow-listed: ``read_docs(https://docs.example.com/*)``
-   means the other URLs are not allowed; unattended, that is deny)
-5. no rule for this tool                                   -> allow
-
-Default allow (5) is deliberate: a rule set that only denies is a deny-list,
-and an empty one changes nothing, because the kernel layers carry the
-weight and a string match cannot add much to them. A task that wants the
-stricter shape says so with an allow rule, and gets (4).
-
-Several sets (the task's and the project's) are combined by taking the
-strictest of their decisions (deny, then ask, then allow), the earlier set
-on a tie. So a deny in either wins, an ask in either asks, and an allow-list
-in either constrains: a call must pass both.
-
-Pure: stdlib only, no I/O.
+denied, whatever else matches; unattended (every firstrun run) ``ask`` is
+``deny``. A rule that cannot mean one thing is refused when parsed, with a
+``PolicyError`` quoting it. Not a boundary: a rule sees the string the agent
+asked to run, not what runs; the kernel layers below are what hold.
 """
 
 from __future__ import annotations
@@ -78,6 +22,11 @@ BASH = "bash"
 READ_DOCS = "read_docs"
 TOOLS = (BASH, READ_DOCS)
 
+# One rule is ``tool`` or ``tool(pattern)``, the tool one of TOOLS. The pattern
+# is everything between the first ``(`` and the rule's last character, its
+# ``)``, so it may itself hold parentheses. An unknown tool is an error: a typo
+# such as ``Bash(...)`` would otherwise never match, and a deny rule that never
+# matches fails open. So is an empty pattern: the bare tool covers every call.
 _RULE = re.compile(r"(?P<tool>[^()\s]+)(?:\((?P<pattern>.*)\))?", re.DOTALL)
 
 
@@ -109,11 +58,22 @@ _STRICTNESS = (PermissionReason.DENY_RULE, PermissionReason.ASK_RULE, Permission
                PermissionReason.NO_RULE)
 
 
+# In a pattern and in every argument each run of whitespace (spaces, tabs,
+# newlines) becomes one space, so ``git   push`` and a command split over lines
+# match like ``git push``. Nothing else is rewritten: a URL is matched as
+# written, case and all.
 def normalize(text: str) -> str:
     """Every run of whitespace as one space, the ends stripped: what a rule is matched against."""
     return " ".join(text.split())
 
 
+# The weakest layer firstrun has. A rule states a task author's intent, stops
+# the obvious case early and puts every decision in the trace, but it sees the
+# string the agent asked to run: ``npm test`` runs whatever ``package.json``
+# says, ``sh -c 'git push'`` does not start with ``git``, and
+# ``bash -c "$(echo Z2l0IHB1c2g= | base64 -d)"`` is a ``git push`` no pattern
+# sees. The kernel layers (filesystem scope, namespaces, seccomp, Landlock, the
+# egress allow-list) are what actually hold.
 @dataclass(frozen=True, kw_only=True)
 class Rule:
     """One parsed rule. ``pattern`` None covers every call of ``tool``.
@@ -132,6 +92,11 @@ class Rule:
         """The rule in its canonical spelling (whitespace normalised)."""
         return self.tool if self.pattern is None else f"{self.tool}({self.pattern})"
 
+    # An ``fnmatch`` glob, case-sensitive, against the WHOLE argument (the command
+    # for bash, the URL for read_docs): ``*`` is any run of characters (spaces and
+    # ``/`` included), ``?`` one character, ``[seq]`` and ``[!seq]`` a set, ``[*]``
+    # a literal ``*``. So ``bash(git push*)`` matches ``git push origin main`` but
+    # not ``cd x && git push``; ``bash(*git push*)`` means "anywhere".
     def matches(self, tool: str, argument: str) -> bool:
         if tool != self.tool:
             return False
@@ -207,6 +172,14 @@ class PermissionDecision:
                 return "no permission rule covers it (allowed by default)"
 
 
+# Within one set the first match decides: a deny rule, then an ask rule, then
+# an allow rule. With none matching, a set that has allow rules for the tool has
+# made it allow-listed (``read_docs(https://docs.example.com/*)`` means other
+# URLs are not allowed: ``not_on_allow_list``, a deny when unattended), and a
+# set with no rule for the tool allows. That default is deliberate: a set that
+# only denies is a deny-list, and an empty one changes nothing, because the
+# kernel layers carry the weight. A task that wants the stricter shape writes
+# an allow rule.
 def _decide_one(rules: RuleSet, tool: str, argument: str) -> tuple[PermissionReason, Rule | None]:
     matching = [r for r in rules.rules if r.matches(tool, argument)]
     for verdict, reason in ((PermissionVerdict.DENY, PermissionReason.DENY_RULE), (PermissionVerdict.ASK, PermissionReason.ASK_RULE),
@@ -219,6 +192,10 @@ def _decide_one(rules: RuleSet, tool: str, argument: str) -> tuple[PermissionRea
     return PermissionReason.NO_RULE, None
 
 
+# Several sets (the task's and the project's) combine by the strictest of their
+# decisions (``_STRICTNESS``), the earlier set on a tie: a deny in either wins,
+# an ask in either asks, and an allow-list in either constrains, so a call must
+# pass both.
 def decide(sets: Sequence[RuleSet], *, tool: str, argument: str, mode: PermissionMode) -> PermissionDecision:
     """The decision on ``tool(argument)`` under every set in ``sets``: the strictest wins."""
     if tool not in TOOLS:

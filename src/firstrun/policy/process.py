@@ -1,18 +1,11 @@
 """Process limits and the environment a sandboxed command starts with.
 
-Guarantee: the environment is built from scratch. Only the names listed here
-reach a command, and of the harness's own variables only certificate trust
-settings carry over (so pip, npm and curl work behind a TLS-intercepting
-proxy). Nothing else from the harness, API keys included, can leak through
-the environment, because nothing else is ever copied.
-
-With TLS inspection the trust settings do not carry over: every trust
-variable names ``SANDBOX_CA_BUNDLE``, where the backend shows the run's
-bundle (the system CAs plus the run's CA), and credential placeholders
-(never values) are added under their names, which may not shadow any name
-built here.
-
-Pure: stdlib only, no I/O.
+Guarantee: the environment is built from scratch. A command sees the names set
+here and the toolchain homes and credential placeholders (never values) the
+caller passes, none of which may shadow a name built here. Of the harness's own
+variables only ``TERM`` and the certificate trust settings carry over (so pip,
+npm and curl work behind a proxy); nothing else, API keys included, can leak
+through the environment. Pure: stdlib only, no I/O.
 """
 
 from __future__ import annotations
@@ -105,6 +98,9 @@ def build_environment(
         "PYTHONDONTWRITEBYTECODE": "1",
     }
     if inspected:
+        # With TLS inspection the host's trust settings do not carry over: every trust
+        # variable names SANDBOX_CA_BUNDLE, where the backend shows the run's bundle
+        # (the system CAs plus the run's CA).
         # One bundle for every client; a directory cannot hold the run CA.
         env.update({name: SANDBOX_CA_BUNDLE for name in CA_VARIABLES if name != "SSL_CERT_DIR"})
     else:

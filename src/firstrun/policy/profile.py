@@ -1,31 +1,10 @@
 """A sandbox profile: filesystem, network and process policy, as one value.
 
 Guarantee: a profile is immutable plain data with a stable hash, so every
-result can say exactly which policy it ran under, and two runs with the same
-hash were constrained identically. Which enforcement layers are required is
-part of the profile; a backend that cannot apply one must refuse, unless the
-profile lists that layer in ``downgrades`` (an explicit, recorded choice).
-
-A layer names a guarantee, not a program. Each ``LayerName`` is named for
-the mechanism the reference (linux) backend uses, and ``LAYER_GUARANTEES``
-says what it promises. A backend declares, per layer, the mechanism by
-which it provides that promise (``Provides``); ``unprovided`` is the pure
-check of a profile's ``enforced`` layers against that declaration. So the
-docker backend, whose read-only root filesystem and tmpfs mounts confine
-writes exactly as Landlock does on linux, provides ``landlock`` by that
-mechanism and is enforced, while linux still provides it only by Landlock
-and refuses when the kernel lacks it. Which mechanism applied each layer is
-recorded per session (``SessionInfo.layers``), not in the profile, so the
-policy hash stays a statement of what was required: two runs with one hash
-were held to the same guarantees, whichever backend enforced them.
-
-``required`` is also what a backend applies: a layer left out of it is not
-attempted at all by a backend that can omit it (linux: seccomp, landlock,
-network), and that session records the layer as not applied and itself as
-downgraded. Every run's profile requires every layer; only ``firstrun
-audit`` builds profiles that leave layers out, to measure what each stops.
-
-Pure: stdlib only, no I/O.
+result can say which policy it ran under, and two runs with one hash were held
+to the same guarantees, whichever backend enforced them. The layers it requires
+must be applied: a backend that cannot apply one refuses, unless the profile
+lists it in ``downgrades`` (an explicit, recorded choice). Pure: stdlib only.
 """
 
 from __future__ import annotations
@@ -41,6 +20,8 @@ from firstrun.policy.network import NetworkPolicy
 from firstrun.policy.process import Limits
 
 
+# A layer names a guarantee, not a program: each is named for the mechanism the
+# reference (linux) backend uses, and LAYER_GUARANTEES says what it promises.
 class LayerName(StrEnum):
     NAMESPACES = "namespaces"
     LANDLOCK = "landlock"
@@ -64,6 +45,13 @@ LAYER_GUARANTEES: Mapping[LayerName, str] = {
 }
 
 # A backend's declaration: for each layer it provides, the mechanism that does.
+# ``unprovided`` checks a profile's ``enforced`` layers against it. So the
+# docker backend, whose read-only root filesystem and tmpfs mounts confine
+# writes exactly as Landlock does on linux, provides ``landlock`` by that
+# mechanism and is enforced, while linux provides it only by Landlock and
+# refuses when the kernel lacks it. Which mechanism applied each layer is
+# recorded per session (``SessionInfo.layers``), not in the profile, so the
+# policy hash stays a statement of what was required.
 Provides = Mapping[LayerName, str]
 
 
@@ -72,6 +60,11 @@ class SandboxProfile:
     fs: FilesystemPolicy
     net: NetworkPolicy = field(default_factory=NetworkPolicy)
     limits: Limits = field(default_factory=Limits)
+    # Also what a backend applies: a layer left out is not attempted at all by a
+    # backend that can omit it (linux: seccomp, landlock, network), and that
+    # session records the layer as not applied and itself as downgraded. Every
+    # run's profile requires every layer; only ``firstrun audit`` leaves layers
+    # out, to measure what each stops.
     required: frozenset[LayerName] = ALL_LAYERS
     downgrades: frozenset[LayerName] = frozenset()
 
