@@ -1,18 +1,11 @@
 """From refused egress to the task lines that would allow it, as YAML ready to paste.
 
-Guarantee: ``allow_entries`` and ``allow_snippet`` are pure functions of
-egress records (plain data, as a run's trace and ``results.json`` hold
-them). Each refusal the task's own lists could lift becomes one entry in
-the task's own syntax: a name refused by the allow-list (``not_allowed``,
-``dns_not_allowed``) becomes ``network.allow: [name]``, a port it does not
-cover ``network.allow: [name:port]``, an address dialled by itself
-``network.allow: [address:port]``, and a raw stream no rule covers, or a
-redirected one to a port that is not the web's,
-``firstrun.network.tcp: [name:port]``. A refusal no entry can lift (the
-address floor, a datagram, a docs host on the shell, which the agent is
-told to read through ``read_docs``) yields none. In report mode the records
-are allows that carry ``would_deny``; they are read the same way, so a
-report-only run's records say what its task needs.
+Guarantee: ``allow_entries`` and ``allow_snippet`` are pure functions of egress
+records (plain data, as a run's trace and ``results.json`` hold them). Each
+refusal the task's own lists could lift becomes one entry in the task's own
+syntax; one no entry can lift (the address floor, a datagram, a docs host on
+the shell, which the agent is told to read through ``read_docs``) yields none.
+Report mode's allows that carry ``would_deny`` are read as the refusals they stand for.
 """
 
 from __future__ import annotations
@@ -71,6 +64,12 @@ def _host(record: Mapping[str, Any]) -> str:
     return f"[{host}]" if ":" in host else host
 
 
+# A name refused by the allow-list (``not_allowed``, ``dns_not_allowed``)
+# becomes ``network.allow: [name]``, a port the list does not cover
+# ``network.allow: [name:port]``, an address dialled by itself
+# ``network.allow: [address:port]``, and a raw stream no rule covers, or a
+# redirected one to a port that is not the web's,
+# ``firstrun.network.tcp: [name:port]``.
 def allow_entries(records: Iterable[Mapping[str, Any]]) -> AllowEntries:
     """The entries that would let every liftable refusal in ``records`` through, in order."""
     allow: dict[str, None] = {}

@@ -1,25 +1,11 @@
 """Compiling a task's hosts into the network policy: where the docs-vs-shell asymmetry lives.
 
-Guarantee: every documentation host (the hosts of ``docs.path`` or
-``docs.entrypoint``, and ``docs.allow``) goes to the policy's ``docs``
-patterns and nowhere else, so the proxy refuses them on the shell channel
-and ``read_docs`` is the only way to read a page, which is what keeps the
-record of pages read complete. The exception is quickstarted's, kept so its
-task files run unchanged: a docs host the task also names under
-``network.allow`` (or ``network.only``) is reachable from the shell, and
-every such request is recorded as ``allowed_docs_host_on_shell``, so the
-gap in the page record is counted (``lint`` warns about it too).
-
-The shell's allow-list is the default registries plus ``network.allow``, or
-``network.only`` instead of both, as quickstarted defined them; a bare name
-there covers itself and its subdomains. ``firstrun.network.deny``,
-``firstrun.network.overrides`` and ``firstrun.network.tcp`` pass through in
-firstrun's exact syntax.
-
-With TLS inspection (``inspect=True``) the policy also carries the task's
-``firstrun.methods`` and ``firstrun.credentials``. A task that declares a
-credential is refused without inspection: the proxy could never swap its
-placeholder, and running it anyway would mean handing the sandbox the value.
+Guarantee: every documentation host (of ``docs.path`` or ``docs.entrypoint``,
+and ``docs.allow``) goes to the policy's ``docs`` patterns, so the proxy refuses
+it on the shell channel and ``read_docs`` is the only way to read a page; a docs
+host the task also names under ``network.allow``/``network.only`` is reachable
+from the shell, each request recorded as ``allowed_docs_host_on_shell``. A task
+that declares a credential is refused without TLS inspection.
 """
 
 from __future__ import annotations
@@ -71,12 +57,16 @@ def compile_network_policy(
     that ``NetworkPolicy.build`` can raise does not arise for a loaded task.
     """
     network = task.spec.network
+    # The shell's allow-list is the default registries plus ``network.allow``, or
+    # ``network.only`` instead of both, as quickstarted defined them.
     # The defaults are exact names; only the task's own entries carry
     # quickstarted's "and subdomains" meaning.
     named = _expand(network.only) if network.only else _expand(network.allow)
     allow = named if network.only else [*DEFAULT_ALLOW, *named]
     ext = task.spec.firstrun.network
     extensions = task.spec.firstrun
+    # Without inspection the proxy could never swap a credential's placeholder,
+    # and running anyway would mean handing the sandbox the value.
     if extensions.credentials and not inspect:
         names = ", ".join(c.name for c in extensions.credentials)
         raise UsageError(
@@ -85,8 +75,12 @@ def compile_network_policy(
         )
     policy = NetworkPolicy.build(
         allow=allow,
+        # firstrun's own entries (deny, overrides, tcp) pass through in its exact syntax.
         deny=list(ext.deny),
         docs=_expand(task.docs_hosts),
+        # quickstarted's exception, kept so its task files run unchanged: a docs host
+        # the task also names for the shell is reachable from it, and the gap in the
+        # page record is counted (``lint`` warns about it too).
         shell_docs=named,
         overrides=[(o.host, list(o.networks)) for o in ext.overrides],
         mode=mode,

@@ -1,21 +1,11 @@
 """Judging a task before it runs: the mistakes that give a wrong number rather than a low one.
 
-Guarantee: an error-level finding means the task cannot produce evidence
-(no criterion at all, a ``serve`` nothing checks, a check that passes every
-run), and ``load_task`` refuses such a task. A warning names a way the
-result can be wrong (an assertion whose failure is forgotten, a masked
-failure, an environment directory nothing creates, a documentation host
-that shadows the shell's allow-list, a replay step the task's own
-permission rules refuse, a check that must run beside the agent's own
-processes). Every finding names a file and line:
-the task file, or the ``success.file`` the check lives in. Checks are
-precise rather than exhaustive; see ``firstrun.tasks.shell`` for how a
-script is read.
-
-``check_urls`` fetches each page of the documented route with the client it
-is given and reports pages that do not answer 2xx, following redirects one
-hop at a time and stopping before any hop that leaves the documentation
-hosts, exactly as ``read_docs`` would refuse it.
+Guarantee: an error-level finding means the task cannot produce evidence (no
+criterion at all, a ``serve`` nothing checks, a check that passes every run),
+and ``load_task`` refuses such a task. A warning names a way the result can be
+wrong (a forgotten or masked failure, a docs host that shadows the shell's
+allow-list, a replay step the task's own permission rules refuse, ...). Every
+finding names a file and line: the task file, or the ``success.file``.
 """
 
 from __future__ import annotations
@@ -300,6 +290,8 @@ _SHELL_CODES = {
 }
 
 
+# Precise rather than exhaustive: ``firstrun.tasks.shell`` reports only what
+# follows from bash's rules, so a warning here is one worth reading.
 def _check_script(task: Task) -> list[Finding]:
     if not task.check:
         return []
@@ -470,6 +462,8 @@ def check_urls(task: Task, client: httpx.Client) -> list[Finding]:
     return findings
 
 
+# Redirects are followed one hop at a time and the walk stops before any hop
+# that leaves the documentation hosts, exactly as ``read_docs`` would refuse it.
 def _probe(url: str, client: httpx.Client, allowed: list[HostPattern]) -> tuple[str | None, Code]:
     for _ in range(MAX_REDIRECTS + 1):
         try:

@@ -3,23 +3,9 @@
 Guarantee: whatever is wrong with a task file comes out as exactly one
 ``TaskError`` whose message is a single line, ``file:line: what is wrong``,
 with a did-you-mean for an unknown key; never a traceback, never a PyYAML or
-pydantic message shape. YAML and pydantic errors are converted here and
-nowhere else. A ``success.file`` is read here, relative to the task file,
-and kept in memory; the runner never needs the path again. It must resolve
-inside the task's project (``_project_root``), so a task file cannot read
-the host's other files into its check. Only regular files up to 1 MiB are read, so a FIFO
-or a device is refused instead of hanging or filling memory, and a
-document nested deeper than 64 levels, with an alias inside its own anchor,
-or whose aliases expand past 100,000 values is refused from the event
-stream before anything recursive walks it. Duplicate keys
-are refused (YAML says keys are unique; PyYAML silently keeps the last, so
-one of two ``script:`` blocks would vanish).
-
-``load_task`` also refuses a task whose lint has an error-level finding (a
-check that cannot fail, a ``serve`` that nothing checks): such a task cannot
-produce evidence, and running it anyway would count a guess as a pass.
-``read_task`` stops short of that, for ``validate``, which reports every
-finding rather than the first.
+pydantic message shape. A ``success.file`` is read here, only from inside the
+task's project, and kept in memory. ``load_task`` also refuses a task whose
+lint has an error-level finding; ``read_task`` stops short of that.
 """
 
 from __future__ import annotations
@@ -132,6 +118,9 @@ def load_task(path: str | os.PathLike[str]) -> Task:
     """A task that is valid and can produce evidence. Raises ``TaskError``."""
     from firstrun.tasks.lint import Severity, lint_task
 
+    # A task that cannot produce evidence, run anyway, would count a guess as a
+    # pass. ``validate`` calls ``read_task`` instead, to report every finding
+    # rather than the first.
     task = read_task(path)
     for finding in lint_task(task):
         if finding.severity is Severity.ERROR:
@@ -325,6 +314,8 @@ def _yaml_message(exc: yaml.MarkedYAMLError) -> str:
     return message
 
 
+# YAML says keys are unique; PyYAML silently keeps the last, so one of two
+# ``script:`` blocks would vanish.
 def _refuse_duplicate_keys(node: yaml.Node, name: str) -> None:
     if isinstance(node, yaml.MappingNode):
         first: dict[str, int] = {}

@@ -1,26 +1,11 @@
 """The task file model: every field of quickstarted's task format, plus firstrun's own.
 
-Guarantee: a ``TaskSpec`` exists only if the file meant one thing. Unknown
-keys are refused at every level (a typo fails loudly instead of being
-ignored), every host entry is a host pattern the policy layer accepts (so
-``*.com`` never reaches a proxy), every pattern a check greps for asserts
-something (no empty string, no newline that grep would read as an
-alternation), and the same classes generate the JSON Schema, so the schema
-and the loader cannot disagree. Models are frozen and hold tuples, never
-lists or dicts, so a loaded task cannot change under a run.
-
-Compatibility: a file quickstarted accepts means the same thing here.
-``docs.entrypoint`` is the one-page form of ``docs.path``; a bare host in
-``docs.allow`` or ``network.allow``/``network.only`` covers itself and its
-subdomains; a key given as null counts as absent; a blank ``script``, ``file``
-or ``serve`` counts as absent. firstrun's own settings live under one
-top-level key, ``firstrun:``, and use firstrun's host syntax (exact, or
-``*.suffix``, optional ``:port``), so nothing in the shared fields changes
-meaning.
-
-Cross-field judgements that are not about the file's shape (a ``serve`` that
-nothing checks, a check that cannot fail) live in ``firstrun.tasks.lint``,
-so ``validate`` can report all of them at once.
+Guarantee: a ``TaskSpec`` exists only if the file meant one thing: unknown keys
+are refused at every level, every host entry is a pattern the policy layer
+accepts (so ``*.com`` never reaches a proxy), and every pattern a check greps
+for asserts something. A file quickstarted accepts means the same thing here.
+Models are frozen and hold tuples, so a loaded task cannot change under a run;
+the same classes generate the JSON Schema, so schema and loader cannot disagree.
 """
 
 from __future__ import annotations
@@ -71,6 +56,11 @@ def rule(detail: str, *, key: str = "") -> PydanticCustomError:
     return PydanticCustomError(RULE, "{detail}", {"detail": detail, "key": key})
 
 
+# quickstarted's reading, kept: a key given as null counts as absent, and so
+# does a blank ``script``, ``file`` or ``serve``. Cross-field judgements that
+# are not about the file's shape (a ``serve`` nothing checks, a check that
+# cannot fail) live in ``firstrun.tasks.lint``, so ``validate`` can report all
+# of them at once.
 class _Model(BaseModel):
     # Numbers become strings where a string is expected (``name: 2048``),
     # which is what quickstarted's loader did with str().
@@ -561,6 +551,9 @@ def _isolation(value: object) -> object:
 Isolation = Annotated[Literal["vm"], BeforeValidator(_isolation),
                       WithJsonSchema({"type": "string", "enum": ["kernel", "vm"]})]
 
+# firstrun's own settings live under this one top-level key and use firstrun's
+# host syntax (exact, or ``*.suffix``, optional ``:port``), so nothing in the
+# shared fields changes meaning.
 class Extensions(_Model):
     """Settings only firstrun understands; quickstarted has no such key."""
 

@@ -1,14 +1,11 @@
 """A mutant of a task: its replay with one step removed, or one version pin made impossible.
 
-Guarantee: a ``Mutation`` names one step by its position in the order replay
-runs the steps (1-based, as the unmutated run ran them) and says what changes
-there: the step is dropped, or one pin it writes (``==1.2.3``, ``@1.2.3``) is
-replaced by a version no registry publishes. The step's command as the
-unmutated run ran it travels with it, so the agent can refuse a step that is
-no longer the one the mutant was made from. ``version_pins`` and ``mutants``
-are pure functions of their arguments; a mutant is a task of its own name
-(``NAME.drop-2``, ``NAME.pin-2-1``), so results and resume key on it as on
-any task.
+Guarantee: a ``Mutation`` names one step by its 1-based position in the order
+the unmutated replay ran the steps, and either drops it or replaces one pin it
+writes (``==1.2.3``, ``@1.2.3``) by a version no registry publishes. The step's
+command travels with it, so the agent can refuse a step that is no longer the
+one the mutant was made from. A mutant is a task of its own name
+(``NAME.drop-2``, ``NAME.pin-2-1``), so results and resume key on it as on any task.
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """Where a check script's failures can go unnoticed, found by reading its shell.
 
-Guarantee: precision over recall. The reader understands the shell a check
-is written in (quotes, ``$(...)``, heredocs, comments, ``&&``/``||``
-lists, pipelines, ``set -e``/``set -o pipefail``/``set +e``, compound
-commands) well enough to follow the exit status, and it only reports what
-follows from bash's rules:
-
-- without ``set -e``, only the last command's status is the script's, so a
-  failed assertion on any earlier line is forgotten;
-- under ``set -e``, a command before ``&&`` does not stop the script;
-- ``cmd || true`` and a pipeline ending in a filter (``| tee``, ``| head``)
-  without ``pipefail`` report success whatever ``cmd`` did;
-- a script with no command that can fail passes every run.
-
-A construct it cannot follow (an ``if`` body, a function, a loop) counts as
-something that can fail and is never reported, and a script it cannot
-tokenize yields no findings at all: a wrong warning costs more than a
-missing one. Pure: no I/O.
+Guarantee: precision over recall. ``analyse`` reports only what follows from
+bash's rules: an assertion before the last command without ``set -e``, a
+command before ``&&`` under ``set -e``, ``|| true`` or a pipeline ending in a
+filter without ``pipefail``, a script with no command that can fail. A
+construct it cannot follow counts as one that can fail, and a script it cannot
+tokenize yields nothing: a wrong warning costs more than a missing one. Pure.
 """
 
 from __future__ import annotations
@@ -323,6 +312,10 @@ def _unquote(word: str) -> str:
 # --- statements -------------------------------------------------------------------
 
 
+# Enough of the shell to follow the exit status: quotes, ``$(...)``, heredocs,
+# comments, ``&&``/``||`` lists, pipelines, ``set -e``/``set -o pipefail``/
+# ``set +e`` and compound commands. An ``if`` body, a function or a loop is not
+# followed; ``analyse`` treats it as something that can fail.
 class _Parser:
     def __init__(self, tokens: list[Token]) -> None:
         self.tokens = tokens
@@ -475,6 +468,13 @@ def parse(script: str) -> list[Statement]:
 # --- judgement -------------------------------------------------------------------
 
 
+# What bash's rules make of a status: without ``set -e`` only the last
+# command's status is the script's, so a failed assertion on an earlier line is
+# forgotten (IGNORED), and under ``set -e`` a command before ``&&`` does not
+# stop the script (IGNORED too); ``cmd || true``, and a pipeline ending in a filter
+# (``| tee``, ``| head``) without ``pipefail``, report success whatever ``cmd``
+# did (MASKED); a script with no command that can fail passes every run
+# (ALWAYS_PASSES).
 class Problem(StrEnum):
     ALWAYS_PASSES = "always_passes"
     IGNORED = "ignored"
