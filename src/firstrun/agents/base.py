@@ -1,16 +1,11 @@
 """What an agent is given, what it may do, and what it reports back.
 
-Guarantee: an agent sees a read-only ``Brief`` and a ``Toolbelt`` of two
-tools, ``bash`` (one command in the attested session) and ``read_docs`` (one
-page, fetched on the harness side), and nothing else: no session, no proxy,
-no task file, no check. Every call it makes goes through the toolbelt, so the
-harness records it and enforces the wall budget and the permission rules on
-it whatever the agent does; an agent that runs out is told by
-``BudgetExhausted``, and one refused by a rule by ``CallRefused``, not
-trusted to notice. A model-driven agent also hands each model turn to the toolbelt
-(``record_turn``), so the trace holds what the model said beside what ran.
-Why it stopped is one ``AgentStop`` from a closed set, which the classifier
-maps; ``claim`` and ``detail`` are for people and never decide.
+Guarantee: an agent sees a read-only ``Brief`` and a ``Toolbelt`` of two tools,
+``bash`` (one command in the attested session) and ``read_docs`` (one page,
+fetched on the harness side), and nothing else: no session, no proxy, no task
+file, no check. Every call goes through the toolbelt, which records it and holds
+it to the wall budget and the permission rules whatever the agent does. Why it
+stopped is one ``AgentStop`` from a closed set; ``claim`` and ``detail`` never decide.
 """
 
 from __future__ import annotations
@@ -169,6 +164,8 @@ class Toolbelt(Protocol):
         """
         ...
 
+    # A model-driven agent hands each model turn here, so the trace holds what the
+    # model said beside what ran.
     def record_turn(self, turn: TurnRecord) -> None:
         """Write one model turn to the trace (agents without a model never call it)."""
         ...

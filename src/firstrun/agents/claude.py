@@ -1,14 +1,11 @@
 """``--agent claude``: the shared tool-use loop over Anthropic's Messages API.
 
-Guarantee: the ``anthropic`` SDK is imported here and only when a Claude
-agent is made; without it, making one is a one-line ``UsageError`` naming
-the extra to install. The SDK's own retries are off (``max_retries=0``) so
-the loop's retries, held to the run's wall budget, are the only ones. The
-SDK's exceptions are mapped here, once, by type: a rate limit, a 408/409,
-any 5xx (529 overloaded included) and a connection failure or timeout are
-``VendorUnavailable`` (with the ``retry-after`` the server sent); every other
-API error (401, 403, 404, 400, ...) and a credentials error are
-``VendorConfigError``. The key is handed to the SDK client and nowhere else.
+Guarantee: the ``anthropic`` SDK is imported only when a Claude agent is made;
+without it, making one is a one-line ``UsageError`` naming the extra to install.
+The loop's retries, held to the run's wall budget, are the only ones. A
+transient failure (rate limit, 408/409, any 5xx, connection, timeout) is
+``VendorUnavailable``; every other SDK error is ``VendorConfigError``. The key
+is handed to the SDK client and nowhere else.
 """
 
 from __future__ import annotations
@@ -65,6 +62,7 @@ class AnthropicClient:
     def __init__(self, *, model: str, api_key: str, base_url: str | None = None) -> None:
         sdk = import_sdk()
         self.model = model
+        # The SDK's own retries are off: the loop's, held to the wall budget, decide.
         self._client = sdk.Anthropic(api_key=api_key, base_url=base_url, max_retries=0)
         # The SDK's optional classes are looked up, not named, so an SDK
         # version without one still maps the rest.
@@ -90,6 +88,10 @@ class AnthropicClient:
                 max_tokens=max_output_tokens,
                 timeout=timeout,
             )
+        # Mapped once, by type: a rate limit, a 408/409, any 5xx (529 overloaded
+        # included) and a connection failure or timeout are transient, with the
+        # ``retry-after`` the server sent; every other API error (401, 403, 404, 400,
+        # ...) and a credentials error are configuration errors.
         except self._transient as exc:
             raise VendorUnavailable(_describe(exc), who=VENDOR,
                                     retry_after=_retry_after(exc)) from None

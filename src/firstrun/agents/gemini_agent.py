@@ -1,20 +1,11 @@
 """``--agent gemini``: the shared tool-use loop over the Gemini API's generateContent.
 
-Guarantee: the ``google-genai`` SDK is imported here and only when a Gemini
-agent is made; without it, making one is a one-line ``UsageError`` naming
-the extra to install. The client is the Gemini Developer API, never Vertex
-AI whatever the environment says, with the SDK's retries and automatic
-function calling off, so the loop's retries (held to the run's wall budget)
-are the only ones and every function call comes back to the loop. The
-model's own turn is sent back as it came (thought signatures included,
-which Gemini's thinking models require). The SDK's exceptions are mapped
-here, once, by type and HTTP status: a 429 or 408, any 5xx (``ServerError``)
-and a connection failure or timeout are ``VendorUnavailable`` (with the wait
-the server asked for in a ``retry-after`` header or a ``RetryInfo`` detail);
-every other API error (400, 401, 403, 404, ...) is ``VendorConfigError``. A
-blocked prompt (``promptFeedback.blockReason``) or a candidate stopped for
-safety, recitation or prohibited content is ``TurnStop.REFUSAL``. The key is
-handed to the SDK client and nowhere else.
+Guarantee: the ``google-genai`` SDK is imported only when a Gemini agent is made
+(without it, a one-line ``UsageError`` names the extra). The client is the Gemini
+Developer API, never Vertex AI, and the key goes to it alone; the loop's retries
+are the only ones, and every function call comes back to the loop. A 429, 408,
+5xx or connection failure is ``VendorUnavailable``, any other API error
+``VendorConfigError``; a blocked prompt or a safety stop is ``TurnStop.REFUSAL``.
 """
 
 from __future__ import annotations
@@ -95,6 +86,8 @@ class GeminiClient:
 
         self.model = model
         self._types = types
+        # Never Vertex AI, whatever the environment says; the SDK's retries off, so
+        # the loop's, held to the run's wall budget, are the only ones.
         self._client = genai.Client(
             api_key=api_key, vertexai=False,
             http_options=types.HttpOptions(base_url=base_url, retry_options=None))
@@ -120,6 +113,7 @@ class GeminiClient:
                                           parameters_json_schema=t.parameters)
                 for t in tools])],
             max_output_tokens=max_output_tokens,
+            # Off, so every function call comes back to the loop.
             automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
             # HttpOptions.timeout is in milliseconds.
             http_options=types.HttpOptions(timeout=max(1, int(timeout * 1000))),
@@ -134,6 +128,8 @@ class GeminiClient:
             code = getattr(exc, "code", None)
             text = describe(exc, status=code, message=_message(exc))
             if isinstance(exc, self._server_error) or code in _TRANSIENT_STATUS:
+                # With the wait the server asked for, in a ``retry-after`` header or a
+                # ``RetryInfo`` detail.
                 raise VendorUnavailable(text, who=VENDOR, retry_after=_wait(exc)) from None
             raise VendorConfigError(text, who=VENDOR) from None
         return self._turn(reply)
@@ -198,6 +194,8 @@ class GeminiClient:
             stop=stop,
             vendor_stop=finish,
             usage=usage,
+            # Sent back as it came, thought signatures included: Gemini's thinking models
+            # require them.
             message=content,
             model=reply.model_version,
             detail=detail,

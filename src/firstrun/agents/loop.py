@@ -1,33 +1,11 @@
 """The one tool-use loop every model agent runs, whatever the vendor.
 
-Guarantee: a model agent is this loop over a ``VendorClient``, so every
-vendor gets the same system prompt (``PROMPT_VERSION``), the same two tools
-with the same schemas and the same result text, and the same budgets,
-enforced the same way:
-
-- turns: one model reply is one turn; no call starts past ``max_turns``;
-- wall seconds: the toolbelt holds every tool call to them, and the loop
-  holds every model call (its timeout and its retries) to the same clock;
-- tokens: input plus output, summed over the run, against ``max_tokens``
-  (0 is no limit), checked after each reply; a reply that reports no usage
-  makes the run's tokens unknown (recorded as None, never zero) and, like an
-  unpriced reply under a spend limit, ends a run that has a token limit;
-- spend: against the run's ``Brief.max_spend``, checked after each reply
-  and, before the next, against the least the next can cost (it re-sends at
-  least the input just sent); a reply with no price ends a run that has a
-  spend limit, because the limit can no longer be held.
-
-A spent budget ends the run ``BUDGET_EXHAUSTED`` naming the budget, before
-any further tool call runs. A transient vendor failure is retried with
-exponential backoff and full jitter while the retries and the wall budget
-last, then ends the run ``INFRA_ERROR``; a configuration failure ends it
-``HARNESS_ERROR`` at once; the vendor's refusal ends it ``REFUSED``. Each
-reply is recorded (``Toolbelt.record_turn``) before its calls run, and the
-run's usage (model, tokens per turn, spend or None when unknown, the final
-claim) is returned in ``AgentResult`` whichever way it ended. The claim is
-recorded and never trusted: the check decides. A tool call a permission rule
-refuses (``CallRefused``) comes back to the model as that call's error
-result, naming the rule, and the conversation goes on.
+Guarantee: every vendor gets the same system prompt (``PROMPT_VERSION``), the
+same two tools, the same result text and the same budgets (turns, wall seconds,
+tokens, spend), held the same way: a spent budget, or one that can no longer
+be checked, ends the run ``BUDGET_EXHAUSTED`` before any further tool call.
+Each reply is recorded before its calls run, and the run's usage (None where
+unknown, never zero) comes back in ``AgentResult`` however it ended.
 """
 
 from __future__ import annotations
@@ -207,10 +185,20 @@ class LoopAgent:
             stop, detail = exc.stop, exc.detail
         finally:
             client.close()
-        # The claim is the model's last words, however the run ended.
+        # The claim is the model's last words, however the run ended; it is
+        # recorded, never trusted: the check decides.
         return AgentResult(stop=stop, turns=len(ledger.turns), claim=ledger.last_text,
                            detail=detail, usage=self._usage(client, brief, ledger))
 
+    # The budgets: one model reply is one turn, and no call starts past
+    # ``max_turns``; the toolbelt holds every tool call to the wall seconds, and
+    # ``_send`` holds every model call (its timeout and its retries) to the same
+    # clock; tokens are input plus output summed over the run, against
+    # ``max_tokens`` (0: no limit), checked after each reply; spend is checked
+    # against ``Brief.max_spend`` after each reply and, before the next, against
+    # the least the next can cost (it re-sends at least the input just sent). A
+    # reply without usage, or without a price under a spend limit, ends a run that
+    # has that limit, because the limit can no longer be held.
     def _converse(self, client: VendorClient, brief: Brief, tools: Toolbelt,
                   ledger: _Ledger) -> tuple[AgentStop, str]:
         budgets = brief.budgets
@@ -265,6 +253,9 @@ class LoopAgent:
             results = [self._call(tools, call, why, brief) for call, why in calls]
             conversation.extend(client.tool_results(results))
 
+    # A transient failure is retried with exponential backoff and full jitter while
+    # the retries and the wall budget last, then ends the run ``INFRA_ERROR``; a
+    # configuration failure ends it ``HARNESS_ERROR`` at once.
     def _send(self, client: VendorClient, conversation: list[Any],
               deadline: float) -> tuple[Turn, int]:
         attempt = 0

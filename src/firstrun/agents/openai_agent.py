@@ -1,19 +1,11 @@
 """``--agent openai``: the shared tool-use loop over Chat Completions, for OpenAI and
 any OpenAI-compatible server (vLLM, Ollama, llama.cpp's server) given with ``--base-url``.
 
-Guarantee: the ``openai`` SDK is imported here and only when an OpenAI agent
-is made; without it, making one is a one-line ``UsageError`` naming the
-extra to install. The request uses only what every compatible server
-understands (``messages``, ``tools`` of type ``function``, an output limit),
-and a reply missing what only OpenAI sends is tolerated: without ``usage``
-the turn's tokens and spend are unknown (None), never zero. The SDK's own
-retries are off (``max_retries=0``) so the loop's retries, held to the run's
-wall budget, are the only ones. The SDK's exceptions are mapped here, once,
-by type: a rate limit, any 5xx and a connection failure or timeout are
-``VendorUnavailable`` (with the ``retry-after`` the server sent); every other
-API error (401, 403, 404, 400, 422, ...) is ``VendorConfigError``. A
-refusal (``message.refusal``) or a ``content_filter`` finish is
-``TurnStop.REFUSAL``. The key is handed to the SDK client and nowhere else.
+Guarantee: the ``openai`` SDK is imported only when an OpenAI agent is made (else
+a one-line ``UsageError`` names the extra); the key goes to its client alone, and
+only the loop retries. A request uses only what every compatible server reads, and
+a reply without ``usage`` leaves the turn's tokens and spend unknown, never zero.
+A rate limit, 5xx or lost connection is ``VendorUnavailable``, others ``VendorConfigError``.
 """
 
 from __future__ import annotations
@@ -81,6 +73,7 @@ class OpenAIClient:
     def __init__(self, *, model: str, api_key: str, base_url: str | None = None) -> None:
         sdk = import_sdk()
         self.model = model
+        # The SDK's own retries are off: the loop's, held to the wall budget, decide.
         self._client = sdk.OpenAI(api_key=api_key, base_url=base_url, max_retries=0)
         self._limit_field = "max_completion_tokens" if base_url is None else "max_tokens"
         # APITimeoutError is an APIConnectionError; InternalServerError is any 5xx.
@@ -91,6 +84,8 @@ class OpenAIClient:
     def user_message(self, text: str) -> dict[str, Any]:
         return {"role": "user", "content": text}
 
+    # Only what every compatible server understands: ``messages``, ``tools`` of
+    # type ``function`` and an output limit.
     def send(self, *, system: str, conversation: Sequence[Any], tools: Sequence[ToolSpec],
              max_output_tokens: int, timeout: float) -> Turn:
         try:
@@ -105,6 +100,8 @@ class OpenAIClient:
                 **{self._limit_field: max_output_tokens},
             )
         except self._transient as exc:
+            # With the ``retry-after`` the server sent; every other API error (401, 403,
+            # 404, 400, 422, ...) is a configuration error.
             response = getattr(exc, "response", None)
             raise VendorUnavailable(
                 _describe(exc), who=VENDOR,

@@ -4,10 +4,6 @@ Guarantee: every vendor's adapter sends exactly ``SYSTEM_PROMPT`` and
 ``task_message(brief)``, so runs of different models differ only in the
 model. Any change to either text changes ``PROMPT_VERSION``, which every run
 records, because two runs measured under different prompts do not compare.
-The prompt tells the model what is true of its tools: the shell is sandboxed
-and cannot reach the documentation hosts, and ``read_docs`` is the way to the
-docs. It forbids leaning on prior knowledge of the project under test,
-because firstrun measures the docs, not what a model memorised about them.
 The success check is never in either text.
 """
 
@@ -17,6 +13,10 @@ from firstrun.agents.base import Brief
 
 PROMPT_VERSION = "1"
 
+# It tells the model what is true of its tools: the shell is sandboxed and
+# cannot reach the documentation hosts, and ``read_docs`` is the way to the
+# docs. It forbids leaning on prior knowledge of the project under test,
+# because firstrun measures the docs, not what a model memorised about them.
 SYSTEM_PROMPT = """\
 You are a developer trying a project for the first time by following its documentation.
 

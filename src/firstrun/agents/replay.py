@@ -3,34 +3,9 @@
 Guarantee: a replay run reads the task's documented route page by page, in
 order, and runs its steps in the session, stopping at the first step that
 exits non-zero. It never retries, edits or reorders a step, so a failure is
-the documentation's commands failing, not an agent's choice.
-
-``replay: docs``: the steps are the route's own code blocks, page by page as
-each is read: a shell block's commands run, a file block is written to its
-file inside the workspace through the session, each recorded with the page
-and block it came from (``Origin``). Blocks the page marks to skip, or the
-task's ``skip`` names, do not run. A step whose placeholder the task gives no
-value for stops the run before it (``NEEDS_INPUT``); a route with no step at
-all is ``NO_REPLAY``. A failure names its page and block.
-
-Hand-written steps run in order after the whole route is read, and every
-step not marked ``undocumented`` must match a code block on it (``drift``):
-one that matches none stops the run before any step (``REPLAY_DRIFT``),
-because the task's copy and the docs have parted and the run would judge
-the copy. Drift is judged over a route read in full; a page that could not
-be read is a route finding, and the check decides as before. A task
-without a ``replay`` block stops at once with ``NO_REPLAY``.
-
-A mutant (``Brief.mutation``, ``firstrun mutate``) runs the same steps with
-one change at its step: dropped, or one version pin replaced. When that step
-is no longer the command the mutant was made from, or the replay never
-reaches it, the run stops as ``REPLAY_DRIFT``: a mutant that changed nothing
-proves nothing.
-
-Turns: one step is one turn; reading a page is not. ``max_turns`` smaller
-than the number of steps stops the run with ``BUDGET_EXHAUSTED`` before the
-first step past it. Permission rules apply as to any agent: a route page or
-a step they refuse stops the replay with ``PERMISSION_DENIED`` before it runs.
+the documentation's commands failing, not an agent's choice. A step the task's
+copy no longer shares with the docs, or a mutant that changed nothing, stops
+the run as ``REPLAY_DRIFT`` before it can prove anything.
 """
 
 from __future__ import annotations
@@ -134,6 +109,14 @@ class _Run:
             raise _Stopped(AgentResult(stop=AgentStop.PERMISSION_DENIED, turns=self.turns,
                                        detail=f"route page {url} not read, {why}")) from None
 
+    # One step is one turn; reading a page is not, and ``max_turns`` smaller than
+    # the number of steps stops the run ``BUDGET_EXHAUSTED`` before the first step
+    # past it. A mutant (``Brief.mutation``, ``firstrun mutate``) runs the same
+    # steps with one change at its step, dropped or one version pin replaced;
+    # when that step is no longer the command the mutant was made from, or the
+    # replay never reaches it (``finished``), the run is ``REPLAY_DRIFT``: a mutant
+    # that changed nothing proves nothing. A step or route page the permission
+    # rules refuse stops the replay ``PERMISSION_DENIED`` before it runs.
     def step(self, command: str, *, what: str, origin: Origin | None = None) -> None:
         self.reached += 1
         mutation = self.brief.mutation
@@ -161,6 +144,13 @@ class _Run:
             raise _Stopped(AgentResult(stop=AgentStop.STEP_FAILED, turns=self.turns,
                                        detail=f"{what} {how}: {_first_line(command)}"))
 
+    # ``replay: docs``: the steps are the route's own code blocks, page by page as
+    # each is read (``docs_steps``): a shell block's commands run, a file block is
+    # written to its file inside the workspace through the session, each recorded
+    # with the page and block it came from (``Origin``). Blocks the page marks to
+    # skip, or the task's ``skip`` names, do not run. A step whose placeholder the
+    # task gives no value for stops the run before it (``NEEDS_INPUT``); a route
+    # with no step at all is ``NO_REPLAY``.
     def from_docs(self, replay: DocsReplay) -> AgentResult:
         taken = 0
         for url in self.brief.docs_route:
@@ -184,6 +174,12 @@ class _Run:
                                detail="the route's pages show no shell or file block to replay")
         return self.finished()
 
+    # Hand-written steps run in order after the whole route is read, and every step
+    # not marked ``undocumented`` must match a code block on it (``drift``): one
+    # that matches none stops the run before any step, because the task's copy and
+    # the docs have parted and the run would judge the copy. Drift is judged only
+    # over a route read in full; a page that could not be read is a route finding,
+    # and the check decides as before.
     def hand_written(self, steps: Sequence[ReplayStep]) -> AgentResult:
         pages = [self.read(url) for url in self.brief.docs_route]
         if all(page.ok for page in pages):

@@ -1,19 +1,11 @@
 """What model calls cost, and a sweep-wide spend cap that holds with parallel runs.
 
 Guarantee: a price comes from the user's price file when it names the model,
-else from the maintained ``genai-prices`` package, else it is unknown, and
-an unknown price makes spend unknown (None), never zero: no cost is ever
-guessed. Money is ``Decimal`` throughout, USD, written as a decimal string.
-
-``SpendGovernor`` is the ``--max-spend`` cap. A run starts only after it has
-reserved its amount under the cap (reserved plus settled never exceeds it),
-and the reservation is the run's own spend limit, which the tool-use loop
-enforces between turns. When a run ends its reservation is settled at the
-actual spend, or kept whole when the actual spend is unknown. When the next
-reservation cannot fit and no run in flight could free budget, no new run
-starts. Reserving before starting, never checking after, is what makes the
-cap hold with ``--workers`` above 1. The loop checks a run's spend between
-turns, so a run can pass its own limit by at most the turn that crossed it.
+else from the maintained ``genai-prices`` package, else it is unknown, and an
+unknown price makes spend unknown (None), never zero: no cost is ever guessed.
+Money is ``Decimal`` throughout, USD, written as a decimal string. Under
+``SpendGovernor`` (``--max-spend``) a run starts only with a reservation that
+fits under the cap, and spends past it by at most the turn that crossed it.
 """
 
 from __future__ import annotations
@@ -191,6 +183,13 @@ class Reservation:
     amount: Decimal
 
 
+# A run starts only after it has reserved its amount under the cap, and the
+# reservation is the run's own spend limit, which the tool-use loop enforces
+# between turns (so a run can pass it by at most the turn that crossed it).
+# When a run ends its reservation is settled at the actual spend, or kept whole
+# when that is unknown. When the next reservation cannot fit and no run in
+# flight could free budget, no new run starts. Reserving before starting, never
+# checking after, is what makes the cap hold with ``--workers`` above 1.
 class SpendGovernor:
     """The sweep-wide ``--max-spend`` cap; every method is thread-safe."""
 

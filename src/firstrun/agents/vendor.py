@@ -1,14 +1,11 @@
 """What a vendor adapter must provide to the shared tool-use loop, and nothing more.
 
 Guarantee: the loop (``firstrun.agents.loop``) talks to every vendor through
-``VendorClient`` alone and sees only the normalized ``Turn``; the vendor's
-own message shapes stay opaque to it (``Turn.message`` and what
-``user_message``/``tool_results`` return are appended to the conversation
-as they are). Each adapter maps its SDK's exceptions once, at this boundary,
-by exception type, into the two errors below, so the loop decides retries and
-classifications the same way for every vendor. An SDK exception that is
-neither reaches the runner as a firstrun bug (``harness_error`` with its
-traceback), never as a guess.
+``VendorClient`` alone and sees only the normalized ``Turn``; the vendor's own
+message shapes pass through it opaque. Each adapter maps its SDK's exceptions
+once, by type, into the two errors below, so the loop decides retries the same
+way for every vendor; an SDK exception that is neither reaches the runner as a
+firstrun bug (``harness_error`` with its traceback), never as a guess.
 """
 
 from __future__ import annotations
@@ -128,6 +125,8 @@ class VendorConfigError(VendorError):
     request the API rejects. Retrying cannot help; the run is a harness error."""
 
 
+# ``Turn.message`` and what ``user_message``/``tool_results`` return are
+# appended to the conversation as they are; the loop never looks inside.
 class VendorClient(Protocol):
     """One conversation's connection to a model. A fresh client per run.
 
