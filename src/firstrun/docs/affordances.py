@@ -1,23 +1,11 @@
 """Documentation affordances for machine readers: ``llms.txt``, ``llms-full.txt`` and
 ``.md`` page variants (llmstxt.org), hidden from ``read_docs`` or probed for.
 
-Guarantee: whether a URL is an affordance is decided by its path alone (its
-last segment is ``llms.txt`` or ``llms-full.txt``, or it ends in ``.md``),
-so a hiding run hides the same URLs whatever a server answers. The pages of
-the task's own documented route are never hidden: they are the docs under
-test, not an affordance, even when one is a ``.md`` file. With
-``--affordances none`` the reader refuses every other affordance URL, on the
-first hop or any redirect, as ``ReadFailure.AFFORDANCE_HIDDEN``, so two runs
-that differ only in this flag measure the affordance itself.
-
-``probe_affordances`` reads each candidate (``/llms.txt`` and
-``/llms-full.txt`` at each docs origin of the route and in each route
-page's directory, and each route page's ``.md`` variant) through the run's
-own reader, so allow-list, robots.txt, politeness and the proxy apply as for
-any read, but with hiding off and nothing handed to the agent: probing
-changes nothing the agent can read. A candidate exists when it answered 2xx
-with a body that is not HTML (a catch-all HTML page is not an affordance);
-the record says how large it is, never what it says.
+Guarantee: whether a URL is an affordance is decided by its path alone, so a
+hiding run hides the same URLs whatever a server answers, and the task's own
+route pages are never hidden; two runs that differ only in ``--affordances``
+measure the affordance itself. Probing reads through the run's own reader but
+hands nothing to the agent, so it changes nothing the agent can read.
 """
 
 from __future__ import annotations
@@ -61,6 +49,9 @@ def _key(url: str | httpx.URL) -> str:
     return str(httpx.URL(url).copy_with(fragment=None))
 
 
+# The route's pages are the docs under test, not an affordance, even when one is
+# a ``.md`` file. The reader refuses every other affordance URL, on the first
+# hop or any redirect, as ``ReadFailure.AFFORDANCE_HIDDEN``.
 @dataclass(frozen=True, kw_only=True)
 class AffordanceFilter:
     """Hides affordance URLs from the reader, except the pages in ``keep`` (the route)."""
@@ -146,8 +137,15 @@ def candidates(route: Sequence[str]) -> list[tuple[str, str, str | None]]:
     return found
 
 
+# Each candidate (``/llms.txt`` and ``/llms-full.txt`` at each docs origin of the
+# route and in each route page's directory, and each route page's ``.md``
+# variant) is read through the run's own reader, so allow-list, robots.txt,
+# politeness and the proxy apply as for any read, but with hiding off. A
+# candidate exists when it answered 2xx with a body that is not HTML (a
+# catch-all HTML page is not an affordance); the record says how large it is,
+# never what it says.
 def probe_affordances(reader: Prober, route: Sequence[str]) -> AffordanceProbe:
-    """Probe ``route``'s affordances through ``reader``, hiding off; see the module doc."""
+    """Probe ``route``'s affordances through ``reader``, hiding off."""
     results = []
     for kind, url, page in candidates(route):
         read = reader.probe(url)

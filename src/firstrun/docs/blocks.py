@@ -3,12 +3,9 @@
 Guarantee: ``extract(html, url=...)`` is a pure function of a page (no I/O,
 and it never raises): the page's code blocks in document order, each with its
 index, its language, its kind, and its text as a reader copies it (line
-numbers, copy buttons and other widget markup never reach it). A shell block
-gives its commands with prompts stripped and ``\\`` continuations joined, a
-console's output kept apart as each command's documented output; a file block
-gives the file its page ties it to. An author's mark just before a block
-(``<!-- firstrun: skip -->``, ``<!-- firstrun: file=NAME -->``) decides first.
-``extract_markdown`` gives the same for a page served as Markdown.
+numbers, copy buttons and other widget markup never reach it). An author's mark
+just before a block (``<!-- firstrun: skip -->``, ``<!-- firstrun: file=NAME -->``)
+decides first. ``extract_markdown`` gives the same for a page served as Markdown.
 """
 
 from __future__ import annotations
@@ -40,6 +37,9 @@ class FileSource(StrEnum):
     SENTENCE = "sentence"  # the sentence just before it: "Save this as `app.py`"
 
 
+# A shell block gives its commands with prompts stripped and ``\`` continuations
+# joined, a console's output kept apart as each command's documented output; a
+# file block gives the file its page ties it to.
 @dataclass(frozen=True, kw_only=True)
 class Step:
     """One command of a shell block, and the output the docs show for it."""
@@ -192,7 +192,7 @@ def _render_fence(self: Any, tokens: list[Any], idx: int, options: Any, env: Any
 
 
 def shell_steps(text: str, *, assigned: Iterable[str] = ()) -> tuple[Step, ...]:
-    """The commands of a shell block's text: see the module doc.
+    """The commands of a shell block's text, each with the output the docs show for it.
 
     When any line starts with a prompt, only prompted lines start commands and
     the other lines are the output of the command before them; the prompt of

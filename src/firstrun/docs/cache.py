@@ -2,12 +2,10 @@
 
 Guarantee: an entry is either read back exactly as stored (same URL, same
 body, checked against its sha256) or not at all; a torn or tampered file is a
-miss, never a wrong page. Writes are atomic (a temporary file in the same
-directory, then ``os.replace``), so concurrent readers and an interrupted run
-never see half an entry. One entry is one response, a redirect included, so a
-cached chain is walked hop by hop under the same allow-list and robots checks
-as a live one. Pages never expire: a cached page is served until the cache
-is refreshed (``CacheMode.REFRESH``) or deleted.
+miss, never a wrong page, and a write is atomic, so concurrent readers and an
+interrupted run never see half an entry. One entry is one response, a redirect
+included, so a cached chain is walked hop by hop under the same allow-list and
+robots checks as a live one. An entry expires only for a ``get`` with ``max_age_s``.
 """
 
 from __future__ import annotations
@@ -120,6 +118,7 @@ class DiskCache:
         data = json.dumps(header, separators=(",", ":")).encode() + b"\n" + entry.body
         path = self._path(entry.url)
         try:
+            # Atomic: a temporary file in the same directory, then ``os.replace``.
             fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=".entry")
             try:
                 with os.fdopen(fd, "wb") as f:

@@ -1,14 +1,11 @@
 """Turning a fetched docs body into the markdown an agent reads.
 
-Guarantee: HTML keeps its headings, lists, links and code blocks; a code
-block stays fenced (with a fence longer than any backtick run inside it, so
-no code can close it early) and carries its language when the page's classes
-name one (``language-x``, ``lang-x``, Sphinx's ``highlight-x``, pandoc's
-``sourceCode x``). Site chrome (scripts, styles, navigation, footers, anchor
-glyphs) is left out of the markdown, but every link on the page, navigation
-included, is listed absolute in ``links``, because the next page of a
-quickstart is often linked only from the sidebar. Markdown and plain text
-pass through unchanged. Nothing here does I/O.
+Guarantee: HTML keeps its headings, lists, links and code blocks; a code block
+stays fenced with a fence no code inside it can close, and carries its language
+when the page's markup names one. Site chrome (scripts, styles, navigation,
+footers, anchor glyphs) is left out of the markdown, but every link on the
+page, navigation included, is listed absolute in ``links``. Markdown and plain
+text pass through unchanged. Nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -36,6 +33,8 @@ _ALWAYS_STRIP = (
 # content (a callout in an <aside>, the page's <h1> in a <header>).
 _CHROME_OUTSIDE_CONTENT = "header, aside, [role=banner], [role=contentinfo], [role=complementary]"
 
+# ``language-x``, ``lang-x``, Sphinx's ``highlight-x``; pandoc's ``sourceCode x``
+# is read in ``code_language``.
 _LANGUAGE_CLASS = re.compile(r"^(?:language|lang|highlight|brush)-([A-Za-z0-9_+#.-]{1,30})$")
 _LANGUAGE_NAME = re.compile(r"^[A-Za-z0-9_+#.-]{1,30}$")
 _NO_LANGUAGE = frozenset({"default", "none", "plain", "nohighlight", "notranslate"})
@@ -171,6 +170,8 @@ def _content_root(soup: BeautifulSoup) -> Tag:
     return soup.body if soup.body is not None else soup
 
 
+# Navigation included: the next page of a quickstart is often linked only from
+# the sidebar.
 def _html_links(soup: BeautifulSoup, base: str, page_url: str) -> tuple[str, ...]:
     here = urllib.parse.urldefrag(page_url).url
     seen: dict[str, None] = {}

@@ -3,10 +3,9 @@
 Guarantee: a mirrored host reads exactly as the real one would, through the
 same reader (allow-list, robots, redirects, conversion) and under the same
 URLs: a mirror swaps only the transport beneath it. A directory mirror serves
-only regular files whose real path lies inside its directory: ``..``
-segments, encoded slashes and symlinks that lead out are refused with 403. A
-server mirror must be on loopback, because mirror traffic bypasses the egress
-proxy and must never be a way around it.
+only regular files whose real path lies inside its directory; a path that
+leads out is a 403. A server mirror must be on loopback, because mirror
+traffic bypasses the egress proxy and must never be a way around it.
 """
 
 from __future__ import annotations
@@ -155,6 +154,7 @@ def _unmirror_location(location: str, base_url: str, original: httpx.URL) -> str
     return urllib.parse.urlunsplit((original.scheme, netloc, loc.path or "/", loc.query, loc.fragment))
 
 
+# ``..`` segments, encoded slashes and symlinks that lead out are all refused (403).
 def serve_directory(root: str, raw_path: bytes) -> httpx.Response:
     """Answer a GET for ``raw_path`` (path and query, still percent-encoded) from ``root``.
 

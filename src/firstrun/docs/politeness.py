@@ -5,9 +5,6 @@ overlap, and each starts at least ``delay_s`` after the previous one to that
 host ended, whichever reader or thread made it. A sweep shares one
 ``Politeness`` across its workers, so running ten tasks against one docs site
 is no ruder than running one.
-
-The clock and the sleep are injectable so tests can assert the spacing from
-recorded timestamps instead of timing real waits.
 """
 
 from __future__ import annotations
@@ -32,6 +29,8 @@ class Politeness:
     def __init__(
         self,
         *,
+        # Injectable so tests can assert the spacing from recorded timestamps instead
+        # of timing real waits.
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:

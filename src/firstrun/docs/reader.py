@@ -2,20 +2,10 @@
 
 Guarantee: every page an agent reads comes through ``DocsReader.read`` and
 yields one ``Page``, so the page record is complete. Every hop, redirects
-included, is checked against the docs allow-list before it is requested,
-using the very URL object that is then sent (no second parser to disagree
-with); a redirect that leaves the list is refused and its chain recorded.
-robots.txt is honoured per origin, requests to one host are spaced by a
-shared ``Politeness``, the User-Agent says who is asking, and with ``proxy``
-set every request to a docs host goes through the egress proxy's docs
-channel so its records see it too. With ``hidden`` set (``--affordances
-none``), every hop to an affordance URL is refused before it is requested
-(``firstrun.docs.affordances``); ``probe`` reads as ``read`` does with
-hiding off, for the harness's own probes. A page problem never raises: it is a
-``Page`` with ``error`` set. Only a harness failure raises (``DocsError``
-for the cache, a page missing from it under ``CacheMode.OFFLINE`` included,
-``ProxyError`` when the proxy cannot be reached,
-``UsageError`` for a bad configuration).
+included, is checked against the docs allow-list (and, with ``hidden`` set, the
+affordance filter) before it is requested; robots.txt and per-host spacing are
+honoured. A page problem is a ``Page`` with ``error`` set; only a harness
+failure raises (``DocsError``, ``ProxyError``, ``UsageError``).
 """
 
 from __future__ import annotations
@@ -151,6 +141,8 @@ class DocsReader:
         self._robots_locks: dict[str, threading.Lock] = {}
         self._robots_guard = threading.Lock()
 
+        # With ``proxy`` set every request to a docs host goes through the egress
+        # proxy's docs channel, so its records see it too.
         upstream = transport if transport is not None else httpx.HTTPTransport(
             proxy=httpx.Proxy(_proxy_url(proxy)) if proxy is not None else None
         )
@@ -243,6 +235,8 @@ class DocsReader:
                 refused = ReadFailure.UNREACHABLE if rules.unreachable else ReadFailure.ROBOTS_DISALLOWED
                 failure = _Failed(error=refused, detail=f"{target.origin} {rules.detail}")
                 break
+            # Pages never expire: a cached page is served until the cache is
+            # refreshed (``CacheMode.REFRESH``) or deleted.
             result = self._fetch(
                 target, cacheable=_page_cacheable, max_age_s=None, delay_s=self._delay(target, rules)
             )
@@ -269,6 +263,9 @@ class DocsReader:
             from_cache=bool(cached) and all(cached),
         )
 
+    # The check uses the very URL object that is then sent, so no second parser can
+    # disagree with it; a redirect that leaves the list is refused and its chain
+    # recorded (``Page.hops``).
     def _target(self, raw: str) -> _Target | str:
         """The URL to request, or why it may not be requested."""
         try:

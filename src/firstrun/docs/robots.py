@@ -1,18 +1,11 @@
 """What a host's robots.txt lets firstrun read, per RFC 9309.
 
-Guarantee: a fetched robots.txt is honoured as RFC 9309 reads it. The rules
-that bind firstrun are those of every group naming its product token
-(``firstrun``: the User-Agent's leading letters, ``_`` and ``-``, compared
-case-insensitively), merged into one (§2.2.1); with no such group, those of
-every ``*`` group, merged; with neither, none. Among them the longest
-matching rule wins, Allow on a tie, with ``*`` matching any run of
-characters and a trailing ``$`` anchoring the end of the path and query
-(§2.2.2, §2.2.3); Crawl-delay is read from the same merged group. A
-robots.txt that is absent (4xx) allows everything, and so does one with no
-group in it (empty or garbage); one that cannot be had (5xx, 429,
-unreachable, a refused redirect) disallows everything for now. Only its
-first 500 KiB are read (§2.5). Parsing and matching are protego's (BSD,
-RFC 9309), used through its public interface only. Pure: no I/O.
+Guarantee: a fetched robots.txt is honoured as RFC 9309 reads it, by the groups
+that name firstrun's product token, else by its ``*`` groups, Crawl-delay
+included. A robots.txt that is absent (4xx) allows everything, and so does one
+with no group in it; one that cannot be had (5xx, 429, unreachable, a refused
+redirect) disallows everything for now. Only its first 500 KiB are read.
+Pure: no I/O; parsing and matching are protego's, through its public interface.
 """
 
 from __future__ import annotations
@@ -29,6 +22,13 @@ MAX_ROBOTS_BYTES = 500 * 1024
 _PRODUCT_TOKEN = re.compile(r"[A-Za-z_-]*")
 
 
+# What protego applies: the rules that bind firstrun are those of every group
+# naming its product token (the User-Agent's leading letters, ``_`` and ``-``,
+# compared case-insensitively), merged into one (§2.2.1); with no such group,
+# those of every ``*`` group, merged; with neither, none. Among them the
+# longest matching rule wins, Allow on a tie, with ``*`` matching any run of
+# characters and a trailing ``$`` anchoring the end of the path and query
+# (§2.2.2, §2.2.3); Crawl-delay is read from the same merged group.
 @dataclass(frozen=True, kw_only=True)
 class RobotsRules:
     """The rules of one origin; ``parser`` is None when the verdict is blanket."""
