@@ -1,11 +1,10 @@
 """How well a task's check is proven: its mutants, judged from saved runs alone.
 
 Guarantee: ``mutation_scores`` is a pure function of saved ``RunRecord``s. A
-mutant (a run whose ``extra["mutation"]`` says which change it made) is
-``killed`` when its run is a docs gap (the check failed, or a step did),
-``survived`` when it passed anyway, and ``not_run`` otherwise, with the run's
-own reason: a mutant that produced no evidence never counts either way. A
-task's score is killed / (killed + survived), None when nothing was judged;
+mutant is ``killed`` when its run is a docs gap (the check failed, or a step
+did), ``survived`` when it passed anyway, and ``not_run`` otherwise, with the
+run's own reason: a mutant that produced no evidence never counts either way.
+A task's score is killed / (killed + survived), None when nothing was judged;
 a task whose unmutated run did not pass has no mutants, and says why.
 """
 

@@ -1,17 +1,11 @@
 """Statistics over saved runs: pass rates with Wilson intervals, and Fisher comparisons.
 
 Guarantee: a pass rate is taken over evidential runs only (``passed`` and
-``docs_gap``), with a Wilson score interval; runs that could not judge the
-docs are counted apart and never folded in. With no evidential run the rate
-and its interval are ``None``, never 0%, because 0% would claim that every
-documented route failed. A comparison of two sweeps is a two-sided Fisher
-exact test per task, and it refuses to report a result when the samples are
-too small for any outcome at all to reach significance: it says so, and
-names the smallest sample per side that could. The numerics are
-standard-library implementations of scipy's definitions, the interval of
-``binomtest(...).proportion_ci(method="wilson")`` and the two-sided p of
-``fisher_exact``, checked in the tests against scipy and against published
-values; the Fisher p is summed in exact integer arithmetic and rounded once.
+``docs_gap``), with a Wilson score interval; with no evidential run the rate and
+its interval are ``None``, never 0%, which would claim every documented route
+failed. Two sweeps compare by a two-sided Fisher exact test per task, refused
+when the samples are too small for any outcome to reach significance, naming
+the smallest sample per side that could. The numbers are scipy's definitions.
 """
 
 from __future__ import annotations
@@ -26,6 +20,10 @@ from statistics import NormalDist
 
 from firstrun.results.model import EVIDENTIAL, Classification, RunRecord
 
+# Standard-library implementations of scipy's definitions, the interval of
+# ``binomtest(...).proportion_ci(method="wilson")`` and the two-sided p of
+# ``fisher_exact``, checked in the tests against scipy and against published
+# values; the Fisher p is summed in exact integer arithmetic and rounded once.
 CONFIDENCE = 0.95
 ALPHA = 0.05
 ALL_TASKS = "all tasks"

@@ -1,17 +1,11 @@
 """Durable results: a versioned ``results.json`` rewritten atomically per run.
 
 Guarantee: at every instant ``results.json`` on disk is either the previous
-complete document or the new complete document, never a torn write, because
-it is written to a temporary file in the same directory, fsynced, and
-renamed over the old one. A run is added the moment it finishes, so an
-interrupt keeps every finished run. A document with a schema version this
-code does not know is refused, not half-read.
-
-A sweep records what makes its runs one sample under ``meta["sweep"]``
-(``SweepIdentity``). ``ResultsStore.reopen`` continues such a sweep: it
-keeps the document's runs exactly as they were and only ever adds to them,
-and it refuses a document that has no identity (one written before
-``--resume`` existed), because nothing could show the new runs comparable.
+complete document or the new complete document, never a torn write. A run is
+added the moment it finishes, so an interrupt keeps every finished run. A
+document with a schema version this code does not know is refused, not
+half-read. ``ResultsStore.reopen`` keeps a sweep's runs exactly as they were
+and only ever adds to them.
 """
 
 from __future__ import annotations
@@ -73,6 +67,10 @@ class ResultsStore:
         self._meta = dict(meta)
         self._runs: list[dict[str, Any]] = []
 
+    # A sweep records what makes its runs one sample under ``meta["sweep"]``
+    # (``SweepIdentity``). A document with no identity (written before
+    # ``--resume`` existed) is refused, because nothing could show the new runs
+    # comparable.
     @classmethod
     def reopen(cls, out_dir: str | os.PathLike[str], *, flag: str = "--resume") -> ResultsStore:
         """The store of the sweep saved in ``out_dir``, its runs kept, to add the missing ones.
