@@ -1,16 +1,9 @@
 """Whether a command styles what it prints: ``--color``, ``NO_COLOR``, ``FORCE_COLOR``, the terminal.
 
-Guarantee: every command that styles its output (``run``, ``show``,
-``diff``, ``doctor``) asks ``color_enabled`` once per stream, and it alone
-decides: ``--color always`` and ``--color never`` win over everything;
-under ``auto`` a non-empty ``NO_COLOR`` turns styling off
-(https://no-color.org), then a non-empty ``FORCE_COLOR`` turns it on
-(https://force-color.org), then only a terminal that is not ``TERM=dumb``
-gets it. NO_COLOR wins when both are set, as in Python's own and rich's
-reading of them. Styled output is rich's (tables, colour), written with
-its codes whatever the stream is; unstyled output is the plain text a
-pipe gets, with no escape codes, so ``--color never`` on a terminal prints
-exactly what a log would hold.
+Guarantee: every command that styles its output (``run``, ``show``, ``diff``,
+``doctor``) asks ``color_enabled`` once per stream, and it alone decides.
+Unstyled output is the plain text a pipe gets, with no escape codes, so
+``--color never`` on a terminal prints exactly what a log would hold.
 """
 
 from __future__ import annotations
@@ -27,6 +20,11 @@ if TYPE_CHECKING:
 __all__ = ["COLORS", "color_enabled", "colors", "rich_console"]
 
 
+# ``--color always`` and ``never`` win over everything; under ``auto`` a
+# non-empty ``NO_COLOR`` turns styling off (https://no-color.org), then a
+# non-empty ``FORCE_COLOR`` turns it on (https://force-color.org), then only a
+# terminal that is not ``TERM=dumb`` gets it. NO_COLOR wins when both are set,
+# as in Python's own and rich's reading of them.
 def color_enabled(choice: str, *, env: Mapping[str, str], isatty: bool) -> bool:
     """Whether to style a stream: ``choice`` is ``--color``'s value, ``isatty`` the stream's."""
     if choice not in COLORS:

@@ -1,17 +1,9 @@
 """``firstrun completion bash|zsh|fish``: a shell completion script made from the parser itself.
 
-Guarantee: every subcommand, every flag (each of its spellings), every
-flag's choices and whether a flag takes a value are read from the argparse
-parser when the script is printed, so the script cannot offer a command,
-flag or choice that firstrun's parser lacks, nor lack one it has. Two
-value sets the parser leaves free are added, each from the code that
-checks the value: ``--agent``'s names (``firstrun.agents.AGENTS``) and
-``--example``'s bundled examples; a command whose usage says ``-- COMMAND``
-(``sandbox``) completes a command line after ``--``. What any other value
-completes to (files, directories or nothing) is decided by its metavar,
-and every metavar the parser uses is named in one of ``PATHS``,
-``DIRECTORIES`` or ``FREE`` (a test holds it), so a new one cannot
-silently complete to the wrong thing. The scripts define nothing in the
+Guarantee: every subcommand, every flag (each of its spellings), every flag's
+choices and whether a flag takes a value are read from the argparse parser when
+the script is printed, so the script cannot offer a command, flag or choice that
+firstrun's parser lacks, nor lack one it has. The scripts define nothing in the
 shell but firstrun's completion and functions named ``_firstrun*`` and
 ``__firstrun*``.
 """
@@ -28,6 +20,8 @@ from firstrun import __version__
 SHELLS = ("bash", "zsh", "fish")
 
 # What a value completes to, by the metavar the parser shows for it.
+# Every metavar the parser uses is named in one of these (a test holds it), so
+# a new one cannot silently complete to the wrong thing.
 PATHS = frozenset({"FILE", "TASK", "TRACE", "RESULTS_DIR", "BEFORE", "AFTER"})
 DIRECTORIES = frozenset({"DIR"})
 FREE = frozenset({"A", "ADDR", "AGENT", "B", "HOST", "HOST=SRC", "IMAGE", "MB", "MODEL", "N", "NAME",
@@ -49,6 +43,7 @@ def _agent_names() -> tuple[str, ...]:
 
 
 # Values the parser leaves free but the command checks against a fixed set.
+# Each set is read from the code that checks the value.
 _HINTS: dict[str, Callable[[], tuple[str, ...]]] = {"--agent": _agent_names, "--example": _example_names}
 
 

@@ -1,18 +1,11 @@
 """``firstrun doctor``: what this machine can enforce, and the exact fix for what it can't.
 
-Guarantee: doctor only observes. It never changes the machine; every finding
-comes from asking the kernel or the daemon directly (the linux backend's own
-``probe()``, the docker backend's daemon probe over its socket, an open of
-/dev/kvm), never from guesses. Every registered backend is reported with
-what it needs (docker: the daemon, its Engine version judged against
-CVE-2024-29018 and how that is mitigated, the default image present), and
-which one ``auto`` would pick and why it passed the better ones over;
-``available_backends`` is that same list for code (the conformance suite
-runs against it). Its exit status says whether ``firstrun sandbox
---backend linux`` would be refused: 0 when the linux backend is usable, 1
-otherwise. It also shows what a default session would expose from the home
-directory (toolchain roots) and what it masks (secrets), computed by the same
-function the sandbox uses.
+Guarantee: doctor only observes: every finding comes from asking the kernel or
+the daemon directly (each backend's own probe, an open of /dev/kvm), never from
+guesses. Every registered backend is reported with what it needs and the fix,
+and which one ``auto`` would pick and why. The exit status is 0 when ``firstrun
+sandbox --backend linux`` would run, 1 when it would be refused. The home
+exposure shown is computed by the same function the sandbox uses.
 """
 
 from __future__ import annotations
@@ -118,6 +111,7 @@ def probe_backends() -> tuple[BackendFinding, ...]:
     return tuple(found)
 
 
+# The same list for code: the conformance suite runs against it.
 def available_backends() -> tuple[str, ...]:
     """The backends usable here, unenforced ``local`` never among them."""
     return tuple(b.name for b in probe_backends() if b.available)

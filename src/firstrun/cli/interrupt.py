@@ -4,9 +4,7 @@ Guarantee: the first SIGINT, SIGTERM or SIGHUP raises ``Signalled`` in the
 main thread, which unwinds every ``with`` block (closing the session, stopping
 the proxy, removing its private directories); any further one is ignored
 until the block exits, because a second Ctrl-C that aborted the teardown is
-how a session gets left running. SIGHUP is a closed terminal or a dropped
-ssh connection: by default it would end the process with nothing unwound;
-under ``nohup`` (started ignoring it) it stays ignored.
+how a session gets left running. Under ``nohup`` SIGHUP stays ignored.
 """
 
 from __future__ import annotations
@@ -17,6 +15,8 @@ from contextlib import contextmanager
 from types import FrameType
 
 # The signals that end a session in order.
+# SIGHUP is a closed terminal or a dropped ssh connection: by default it would
+# end the process with nothing unwound.
 UNWINDING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 

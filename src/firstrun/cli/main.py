@@ -1,14 +1,11 @@
 """The ``firstrun`` command: argument wiring, and the only place that exits the process.
 
-Guarantee: every bad input (an unknown flag, a malformed value, a host
-pattern that is too broad, a missing workspace or command, an invalid task
-file) ends in one line naming the flag, or the file and line, and exit
-status 3, never a traceback. For ``sandbox``, a sandbox that refused or
-failed ends in exit status 125 with who failed and, when known, the fix, and
-everything else is the command's own exit status (124 if it timed out).
-``run`` and ``check`` exit 0 when every evidential run passed, 1 on a docs
-gap, 2 when nothing produced evidence, and 128+N when signal N interrupted
-them (130 for Ctrl-C).
+Guarantee: every bad input (an unknown flag, a malformed value, a too-broad host
+pattern, a missing workspace or command, an invalid task file) ends in one line
+naming the flag, or the file and line, and exit status 3, never a traceback.
+``sandbox`` exits 125 when the sandbox refused or failed, else with the command's
+status (124 on timeout); ``run`` and ``check`` exit 0 when every evidential run
+passed, 1 on a docs gap, 2 with no evidence, 128+N on signal N (130 for Ctrl-C).
 """
 
 from __future__ import annotations
@@ -44,6 +41,8 @@ EXIT_USAGE = 3
 MUTATE_OPTIONS = ("tasks", "examples", "backend", "image", "out", "resume", "config", "workers",
                   "docs_mirrors", "cache_dir", "refresh", "offline", "allow_unenforced", "inspect_tls",
                   "quiet", "verbose", "color")
+# A sandbox that refused or failed: the message says who failed and, when
+# known, the fix.
 EXIT_SANDBOX = 125
 
 

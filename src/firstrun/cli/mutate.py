@@ -1,15 +1,11 @@
 """``firstrun mutate``: does each task's check fail when a documented step is missing?
 
-Guarantee: every task is first replayed unmutated; only a task whose
-unmutated run passed is mutated, because a mutant of a failing task shows
-nothing. Its mutants are made from the steps that run ran, as its trace
-records them (``tasks.mutation``): each step removed, each version pin in a
-step replaced by one that does not exist. Both rounds are ordinary sweeps
-into one results store (workers, resume, a trace per run), each mutant a
-task of its own name, so ``--resume`` runs only what has not finished. The
-verdicts and scores are computed from the saved runs alone
-(``results.mutation``). Exit status: 0 every judged mutant was killed, 1 one
-survived, 2 none could be judged.
+Guarantee: every task is first replayed unmutated, and only a task whose
+unmutated run passed is mutated (each step removed, each version pin made
+impossible), from the steps that run's trace records. Both rounds are ordinary
+sweeps into one results store, so ``--resume`` runs only what has not finished,
+and the scores come from the saved runs alone (``results.mutation``). Exit
+status: 0 every judged mutant was killed, 1 one survived, 2 none could be judged.
 """
 
 from __future__ import annotations
@@ -116,6 +112,8 @@ def mutate_command(request: RunRequest, *, as_json: bool = False) -> int:
     return exit_code(scores)
 
 
+# A mutant of a failing task shows nothing. Each mutant is a task of its own
+# name (``tasks.mutation``), with its own trace and resume key.
 def _mutants(tasks: list[Task], store: ResultsStore, out: Path) -> list[Task]:
     """Every mutant of each task whose unmutated run passed, from the steps its trace records."""
     runs = {(str(r["task"]), int(r["attempt"])): r for r in store.runs()}

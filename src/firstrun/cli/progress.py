@@ -1,16 +1,10 @@
 """Live progress of a suite: one line per run, from the runner's events as they happen.
 
 Guarantee: the board only reads the typed events the runner emits (the same
-ones written to the trace), so what it shows is what is being recorded. Each
-line shows the run's elapsed time, its current step (starting the sandbox,
-setup, agent step n, check, then the classification), pages read and blocked
-egress. The board is drawn on stderr only when stderr is a terminal and
-``run -q`` was not given; on a pipe or a file nothing is drawn. With
-``run -v``, each run that finishes also gets one line on stderr (task,
-attempt, classification, reason), above the board when one is drawn and
-in the order the runs finished. Colour follows ``--color`` (``cli.color``).
-Events arrive from worker threads; the board takes a lock, and so does
-each line.
+ones written to the trace), so what it shows is what is being recorded. It is
+drawn on stderr only when stderr is a terminal and ``run -q`` was not given;
+on a pipe or a file nothing is drawn. With ``run -v`` each finished run also
+gets one line on stderr. Events may arrive from any worker thread.
 """
 
 from __future__ import annotations
@@ -40,6 +34,8 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 
+# The run's elapsed time, its current step (starting the sandbox, setup, agent
+# step n, check, then the classification), pages read and blocked egress.
 @dataclass(frozen=True, kw_only=True)
 class RunLine:
     """What the board says about one run at one instant."""
@@ -171,6 +167,9 @@ def live_board(board: ProgressBoard, *, enabled: bool, color: bool = True,
         yield console
 
 
+# A finished run's line (task, attempt, classification, reason) goes above the
+# board when one is drawn, in the order the runs finished; colour follows
+# ``--color`` (``cli.color``). The board takes a lock, and so does each line.
 class SweepProgress:
     """What ``run`` shows on stderr while a sweep runs: the board, and with ``verbose`` a line
     per run as it finishes. ``update`` takes the runner's events, from any thread."""

@@ -1,14 +1,11 @@
 """``firstrun diff``, ``firstrun report`` and ``firstrun findings``, and where a GitHub step summary goes.
 
-Guarantee: both read saved results only, and every bad input (a missing
-results file, an unwritable output, an output that is the results file
-itself, an ``--alpha`` outside (0, 1), ``--github-summary`` with
-``$GITHUB_STEP_SUMMARY`` unset or beside ``--github-summary-file``) is
-refused in one line naming the flag or argument before anything is written. ``diff`` exits
-0, or 1 with ``--fail-on-regression`` when some task's pass rate dropped
-significantly; a task whose samples are too small to show anything is never
-counted as a regression, and says so. ``diff`` also says which findings
-appeared, grew, shrank or disappeared; they never change its exit status.
+Guarantee: they read saved results only, and every bad input (a missing results
+file, an unwritable output, an output that is the results file itself, an
+``--alpha`` outside (0, 1), ``--github-summary`` without ``$GITHUB_STEP_SUMMARY``)
+is refused in one line naming the flag or argument before anything is written.
+``diff`` exits 0, or 1 with ``--fail-on-regression`` when some task's pass rate
+dropped significantly; findings that changed never change its exit status.
 """
 
 from __future__ import annotations
@@ -68,10 +65,14 @@ def diff_command(before: str, after: str, *, alpha: float, fail_on_regression: b
             console.print(note, markup=False)
     else:
         print("\n".join(diff_lines(comparison)))
+    # Which findings appeared, grew, shrank or disappeared: said, never counted in
+    # the exit status.
     changes = compare_findings(findings(read_runs(old)), findings(read_runs(new)))
     print("\nFindings: " + ("no change." if not changes else f"{len(changes)} changed."))
     for change in changes:
         print(f"  {change.text()}")
+    # A task whose samples are too small to show anything is never a regression:
+    # it is shown as too small to tell.
     return 1 if fail_on_regression and comparison.regressions else 0
 
 

@@ -1,14 +1,11 @@
 """What ``firstrun validate`` says of a task's replay once it has read the route's pages.
 
-Guarantee: the route is read through a ``DocsReader`` as ``run`` reads it
-(the task's docs hosts only, robots honoured, mirrors first), and only where
-that is safe offline: every route host mirrored, or the network allowed
-(``--check-urls``). Otherwise, or when a page cannot be read, one finding
-says so and nothing is compared. Read pages give: drift (a hand-written step
-no code block on the route shows, not marked ``undocumented``: a warning at
-the step's line naming the nearest block), and under ``replay: docs`` the
-steps it will take, a skip naming no block, a route with nothing to run,
-and each value the docs leave to the reader that the task does not give.
+Guarantee: the route is read through a ``DocsReader`` as ``run`` reads it (the
+task's docs hosts only, robots honoured, mirrors first), and only where that is
+safe offline: every route host mirrored, or the network allowed
+(``--check-urls``). Otherwise, or when a page cannot be read, one finding says
+so and nothing is compared. Read pages give drift findings for hand-written
+steps, and for ``replay: docs`` the steps it will take and what would stop it.
 """
 
 from __future__ import annotations
@@ -56,6 +53,8 @@ def route_findings(task: Task, *, mirrors: Mapping[str, Mirror], online: bool) -
     return _docs(task, pages)
 
 
+# A hand-written step no code block on the route shows, not marked
+# ``undocumented``: a warning at the step's line naming the nearest block.
 def _drift(task: Task, blocks: Sequence[Block]) -> list[Finding]:
     return [_at(task, Severity.WARNING, Code.REPLAY_DRIFT, ("replay", found.number - 1),
                 f"replay {found.describe()}; if no page is meant to show it, mark it "
@@ -63,6 +62,9 @@ def _drift(task: Task, blocks: Sequence[Block]) -> list[Finding]:
             for found in drift(task.spec.replay_steps, blocks)]
 
 
+# Under ``replay: docs``: a skip naming no block, a route with nothing to run,
+# each value the docs leave to the reader that the task does not give, and the
+# steps it will take.
 def _docs(task: Task, pages: Sequence[Page]) -> list[Finding]:
     replay = task.spec.replay_docs
     assert replay is not None

@@ -1,19 +1,11 @@
 """``firstrun init URL [URL ...]``: a task drafted from the docs pages, that runs.
 
-Guarantee: the pages are read through a ``DocsReader`` as ``run`` reads them
-(their own hosts only, robots honoured, ``--docs-mirror`` first, the cache
-as usual); a page that cannot be read, or pages with no shell or file block
-to replay, are refused in one line before anything is written. The task has
-``replay: docs``, a goal from the pages' titles and headings, and a check
-drafted from what the pages show: each console block's documented output,
-loosened where it varies between runs (versions, numbers, times, paths,
-hashes, spacing), must be in what the run printed, and each file block's
-file must exist. The check opens with a line carrying its digest
-(``tasks.lint.DRAFTED``), so ``validate`` reports it as drafted until a
-person edits it; pages that show neither output nor a file get init's
-placeholder check, which fails every run. The file is checked with
-``read_task`` before it takes its name and is hard-linked into place, so it
-never overwrites a file, even in a race.
+Guarantee: the pages are read through a ``DocsReader`` as ``run`` reads them;
+a page that cannot be read, or pages with nothing to replay, are refused in one
+line before anything is written. The task has ``replay: docs`` and a check
+drafted from what the pages show, marked as drafted (``tasks.lint.DRAFTED``) so
+``validate`` reports it until a person edits it. The file is checked with
+``read_task`` before it takes its name, and never overwrites a file, even in a race.
 """
 
 from __future__ import annotations
@@ -109,6 +101,10 @@ def loosen(line: str) -> str | None:
     return "".join(parts) if literal >= _MIN_LITERAL else None
 
 
+# Each console block's documented output, loosened where it varies between
+# runs (versions, numbers, times, paths, hashes, spacing), must be in what the
+# run printed, and each file block's file must exist. Pages that show neither
+# get init's placeholder check, which fails every run.
 def drafted_check(pages: Sequence[Page]) -> DraftedCheck:
     outputs: list[str] = []
     files: list[str] = []
@@ -164,6 +160,7 @@ def draft_text(urls: Sequence[str], name: str, pages: Sequence[Page], *, digest:
     )
 
 
+# Their own hosts only, robots honoured, ``--docs-mirror`` first, the cache as usual.
 def read_pages(urls: Sequence[str], *, mirrors: Mapping[str, Mirror], cache_dir: str | None) -> list[Page]:
     """Each page through the docs reader, as ``run`` reads it; one that cannot be read is refused."""
     allow = [HostPattern.parse(p) for u in urls for p in covering_patterns(host_entry_text(u))]
@@ -220,6 +217,7 @@ def init_task(urls: Sequence[str], *, name: str | None = None, out: str | None =
         except TaskError as exc:
             raise UsageError(f"init: {' '.join(urls)} does not make a valid task: {exc.detail}") from None
         try:
+            # A hard link fails on an existing name, where a rename would replace it.
             os.link(tmp, target)
         except FileExistsError:
             raise UsageError(
