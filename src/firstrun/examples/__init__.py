@@ -1,17 +1,11 @@
 """The bundled examples: quickstarts that run offline, each with its own docs site.
 
-Guarantee: every example listed here ships as package data beside this
-module: a ``task.yaml`` and a ``docs/`` directory holding the whole
-documentation site its task routes through, on one docs host under the
-reserved ``.example`` top-level domain, so no name in it can ever reach a
-real server. ``example_mirrors`` serves each of those hosts from its
-directory, which is how ``firstrun run --example NAME`` reads the docs
-without a network; the examples' package installs still go to the real
-registries, through the egress proxy like any other run.
-
-The docs host is read from the task file itself (the host of its first
-page) rather than restated here, so the mirror and the route cannot
-disagree.
+Guarantee: every example listed here ships as package data beside this module:
+a ``task.yaml`` and a ``docs/`` directory holding the whole documentation site
+its task routes through, on one docs host under the reserved ``.example``
+top-level domain, so no name in it can reach a real server. ``example_mirrors``
+serves each host from its directory, so ``--example NAME`` reads the docs
+without a network; package installs still go through the egress proxy.
 """
 
 from __future__ import annotations
@@ -79,6 +73,8 @@ def example_mirrors(examples: Iterable[Example]) -> dict[str, Mirror]:
     }
 
 
+# The docs host is read from the task file itself (the host of its first page)
+# rather than restated here, so the mirror and the route cannot disagree.
 def _example(name: str, summary: str) -> Example:
     task_path = _ROOT / name / "task.yaml"
     task = read_task(task_path)
