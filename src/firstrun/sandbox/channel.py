@@ -187,8 +187,11 @@ class SupervisedSession(ABC):
     """
 
     who: str
-    exec_grace_s: float
-    close_grace_s: float
+    # How long past its own timeout a command may take before the supervisor
+    # is taken for lost (it reports the kill itself well within this).
+    exec_grace_s: float = 30.0
+    # How long the supervisor gets to end every process and exit after ``shutdown``.
+    close_grace_s: float = 5.0
     # How long the supervisor may stay silent while a command runs (it beats
     # every second); None for a supervisor that sends no beats.
     liveness_s: float | None = 10.0

@@ -62,7 +62,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 import uuid
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
@@ -89,7 +88,7 @@ from firstrun.sandbox.base import (
     ProxyEndpoint,
     SessionInfo,
 )
-from firstrun.sandbox.channel import JsonLines, SupervisedSession, decode_message, kill_and_wait
+from firstrun.sandbox.channel import JsonLines, decode_message, kill_and_wait
 from firstrun.sandbox.docker import seccomp_probe
 from firstrun.sandbox.docker.probe import probe_daemon
 from firstrun.sandbox.docker.resources import (
@@ -119,20 +118,18 @@ from firstrun.sandbox.ownership import give_back, lend, pick_uid, recover
 from firstrun.sandbox.protect import describe as describe_protection
 from firstrun.sandbox.protect import place as place_placeholders
 from firstrun.sandbox.protect import remove as remove_placeholders
+from firstrun.sandbox.supervised import LaunchedSession, read_ready, tail_of
 
 HELPER_SOURCE = Path(helper.__file__).read_text(encoding="utf-8")
 SECCOMP_PROBE_SOURCE = Path(seccomp_probe.__file__).read_text(encoding="utf-8")
 # Per-session uids lent the workspace when its owner is root: far above any
 # distribution's ranges, as on the linux backend.
 _UID_RANGE = (1_600_000_000, 1_700_000_000)
+# A container's start waits on the daemon, and the run container's on its sidecar.
 _READY_TIMEOUT_S = 60.0
 # How long a signalled sidecar gets to end its tunnels and deliver their records.
 _SIDECAR_STOP_S = 10.0
-# How long past its own timeout a command may take before the helper is
-# considered lost (it reports the kill itself well within this).
-_EXEC_GRACE_S = 30.0
-# How long the helper gets to end every process and exit after ``shutdown``.
-_CLOSE_GRACE_S = 5.0
+_HELPER = "the run container's helper"
 
 RecordCallback = Callable[[dict[str, object]], None]
 _SIDECAR = "the proxy sidecar"
@@ -172,8 +169,7 @@ class _Sidecar:
             raise SandboxUnavailable(one_line(error, 500), who="docker", fix=one_line(fix, 500))
         if ready.get("event") != "ready":
             # Its own words (a policy or credential it refused names no value).
-            self._stderr.seek(0)
-            why = "; ".join([*heard, self._stderr.read()[-500:].decode("utf-8", "replace").strip()])
+            why = "; ".join([*heard, tail_of(self._stderr, 500)])
             raise SandboxError(f"the proxy sidecar did not start{': ' + why if why.strip('; ') else ''}",
                                who="docker")
         self._thread = threading.Thread(target=self._pump, daemon=True,
@@ -247,64 +243,38 @@ def _take_down(topology: Topology, sidecars: list[_Sidecar], docker_bin: str, *,
         raise SandboxError("; ".join(errors), who="docker")
 
 
-class DockerSession(SupervisedSession):
-    """A running run container; its pid 1 is the helper, attached over one socket."""
+class DockerSession(LaunchedSession):
+    """A running run container; its pid 1 is the helper, attached over one socket.
+
+    The process is docker's attach client: its death closes the helper's
+    stdin, and the container is killed beside it.
+    """
 
     who = "docker"
-    exec_grace_s = _EXEC_GRACE_S
-    close_grace_s = _CLOSE_GRACE_S
+    sandbox = "the run container"
+    ready_timeout_s = _READY_TIMEOUT_S
 
     def __init__(self, *, topology: Topology, profile: SandboxProfile, env: dict[str, str],
                  info: SessionInfo, attach: subprocess.Popen[bytes], control: socket.socket,
                  attach_stderr: IO[bytes], docker_bin: str, cleanup: ExitStack) -> None:
-        super().__init__(channel=JsonLines(control, peer="the run container's helper"),
-                         env=env, profile=profile, info=info)
+        super().__init__(process=attach, channel=JsonLines(control, peer=_HELPER), env=env,
+                         profile=profile, info=info, output=attach_stderr, cleanup=cleanup)
         self.topology = topology
-        self._attach = attach
-        self._attach_stderr = attach_stderr
         self._docker = docker_bin
-        # Everything the start acquired, each with its undo: the one cleanup path.
-        self._cleanup = cleanup
         self._killed = False
-
-    def _stderr_tail(self) -> str:
-        try:
-            self._attach_stderr.seek(0)
-            return self._attach_stderr.read()[-2000:].decode("utf-8", "replace").strip()
-        except (OSError, ValueError):
-            return ""
-
-    def _ended_detail(self) -> str:
-        return f"the run container ended during a command: {self._stderr_tail()}"
 
     def _end(self) -> None:
         """Kill the run container (its pid 1, and with it every process) and the attach client."""
         if not self._killed:
             self._killed = True
             docker("kill", self.topology.run, docker_bin=self._docker, check=False)
-        kill_and_wait(self._attach)
+        super()._end()
 
     def interrupt(self) -> None:
-        # The client's death closes the helper's stdin; killing the container
-        # does not wait for the helper to notice.
-        if self._attach.poll() is None:
-            self._attach.kill()
+        # Killing the container does not wait for the helper to notice its stdin closed.
+        super().interrupt()
         with contextlib.suppress(SandboxError):
             self._end()
-
-    def _teardown(self) -> None:
-        try:
-            self._attach.wait(timeout=_CLOSE_GRACE_S)
-        except subprocess.TimeoutExpired:
-            pass
-        self._end()
-
-    def _restore(self) -> None:
-        try:
-            self._cleanup.close()
-        except OSError as exc:
-            raise SandboxError(f"restoring the host after the session: {exc}",
-                               who="docker") from exc
 
 
 # The mechanism behind each layer, as recorded in SessionInfo.layers.
@@ -362,20 +332,8 @@ _OMITTED_SECCOMP = ("omitted: not in the profile's required layers (an audit con
 
 def _await_ready(control: socket.socket, stderr: IO[bytes]) -> dict:
     """The helper's ready line, or the container's own words on why it did not start."""
-    def why() -> str:
-        stderr.seek(0)
-        return stderr.read()[-1000:].decode("utf-8", "replace").strip()
-
-    try:
-        ready = JsonLines(control, peer="the run container's helper").recv(
-            time.monotonic() + _READY_TIMEOUT_S)
-    except (OSError, ValueError) as exc:
-        raise SandboxError(f"the run container did not start: {exc}: {why()}",
-                           who="docker") from exc
-    if ready is None or not ready.get("ok"):
-        detail = ready.get("error") if ready else why()
-        raise SandboxError(f"the run container's helper did not start: {detail}", who="docker")
-    return ready
+    return read_ready(JsonLines(control, peer=_HELPER), within_s=_READY_TIMEOUT_S,
+                      tail=lambda: tail_of(stderr), sandbox=DockerSession.sandbox, who="docker")
 
 
 def _seccomp_file(directory: str) -> str:
@@ -688,7 +646,7 @@ class DockerBackend:
             docker_bin=docker_bin, cleanup=acquired.pop_all())
         try:
             if plan.capture:
-                JsonLines(control, peer="the run container's helper").send({
+                JsonLines(control, peer=_HELPER).send({
                     "op": "endpoints",
                     "endpoints": {"t": [sidecar_ip, TRANSPARENT_PORT], "d": [sidecar_ip, DNS_PORT]}})
             ready = _await_ready(control, attach_stderr)

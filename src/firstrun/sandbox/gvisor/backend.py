@@ -58,7 +58,7 @@ from firstrun.sandbox.base import (
     StartPhases,
     apt_fix,
 )
-from firstrun.sandbox.channel import JsonLines, SupervisedSession, kill_and_wait
+from firstrun.sandbox.channel import JsonLines, kill_and_wait
 from firstrun.sandbox.gvisor import probe
 from firstrun.sandbox.gvisor.spec import (
     CGROUP_PARENT,
@@ -74,6 +74,7 @@ from firstrun.sandbox.ownership import alive, give_back, lend, pick_uid, process
 from firstrun.sandbox.protect import describe as describe_protection
 from firstrun.sandbox.protect import place as place_placeholders
 from firstrun.sandbox.protect import remove as remove_placeholders
+from firstrun.sandbox.supervised import READY_TIMEOUT_S, LaunchedSession
 
 HELPER_SOURCE = Path(helper.__file__).read_text(encoding="utf-8")
 # One directory per session: its runsc state, its bundle and who owns it.
@@ -83,9 +84,6 @@ _OWNER_FILE = "owner"
 _STAGING = ".staging-"
 # Per-session uids for a root-owned workspace, as the linux backend's.
 _UID_RANGE = (1_500_000_000, 1_600_000_000)
-_READY_TIMEOUT_S = 30.0
-_CLOSE_GRACE_S = 5.0
-_EXEC_GRACE_S = 30.0
 _RUNSC_TIMEOUT_S = 30.0
 _CGROUP_ROOT = "/sys/fs/cgroup"
 
@@ -210,7 +208,7 @@ def sentry_pid(runsc: str, state_root: str, container_id: str) -> int:
     """The sentry's host pid: the process that is the sandbox's kernel."""
     # runsc saves the container's pid only once its start returns, which may
     # be after the helper inside already said it is ready.
-    deadline = time.monotonic() + _READY_TIMEOUT_S
+    deadline = time.monotonic() + READY_TIMEOUT_S
     while True:
         try:
             done = _runsc(runsc, state_root, "state", container_id)
@@ -256,54 +254,23 @@ def _sentry_seccomp_check(pid: int) -> Check:
                         f"Seccomp {seccomp}, NoNewPrivs {nnp}")
 
 
-class GvisorSession(SupervisedSession):
-    """A running gVisor sandbox and the helper that is its init."""
+class GvisorSession(LaunchedSession):
+    """A running gVisor sandbox and the helper that is its init.
+
+    The process is runsc; the sentry and gofer die with it (their
+    parent-death signal).
+    """
 
     who = "gvisor"
-    exec_grace_s = _EXEC_GRACE_S
-    close_grace_s = _CLOSE_GRACE_S
 
     def __init__(self, *, process: subprocess.Popen[bytes], control: socket.socket,
                  env: dict[str, str], profile: SandboxProfile, info: SessionInfo,
                  stderr_file: IO[bytes], cleanup: ExitStack) -> None:
-        super().__init__(channel=JsonLines(control, peer="the gVisor helper"), env=env,
-                         profile=profile, info=info)
-        self._process = process
-        self._stderr = stderr_file
-        self._cleanup = cleanup
+        super().__init__(process=process, channel=JsonLines(control, peer="the gVisor helper"),
+                         env=env, profile=profile, info=info, output=stderr_file,
+                         cleanup=cleanup)
         # The sentry's host pid, once the sandbox is up: gone when the session is.
         self.pid: int | None = None
-
-    def stderr_tail(self) -> str:
-        try:
-            self._stderr.seek(0)
-            return self._stderr.read()[-2000:].decode("utf-8", "replace")
-        except (OSError, ValueError):
-            return ""
-
-    def _ended_detail(self) -> str:
-        return f"the sandbox ended during a command: {self.stderr_tail()}"
-
-    def _end(self) -> None:
-        # runsc's sentry and gofer die with it (their parent-death signal).
-        kill_and_wait(self._process)
-
-    def interrupt(self) -> None:
-        if self._process.poll() is None:
-            self._process.kill()
-
-    def _teardown(self) -> None:
-        try:
-            self._process.wait(timeout=_CLOSE_GRACE_S)
-        except subprocess.TimeoutExpired:
-            pass
-        self._end()
-
-    def _restore(self) -> None:
-        try:
-            self._cleanup.close()
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise SandboxError(f"restoring the host after the session: {exc}", who="gvisor") from exc
 
 
 class GvisorBackend:
@@ -403,7 +370,7 @@ class GvisorBackend:
                                  policy_hash=profile.policy_hash()),
                 stderr_file=stderr_file, cleanup=acquired.pop_all())
         try:
-            self._await_ready(session, control)
+            session.await_ready()
             phases.mark("ready")
             # runsc answers where the sentry is while the probe runs inside:
             # neither waits for the other, and the host-side check needs both.
@@ -435,19 +402,6 @@ class GvisorBackend:
             session.close()
             raise
         return session
-
-    def _await_ready(self, session: GvisorSession, control: socket.socket) -> dict:
-        try:
-            ready = JsonLines(control, peer="the gVisor helper").recv(
-                time.monotonic() + _READY_TIMEOUT_S)
-        except (OSError, ValueError) as exc:
-            raise SandboxError(f"the sandbox did not start: {exc}: {session.stderr_tail()}",
-                               who="gvisor") from exc
-        if ready is None:
-            raise SandboxError(f"the sandbox did not start: {session.stderr_tail()}", who="gvisor")
-        if not ready.get("ok"):
-            raise SandboxError(f"the sandbox helper failed: {ready.get('error')}", who="gvisor")
-        return ready
 
 
 def _sockets(proxy: ProxyEndpoint | None) -> dict[str, str]:

@@ -56,7 +56,7 @@ from firstrun.sandbox.base import (
     StartPhases,
     apt_fix,
 )
-from firstrun.sandbox.channel import JsonLines, SupervisedSession, kill_and_wait, wait_for_exit
+from firstrun.sandbox.channel import JsonLines, kill_and_wait
 from firstrun.sandbox.linux import cgroup, launcher, probe, seccomp
 from firstrun.sandbox.linux.spec import (
     PROXY_PORT,
@@ -70,20 +70,16 @@ from firstrun.sandbox.ownership import give_back, kill_uid, lend, pick_uid, reco
 from firstrun.sandbox.protect import describe as describe_protection
 from firstrun.sandbox.protect import place as place_placeholders
 from firstrun.sandbox.protect import remove as remove_placeholders
+from firstrun.sandbox.supervised import READY_TIMEOUT_S, LaunchedSession, tail_of
 
 # Per-session uids for a root harness: far above any distribution's ranges
 # and the usual subuid blocks, and unique per live session.
 _UID_RANGE = (1_500_000_000, 1_600_000_000)
-_READY_TIMEOUT_S = 30.0
 # The layers a profile may leave out of ``required`` (the audit's knob); the
 # rest are bubblewrap itself, the uid and the limits, which are always applied.
 _OMITTABLE = frozenset({LayerName.SECCOMP, LayerName.LANDLOCK, LayerName.NETWORK})
 _OMITTED = "omitted: not in the profile's required layers (an audit configuration)"
-_CLOSE_GRACE_S = 5.0
 CAPTURE_PORTS = capture.CapturePorts()
-# How long past its own timeout a command may take before the helper is
-# considered unresponsive (it reports the kill itself within this).
-_EXEC_GRACE_S = 30.0
 
 
 def _sandbox_error(what: str, exc: OSError) -> SandboxError:
@@ -169,14 +165,8 @@ def _child_pid(info_fd: int, deadline: float, stderr: IO[bytes]) -> int:
     try:
         return int(json.loads(data)["child-pid"])
     except (ValueError, KeyError, TypeError):
-        raise SandboxError(f"the sandbox did not start: {_said(stderr) or data!r}",
+        raise SandboxError(f"the sandbox did not start: {tail_of(stderr) or data!r}",
                            who="linux") from None
-
-
-def _said(stderr: IO[bytes]) -> str:
-    """The tail of what bubblewrap (or the launch before it) wrote on the session's stderr."""
-    stderr.seek(0)
-    return stderr.read()[-2000:].decode("utf-8", "replace").strip()
 
 
 _NS_GET_USERNS = 0xB701
@@ -192,7 +182,7 @@ def _capture_early(info_fd: int, bwrap_pid: int, stderr: IO[bytes]) -> capture.L
     harness that is not root also enters the user namespace that owns it
     (``NS_GET_USERNS``), where it holds CAP_NET_ADMIN because it made it.
     """
-    pid = _child_pid(info_fd, time.monotonic() + _READY_TIMEOUT_S, stderr)
+    pid = _child_pid(info_fd, time.monotonic() + READY_TIMEOUT_S, stderr)
     try:
         net_fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     except OSError as exc:
@@ -200,7 +190,7 @@ def _capture_early(info_fd: int, bwrap_pid: int, stderr: IO[bytes]) -> capture.L
     try:
         if _children(bwrap_pid) != [pid]:
             raise SandboxError(f"the sandbox did not start: bubblewrap's child {pid} ended "
-                               f"during its setup: {_said(stderr)}", who="linux")
+                               f"during its setup: {tail_of(stderr)}", who="linux")
         user_fd = None
         if os.geteuid() != 0:
             user_fd = fcntl.ioctl(net_fd, _NS_GET_USERNS)
@@ -254,12 +244,10 @@ def _children(pid: int) -> list[int]:
         raise SandboxError(f"cannot find the sandbox's process: {exc}", who="linux") from exc
 
 
-class LinuxSession(SupervisedSession):
+class LinuxSession(LaunchedSession):
     """A running bubblewrap sandbox and the helper inside it."""
 
     who = "linux"
-    exec_grace_s = _EXEC_GRACE_S
-    close_grace_s = _CLOSE_GRACE_S
 
     def __init__(
         self,
@@ -274,55 +262,34 @@ class LinuxSession(SupervisedSession):
         session_cgroup: cgroup.SessionCgroup | None,
         cleanup: ExitStack,
     ) -> None:
-        super().__init__(channel=JsonLines(control, peer="the sandbox helper"), env=env,
-                         profile=profile, info=info)
+        super().__init__(process=process, channel=JsonLines(control, peer="the sandbox helper"),
+                         env=env, profile=profile, info=info, output=stderr_file,
+                         cleanup=cleanup)
         # The session-wide memory and pids caps, or None when only rlimits
         # apply; public so a caller can read the kernel's own counters.
         self.cgroup = session_cgroup
-        self._process = process
         self._sandbox_uid = sandbox_uid
-        self._stderr = stderr_file
-        # Everything the launch acquired, each with its undo: the one cleanup path.
-        self._cleanup = cleanup
-
-    def _stderr_tail(self) -> str:
-        if self._stderr is None:
-            return ""
-        try:
-            self._stderr.seek(0)
-            return self._stderr.read()[-2000:].decode("utf-8", "replace")
-        except (OSError, ValueError):
-            return ""
-
-    def _ended_detail(self) -> str:
-        return f"the sandbox ended during a command: {self._stderr_tail()}"
 
     def _end(self) -> None:
-        """Kill bubblewrap, everything in the session cgroup and, for a root harness,
-        every process of the session's uid; then remove the cgroup."""
-        kill_and_wait(self._process)
+        """Kill bubblewrap (its pid namespace's init dies with it, and so does every process
+        in the namespace), everything in the session cgroup and, for a root harness, every
+        process of the session's uid; then remove the cgroup."""
+        super()._end()
         if self.cgroup is not None:
             self.cgroup.kill_and_remove()
         if self._sandbox_uid is not None:
             kill_uid(self._sandbox_uid)
 
-    def interrupt(self) -> None:
-        # Killing bubblewrap takes its pid namespace, and every command in it,
-        # down at once; the exec blocked on the control socket then sees EOF.
-        if self._process.poll() is None:
-            self._process.kill()
-
-    def _teardown(self) -> None:
-        wait_for_exit(self._process, _CLOSE_GRACE_S)
-        # Killing bubblewrap kills its pid namespace's init (die-with-parent),
-        # and with it every process in the namespace.
-        self._end()
-
-    def _restore(self) -> None:
-        try:
-            self._cleanup.close()
-        except OSError as exc:
-            raise SandboxError(f"restoring the host after the session: {exc}", who="linux") from exc
+    def _refused(self, ready: dict) -> SandboxError:
+        if ready.get("landlock"):
+            return SandboxUnavailable(
+                f"Landlock is required and could not be applied: {ready.get('error')}",
+                who="linux",
+                fix="boot a kernel with Landlock enabled (CONFIG_SECURITY_LANDLOCK=y, "
+                    "'landlock' in lsm=), or downgrade explicitly and accept the recorded "
+                    "downgrade",
+            )
+        return super()._refused(ready)
 
 
 class LinuxBackend:
@@ -445,7 +412,7 @@ class LinuxBackend:
             except OSError as exc:
                 raise _sandbox_error("cannot launch bubblewrap", exc) from exc
             except subprocess.SubprocessError as exc:
-                raise SandboxError(f"cannot launch bubblewrap: {_said(stderr_file) or exc}",
+                raise SandboxError(f"cannot launch bubblewrap: {tail_of(stderr_file) or exc}",
                                    who="linux") from exc
             finally:
                 control_child.close()
@@ -468,7 +435,7 @@ class LinuxBackend:
             )
         routes: _Routes | None = None
         try:
-            ready = self._await_ready(session, control_parent)
+            ready = self._await_ready(session)
             phases.mark("ready")
             # Evidence, not intent: bubblewrap (exec'd by the launched
             # process) is a member, so the caps recorded below are the ones in force.
@@ -529,26 +496,10 @@ class LinuxBackend:
             raise
         return session
 
-    def _await_ready(self, session: LinuxSession, control: socket.socket) -> dict:
-        try:
-            ready = JsonLines(control, peer="the sandbox helper").recv(time.monotonic() + _READY_TIMEOUT_S)
-        except (OSError, ValueError) as exc:
-            raise SandboxError(f"the sandbox did not start: {exc}: {session._stderr_tail()}",
-                               who="linux") from exc
-        if ready is None:
-            raise SandboxError(f"the sandbox did not start: {session._stderr_tail()}",
-                               who="linux")
-        if not ready.get("ok"):
-            if ready.get("landlock"):
-                raise SandboxUnavailable(
-                    f"Landlock is required and could not be applied: {ready.get('error')}",
-                    who="linux",
-                    fix="boot a kernel with Landlock enabled (CONFIG_SECURITY_LANDLOCK=y, "
-                        "'landlock' in lsm=), or downgrade explicitly and accept the recorded "
-                        "downgrade",
-                )
-            raise SandboxError(f"the sandbox helper failed: {ready.get('error')}", who="linux")
-        return ready
+    @staticmethod
+    def _await_ready(session: LinuxSession, _control: socket.socket | None = None) -> dict:
+        """The helper's ready line, read from the session's channel (``_control``'s socket)."""
+        return session.await_ready()
 
 def _session_cgroup(profile: SandboxProfile) -> tuple[cgroup.SessionCgroup | None, str]:
     """A session cgroup with the profile's caps, or None and why there is none.

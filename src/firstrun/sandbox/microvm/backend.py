@@ -41,7 +41,6 @@ import struct
 import subprocess
 import tempfile
 import threading
-import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import IO
@@ -57,7 +56,7 @@ from firstrun.sandbox.base import (
     ProxyEndpoint,
     SessionInfo,
 )
-from firstrun.sandbox.channel import JsonLines, SupervisedSession, kill_and_wait
+from firstrun.sandbox.channel import JsonLines, kill_and_wait
 from firstrun.sandbox.linux import seccomp
 from firstrun.sandbox.microvm import probe, relay
 from firstrun.sandbox.microvm.image import MicrovmImage, find_image
@@ -73,6 +72,7 @@ from firstrun.sandbox.ownership import give_back, lend, pick_uid, recover
 from firstrun.sandbox.protect import describe as describe_protection
 from firstrun.sandbox.protect import place as place_placeholders
 from firstrun.sandbox.protect import remove as remove_placeholders
+from firstrun.sandbox.supervised import READY_TIMEOUT_S, LaunchedSession, tail_of
 
 AGENT_SOURCE = Path(__file__).with_name("agent.py").read_bytes()
 ACCEL_VARIABLE = "FIRSTRUN_MICROVM_ACCEL"
@@ -83,9 +83,7 @@ RELAY_PYTHON = "/usr/bin/python3"
 
 _UID_RANGE = (1_600_000_000, 1_700_000_000)
 # Boot under emulation takes seconds (about 12 s on a loaded 2-core machine).
-_READY_TIMEOUT_S = {"kvm": 30.0, "tcg": 180.0}
-_CLOSE_GRACE_S = 10.0
-_EXEC_GRACE_S = 30.0
+_TCG_READY_TIMEOUT_S = 180.0
 
 PROVIDES: Provides = {
     LayerName.NAMESPACES: "separate guest kernel (QEMU microvm)",
@@ -162,66 +160,33 @@ class _ProxyRelay:
         self._sock.close()
 
 
-class MicrovmSession(SupervisedSession):
-    """A running micro-VM and the agent inside it."""
+class MicrovmSession(LaunchedSession):
+    """A running micro-VM and the agent inside it; the process is QEMU, the whole VM."""
 
     who = "microvm"
-    exec_grace_s = _EXEC_GRACE_S
-    close_grace_s = _CLOSE_GRACE_S
+    sandbox = "the VM"
+    close_grace_s = 10.0
     # Under TCG emulation the guest runs many times slower than the host.
     liveness_s = 30.0
 
     def __init__(self, *, process: subprocess.Popen[bytes], channel: socket.socket,
                  env: dict[str, str], profile: SandboxProfile, info: SessionInfo,
                  console: IO[bytes], relay: _ProxyRelay | None, cleanup: ExitStack) -> None:
-        super().__init__(channel=JsonLines(channel, peer="the guest agent"), env=env,
-                         profile=profile, info=info)
+        super().__init__(process=process, channel=JsonLines(channel, peer="the guest agent"),
+                         env=env, profile=profile, info=info, output=console, cleanup=cleanup)
         self.pid = process.pid
-        self._process = process
-        self._console = console
         # Named here for the tests that knock on it; closed by the cleanup.
         self._relay = relay
-        # Everything the start acquired, each with its undo: the one cleanup path.
-        self._cleanup = cleanup
 
-    def console_tail(self) -> str:
+    def tail(self) -> str:
         """The end of the guest's console, its own lines first.
 
         What init, the agent and QEMU wrote says why a boot failed; the
         kernel's (timestamped) lines after it are mostly a panic's trace.
         """
-        try:
-            self._console.seek(0)
-            text = self._console.read().decode("utf-8", "replace")
-        except (OSError, ValueError):
-            return ""
+        text = tail_of(self._output, limit=None)
         own = [line for line in text.splitlines() if line and not line.startswith("[")]
         return ("\n".join(own[-20:]) + "\n" if own else "") + text[-1000:]
-
-    def _ended_detail(self) -> str:
-        return f"the VM ended during a command: {self.console_tail()}"
-
-    def _end(self) -> None:
-        kill_and_wait(self._process)
-
-    def interrupt(self) -> None:
-        # The VM is one process: killing it ends every command in the guest at once.
-        if self._process.poll() is None:
-            self._process.kill()
-
-    def _teardown(self) -> None:
-        try:
-            self._process.wait(timeout=_CLOSE_GRACE_S)
-        except subprocess.TimeoutExpired:
-            pass
-        self._end()
-
-    def _restore(self) -> None:
-        try:
-            self._cleanup.close()
-        except OSError as exc:
-            raise SandboxError(f"restoring the host after the session: {exc}",
-                               who="microvm") from exc
 
 
 def _ca_bundle() -> bytes:
@@ -397,17 +362,12 @@ class MicrovmBackend:
     @staticmethod
     def _boot(session: MicrovmSession, channel: socket.socket, config: dict[str, object],
               accel: str) -> None:
-        deadline = time.monotonic() + _READY_TIMEOUT_S[accel]
+        within_s = READY_TIMEOUT_S if accel == "kvm" else _TCG_READY_TIMEOUT_S
         try:
-            channel.settimeout(_READY_TIMEOUT_S[accel])
+            channel.settimeout(within_s)
             channel.sendall(b"%d\n" % len(AGENT_SOURCE) + AGENT_SOURCE)
             channel.sendall(json.dumps(config, separators=(",", ":")).encode() + b"\n")
-            ready = session._channel.recv(deadline)
-        except (OSError, ValueError) as exc:
-            raise SandboxError(f"the VM did not boot: {exc}: {session.console_tail()}",
+        except OSError as exc:
+            raise SandboxError(f"the VM did not start: {exc}: {session.tail()}",
                                who="microvm") from exc
-        if ready is None:
-            raise SandboxError(f"the VM did not boot: {session.console_tail()}", who="microvm")
-        if not ready.get("ok"):
-            raise SandboxError(f"the guest agent failed to set up: {ready.get('error')}",
-                               who="microvm")
+        session.await_ready(within_s=within_s)
