@@ -57,11 +57,12 @@ Protocol: JSON lines. Helper -> harness: ``ready`` once, then per command
 uid (the harness ends the session). Harness -> helper: ``exec``,
 ``kill_all`` and ``shutdown``.
 
-Runs as ``python -I -S -c <this source> <config json>`` (on linux, the same
-program handed over as byte code: ``bytecode``): stdlib only, no imports
-from firstrun, because inside the sandbox there is only the interpreter's
-own installation. The harness imports it too, to probe
-Landlock with the same code that applies it.
+Runs as ``python -I -S -c <program> <config json>``, the program being
+this module with the supervisor core (``supervisor``) shipped in it (on
+linux as byte code: ``bytecode.program``): stdlib only, and of firstrun
+only that core, because inside the sandbox there is only the interpreter's
+own installation. The harness imports it too, to probe Landlock with the
+same code that applies it.
 """
 
 from __future__ import annotations
@@ -72,14 +73,22 @@ import errno
 import json
 import os
 import resource
-import select
 import selectors
 import signal
 import socket
 import subprocess
 import sys
 import threading
-import time
+
+from firstrun.sandbox.supervisor import (
+    HEARTBEAT_S,
+    PR_SET_NO_NEW_PRIVS,
+    Channel,
+    Supervisor,
+    libc,
+    load_seccomp,
+    prctl,
+)
 
 # Landlock syscall numbers are the same on every architecture.
 _SYS_LANDLOCK_CREATE_RULESET = 444
@@ -111,26 +120,14 @@ _ACCESS_FS_FILE = (1 << 1) | (1 << 14) | (1 << 15)
 _SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0
 _SCOPE_SIGNAL = 1 << 1
 
-# After a command exits, how long its pipes may stay quiet before the helper
-# stops listening, and how long a background writer may keep them busy.
-_IDLE_S = 0.05
-_DRAIN_S = 1.0
-# The longest the helper stays silent while a command runs.
-_HEARTBEAT_S = 1.0
-
 # The OOM killer's first choice, host-wide and within the session cgroup.
 _COMMAND_OOM_SCORE = b"1000"
 
 _PR_SET_DUMPABLE = 4
-_PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_CAPBSET_DROP = 24
-_PR_SET_SECCOMP = 22
-_SECCOMP_MODE_FILTER = 2
-_BPF_INSN_BYTES = 8
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.syscall.restype = ctypes.c_long
+libc.syscall.restype = ctypes.c_long
 
 
 class _RulesetAttr(ctypes.Structure):
@@ -152,7 +149,7 @@ class LandlockError(Exception):
 
 def landlock_abi() -> int:
     """The kernel's Landlock ABI version, or 0 when Landlock is unavailable."""
-    abi = _libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0),
+    abi = libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0),
                         ctypes.c_uint32(_LANDLOCK_CREATE_RULESET_VERSION))
     return abi if abi > 0 else 0
 
@@ -173,7 +170,7 @@ def apply_landlock(writable_dirs: list[str], writable_files: list[str], *, min_a
     attr = _RulesetAttr(handled_access_fs=handled, handled_access_net=0,
                         scoped=(_SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL) if abi >= 6 else 0)
     size = ctypes.sizeof(_RulesetAttr) if abi >= 6 else 16 if abi >= 4 else 8
-    ruleset = _libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr),
+    ruleset = libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr),
                             ctypes.c_size_t(size), ctypes.c_uint32(0))
     if ruleset < 0:
         raise LandlockError(f"landlock_create_ruleset: {os.strerror(ctypes.get_errno())}")
@@ -187,41 +184,21 @@ def apply_landlock(writable_dirs: list[str], writable_files: list[str], *, min_a
                 continue
             try:
                 rule = _PathBeneathAttr(allowed_access=access, parent_fd=fd)
-                if _libc.syscall(_SYS_LANDLOCK_ADD_RULE, ctypes.c_int(ruleset),
+                if libc.syscall(_SYS_LANDLOCK_ADD_RULE, ctypes.c_int(ruleset),
                                  ctypes.c_int(_LANDLOCK_RULE_PATH_BENEATH),
                                  ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
                     raise LandlockError(
                         f"landlock_add_rule {path}: {os.strerror(ctypes.get_errno())}")
             finally:
                 os.close(fd)
-        if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             raise LandlockError(f"PR_SET_NO_NEW_PRIVS: {os.strerror(ctypes.get_errno())}")
-        if _libc.syscall(_SYS_LANDLOCK_RESTRICT_SELF, ctypes.c_int(ruleset),
+        if libc.syscall(_SYS_LANDLOCK_RESTRICT_SELF, ctypes.c_int(ruleset),
                          ctypes.c_uint32(0)) != 0:
             raise LandlockError(f"landlock_restrict_self: {os.strerror(ctypes.get_errno())}")
     finally:
         os.close(ruleset)
     return abi
-
-
-class _SockFprog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
-
-def load_seccomp(program: bytes) -> None:
-    """Confine this thread and its future children to the BPF ``program``.
-
-    Must run before any other thread exists: a filter loaded by prctl applies
-    to the calling thread only. no_new_privs first, which loading a filter
-    without CAP_SYS_ADMIN requires.
-    """
-    if not program or len(program) % _BPF_INSN_BYTES:
-        raise OSError(errno.EINVAL, f"a seccomp program of {len(program)} bytes")
-    code = ctypes.create_string_buffer(program, len(program))
-    prog = _SockFprog(len(program) // _BPF_INSN_BYTES, ctypes.addressof(code))
-    _prctl(_PR_SET_NO_NEW_PRIVS, 1)
-    if _libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), f"PR_SET_SECCOMP: {os.strerror(ctypes.get_errno())}")
 
 
 def _set_limits(limits: dict) -> None:
@@ -238,11 +215,6 @@ def _set_limits(limits: dict) -> None:
         resource.setrlimit(res, (value, value))
 
 
-def _prctl(option: int, value: int) -> None:
-    if _libc.prctl(option, value, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), f"prctl({option})")
-
-
 def _become(uid: int, gid: int, cwd: str):
     """In a command's child, before exec: no capability can ever come back, then every id,
     then the working directory.
@@ -257,7 +229,7 @@ def _become(uid: int, gid: int, cwd: str):
     """
     def preexec() -> None:
         cap = 0
-        while _libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) == 0:
+        while libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) == 0:
             cap += 1
         if ctypes.get_errno() != errno.EINVAL or cap == 0:
             raise OSError(ctypes.get_errno(), f"PR_CAPBSET_DROP {cap}")
@@ -270,69 +242,6 @@ def _become(uid: int, gid: int, cwd: str):
             os.write(2, f"{exc}\n".encode())
             os._exit(126 if exc.errno == errno.EACCES else 127)
     return preexec
-
-
-class Stop(Exception):
-    """The harness asked for shutdown, or the channel closed, while a command ran."""
-
-
-class _Channel:
-    """JSON lines over two descriptors (one socket on linux, stdin and stdout on docker).
-
-    Written from the main thread only. ``pending`` reads what arrived while
-    a command ran and raises ``Stop`` at EOF or on a ``shutdown``, so a
-    harness that goes away or closes the session is obeyed at once; any
-    other message waits its turn.
-    """
-
-    def __init__(self, fd_in: int, fd_out: int) -> None:
-        self.fd_in = fd_in
-        self.fd_out = fd_out
-        self.buf = b""
-        self.queue: list[dict] = []
-
-    # Blocking whatever the descriptors' flags say: gVisor gives the guest
-    # the host's socket, which can answer a read or write with EAGAIN.
-    def send(self, msg: dict) -> None:
-        data = json.dumps(msg, separators=(",", ":")).encode() + b"\n"
-        while data:
-            try:
-                data = data[os.write(self.fd_out, data):]
-            except BlockingIOError:
-                select.select([], [self.fd_out], [])
-
-    def _read(self) -> bytes:
-        while True:
-            try:
-                return os.read(self.fd_in, 65536)
-            except BlockingIOError:
-                select.select([self.fd_in], [], [])
-
-    def _split(self) -> None:
-        while b"\n" in self.buf:
-            line, self.buf = self.buf.split(b"\n", 1)
-            self.queue.append(json.loads(line))
-
-    def pending(self) -> None:
-        try:
-            chunk = os.read(self.fd_in, 65536)
-        except BlockingIOError:
-            return  # readable, said the selector, but nothing was there after all
-        if not chunk:
-            raise Stop()
-        self.buf += chunk
-        self._split()
-        if any(msg.get("op") == "shutdown" for msg in self.queue):
-            raise Stop()
-
-    def recv(self) -> dict | None:
-        while not self.queue:
-            chunk = self._read()
-            if not chunk:
-                return None
-            self.buf += chunk
-            self._split()
-        return self.queue.pop(0)
 
 
 class _Dialer:
@@ -629,246 +538,36 @@ def _splice(a: socket.socket, b: socket.socket) -> None:
         sel.close()
 
 
-def _proc_identity(pid: int) -> tuple[int, int, str] | None:
-    """(pid, start time, state) from /proc, or None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    # The command name may hold spaces and parentheses; fields follow the last ')'.
-    fields = stat[stat.rindex(b")") + 2 :].split()
-    return pid, int(fields[19]), fields[0].decode()
-
-
-def _processes() -> list[tuple[int, int, str]]:
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            ident = _proc_identity(int(name))
-            if ident is not None:
-                found.append(ident)
-    return found
-
-
-def _reap_orphans(keep: int | None) -> None:
-    """Reap every exited child except ``keep`` (the command subprocess waits on itself)."""
-    while True:
-        try:
-            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:
-            return
-        if info is None or info.si_pid == keep:
-            return
-        os.waitpid(info.si_pid, 0)
-
-
-def _kill_since(existing: set[tuple[int, int]], keep: int | None) -> int:
-    """SIGKILL every live process not in ``existing`` until none remain; how many were killed.
-
-    Orphans come back to the helper (subreaper), so each round also reaps;
-    a process forked between listing and killing is caught the next round.
-    """
-    me = os.getpid()
-    killed: set[tuple[int, int]] = set()
-    while True:
-        victims = [
-            (pid, start) for pid, start, state in _processes()
-            if pid not in (1, me) and (pid, start) not in existing and state not in ("Z", "X")
-        ]
-        if not victims:
-            return len(killed)
-        for pid, start in victims:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed.add((pid, start))
-            except ProcessLookupError:
-                pass
-        _reap_orphans(keep)
-        time.sleep(0.001)
-
-
-def _exit_code(returncode: int) -> int:
-    return 128 - returncode if returncode < 0 else returncode
-
-
-class Helper:
-    def __init__(self, channel: _Channel, oom: tuple[int, bytes], *,
-                 user: tuple[int, int] | None = None, heartbeat_s: float = _HEARTBEAT_S) -> None:
-        self.channel = channel
+class Helper(Supervisor):
+    def __init__(self, channel: Channel, oom: tuple[int, bytes], *,
+                 user: tuple[int, int] | None = None, heartbeat_s: float = HEARTBEAT_S) -> None:
+        super().__init__(channel, heartbeat_s=heartbeat_s)
         # This process's own oom_score_adj, opened before it became
         # non-dumpable (its /proc files then belong to root) and before
         # Landlock (which refuses the open), and the value to return to.
         self.oom_fd, self.oom_own = oom
         self.user = user
-        self.heartbeat_s = heartbeat_s
 
-    def serve(self) -> None:
-        try:
-            while True:
-                msg = self.channel.recv()
-                if msg is None or msg["op"] == "shutdown":
-                    break
-                if msg["op"] == "exec":
-                    self.run(msg)
-                elif msg["op"] == "kill_all":
-                    killed = _kill_since(set(), None)
-                    _reap_orphans(None)
-                    self.channel.send({"op": "killed", "id": msg["id"], "count": killed})
-        except Stop:
-            pass
-        self.shutdown()
-
-    def shutdown(self) -> None:
-        _kill_since(set(), None)
-        _reap_orphans(None)
-        try:
-            self.channel.send({"op": "closed"})
-        except OSError:
-            pass  # the harness is gone; everything is killed all the same
-
-    def run(self, msg: dict) -> None:
-        cmd_id = msg["id"]
-        env = dict(msg["env"])
-        existing = {(pid, start) for pid, start, _ in _processes()}
-        started = time.monotonic()
+    def spawn(self, msg: dict) -> subprocess.Popen:
         # A child inherits the score at fork, so the helper wears it only
         # while it forks; raising needs no privilege, and returning to its
         # own value never goes below the minimum it inherited.
         os.pwrite(self.oom_fd, _COMMAND_OOM_SCORE, 0)
         try:
-            proc = subprocess.Popen(
-                msg["argv"], cwd=msg["cwd"] if self.user is None else None, env=env,
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                close_fds=True, start_new_session=True,
+            return subprocess.Popen(
+                msg["argv"], cwd=msg["cwd"] if self.user is None else None,
+                env=dict(msg["env"]), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, close_fds=True, start_new_session=True,
                 preexec_fn=None if self.user is None else _become(*self.user, msg["cwd"]),
             )
-        except subprocess.SubprocessError as exc:
-            # The uid drop failed: running it anyway would run it privileged.
-            self.channel.send({"op": "error", "id": cmd_id,
-                               "error": f"cannot drop to the session's uid: {exc}"})
-            return
-        except OSError as exc:
-            # Not a sandbox failure: the command could not be started (bad cwd, no such file).
-            self.channel.send({"op": "out", "id": cmd_id, "stream": "stderr",
-                               "data": base64.b64encode(f"{exc}\n".encode()).decode()})
-            self.channel.send({"op": "exit", "id": cmd_id, "code": 126 if exc.errno == errno.EACCES
-                               else 127, "timed_out": False,
-                               "duration_s": time.monotonic() - started})
-            return
         finally:
             os.pwrite(self.oom_fd, self.oom_own, 0)
-        timeout = msg["timeout"]
-        deadline = started + timeout if timeout is not None else None
-        try:
-            timed_out = self._pump(cmd_id, proc, deadline)
-        except Stop:
-            _kill_since(existing, proc.pid)
-            proc.wait()
-            raise
-        if timed_out:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            _kill_since(existing, proc.pid)
-        code = proc.wait()
-        _reap_orphans(None)
-        self.channel.send({"op": "exit", "id": cmd_id, "code": _exit_code(code),
-                           "timed_out": timed_out, "duration_s": time.monotonic() - started})
-
-    def _pump(self, cmd_id: int, proc: subprocess.Popen, deadline: float | None) -> bool:
-        """Stream output until the command exits and its pipes drain; True on timeout.
-
-        A background process may keep the pipes open after the command
-        exits; once the command is gone, output is drained until the pipes
-        are idle for a moment, and for at most ``_DRAIN_S``, then the helper
-        stops listening. Both bounds are checked on every round, not only
-        when the pipes go quiet: a command that keeps a pipe full (one
-        enlarged with F_SETPIPE_SZ never empties between two reads) would
-        otherwise never time out, and a chatty server left running would
-        hold the exec forever. The channel is watched too: at its EOF or a
-        ``shutdown`` the command is abandoned (``Stop``), and the session ends
-        without waiting for it.
-        """
-        sel = selectors.DefaultSelector()
-        streams = {proc.stdout: "stdout", proc.stderr: "stderr"}
-        for pipe in streams:
-            os.set_blocking(pipe.fileno(), False)
-            sel.register(pipe, selectors.EVENT_READ)
-        pidfd = _exit_fd(proc)
-        sel.register(pidfd, selectors.EVENT_READ)
-        sel.register(self.channel.fd_in, selectors.EVENT_READ)
-        exited = False
-        drain_end = quiet_end = None
-        beat = time.monotonic() + self.heartbeat_s
-        try:
-            while streams:
-                now = time.monotonic()
-                if deadline is not None and now >= deadline:
-                    return not exited
-                if drain_end is not None and now >= drain_end:
-                    return False
-                if quiet_end is not None and now >= quiet_end:
-                    return False
-                if now >= beat:
-                    self.channel.send({"op": "alive", "id": cmd_id})
-                    beat = now + self.heartbeat_s
-                ends = [beat] + [t for t in (deadline, quiet_end) if t is not None]
-                for key, _ in sel.select(max(0.0, min(ends) - now)):
-                    if key.fileobj == self.channel.fd_in:
-                        self.channel.pending()
-                        continue
-                    if exited:
-                        quiet_end = time.monotonic() + _IDLE_S
-                    if key.fileobj == pidfd:
-                        exited = True
-                        drain_end = time.monotonic() + _DRAIN_S
-                        quiet_end = time.monotonic() + _IDLE_S
-                        sel.unregister(pidfd)
-                        continue
-                    data = os.read(key.fileobj.fileno(), 65536)
-                    if not data:
-                        sel.unregister(key.fileobj)
-                        del streams[key.fileobj]
-                        continue
-                    self.channel.send({"op": "out", "id": cmd_id, "stream": streams[key.fileobj],
-                                       "data": base64.b64encode(data).decode()})
-            return False
-        finally:
-            sel.close()
-            os.close(pidfd)
-            proc.stdout.close()
-            proc.stderr.close()
-
-
-def _exit_fd(proc: subprocess.Popen) -> int:
-    """A descriptor that becomes readable once ``proc`` has exited.
-
-    A pidfd where the kernel has them; gVisor's has none (ENOSYS), and there
-    a thread that waits for this one child writes to a pipe instead.
-    """
-    try:
-        return os.pidfd_open(proc.pid)
-    except OSError as exc:
-        if exc.errno != errno.ENOSYS:
-            raise
-    read_end, write_end = os.pipe2(os.O_CLOEXEC)
-
-    def wait() -> None:
-        try:
-            proc.wait()
-        finally:
-            os.close(write_end)
-
-    threading.Thread(target=wait, daemon=True).start()
-    return read_end
 
 
 def main(argv: list[str]) -> int:
     config = json.loads(argv[1])
     fd_in, fd_out = config["channel_fds"]
-    channel = _Channel(fd_in, fd_out)
+    channel = Channel(fd_in, fd_out)
     report: dict = {"op": "ready", "ok": True, "pid": os.getpid()}
     # Python handles SIGINT; as a namespace's init the helper must handle no
     # signal at all, or a command could interrupt it.
@@ -878,8 +577,8 @@ def main(argv: list[str]) -> int:
             os.set_inheritable(fd, False)
         oom_fd = os.open("/proc/self/oom_score_adj", os.O_RDWR | os.O_CLOEXEC)
         oom = (oom_fd, os.read(oom_fd, 16).strip())
-        _prctl(_PR_SET_DUMPABLE, 0)
-        _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        prctl(_PR_SET_DUMPABLE, 0)
+        prctl(_PR_SET_CHILD_SUBREAPER, 1)
         _set_limits(config["limits"])
         ll = config["landlock"]
         if not ll["apply"]:
@@ -930,7 +629,7 @@ def main(argv: list[str]) -> int:
     channel.send(report)
     user = config.get("user")
     Helper(channel, oom, user=(user["uid"], user["gid"]) if user else None,
-           heartbeat_s=config.get("heartbeat_s", _HEARTBEAT_S)).serve()
+           heartbeat_s=config.get("heartbeat_s", HEARTBEAT_S)).serve()
     return 0
 
 

@@ -80,7 +80,7 @@ from firstrun.policy.methods import InspectionPolicy
 from firstrun.policy.process import CA_VARIABLES, SANDBOX_CA_BUNDLE
 from firstrun.policy.profile import LayerName, Provides, SandboxProfile, unprovided
 from firstrun.sandbox import attest as attestation
-from firstrun.sandbox import helper
+from firstrun.sandbox import bytecode, helper
 from firstrun.sandbox.base import (
     Capability,
     Check,
@@ -120,7 +120,7 @@ from firstrun.sandbox.protect import place as place_placeholders
 from firstrun.sandbox.protect import remove as remove_placeholders
 from firstrun.sandbox.supervised import LaunchedSession, read_ready, tail_of
 
-HELPER_SOURCE = Path(helper.__file__).read_text(encoding="utf-8")
+HELPER_SOURCE = bytecode.source(helper)
 SECCOMP_PROBE_SOURCE = Path(seccomp_probe.__file__).read_text(encoding="utf-8")
 # Per-session uids lent the workspace when its owner is root: far above any
 # distribution's ranges, as on the linux backend.

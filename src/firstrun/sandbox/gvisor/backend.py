@@ -47,7 +47,7 @@ from firstrun.errors import SandboxError, SandboxUnavailable
 from firstrun.policy.filesystem import SYSTEM_READONLY
 from firstrun.policy.profile import LayerName, Provides, SandboxProfile, unprovided
 from firstrun.sandbox import attest as attestation
-from firstrun.sandbox import attest_probe, capture, helper
+from firstrun.sandbox import attest_probe, bytecode, capture, helper
 from firstrun.sandbox.base import (
     Capability,
     Check,
@@ -76,7 +76,7 @@ from firstrun.sandbox.protect import place as place_placeholders
 from firstrun.sandbox.protect import remove as remove_placeholders
 from firstrun.sandbox.supervised import READY_TIMEOUT_S, LaunchedSession
 
-HELPER_SOURCE = Path(helper.__file__).read_text(encoding="utf-8")
+HELPER_SOURCE = bytecode.source(helper)
 # One directory per session: its runsc state, its bundle and who owns it.
 SESSIONS_DIR = "/run/firstrun/gvisor"
 _OWNER_FILE = "owner"

@@ -17,86 +17,43 @@ channel's device node is root's alone. While a command runs the agent beats
 (``alive``) every second and watches its channel: a ``shutdown`` or EOF then
 abandons the command at once.
 
-The host sends this source over the channel at boot (``init.c``), followed
-by one JSON line of configuration; stdlib only, because the guest has only
-Debian's Python. The protocol is the linux helper's: JSON lines, output
-base64 in ``out`` messages, one ``exit`` per command.
+The host sends this program over the channel at boot (``init.c``),
+followed by one JSON line of configuration: this module with the supervisor
+core (``supervisor``) shipped in it, stdlib only, because the guest has only
+Debian's Python. The supervisor, and so the protocol, is the linux helper's:
+JSON lines, output base64 in ``out`` messages, one ``exit`` per command.
 """
 
 import base64
 import ctypes
-import errno
 import fcntl
-import json
 import os
 import resource
-import selectors
-import signal
 import socket
 import struct
 import subprocess
-import time
 
-_LIBC = ctypes.CDLL(None, use_errno=True)
+from firstrun.sandbox.supervisor import (
+    PR_SET_NO_NEW_PRIVS,
+    Channel,
+    Supervisor,
+    libc,
+    load_seccomp,
+    prctl,
+)
+
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT, _MS_BIND = 1, 2, 4, 8, 32, 4096
-_PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 38, 22, 2
 _RB_POWER_OFF = 0x4321FEDC
 _SIOCSIFADDR, _SIOCSIFNETMASK, _SIOCGIFFLAGS, _SIOCSIFFLAGS = 0x8916, 0x891C, 0x8913, 0x8914
 _IFF_UP = 0x1
-_IDLE_S = 0.05
-_DRAIN_S = 1.0
-_HEARTBEAT_S = 1.0
 _PR_SET_DUMPABLE = 4
 
 
-class _SockFprog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
-
 def _mount(source, target, fstype, flags, data=""):
-    if _LIBC.mount(source.encode(), target.encode(), fstype.encode() if fstype else None,
+    if libc.mount(source.encode(), target.encode(), fstype.encode() if fstype else None,
                    ctypes.c_ulong(flags), data.encode()) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"mount {fstype or 'bind'} on {target}: {os.strerror(err)}")
-
-
-class Stop(Exception):
-    """A ``shutdown`` arrived, or the channel closed, while a command ran."""
-
-
-class Channel:
-    def __init__(self, fd):
-        self.fd = fd
-        self.buf = b""
-        self.queue = []
-
-    def send(self, msg):
-        data = json.dumps(msg, separators=(",", ":")).encode() + b"\n"
-        while data:
-            data = data[os.write(self.fd, data):]
-
-    def _split(self):
-        while b"\n" in self.buf:
-            line, self.buf = self.buf.split(b"\n", 1)
-            self.queue.append(json.loads(line))
-
-    def pending(self):
-        chunk = os.read(self.fd, 1 << 16)
-        if not chunk:
-            raise Stop()
-        self.buf += chunk
-        self._split()
-        if any(msg.get("op") == "shutdown" for msg in self.queue):
-            raise Stop()
-
-    def recv(self):
-        while not self.queue:
-            chunk = os.read(self.fd, 1 << 16)
-            if not chunk:
-                return None
-            self.buf += chunk
-            self._split()
-        return self.queue.pop(0)
 
 
 def _ifreq(name, payload=b""):
@@ -157,61 +114,12 @@ def setup(config):
     socket.sethostname("firstrun")
 
 
-def _processes():
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(b")") + 2:].split()
-        # Kernel threads (flags PF_KTHREAD, or parent kthreadd) are not ours to kill.
-        if int(fields[6]) & 0x00200000 or fields[1] == b"2" or name == "2":
-            continue
-        found.append((int(name), int(fields[19]), fields[0].decode()))
-    return found
+class Agent(Supervisor):
+    # pid 1 of a whole kernel: its threads show in /proc, and are not ours to kill.
+    own_kernel = True
 
-
-def _reap(keep):
-    while True:
-        try:
-            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:
-            return
-        if info is None or info.si_pid == keep:
-            return
-        os.waitpid(info.si_pid, 0)
-
-
-def _kill_since(existing, keep):
-    """SIGKILL every live process not in ``existing`` until none remain (orphans come here);
-    how many were killed."""
-    killed = set()
-    while True:
-        victims = [(pid, start) for pid, start, state in _processes()
-                   if pid != 1 and (pid, start) not in existing and state not in ("Z", "X")]
-        if not victims:
-            return len(killed)
-        for pid, start in victims:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed.add((pid, start))
-            except ProcessLookupError:
-                pass
-        _reap(keep)
-        time.sleep(0.001)
-
-
-def _exit_code(returncode):
-    return 128 - returncode if returncode < 0 else returncode
-
-
-class Agent:
     def __init__(self, channel, config):
-        self.channel = channel
+        super().__init__(channel)
         self.config = config
         self.filter = base64.b64decode(config["seccomp"]) if config["seccomp"] else None
 
@@ -221,136 +129,31 @@ class Agent:
         resource.setrlimit(resource.RLIMIT_NPROC, (limits["pids"], limits["pids"]))
         resource.setrlimit(resource.RLIMIT_NOFILE, (limits["open_files"], limits["open_files"]))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        if _LIBC.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            os._exit(125)
-        if self.filter is not None:
-            buf = ctypes.create_string_buffer(self.filter, len(self.filter))
-            prog = _SockFprog(len(self.filter) // 8, ctypes.addressof(buf))
-            if _LIBC.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
-                os._exit(125)
-
-    def serve(self):
         try:
-            while True:
-                msg = self.channel.recv()
-                if msg is None or msg["op"] == "shutdown":
-                    break
-                if msg["op"] == "exec":
-                    self.run(msg)
-                elif msg["op"] == "kill_all":
-                    killed = _kill_since(set(), None)
-                    _reap(None)
-                    self.channel.send({"op": "killed", "id": msg["id"], "count": killed})
-        except Stop:
-            pass
-        self.shutdown()
-
-    def shutdown(self):
-        _kill_since(set(), None)
-        _reap(None)
-        os.sync()
-        try:
-            self.channel.send({"op": "closed"})
+            if self.filter is not None:
+                load_seccomp(self.filter)
+            else:
+                prctl(PR_SET_NO_NEW_PRIVS, 1)
         except OSError:
-            pass
+            os._exit(125)
 
-    def run(self, msg):
-        cmd_id = msg["id"]
-        existing = {(pid, start) for pid, start, _ in _processes()}
-        started = time.monotonic()
-        try:
-            proc = subprocess.Popen(
-                msg["argv"], cwd=msg["cwd"], env=msg["env"], stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, close_fds=True,
-                start_new_session=True, user=self.config["uid"], group=self.config["gid"],
-                extra_groups=[], preexec_fn=self._confine)  # noqa: PLW1509 (no threads here)
-        except OSError as exc:
-            self.channel.send({"op": "out", "id": cmd_id, "stream": "stderr",
-                               "data": base64.b64encode(f"{exc}\n".encode()).decode()})
-            self.channel.send({"op": "exit", "id": cmd_id,
-                               "code": 126 if exc.errno == errno.EACCES else 127,
-                               "timed_out": False, "duration_s": time.monotonic() - started})
-            return
-        timeout = msg["timeout"]
-        try:
-            timed_out = self._pump(cmd_id, proc, None if timeout is None else started + timeout)
-        except Stop:
-            _kill_since(existing, proc.pid)
-            proc.wait()
-            raise
-        if timed_out:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            _kill_since(existing, proc.pid)
-        code = proc.wait()
-        _reap(None)
-        self.channel.send({"op": "exit", "id": cmd_id, "code": _exit_code(code),
-                           "timed_out": timed_out, "duration_s": time.monotonic() - started})
+    def spawn(self, msg):
+        return subprocess.Popen(
+            msg["argv"], cwd=msg["cwd"], env=msg["env"], stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, close_fds=True,
+            start_new_session=True, user=self.config["uid"], group=self.config["gid"],
+            extra_groups=[], preexec_fn=self._confine)  # noqa: PLW1509 (no threads here)
 
-    def _pump(self, cmd_id, proc, deadline):
-        """Stream output until the command exits and its pipes drain; True on timeout.
-
-        As in the linux helper: once the command is gone, a background
-        process holding its pipes is drained for at most ``_DRAIN_S``.
-        """
-        sel = selectors.DefaultSelector()
-        streams = {proc.stdout: "stdout", proc.stderr: "stderr"}
-        for pipe in streams:
-            os.set_blocking(pipe.fileno(), False)
-            sel.register(pipe, selectors.EVENT_READ)
-        pidfd = os.pidfd_open(proc.pid)
-        sel.register(pidfd, selectors.EVENT_READ)
-        sel.register(self.channel.fd, selectors.EVENT_READ)
-        exited = False
-        drain_end = quiet_end = None
-        beat = time.monotonic() + _HEARTBEAT_S
-        try:
-            while streams:
-                now = time.monotonic()
-                if deadline is not None and now >= deadline:
-                    return not exited
-                if drain_end is not None and now >= drain_end:
-                    return False
-                if quiet_end is not None and now >= quiet_end:
-                    return False
-                if now >= beat:
-                    self.channel.send({"op": "alive", "id": cmd_id})
-                    beat = now + _HEARTBEAT_S
-                ends = [beat] + [t for t in (deadline, quiet_end) if t is not None]
-                for key, _ in sel.select(max(0.0, min(ends) - now)):
-                    if key.fileobj == self.channel.fd:
-                        self.channel.pending()
-                        continue
-                    if exited:
-                        quiet_end = time.monotonic() + _IDLE_S
-                    if key.fileobj == pidfd:
-                        exited = True
-                        drain_end = time.monotonic() + _DRAIN_S
-                        quiet_end = time.monotonic() + _IDLE_S
-                        sel.unregister(pidfd)
-                        continue
-                    data = os.read(key.fileobj.fileno(), 65536)
-                    if not data:
-                        sel.unregister(key.fileobj)
-                        del streams[key.fileobj]
-                        continue
-                    self.channel.send({"op": "out", "id": cmd_id, "stream": streams[key.fileobj],
-                                       "data": base64.b64encode(data).decode()})
-            return False
-        finally:
-            sel.close()
-            os.close(pidfd)
-            proc.stdout.close()
-            proc.stderr.close()
+    def settle(self):
+        # The workspace is a 9p share: what commands wrote reaches the host now.
+        os.sync()
 
 
 def main(fd):
-    channel = Channel(fd)
+    channel = Channel(fd, fd)
     config = channel.recv()
     try:
-        if _LIBC.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        if libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "PR_SET_DUMPABLE")
         setup(config)
     except OSError as exc:
@@ -358,7 +161,7 @@ def main(fd):
     else:
         channel.send({"ok": True})
         Agent(channel, config).serve()
-    _LIBC.reboot(_RB_POWER_OFF)
+    libc.reboot(_RB_POWER_OFF)
 
 
 if __name__ == "firstrun_agent":

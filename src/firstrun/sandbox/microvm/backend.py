@@ -49,6 +49,7 @@ from firstrun.errors import SandboxError, SandboxUnavailable
 from firstrun.policy.process import CA_VARIABLES, SANDBOX_CA_BUNDLE
 from firstrun.policy.profile import LayerName, Provides, SandboxProfile, unprovided
 from firstrun.sandbox import attest as attestation
+from firstrun.sandbox import bytecode
 from firstrun.sandbox.base import (
     Capability,
     Enforcement,
@@ -58,7 +59,7 @@ from firstrun.sandbox.base import (
 )
 from firstrun.sandbox.channel import JsonLines, kill_and_wait
 from firstrun.sandbox.linux import seccomp
-from firstrun.sandbox.microvm import probe, relay
+from firstrun.sandbox.microvm import agent, probe, relay
 from firstrun.sandbox.microvm.image import MicrovmImage, find_image
 from firstrun.sandbox.microvm.spec import (
     PROXY_ADDRESS,
@@ -74,7 +75,7 @@ from firstrun.sandbox.protect import place as place_placeholders
 from firstrun.sandbox.protect import remove as remove_placeholders
 from firstrun.sandbox.supervised import READY_TIMEOUT_S, LaunchedSession, tail_of
 
-AGENT_SOURCE = Path(__file__).with_name("agent.py").read_bytes()
+AGENT_SOURCE = bytecode.source(agent).encode()
 ACCEL_VARIABLE = "FIRSTRUN_MICROVM_ACCEL"
 # The launcher and the relay run as QEMU's uid, which may not reach the
 # harness's own interpreter (under a 0700 home); Debian's python3 is a
