@@ -59,7 +59,7 @@ uid (the harness ends the session). Harness -> helper: ``exec``,
 
 Runs as ``python -I -S -c <program> <config json>``, the program being
 this module with the supervisor core (``supervisor``) shipped in it (on
-linux as byte code: ``bytecode.program``): stdlib only, and of firstrun
+linux as byte code: ``bytecode.SHIPPED``): stdlib only, and of firstrun
 only that core, because inside the sandbox there is only the interpreter's
 own installation. The harness imports it too, to probe Landlock with the
 same code that applies it.

@@ -1,4 +1,4 @@
-"""The supervisor core inside every sandbox: the linux helper's and the micro-VM agent's.
+"""The supervisor core inside every sandbox: the helper's (linux, gVisor, docker) and the guest agent's.
 
 Guarantee: a ``Supervisor`` runs one command at a time, as its subclass
 spawns it, and answers each with its output (base64 ``out``) and one
@@ -10,7 +10,7 @@ the supervisor and the namespace's init, and say how many (``killed``) or
 that they are done (``closed``).
 
 Stdlib only and no other firstrun import: it runs where there is only an
-interpreter (``bytecode.program`` ships it with the program that imports it).
+interpreter (``bytecode.SHIPPED``: each program that imports it carries it).
 """
 
 from __future__ import annotations
