@@ -166,6 +166,7 @@ class MicrovmSession(LaunchedSession):
 
     who = "microvm"
     sandbox = "the VM"
+    # After ``shutdown`` the agent syncs the 9p workspace and the guest powers off.
     close_grace_s = 10.0
     # Under TCG emulation the guest runs many times slower than the host.
     liveness_s = 30.0
