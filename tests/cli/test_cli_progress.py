@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from egress_support import egress_record
 from firstrun.cli.progress import ProgressBoard
 from firstrun.run.events import (
     AgentFinished,
@@ -45,9 +46,9 @@ def test_a_run_walks_through_its_steps() -> None:
     feed(CommandRan(source=Source.SETUP, command="true", exit_code=0, duration_s=0.1))
     feed(DocsRead(page={}, route=True))
     feed(CommandRan(source=Source.AGENT, command="a", exit_code=0, duration_s=0.1))
-    feed(Egress(record={"decision": "deny", "would_deny": None}))
-    feed(Egress(record={"decision": "allow", "would_deny": None}))
-    feed(Egress(record={"decision": "allow", "would_deny": "not_allowed"}))
+    feed(Egress(record=egress_record(decision="deny", would_deny=None)))
+    feed(Egress(record=egress_record(decision="allow", would_deny=None)))
+    feed(Egress(record=egress_record(decision="allow", would_deny="not_allowed")))
     feed(CommandRan(source=Source.AGENT, command="b", exit_code=0, duration_s=0.1))
     feed(AgentFinished(stop=AgentStop.FINISHED))
     feed(CheckFinished(exit_code=0))

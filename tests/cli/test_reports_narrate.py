@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from egress_support import SavedEgress
 from firstrun.agents.base import Origin
 from firstrun.errors import UsageError
 from firstrun.reports.narrate import Style, narrate_file, trace_paths
@@ -16,7 +17,6 @@ from firstrun.run.events import (
     CheckFinished,
     CommandRan,
     DocsRead,
-    Egress,
     RunFinished,
     RunStarted,
     SandboxStarted,
@@ -25,8 +25,8 @@ from firstrun.run.events import (
 )
 
 
-def _egress(host: str, decision: str, reason: str) -> Egress:
-    return Egress(record={
+def _egress(host: str, decision: str, reason: str) -> SavedEgress:
+    return SavedEgress(record={
         "channel": "shell", "method": "CONNECT", "host": host, "port": 443, "path": None,
         "decision": decision, "reason": reason, "layer": "allowlist", "would_deny": None, "status": None,
     })

@@ -217,8 +217,8 @@ def test_a_run_whose_proxy_spent_its_budget_is_infra_error_never_a_docs_gap(
     assert p.ask(_allowed(upstream.port)) == (503, b"record_budget_exhausted")
     p.proxy.stop()
     # The run's trace holds every record on_record delivered, the closing one included.
-    egress: list[Event] = [Egress(record=r.to_data()) for r in p.delivered]
-    assert [e.record["reason"] for e in egress if isinstance(e, Egress)] == [
+    egress: list[Event] = [Egress(record=r) for r in p.delivered]
+    assert [e.record.reason for e in egress if isinstance(e, Egress)] == [
         "not_allowed", "record_budget_exhausted"]
     for check in (1, 0):
         outcome = classify_run([*egress, AgentFinished(stop=AgentStop.FINISHED),

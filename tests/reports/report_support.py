@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from egress_support import SavedEgress
 from firstrun.agents.base import AgentStop
 from firstrun.results.model import Classification, PageRead, RunRecord
 from firstrun.results.store import ResultsStore
@@ -21,7 +22,6 @@ from firstrun.run.events import (
     CheckFinished,
     CommandRan,
     DocsRead,
-    Egress,
     RunFinished,
     RunStarted,
     Source,
@@ -84,7 +84,7 @@ def write_trace(out: Path, r: RunRecord, *, command: str = "pip install tabulate
         trace.emit(CommandRan(source=Source.AGENT, command=command, exit_code=1 if failed else 0,
                               duration_s=0.5, stderr=f"error: {command}\n" if failed else ""))
         for b in r.blocked_egress:
-            trace.emit(Egress(record={**b, "decision": "deny"}))
+            trace.emit(SavedEgress(record={**b, "decision": "deny"}))
         trace.emit(AgentFinished(stop=AgentStop.FINISHED, turns=2))
         trace.emit(CheckFinished(exit_code=1 if failed else 0, output="check output\n", duration_s=0.1))
         trace.emit(RunFinished(classification=r.classification.value, reason=r.reason))

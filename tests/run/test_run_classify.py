@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from egress_support import egress_record
 from firstrun.agents.base import AgentStop
 from firstrun.policy.permissions import PermissionMode, PermissionReason, PermissionVerdict
 from firstrun.results.model import Classification as C
@@ -121,8 +122,8 @@ def checked(code: int, *, during: tuple[Egress, ...] = ()) -> list[Event]:
 
 
 def refused(host: str, reason: str = "dns_not_allowed", channel: str = "shell") -> Egress:
-    return Egress(record={"channel": channel, "decision": "deny", "reason": reason,
-                          "scheme": "dns", "host": host})
+    return Egress(record=egress_record(channel=channel, decision="deny", reason=reason,
+                                       scheme="dns", host=host))
 
 
 DNS = refused("storage.example")
@@ -179,7 +180,7 @@ def test_the_blocking_steps_name_each_failed_step_and_its_own_refusals() -> None
     other = refused("cdn.example", "not_allowed")
     events = [*step(0, "npm install", during=(DNS,)), *step(1, "node example.js", during=(other,)),
               FAILED, *checked(1, during=(DNS,))]
-    found = [(s.command, [r["host"] for r in records]) for s, records in blocking_steps(events)]
+    found = [(s.command, [r.host for r in records]) for s, records in blocking_steps(events)]
     assert found == [("node example.js", ["cdn.example"]), ("<success check>", ["storage.example"])]
 
 

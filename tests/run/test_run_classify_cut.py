@@ -20,7 +20,7 @@ def tunnel(ended: TunnelEnd, *, down: int, channel: Channel = Channel.SHELL) -> 
         host="registry.npmjs.org", port=443, path=None, decision=Verdict.ALLOW,
         reason=Reason.ALLOWED_BY_LIST, layer=DecisionLayer.ALLOWLIST, would_deny=None,
         override=None, resolved="203.0.113.9", status=200, bytes_up=517, bytes_down=down,
-        duration_ms=1.0, ended=ended).to_data())
+        duration_ms=1.0, ended=ended))
 
 
 def run(*egress: Egress, code: int) -> list:

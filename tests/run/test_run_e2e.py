@@ -222,7 +222,7 @@ def test_egress_reaches_the_trace_while_the_run_is_live(config: RunConfig, tmp_p
 
     def on_event(event: Event) -> None:
         events.append(event)
-        if isinstance(event, Egress) and event.record["host"] == DOCS_HOST:
+        if isinstance(event, Egress) and event.record.host == DOCS_HOST:
             seen.set()
 
     agent = WaitsForItsEgress(seen)

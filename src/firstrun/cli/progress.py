@@ -33,6 +33,8 @@ from firstrun.run.events import (
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from firstrun.proxy.records import EgressRecord
+
 
 # The run's elapsed time, its current step (starting the sandbox, setup, agent
 # step n, check, then the classification), pages read and blocked egress.
@@ -60,8 +62,8 @@ def _clock(seconds: float) -> str:
     return f"{minutes:02d}:{secs:02d}"
 
 
-def _blocked(record: dict[str, object]) -> bool:
-    return record.get("decision") == "deny" or record.get("would_deny") is not None
+def _blocked(record: EgressRecord) -> bool:
+    return record.denied or record.would_deny is not None
 
 
 class _Run:

@@ -97,7 +97,9 @@ from enum import StrEnum
 
 from firstrun.agents.base import AgentStop
 from firstrun.policy.decision import Reason as EgressReason
+from firstrun.policy.network import Channel
 from firstrun.policy.permissions import BASH, PermissionVerdict
+from firstrun.proxy.records import EgressRecord
 from firstrun.results.model import Classification
 from firstrun.run.events import (
     AgentFinished,
@@ -160,8 +162,7 @@ def classify_run(events: Sequence[Event]) -> Outcome:
             return Outcome(classification=Classification.HARNESS_ERROR, reason=RunReason.HARNESS_ERROR)
     if failures:
         return Outcome(classification=Classification.INFRA_ERROR, reason=_infra_reason(failures[0]))
-    if any(isinstance(e, Egress)
-           and e.record.get("reason") == EgressReason.RECORD_BUDGET_EXHAUSTED.value
+    if any(isinstance(e, Egress) and e.record.reason is EgressReason.RECORD_BUDGET_EXHAUSTED
            for e in events):
         return Outcome(classification=Classification.INFRA_ERROR,
                        reason=RunReason.RECORD_BUDGET_EXHAUSTED)
@@ -207,8 +208,8 @@ def classify_run(events: Sequence[Event]) -> Outcome:
                        else RunReason.IMAGE_LACKS_LIBRARY)
     if blocking_refusals(events):
         return Outcome(classification=Classification.BLOCKED, reason=RunReason.EGRESS_REFUSED)
-    if any(isinstance(e, Egress) and e.record.get("channel") == "shell"
-           and e.record.get("cut") is True for e in events):
+    if any(isinstance(e, Egress) and e.record.channel is Channel.SHELL and e.record.cut
+           for e in events):
         return Outcome(classification=Classification.INFRA_ERROR, reason=RunReason.TUNNEL_CUT)
     return Outcome(
         classification=Classification.DOCS_GAP,
@@ -218,23 +219,23 @@ def classify_run(events: Sequence[Event]) -> Outcome:
     )
 
 
-def blocking_refusals(events: Sequence[Event]) -> list[dict]:
+def blocking_refusals(events: Sequence[Event]) -> list[EgressRecord]:
     """The shell-channel refusals that make a failed run ``blocked`` (rule 7), in order."""
     return [record for _, records in blocking_steps(events) for record in records]
 
 
-def blocking_steps(events: Sequence[Event]) -> list[tuple[CommandRan, list[dict]]]:
+def blocking_steps(events: Sequence[Event]) -> list[tuple[CommandRan, list[EgressRecord]]]:
     """Each failed step that ran while the boundary refused what blocks, with those refusals."""
     found = []
     for step, records in step_egress(events):
-        refused = [r for r in records if r.get("channel") == "shell"
-                   and r.get("decision") == "deny" and r.get("reason") in _BLOCKING]
+        refused = [r for r in records if r.channel is Channel.SHELL
+                   and r.denied and r.reason in BLOCKING]
         if refused and _failed(step):
             found.append((step, refused))
     return found
 
 
-def step_egress(events: Sequence[Event]) -> list[tuple[CommandRan, list[dict]]]:
+def step_egress(events: Sequence[Event]) -> list[tuple[CommandRan, list[EgressRecord]]]:
     """Each command, with the egress records made while it ran, in order.
 
     An agent command opens at its allowed ``bash`` decision, the check at
@@ -246,9 +247,9 @@ def step_egress(events: Sequence[Event]) -> list[tuple[CommandRan, list[dict]]]:
     mark, so its records count as the command's before it: neither blocks
     anything, since a failed setup command is ``infra_error`` first.
     """
-    steps: list[tuple[CommandRan, list[dict]]] = []
-    current: list[dict] = []
-    last: list[dict] | None = None
+    steps: list[tuple[CommandRan, list[EgressRecord]]] = []
+    current: list[EgressRecord] = []
+    last: list[EgressRecord] | None = None
     running = False
     for event in events:
         if _opens_command(event):
@@ -272,9 +273,6 @@ def _opens_command(event: Event) -> bool:
 
 def _failed(step: CommandRan) -> bool:
     return step.source is not Source.SETUP and (step.exit_code != 0 or step.timed_out)
-
-
-_BLOCKING = frozenset(r.value for r in BLOCKING)
 
 
 def _infra_reason(failure: Failure) -> RunReason:

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 # Defined beside the agents that return it; a trace names the same values.
 from firstrun.agents.base import AgentStop, Origin
 from firstrun.policy.permissions import PermissionDecision, PermissionMode, PermissionReason, PermissionVerdict
+from firstrun.proxy.records import EgressRecord
 
 
 class Source(StrEnum):
@@ -143,8 +144,12 @@ class PermissionDecided(Event):
 
 @dataclass(frozen=True, kw_only=True)
 class Egress(Event):
+    # Typed while the run holds it; its data form is written only to the trace.
     kind: ClassVar[str] = "egress"
-    record: dict[str, Any]
+    record: EgressRecord
+
+    def to_data(self) -> dict[str, Any]:
+        return {"kind": self.kind, "record": self.record.to_data()}
 
 
 @dataclass(frozen=True, kw_only=True)

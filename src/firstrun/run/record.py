@@ -148,7 +148,7 @@ class Recorder:
     def egress(self, record: EgressRecord) -> None:
         try:
             self.refusals.add(record)
-            self.emit(Egress(record=record.to_data()))
+            self.emit(Egress(record=record))
         except Exception as exc:
             with self._lock:
                 self.errors.append(exc)
@@ -159,10 +159,10 @@ class Recorder:
                 raise self.errors[0]
 
 
-def _refused_where(record: dict[str, Any]) -> str:
-    if record.get("scheme") == Scheme.DNS.value:
-        return str(record.get("host"))
-    return destination_label(record.get("host"), record.get("port"))
+def _refused_where(record: EgressRecord) -> str:
+    if record.scheme is Scheme.DNS:
+        return str(record.host)
+    return destination_label(record.host, record.port)
 
 
 def _page(record: dict[str, Any]) -> PageRead:
@@ -187,11 +187,11 @@ def last_page_before_failure(events: list[Event]) -> str | None:
 
 def _allow_fix(events: list[Event], outcome: Outcome) -> dict[str, list[str]]:
     """What a report-only run would have been refused, else what blocked this run."""
-    learnt = [e.record for e in events if isinstance(e, Egress) and e.record.get("would_deny")]
+    learnt = [e.record for e in events if isinstance(e, Egress) and e.record.would_deny is not None]
     if learnt:
-        return allow_entries(learnt).to_data()
+        return allow_entries(r.to_data() for r in learnt).to_data()
     if outcome.classification is Classification.BLOCKED:
-        return allow_entries(blocking_refusals(events)).to_data()
+        return allow_entries(r.to_data() for r in blocking_refusals(events)).to_data()
     return {}
 
 
@@ -210,8 +210,7 @@ def build_record(task: Task, *, attempt: int, agent_name: str, model: str | None
          "detail": e.page["detail"]}
         for e in reads if e.route and e.page.get("error") is not None
     )
-    blocked = tuple(e.record for e in events
-                    if isinstance(e, Egress) and e.record.get("decision") == "deny")
+    blocked = tuple(e.record.to_data() for e in events if isinstance(e, Egress) and e.record.denied)
     failed_setup = next((e for e in events if isinstance(e, CommandRan)
                          and e.source is Source.SETUP and e.exit_code != 0), None)
     if failure is not None:
@@ -250,7 +249,7 @@ def build_record(task: Task, *, attempt: int, agent_name: str, model: str | None
         # Which failed steps the boundary refused, and what: the refusals that decided.
         extra["blocked_by"] = [
             {"step": step.command, "source": step.source.value,
-             "refusals": [f"{_refused_where(r)} ({r.get('reason')})" for r in refused]}
+             "refusals": [f"{_refused_where(r)} ({r.reason.value})" for r in refused]}
             for step, refused in blocking_steps(events)]
     if lacked is not None:
         extra["image_lacked"] = {"image": lacked.image, "commands": lacked.commands,
