@@ -43,7 +43,7 @@ from firstrun.tasks.mutation import RanStep, mutant, mutations
 
 EXIT_KILLED = 0
 EXIT_SURVIVED = 1
-EXIT_NO_EVIDENCE = 2
+# Nothing killed or survived: run.suite's EXIT_NO_EVIDENCE, the status of a run with none.
 
 # Recorded in results.json's meta: the tasks this sweep mutated, for the report.
 MUTATED_KEY = "mutated"
@@ -51,7 +51,7 @@ MUTATED_KEY = "mutated"
 
 def mutate_command(request: RunRequest, *, as_json: bool = False) -> int:
     from firstrun.agents.replay import ReplayAgent
-    from firstrun.run.suite import run_suite
+    from firstrun.run.suite import EXIT_NO_EVIDENCE, run_suite
 
     project = find_project_config(request.config)
     _say_where(project, given=request.config)
@@ -158,6 +158,8 @@ def score_lines(scores: list[TaskScore]) -> list[str]:
 
 
 def exit_code(scores: list[TaskScore]) -> int:
+    from firstrun.run.suite import EXIT_NO_EVIDENCE
+
     if any(s.count(Verdict.SURVIVED) for s in scores):
         return EXIT_SURVIVED
     if any(s.count(Verdict.KILLED) for s in scores):

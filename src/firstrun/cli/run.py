@@ -265,7 +265,7 @@ def _run_command(request: RunRequest) -> int:
     from firstrun.agents import make_agent
     from firstrun.agents.spend import load_price_file
     from firstrun.cli.flags import summary_target
-    from firstrun.run.suite import run_suite, suite_exit_code
+    from firstrun.run.suite import EXIT_NO_EVIDENCE, run_suite, suite_exit_code
 
     project = find_project_config(request.config)
     _say_where(project, given=request.config)
@@ -539,10 +539,6 @@ def _spend_governor(agent: Agent, max_spend: Decimal | None,
     return governor
 
 
-# ``run``/``check`` status when nothing could produce evidence (see suite_exit_code).
-EXIT_NO_EVIDENCE = 2
-
-
 def _ray_cluster(request: RunRequest, backend: str, images: list[str | None],
                  project: ProjectConfig | None) -> Any:
     """The cluster this sweep runs on, its nodes probed; each excluded node said, with why."""
@@ -612,7 +608,7 @@ def check_command(
     from firstrun.run.check import recheck
     from firstrun.run.runner import RunConfig
     from firstrun.run.sandbox import check_inspection
-    from firstrun.run.suite import suite_exit_code
+    from firstrun.run.suite import EXIT_NO_EVIDENCE, suite_exit_code
     from firstrun.sandbox.select import inspecting_backend
 
     check_inspection(tasks, inspect_tls=inspect_tls, env=os.environ)

@@ -41,9 +41,14 @@ from firstrun.policy.decision import DecisionLayer, Reason, Verdict
 from firstrun.policy.network import Channel
 
 
+def iso(epoch: float) -> str:
+    """``epoch`` as every record writes a time (an egress record's, a run's): UTC, ms, ``Z``."""
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds") \
+        .replace("+00:00", "Z")
+
+
 def now_iso() -> str:
-    """A record's timestamp: UTC, milliseconds, ``Z``."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return iso(time.time())
 
 
 class Scheme(StrEnum):

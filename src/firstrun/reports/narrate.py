@@ -24,9 +24,7 @@ from typing import Any
 from firstrun.errors import UsageError
 from firstrun.policy.network import destination_label
 from firstrun.results.store import RESULTS_FILE, load_results
-from firstrun.run.events import read_trace
-
-TRACE_FILE = "trace.jsonl"
+from firstrun.run.events import TRACE_FILE, read_trace
 
 # Lines of a command's output shown under it; the trace keeps all of it.
 _OUTPUT_TAIL = 6

@@ -46,6 +46,7 @@ from typing import Any
 
 from firstrun.docs import Politeness
 from firstrun.errors import UsageError
+from firstrun.proxy.records import now_iso
 from firstrun.results.model import RunRecord
 from firstrun.run.classify import classify_run
 from firstrun.run.config import RunConfig
@@ -61,7 +62,7 @@ from firstrun.run.events import (
     Trace,
     read_trace,
 )
-from firstrun.run.record import Recorder, build_record, failure_event, now_iso
+from firstrun.run.record import Recorder, build_record, failure_event
 from firstrun.run.sandbox import open_sandbox
 from firstrun.run.workspace import Workspace
 from firstrun.sandbox.base import ExecResult, Session

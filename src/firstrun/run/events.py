@@ -239,6 +239,10 @@ class RunFinished(Event):
     reason: str
 
 
+# A run's trace, in its run directory.
+TRACE_FILE = "trace.jsonl"
+
+
 class Trace:
     """``trace.jsonl`` for one run: append-only, one flushed line per event, thread-safe."""
 

@@ -51,14 +51,15 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from firstrun import __version__
 from firstrun.docs import Mirror
 from firstrun.errors import UsageError, one_line
+from firstrun.proxy.records import iso, now_iso
 from firstrun.results.model import Classification, RunRecord
 from firstrun.results.store import write_atomic
 from firstrun.run import node_run
 from firstrun.run.classify import RunReason, classify_run
 from firstrun.run.config import RunConfig
-from firstrun.run.events import Event, Failure, RunFinished, RunStarted, Trace
-from firstrun.run.record import build_record, iso, now_iso
-from firstrun.run.runner import TRACE_FILE, fresh_run_dir, run_dir
+from firstrun.run.events import TRACE_FILE, Event, Failure, RunFinished, RunStarted, Trace
+from firstrun.run.record import build_record
+from firstrun.run.runner import fresh_run_dir, run_dir
 from firstrun.sandbox.select import Resolution, ranked, sweep_backend
 from firstrun.tasks.model import Task
 

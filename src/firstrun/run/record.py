@@ -13,7 +13,6 @@ from __future__ import annotations
 import threading
 import traceback
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 from firstrun.agents.base import AgentStop
@@ -76,16 +75,6 @@ def failure_event(exc: BaseException, *, phase: str) -> Failure:
     return Failure(phase=phase, who="harness", error_type=type(exc).__name__,
                    message="".join(traceback.format_exception(exc)), infra=False,
                    reason=RunReason.HARNESS_ERROR.value)
-
-
-def now_iso() -> str:
-    return iso(datetime.now(UTC).timestamp())
-
-
-def iso(epoch: float) -> str:
-    """``epoch`` as the records write every time: UTC, milliseconds, ``Z``."""
-    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds") \
-        .replace("+00:00", "Z")
 
 
 def refusal_line(record: EgressRecord) -> str:

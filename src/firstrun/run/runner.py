@@ -29,11 +29,13 @@ from pathlib import Path
 from firstrun.agents.base import Agent, AgentResult, AgentStop, Brief, BudgetExhausted
 from firstrun.docs import Politeness, probe_affordances
 from firstrun.errors import SandboxError
+from firstrun.proxy.records import now_iso
 from firstrun.results.model import RunRecord
 from firstrun.run.check import agent_output, run_check
 from firstrun.run.classify import RunReason, classify_run
 from firstrun.run.config import RunConfig
 from firstrun.run.events import (
+    TRACE_FILE,
     AffordancesProbed,
     AgentFinished,
     CommandRan,
@@ -47,7 +49,7 @@ from firstrun.run.events import (
     WorkspaceDisk,
 )
 from firstrun.run.lacking import image_lacked
-from firstrun.run.record import Recorder, build_record, failure_event, now_iso
+from firstrun.run.record import Recorder, build_record, failure_event
 from firstrun.run.sandbox import open_sandbox
 from firstrun.run.toolbelt import RunInterrupted, RunToolbelt
 from firstrun.run.workspace import Workspace
@@ -57,7 +59,6 @@ from firstrun.tasks.model import Task
 
 __all__ = ["RunConfig", "run_task", "run_dir"]
 
-TRACE_FILE = "trace.jsonl"
 # Agent stops after which the check can still decide the run.
 _CHECKED = frozenset({AgentStop.FINISHED, AgentStop.STEP_FAILED, AgentStop.BUDGET_EXHAUSTED})
 # How soon a stop reaches a command that is running; only bounds the watcher's sleep.
