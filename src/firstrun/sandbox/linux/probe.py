@@ -16,7 +16,11 @@ import subprocess
 from firstrun.errors import SandboxError
 from firstrun.sandbox.base import Capability, apt_fix
 from firstrun.sandbox.helper import landlock_abi
-from firstrun.sandbox.linux import cgroup, seccomp
+
+# The modules themselves, not the package: the package's __init__ imports the
+# backend, which imports this module.
+from firstrun.sandbox.linux.cgroup import CgroupParent, assess, locate_self
+from firstrun.sandbox.linux.seccomp import compile_filter
 
 MIN_BWRAP = (0, 8, 0)
 
@@ -101,7 +105,7 @@ def _seccomp() -> Capability:
                           detail="kernel built without CONFIG_SECCOMP_FILTER",
                           fix="boot a kernel built with CONFIG_SECCOMP=y and CONFIG_SECCOMP_FILTER=y")
     try:
-        os.close(seccomp.compile_filter())
+        os.close(compile_filter())
     except SandboxError as exc:
         return Capability(name="seccomp", available=False, detail=f"libseccomp unusable: {exc}",
                           fix=apt_fix("libseccomp2"))
@@ -124,10 +128,10 @@ def _session_limits() -> Capability:
     refuses a run); the detail says which mechanism a session would get.
     Judged without changing anything: doctor only observes.
     """
-    found = cgroup.locate_self()
-    if isinstance(found, cgroup.CgroupParent):
-        found = cgroup.assess(found)
-    if isinstance(found, cgroup.CgroupParent):
+    found = locate_self()
+    if isinstance(found, CgroupParent):
+        found = assess(found)
+    if isinstance(found, CgroupParent):
         return Capability(name="session_limits", available=True,
                           detail=f"{found.version.value} memory+pids: session-wide caps in "
                                  f"children of {', '.join(found.directories)}")
