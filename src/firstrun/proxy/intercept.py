@@ -54,7 +54,7 @@ from firstrun.proxy.wire import Progress, SocketStream, forward, linger, read_he
 
 if TYPE_CHECKING:
     from firstrun.proxy.ca import RunCA
-    from firstrun.proxy.server import ProxyLimits
+    from firstrun.proxy.limits import ProxyLimits
 
 _READ = 1 << 16
 

@@ -106,9 +106,8 @@ from firstrun.proxy.exchange import (
 )
 from firstrun.proxy.flight import judge_flight
 from firstrun.proxy.intercept import InterceptedTunnel, Interception
+from firstrun.proxy.limits import ProxyLimits
 from firstrun.proxy.records import (
-    DEFAULT_MAX_BYTES,
-    DEFAULT_MAX_RECORDS,
     Capture,
     EgressRecord,
     RecordLog,
@@ -137,29 +136,6 @@ _T = TypeVar("_T")
 # How long a name's resolution is used before it is asked again, and how many are kept.
 RESOLVED_S = 30.0
 RESOLUTIONS_MAX = 4096
-
-
-@dataclass(frozen=True, kw_only=True)
-class ProxyLimits:
-    max_head_bytes: int = 64 * 1024
-    # From a request's first byte to the end of its head: the slowloris bound.
-    head_timeout_s: float = 10.0
-    # Waiting for the next request on a kept-alive connection, or for body
-    # bytes, or for the client to take our bytes.
-    idle_timeout_s: float = 120.0
-    resolve_timeout_s: float = 10.0
-    connect_timeout_s: float = 10.0
-    upstream_timeout_s: float = 300.0
-    # Open client connections per listener; more wait in the listen backlog.
-    max_connections: int = 128
-    backlog: int = 128
-    # After a refusal, how long and how much unread input the proxy drains so
-    # the client reads the 4xx instead of a reset (a "lingering close").
-    linger_timeout_s: float = 2.0
-    linger_bytes: int = 1 << 20
-    # The record budget, per proxy: every listener shares it (see records).
-    max_records: int = DEFAULT_MAX_RECORDS
-    max_record_bytes: int = DEFAULT_MAX_BYTES
 
 
 async def system_resolver(host: str, port: int) -> list[IPAddress]:
