@@ -16,7 +16,7 @@ import pytest
 
 from firstrun.policy.decision import Reason
 from firstrun.policy.methods import InspectionPolicy
-from firstrun.policy.network import ATTESTATION_HOST, Channel, Mode, NetworkPolicy
+from firstrun.policy.network import ATTESTATION_HOST, Channel, Mode, NetworkPolicy, decide_dns
 from firstrun.proxy.credentials import mint
 from firstrun.proxy.errors import Refused
 from firstrun.proxy.exchange import (
@@ -34,6 +34,7 @@ from firstrun.proxy.exchange import (
     Handler,
     HeadRefused,
     InnerContext,
+    NameRefused,
     ProxyContext,
     Record,
     Refuse,
@@ -43,6 +44,7 @@ from firstrun.proxy.exchange import (
     Reserved,
     Resolve,
     Resolved,
+    dns_refusal,
     flow,
     inner_request,
     proxy_request,
@@ -333,6 +335,23 @@ def test_a_refused_flow_is_closed_without_an_http_answer() -> None:
     assert table(flow(_context(POLICY)), [_opened("udp", "pypi.org", 443)]) == [
         [("record", "offered", "deny", "udp_not_allowed", None, "udp"),
          ("close", "udp_not_allowed")]]
+
+
+def test_a_refused_dns_name_is_one_offered_record_built_like_every_other() -> None:
+    refused = NameRefused(name="exfil.example.com", qtype="TXT",
+                          decision=decide_dns(POLICY, "exfil.example.com"),
+                          ts=CLOCK.iso(), started=CLOCK.monotonic())
+    (row,) = run_table(dns_refusal(Channel.SHELL, CLOCK), [refused])
+    assert [show(c) for c in row] == [("record", "offered", "deny", "dns_not_allowed", None, "dns")]
+    (command,) = row
+    assert isinstance(command, Record)
+    assert command.record.to_data() == {
+        "ts": "2026-01-01T00:00:00.000Z", "id": "0" * 32, "channel": "shell", "method": "TXT",
+        "scheme": "dns", "host": "exfil.example.com", "port": 53, "path": None,
+        "decision": "deny", "reason": "dns_not_allowed", "layer": "default", "would_deny": None,
+        "override": None, "resolved": None, "status": None, "bytes_up": 0, "bytes_down": 0,
+        "duration_ms": 0.0, "credentials": [], "capture": "transparent",
+    }
 
 
 def test_an_abandoned_exchange_still_settles_its_reservation() -> None:

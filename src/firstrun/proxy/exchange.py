@@ -1,7 +1,8 @@
 """The decision about one exchange, with no sockets: events in, commands out.
 
-Guarantee: what the proxy does with one proxy request, one redirected flow
-or one request decrypted inside an inspected tunnel is decided here, as a
+Guarantee: what the proxy does with one proxy request, one redirected flow,
+one request decrypted inside an inspected tunnel or one refused DNS name is
+decided here, and every record it leaves is built here (``_Shown``), as a
 pure function of the policy and of the events its driver reports; the
 drivers (``server`` for sockets, ``intercept`` for TLS) only carry commands
 out and report what happened. The order is fixed, for every path:
@@ -105,6 +106,16 @@ class FlowOpened(NamedTuple):
     started: float
 
 
+class NameRefused(NamedTuple):
+    """A name the shell's DNS stub refused (``proxy.dns`` answered it NXDOMAIN)."""
+
+    name: str | None
+    qtype: str | None
+    decision: Decision
+    ts: str
+    started: float
+
+
 class Reserved(NamedTuple):
     ok: bool
 
@@ -142,7 +153,7 @@ class Done(NamedTuple):
     ended: TunnelEnd | None = None
 
 
-Event = RequestHead | HeadRefused | FlowOpened | Reserved | Resolved | Dialled | Done
+Event = RequestHead | HeadRefused | FlowOpened | NameRefused | Reserved | Resolved | Dialled | Done
 
 
 # -- commands: what the driver carries out ------------------------------------
@@ -425,6 +436,19 @@ def _refuse(shown: _Shown, refusal: Refused, clock: Clock, *, reserved: bool,
 
 
 # -- the paths ------------------------------------------------------------------
+
+
+def dns_refusal(channel: Channel, clock: Clock) -> Steps:
+    """A refused DNS name's one record, offered: the stub answered it and forwarded nothing."""
+    event = yield  # type: ignore[misc]
+    assert isinstance(event, NameRefused)
+    shown = _Shown(channel=channel, capture=Capture.TRANSPARENT, ts=event.ts,
+                   started=event.started, scheme=Scheme.DNS, method=event.qtype,
+                   host=event.name, port=53)
+    # The name as the query spelt it (lowercased), canonical or not.
+    shown.refusal = Refused(event.decision.reason, event.name or "(no name)",
+                            layer=event.decision.layer)
+    yield from _settle(shown, clock, reserved=False)
 
 
 class Decisions:

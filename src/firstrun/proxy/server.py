@@ -75,7 +75,7 @@ from firstrun.errors import ProxyError
 from firstrun.policy.addresses import IPAddress
 from firstrun.policy.decision import Reason
 from firstrun.policy.network import Channel, NetworkPolicy
-from firstrun.proxy.dns import DnsAnswer, SyntheticNames
+from firstrun.proxy.dns import SyntheticNames
 from firstrun.proxy.dns import answer as dns_answer
 from firstrun.proxy.dns import preload as preload_dns
 from firstrun.proxy.errors import PeerGone, Refused, UpstreamGone, listen_failed
@@ -92,6 +92,7 @@ from firstrun.proxy.exchange import (
     FlowOpened,
     Forward,
     Handler,
+    NameRefused,
     ProxyContext,
     Record,
     RecordMode,
@@ -101,6 +102,7 @@ from firstrun.proxy.exchange import (
     Reserved,
     Resolve,
     Resolved,
+    dns_refusal,
     flow,
     proxy_request,
 )
@@ -108,10 +110,8 @@ from firstrun.proxy.flight import judge_flight
 from firstrun.proxy.intercept import InterceptedTunnel, Interception
 from firstrun.proxy.limits import ProxyLimits
 from firstrun.proxy.records import (
-    Capture,
     EgressRecord,
     RecordLog,
-    Scheme,
     TunnelEnd,
     now_iso,
 )
@@ -599,9 +599,15 @@ class _DnsClient(_Client):
     async def run(self) -> None:
         try:
             while (query := await self._frame()) is not None:
+                clock = self._proxy.clock
+                stamp = clock.iso(), clock.monotonic()
                 result = dns_answer(query, policy=self._proxy.policy, names=self._proxy.synthetic)
                 if result.refusal is not None and self._proxy._first_dns_refusal(result.name):
-                    self._proxy._log.offer(self._dns_record(result))
+                    refused = NameRefused(name=result.name, qtype=result.qtype,
+                                          decision=result.refusal, ts=stamp[0], started=stamp[1])
+                    for command in Handler(dns_refusal(self._channel, clock)).handle(refused):
+                        assert isinstance(command, Record)
+                        self._proxy._settle(command)
                 if result.wire is not None:
                     frame = len(result.wire).to_bytes(2, "big") + result.wire
                     await self._stream.send(frame, self._limits.idle_timeout_s)
@@ -625,17 +631,6 @@ class _DnsClient(_Client):
             # One query per frame, and no pipelining past it.
             return buf[2:need]
 
-    def _dns_record(self, result: DnsAnswer) -> EgressRecord:
-        decision = result.refusal
-        assert decision is not None
-        clock = self._proxy.clock
-        return EgressRecord(
-            ts=clock.iso(), id=clock.new_id(), channel=self._channel, method=result.qtype,
-            scheme=Scheme.DNS, host=result.name, port=53, path=None,
-            decision=decision.verdict, reason=decision.reason, layer=decision.layer,
-            would_deny=decision.would_deny, override=None, resolved=None, status=None,
-            bytes_up=0, bytes_down=0, duration_ms=0.0, capture=Capture.TRANSPARENT,
-        )
 
 
 class ListenerKind(StrEnum):
