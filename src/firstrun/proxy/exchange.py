@@ -4,7 +4,7 @@ Guarantee: what the proxy does with one proxy request, one redirected flow,
 one request decrypted inside an inspected tunnel or one refused DNS name is
 decided here, and every record it leaves is built here (``_Shown``), as a
 pure function of the policy and of the events its driver reports; the
-drivers (``server`` for sockets, ``intercept`` for TLS) only carry commands
+drivers (``clients`` for sockets, ``intercept`` for TLS) only carry commands
 out and report what happened. The order is fixed, for every path:
 
 - a record's place is held before anything is judged (``Reserve``; an

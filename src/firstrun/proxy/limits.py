@@ -1,6 +1,6 @@
 """The proxy's bounds: sizes, timeouts, connection slots and the record budget.
 
-Guarantee: every bound the proxy and its drivers (``server``, ``intercept``,
+Guarantee: every bound the proxy and its drivers (``clients``, ``intercept``,
 ``wire``) apply comes from one ``ProxyLimits``, so a test or a backend that
 tightens one tightens it everywhere.
 """

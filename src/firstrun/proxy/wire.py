@@ -1,6 +1,6 @@
 """The proxy's data plane: byte streams, a request head read, and one forward, shared by both paths.
 
-Guarantee: the plain path (``server``) and the inspected path
+Guarantee: the plain path (``clients``) and the inspected path
 (``intercept``) carry an exchange's bytes with the same code, over a
 ``Stream`` (a socket here, a TLS session there): ``read_head`` reads one
 request head within the head deadline and hands it over with the exact
