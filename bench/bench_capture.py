@@ -73,13 +73,11 @@ def main(rounds: int = ROUNDS, per_round: int = PER_ROUND) -> dict[str, dict[str
     import ipaddress
     import statistics
 
-    from firstrun.policy.network import Channel, NetworkPolicy
+    from firstrun.enclosure import Egress, open_enclosure
+    from firstrun.policy.network import NetworkPolicy
     from firstrun.policy.profile import SandboxProfile
-    from firstrun.proxy.server import EgressProxy
-    from firstrun.run.sandbox import capture_listeners
-    from firstrun.sandbox.base import ProxyEndpoint
     from firstrun.sandbox.hostfs import host_filesystem_policy
-    from firstrun.sandbox.linux.backend import LinuxBackend
+    from firstrun.sandbox.select import entry
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Quiet)
     port = server.server_address[1]
@@ -90,28 +88,25 @@ def main(rounds: int = ROUNDS, per_round: int = PER_ROUND) -> dict[str, dict[str
 
     policy = NetworkPolicy.build(overrides=[(f"{HOST}:{port}", ["127.0.0.1/32"])])
     workspace = tempfile.mkdtemp(prefix="firstrun-bench-capture-")
-    sockdir = tempfile.mkdtemp(prefix="firstrun-bench-capture-proxy-")
     samples: dict[str, list[float]] = {"proxy": [], "transparent": []}
     try:
-        with EgressProxy(policy, resolver=resolver) as proxy:
-            endpoint = ProxyEndpoint(
-                socket_path=proxy.listen_unix(os.path.join(sockdir, "p.sock"), Channel.SHELL),
-                nonce=proxy.nonce, **capture_listeners(proxy, sockdir))
-            profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False), net=policy)
-            with LinuxBackend().start(profile, proxy=endpoint) as session:
-                for index in range(rounds):
-                    arms = ("proxy", "transparent") if index % 2 == 0 else ("transparent", "proxy")
-                    for arm in arms:
-                        result = session.exec(["python3", "-c", CLIENT, arm, str(port),
-                                               str(per_round)], timeout=300)
-                        if result.exit_code != 0:
-                            raise RuntimeError(f"{arm}: {result.stderr.text()[-300:]}")
-                        samples[arm] += json.loads(result.stdout.text())
+        profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False),
+                                 net=policy)
+        with open_enclosure(entry("linux"), profile,
+                            Egress(env=os.environ, resolver=resolver)) as enclosure:
+            session = enclosure.start()
+            for index in range(rounds):
+                arms = ("proxy", "transparent") if index % 2 == 0 else ("transparent", "proxy")
+                for arm in arms:
+                    result = session.exec(["python3", "-c", CLIENT, arm, str(port),
+                                           str(per_round)], timeout=300)
+                    if result.exit_code != 0:
+                        raise RuntimeError(f"{arm}: {result.stderr.text()[-300:]}")
+                    samples[arm] += json.loads(result.stdout.text())
     finally:
         server.shutdown()
         server.server_close()
         shutil.rmtree(workspace, ignore_errors=True)
-        shutil.rmtree(sockdir, ignore_errors=True)
     proxied = statistics.median(samples["proxy"]) * 1e3
     transparent = statistics.median(samples["transparent"]) * 1e3
     return {

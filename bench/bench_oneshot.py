@@ -60,23 +60,20 @@ def _phases(rounds: int) -> dict[str, float]:
     capture's listeners, then ``LinuxBackend.start``'s own phases; then the
     first command and the close.
     """
-    from firstrun.policy.network import Channel, NetworkPolicy
+    from firstrun.enclosure import Egress, harness_proxy
+    from firstrun.policy.network import NetworkPolicy
     from firstrun.policy.profile import SandboxProfile
-    from firstrun.proxy.server import EgressProxy, capture_listeners
-    from firstrun.sandbox.base import ProxyEndpoint
     from firstrun.sandbox.hostfs import host_filesystem_policy
     from firstrun.sandbox.linux.backend import LinuxBackend
 
     samples: dict[str, list[float]] = {}
     for _ in range(rounds):
         workspace = tempfile.mkdtemp(prefix="firstrun-bench-oneshot-")
-        sockdir = tempfile.mkdtemp(prefix="firstrun-bench-proxy-")
         try:
             began = time.perf_counter()
-            with EgressProxy(NetworkPolicy.build()) as proxy:
-                path = proxy.listen_unix(os.path.join(sockdir, "proxy.sock"), Channel.SHELL)
-                endpoint = ProxyEndpoint(socket_path=path, nonce=proxy.nonce,
-                                         **capture_listeners(proxy, sockdir))
+            with harness_proxy(NetworkPolicy.build(), Egress(env=os.environ),
+                               captures=True) as made:
+                endpoint = made.endpoint
                 lengths = {"proxy_started": time.perf_counter() - began}
                 profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ,
                                                                    protect=False))
@@ -99,7 +96,6 @@ def _phases(rounds: int) -> dict[str, float]:
                 samples.setdefault(phase, []).append(length)
         finally:
             shutil.rmtree(workspace, ignore_errors=True)
-            shutil.rmtree(sockdir, ignore_errors=True)
     return {phase: statistics.median(lengths) for phase, lengths in samples.items()}
 
 

@@ -103,15 +103,12 @@ asyncio.run(main())
 
 def main(rounds: int = ROUNDS, per_round: int = PER_ROUND) -> dict[str, dict[str, object]]:
     from firstrun.audit.battery import docker_bridge_address
-    from firstrun.policy.network import Channel, NetworkPolicy
+    from firstrun.enclosure import Egress, open_enclosure
+    from firstrun.policy.network import NetworkPolicy
     from firstrun.policy.profile import SandboxProfile
-    from firstrun.proxy.server import EgressProxy, capture_listeners
-    from firstrun.sandbox.base import ProxyEndpoint
     from firstrun.sandbox.docker.backend import DockerBackend
     from firstrun.sandbox.hostfs import host_filesystem_policy
-    from firstrun.sandbox.linux.backend import LinuxBackend
-    from firstrun.sandbox.select import OWN_PROXY
-    from firstrun.sandbox.sockdir import socket_directory
+    from firstrun.sandbox.select import entry
 
     address = docker_bridge_address()
     private = Path(tempfile.mkdtemp(prefix="firstrun-bench-tunnels-"))
@@ -141,17 +138,12 @@ def main(rounds: int = ROUNDS, per_round: int = PER_ROUND) -> dict[str, dict[str
                 profile = SandboxProfile(
                     fs=host_filesystem_policy(workspace, os.environ, protect=False), net=policy)
                 cafiles[arm] = f"{profile.fs.sandbox_workspace}/ca.pem"
-                if arm == "docker":
-                    backend = DockerBackend(sidecar_hosts=((HOST_NAME, address),))
-                    sessions[arm] = stack.enter_context(backend.start(profile, proxy=OWN_PROXY))
-                    continue
-                proxy = stack.enter_context(EgressProxy(policy, resolver=resolver))
-                sockdir = stack.enter_context(socket_directory())
-                endpoint = ProxyEndpoint(
-                    socket_path=proxy.listen_unix(os.path.join(sockdir, "proxy.sock"),
-                                                  Channel.SHELL),
-                    nonce=proxy.nonce, **capture_listeners(proxy, sockdir))
-                sessions[arm] = stack.enter_context(LinuxBackend().start(profile, proxy=endpoint))
+                build = (lambda o: DockerBackend(on_record=o.on_record,
+                                                 sidecar_hosts=((HOST_NAME, address),))) \
+                    if arm == "docker" else None
+                enclosure = stack.enter_context(open_enclosure(
+                    entry(arm), profile, Egress(env=os.environ, resolver=resolver), build=build))
+                sessions[arm] = enclosure.start()
             first = 0
             for index in range(rounds):
                 for arm in (("docker", "linux") if index % 2 == 0 else ("linux", "docker")):

@@ -32,10 +32,10 @@ from firstrun.policy.network import NetworkPolicy
 from firstrun.policy.process import SANDBOX_CA_BUNDLE
 from firstrun.policy.profile import SandboxProfile
 from firstrun.proxy.sidecar import policy_from_data
+from firstrun.sandbox.base import OwnProxy
 from firstrun.sandbox.docker.backend import DockerBackend, DockerSession
 from firstrun.sandbox.docker.resources import docker
 from firstrun.sandbox.hostfs import host_filesystem_policy
-from firstrun.sandbox.select import OWN_PROXY
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
 
@@ -121,7 +121,7 @@ def inspected() -> Iterator[Inspected]:
                                 credential_env={TOKEN_SOURCE: secret})
         profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False), net=policy)
         try:
-            with backend.start(profile, proxy=OWN_PROXY) as session:
+            with backend.start(profile, proxy=OwnProxy()) as session:
                 yield Inspected(session=session, registry=registry, records=records,
                                 secret=secret, workspace=workspace)
         finally:
@@ -243,7 +243,7 @@ def test_a_missing_credential_value_is_refused() -> None:
             credentials=[(TOKEN, "pypi.org", TOKEN_SOURCE)]))
         profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False), net=policy)
         with pytest.raises(UsageError, match=TOKEN_SOURCE):
-            DockerBackend(credential_env={}).start(profile, proxy=OWN_PROXY)
+            DockerBackend(credential_env={}).start(profile, proxy=OwnProxy())
     finally:
         shutil.rmtree(workspace, ignore_errors=True)
 

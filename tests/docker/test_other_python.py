@@ -25,10 +25,10 @@ from firstrun.images.build import ImageRecipe, build_images
 from firstrun.policy.methods import InspectionPolicy
 from firstrun.policy.network import NetworkPolicy
 from firstrun.policy.profile import SandboxProfile
+from firstrun.sandbox.base import OwnProxy
 from firstrun.sandbox.docker.backend import DockerBackend
 from firstrun.sandbox.docker.resources import docker
 from firstrun.sandbox.hostfs import host_filesystem_policy
-from firstrun.sandbox.select import OWN_PROXY
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
 
@@ -57,7 +57,7 @@ def test_a_plain_session_on_another_python_attests_and_runs(image: str, workspac
     assert sys.version_info[:2] != (3, 13)  # otherwise this proves nothing
     profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False),
                              net=NetworkPolicy.build(allow=["pypi.org"]))
-    with DockerBackend(image=image).start(profile, proxy=OWN_PROXY) as session:
+    with DockerBackend(image=image).start(profile, proxy=OwnProxy()) as session:
         # proxy_answers among them: the sidecar on 3.13 serves the nonce.
         assert {c.name for c in session.info.attestation if c.passed} >= {
             "proxy_answers", "supervisor_out_of_reach", "host_canary_saw_nothing"}
@@ -73,7 +73,7 @@ def test_inspection_on_another_python_is_refused_in_one_line(image: str, workspa
         fs=host_filesystem_policy(workspace, os.environ, protect=False),
         net=NetworkPolicy.build(allow=["pypi.org"]).with_inspection(InspectionPolicy.build()))
     with pytest.raises(SandboxUnavailable) as refused:
-        DockerBackend(image=image).start(profile, proxy=OWN_PROXY)
+        DockerBackend(image=image).start(profile, proxy=OwnProxy())
     here = f"{sys.version_info[0]}.{sys.version_info[1]}"
     assert str(refused.value).endswith(
         f"the image's Python is 3.13, and the proxy sidecar cannot load the harness's "

@@ -34,9 +34,9 @@ from cryptography.x509.oid import NameOID
 from firstrun.audit.battery import docker_bridge_address
 from firstrun.policy.network import NetworkPolicy
 from firstrun.policy.profile import SandboxProfile
+from firstrun.sandbox.base import OwnProxy
 from firstrun.sandbox.docker.backend import DockerBackend
 from firstrun.sandbox.hostfs import host_filesystem_policy
-from firstrun.sandbox.select import OWN_PROXY
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
 
@@ -167,7 +167,7 @@ def rounds() -> Iterator[Rounds]:
         profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False),
                                  net=policy)
         backend = DockerBackend(on_record=records.append, sidecar_hosts=((HOST, address),))
-        with backend.start(profile, proxy=OWN_PROXY) as session:
+        with backend.start(profile, proxy=OwnProxy()) as session:
             inside = profile.fs.sandbox_workspace
             result = session.exec(["python3", "-c", CLIENT, HOST, str(upstream.port), str(ROUNDS),
                                    str(PER_ROUND), f"{inside}/ca.pem"], timeout=300.0)

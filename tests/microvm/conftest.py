@@ -9,13 +9,12 @@ scripts/test builds the image (firstrun images build --microvm).
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 
 import pytest
 
-from firstrun.policy.network import Channel, NetworkPolicy
+from firstrun.enclosure import Egress, harness_proxy
+from firstrun.policy.network import NetworkPolicy
 from firstrun.proxy.server import EgressProxy
 from firstrun.sandbox.base import ProxyEndpoint
 from firstrun.sandbox.microvm.image import find_image
@@ -30,8 +29,5 @@ def microvm_ready() -> None:
 
 @pytest.fixture(scope="module")
 def proxy() -> Iterator[tuple[EgressProxy, ProxyEndpoint]]:
-    sockdir = tempfile.mkdtemp(prefix="firstrun-test-proxy-")
-    with EgressProxy(NetworkPolicy.build()) as p:
-        path = p.listen_unix(os.path.join(sockdir, "proxy.sock"), Channel.SHELL)
-        yield p, ProxyEndpoint(socket_path=path, nonce=p.nonce)
-    shutil.rmtree(sockdir, ignore_errors=True)
+    with harness_proxy(NetworkPolicy.build(), Egress(env=os.environ), captures=False) as made:
+        yield made.proxy, made.endpoint

@@ -10,8 +10,9 @@ from collections.abc import Iterator
 import pytest
 from sandbox_support import make_profile
 
-from firstrun.policy.network import Channel, NetworkPolicy
-from firstrun.proxy.server import EgressProxy, capture_listeners
+from firstrun.enclosure import Egress, harness_proxy
+from firstrun.policy.network import NetworkPolicy
+from firstrun.proxy.server import EgressProxy
 from firstrun.sandbox.base import ProxyEndpoint
 from firstrun.sandbox.linux.backend import LinuxBackend, LinuxSession
 
@@ -31,9 +32,6 @@ def session(workspace: str) -> Iterator[LinuxSession]:
 
 @pytest.fixture
 def proxy() -> Iterator[tuple[EgressProxy, ProxyEndpoint]]:
-    """The run's proxy as ``open_sandbox`` makes it, transparent capture included."""
-    sockdir = tempfile.mkdtemp(prefix="firstrun-test-proxy-")
-    with EgressProxy(NetworkPolicy.build()) as p:
-        path = p.listen_unix(os.path.join(sockdir, "proxy.sock"), Channel.SHELL)
-        yield p, ProxyEndpoint(socket_path=path, nonce=p.nonce, **capture_listeners(p, sockdir))
-    shutil.rmtree(sockdir, ignore_errors=True)
+    """The run's proxy as the enclosure makes it, transparent capture included."""
+    with harness_proxy(NetworkPolicy.build(), Egress(env=os.environ), captures=True) as made:
+        yield made.proxy, made.endpoint

@@ -45,7 +45,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from firstrun.audit import fixtures
@@ -60,23 +60,20 @@ from firstrun.audit.model import (
     stoppers,
     subsets,
 )
+from firstrun.enclosure import Egress, open_enclosure
 from firstrun.errors import SandboxError, UsageError
 from firstrun.policy.addresses import IPAddress
 from firstrun.policy.decision import Reason, Verdict
 from firstrun.policy.methods import InspectionPolicy
-from firstrun.policy.network import Channel, NetworkPolicy
+from firstrun.policy.network import NetworkPolicy
 from firstrun.policy.process import SANDBOX_CA_BUNDLE
 from firstrun.policy.profile import ALL_LAYERS, LayerName, SandboxProfile
-from firstrun.proxy.credentials import sandbox_variables
-from firstrun.proxy.intercept import prepare_interception
 from firstrun.proxy.records import EgressRecord
-from firstrun.proxy.server import EgressProxy
-from firstrun.sandbox.base import Backend, ExecResult, ProxyEndpoint, Session
+from firstrun.sandbox.base import Backend, ExecResult, Session
 from firstrun.sandbox.docker.backend import DockerBackend
 from firstrun.sandbox.docker.resources import bridge_gateway
 from firstrun.sandbox.hostfs import host_filesystem_policy
 from firstrun.sandbox.select import (
-    OWN_PROXY,
     BackendOptions,
     build_backend,
     entry,
@@ -584,19 +581,19 @@ def docker_bridge_address() -> str:
     return address
 
 
-def _backend(name: str, registry: fixtures.Registry,
-             records: list[EgressRecord] | None = None,
-             credentials: Mapping[str, str] | None = None) -> Backend:
-    """``credentials``: under --inspect-tls, the values docker's sidecar is handed."""
+def _build(name: str, registry: fixtures.Registry,
+           credentials: Mapping[str, str] | None = None) -> Callable[[BackendOptions], Backend]:
+    """How the audit makes ``name``'s backend; ``credentials``: under --inspect-tls, the
+    values docker's sidecar is handed."""
     if name == "docker":
-        sink = records if records is not None else []
         # The sidecar resolves the registry's name from its /etc/hosts, never by DNS,
         # and under inspection verifies it against the registry's own CA.
-        return DockerBackend(on_record=lambda data: sink.append(EgressRecord.from_data(data)),
-                             sidecar_hosts=((fixtures.REGISTRY_HOST, registry.address),),
-                             upstream_cafiles=(registry.cafile,) if credentials is not None else (),
-                             credential_env=credentials)
-    return build_backend(name, BackendOptions(allow_unenforced=name == "local"))
+        return lambda options: DockerBackend(
+            on_record=options.on_record,
+            sidecar_hosts=((fixtures.REGISTRY_HOST, registry.address),),
+            upstream_cafiles=(registry.cafile,) if credentials is not None else (),
+            credential_env=credentials)
+    return lambda options: build_backend(name, replace(options, allow_unenforced=name == "local"))
 
 
 @contextmanager
@@ -612,11 +609,11 @@ def run_configuration(config: Configuration, registry: fixtures.Registry,
                       backend: Backend | None = None) -> ConfigurationResult:
     """One session of ``config``, every action in it, every cell judged after it closed.
 
-    ``registry`` must listen where ``config``'s backend can reach it (for
-    docker: ``docker_bridge_address()``); the witnesses listen there too.
+    The session is enclosed as ``firstrun run`` encloses its own
+    (``firstrun.enclosure``). ``registry`` must listen where ``config``'s
+    backend can reach it (for docker: ``docker_bridge_address()``); the
+    witnesses listen there too. ``backend``: one already made, reused.
     """
-    sidecar_records: list[EgressRecord] = []
-    own_proxy = entry(config.backend).own_proxy
     python = _DOCKER_PYTHON if config.backend == "docker" else os.path.realpath(sys.executable)
     policy = audit_policy(registry.port, registry.address)
     proxied = AuditedLayer.NETWORK in config.layers
@@ -628,41 +625,25 @@ def run_configuration(config: Configuration, registry: fixtures.Registry,
         policy = policy.with_inspection(InspectionPolicy.build(
             credentials=[(CREDENTIAL_VARIABLE, CREDENTIAL_HOST, _CREDENTIAL_SOURCE)],
             source="audit"))
+    credentials = {_CREDENTIAL_SOURCE: witnesses.credential}
+    build = (lambda _options: backend) if backend is not None else _build(
+        config.backend, registry, credentials if config.inspect_tls else None)
+    egress = Egress(env=credentials, resolver=_resolver(registry.address),
+                    extra_cafiles=(registry.cafile,)) if proxied else None
     try:
-        backend = backend or _backend(
-            config.backend, registry, sidecar_records,
-            {_CREDENTIAL_SOURCE: witnesses.credential} if config.inspect_tls else None)
         with ExitStack() as stack:
             workspace = stack.enter_context(_workspace())
             with open(os.path.join(workspace, _FIXTURE_CA), "wb") as f:
                 f.write(registry.ca_pem)
-            proxy = None
-            endpoint = None
-            if proxied and own_proxy:
-                # The backend runs the proxy itself (docker's sidecar), from ``policy``.
-                endpoint = OWN_PROXY
-            elif proxied:
-                # Harness-private (0700): the proxy's socket and the trust bundle.
-                sockdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="firstrun-audit-"))
-                interception, bundle, placeholders = None, None, ()
-                if policy.inspection is not None:
-                    interception, bundle = prepare_interception(
-                        policy.inspection, env={_CREDENTIAL_SOURCE: witnesses.credential},
-                        bundle_dir=sockdir, extra_cafiles=[registry.cafile])
-                    placeholders = tuple(sandbox_variables(interception.credentials).items())
-                proxy = stack.enter_context(EgressProxy(policy, resolver=_resolver(registry.address),
-                                                        interception=interception))
-                endpoint = ProxyEndpoint(
-                    socket_path=proxy.listen_unix(os.path.join(sockdir, "proxy.sock"),
-                                                  Channel.SHELL),
-                    nonce=proxy.nonce, trust_bundle=bundle, placeholders=placeholders)
             profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False),
                                      net=policy, required=ALL_LAYERS - omitted)
             # Without masking, a task given a credential hands the session its
             # real value; with it, the backend put the placeholder there.
             credential_env = ({} if config.inspect_tls
                               else {CREDENTIAL_VARIABLE: witnesses.credential})
-            with backend.start(profile, proxy=endpoint) as session:
+            with open_enclosure(entry(config.backend), profile, egress,
+                                build=build) as enclosure:
+                session = enclosure.start()
                 info = session.info.to_data()
                 for act in ACTIONS:
                     if act.id == "cloud_metadata" and not proxied:
@@ -672,9 +653,7 @@ def run_configuration(config: Configuration, registry: fixtures.Registry,
                                             _params(act, witnesses, registry, config.inspect_tls),
                                             credential_env)
             run = _Run(witnesses=witnesses, registry=registry, workspace=workspace,
-                       probes=probes,
-                       records=tuple(proxy.records()) if proxy else tuple(sidecar_records),
-                       proxied=proxied,
+                       probes=probes, records=tuple(enclosure.records()), proxied=proxied,
                        leftovers=tuple(fixtures.pids_with_argv0(witnesses.token)),
                        kill_marker_alive=witnesses.kill_marker.poll() is None)
             cells = []
@@ -727,7 +706,7 @@ def run_audit(backends: Sequence[str],
             registry = registries[address]
             # Docker's sidecar hands its records to the backend it was built
             # with, so each configuration builds its own (run_configuration).
-            backend = None if name == "docker" else _backend(name, registry)
+            backend = None if name == "docker" else _build(name, registry)(BackendOptions())
             for config in configurations(name):
                 if on_configuration is not None:
                     on_configuration(config)

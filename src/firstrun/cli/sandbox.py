@@ -27,21 +27,19 @@ from firstrun.errors import UsageError
 from firstrun.policy.filesystem import is_under
 from firstrun.policy.hosts import parse_patterns
 from firstrun.policy.methods import InspectionPolicy
-from firstrun.policy.network import DEFAULT_ALLOW, Channel, Mode, NetworkPolicy
+from firstrun.policy.network import DEFAULT_ALLOW, Mode, NetworkPolicy
 from firstrun.policy.process import DEFAULT_DISK_MB, Limits
 from firstrun.policy.profile import LayerName, SandboxProfile
-from firstrun.sandbox.base import ExecResult, ProxyEndpoint, Stream
+from firstrun.sandbox.base import ExecResult, Stream
 from firstrun.sandbox.disk import DiskBound, SizedWorkspace, open_sized_workspace, unbounded
 from firstrun.sandbox.hostfs import check_workspace, host_filesystem_policy
 from firstrun.sandbox.select import (
-    OWN_PROXY,
     BackendOptions,
     entry,
     inspecting_backend,
     resolve_backend,
     select_backend,
 )
-from firstrun.sandbox.sockdir import socket_directory
 from firstrun.tasks.allowlist import allow_entries, allow_snippet
 
 EXIT_TIMEOUT = 124
@@ -198,17 +196,12 @@ def run_sandbox(request: SandboxRequest) -> int:
         options = BackendOptions(allow_unenforced=request.allow_unenforced, image=request.image)
         name = inspecting_backend(request.backend, inspect_tls=request.inspect_tls,
                                   flag="--backend")
-        name = resolve_backend(name, options, (request.image,)).backend
+        chosen = entry(resolve_backend(name, options, (request.image,)).backend)
+        select_backend(chosen.name, allow_unenforced=request.allow_unenforced)
         # Imported here, while the workspace is made: the proxy is most of
         # this command's imports.
-        from firstrun.proxy.records import EgressRecord, RecordLog
-        from firstrun.proxy.server import EgressProxy, capture_listeners
+        from firstrun.enclosure import Egress, open_enclosure
 
-        own = RecordLog(request.record) if entry(name).own_proxy else None
-        backend = select_backend(name, allow_unenforced=request.allow_unenforced,
-                                 options=options if own is None else BackendOptions(
-                                     image=request.image,
-                                     on_record=lambda data: own.append(EgressRecord.from_data(data))))
         workspace, disk = workspace_made()
         limits = Limits() if request.timeout_s is None else Limits(command_timeout_s=request.timeout_s)
         profile = SandboxProfile(
@@ -219,37 +212,16 @@ def run_sandbox(request: SandboxRequest) -> int:
             limits=limits,
             downgrades=request.downgrades,
         )
-        proxy: EgressProxy | None = None
-        if own is not None:
-            stack.callback(own.close)
-            # The backend runs the shell channel's proxy with this policy.
-            endpoint = OWN_PROXY
-        else:
-            # The proxy's socket lives in a private (0700) directory: only the
-            # harness connects to it, and the backend hands the connections in.
-            sockdir = stack.enter_context(socket_directory())
-            interception, trust_bundle = None, None
-            if policy.inspection is not None:
-                # Imported here: only --inspect-tls needs X.509 (cryptography).
-                from firstrun.proxy.intercept import prepare_interception
-
-                interception, trust_bundle = prepare_interception(
-                    policy.inspection, env=os.environ, bundle_dir=sockdir)
-            proxy = stack.enter_context(EgressProxy(policy, record_path=request.record,
-                                                    interception=interception))
-            socket_path = proxy.listen_unix(os.path.join(sockdir, "proxy.sock"), Channel.SHELL)
-            endpoint = ProxyEndpoint(socket_path=socket_path, nonce=proxy.nonce,
-                                     trust_bundle=trust_bundle,
-                                     **capture_listeners(proxy, sockdir)
-                                     if entry(name).captures else {})
-        session = stack.enter_context(backend.start(profile, proxy=endpoint))
+        enclosure = stack.enter_context(open_enclosure(
+            chosen, profile, Egress(env=os.environ, record_path=request.record), options=options))
+        session = enclosure.start()
         live = _LiveOutput(all_to_stderr=request.json)
         result = session.exec(list(request.command), timeout=request.timeout_s, on_output=live)
         if isinstance(disk, SizedWorkspace):
             disk = disk.bound()
     # Read after the session closed and the proxy stopped, so tunnels the
     # command left open are finished and recorded too.
-    records = proxy.records() if proxy is not None else own.snapshot() if own is not None else []
+    records = enclosure.records()
     info = session.info
     code = _exit_code(result)
     if request.json:

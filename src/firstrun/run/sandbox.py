@@ -1,27 +1,20 @@
-"""The run's enclosure: egress proxy, attested session and docs reader, opened and closed together.
+"""A run's sandbox: the task's enclosure and its docs reader, opened and closed together.
 
-Guarantee: ``open_sandbox`` yields only when all three are up: a proxy
-enforcing the task's own network policy (documentation hosts on the docs
-channel only; the registries and ``network.allow`` on the shell), a session
-the backend attested over exactly one workspace, and a docs reader that
-reaches its hosts through the proxy's docs channel (mirrors excepted, which
-are on loopback by construction). Every egress record reaches ``on_record``
-the moment the proxy writes it, so the trace holds egress live, not after
-the fact. A backend that brings its own shell-channel proxy (docker's
-sidecar, ``Entry.own_proxy``) is given the same policy, and its records are
-rebuilt as ``EgressRecord``s and delivered to ``on_record`` the same way, as
-they are written, so classification never depends on which proxy decided;
-the harness proxy then serves the docs channel only. The container image is
-the task's ``image``, else ``--image``, else the default Python image. On the way out (normally, by exception or by interrupt) the
-session is closed first, so every process the agent started is gone, then
-the reader, then the proxy, whose last records (tunnels ended by the close)
-are delivered before ``open_sandbox`` returns.
+Guarantee: ``open_sandbox`` yields only when both are up: an enclosure
+(``firstrun.enclosure``) whose proxy enforces the task's own network policy
+(documentation hosts on the docs channel only; the registries and
+``network.allow`` on the shell) around a session attested over exactly one
+workspace, and a docs reader that reaches its hosts through the proxy's
+docs channel (mirrors excepted, on loopback by construction). Every egress
+record reaches ``on_record`` as it is written, whichever proxy wrote it.
+The container image is the task's ``image``, else ``--image``, else the
+default Python image. On the way out the reader closes, then the session,
+then the proxy, whose last records are delivered before it returns.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
@@ -34,27 +27,23 @@ from firstrun.docs import (
     Politeness,
     default_user_agent,
 )
-from firstrun.errors import SandboxUnavailable, UsageError
-from firstrun.policy.network import Channel, Mode, NetworkPolicy
+from firstrun.enclosure import Egress, open_enclosure
+from firstrun.errors import UsageError
+from firstrun.policy.network import Mode, NetworkPolicy
 from firstrun.policy.process import Limits
 from firstrun.policy.profile import SandboxProfile
-from firstrun.proxy.credentials import mint, sandbox_variables
-from firstrun.proxy.intercept import prepare_interception
+from firstrun.proxy.credentials import mint
 from firstrun.proxy.records import EgressRecord
-from firstrun.proxy.server import EgressProxy, capture_listeners
 from firstrun.run.config import RunConfig
-from firstrun.sandbox.base import ProxyEndpoint, Session
+from firstrun.sandbox.base import Session
 from firstrun.sandbox.hostfs import host_filesystem_policy
 from firstrun.sandbox.select import (
-    OWN_PROXY,
     BackendOptions,
     entry,
-    inspecting,
     require_vm,
     resolve_backend,
     select_backend,
 )
-from firstrun.sandbox.sockdir import socket_directory
 from firstrun.tasks.compile import compile_network_policy
 from firstrun.tasks.model import Task
 
@@ -104,9 +93,8 @@ class _Made:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Enclosure:
+class Sandbox:
     session: Session
-    proxy: EgressProxy
     reader: DocsReader
     policy: NetworkPolicy
 
@@ -148,7 +136,7 @@ def open_sandbox(
     on_record: Callable[[EgressRecord], None],
     protect: bool,
     lift: tuple[str, ...] = (),
-) -> Iterator[Enclosure]:
+) -> Iterator[Sandbox]:
     """Raises SandboxUnavailable/AttestationFailed/SandboxError/ProxyError/UsageError as they come.
 
     ``protect`` and ``lift``: as ``task_profile``'s.
@@ -160,46 +148,14 @@ def open_sandbox(
         "auto", BackendOptions(allow_unenforced=config.allow_unenforced), (image,)).backend
     if task.spec.firstrun.isolation == "vm":
         require_vm(name, who=f"task {task.name}")
-    own_proxy = entry(name).own_proxy
-    backend = select_backend(name, allow_unenforced=config.allow_unenforced,
-                             options=BackendOptions(
-                                 image=image,
-                                 on_record=(lambda data: on_record(EgressRecord.from_data(data)))
-                                 if own_proxy else None))
+    select_backend(name, allow_unenforced=config.allow_unenforced)
     profile = task_profile(task, workspace, policy, config, protect=protect, lift=lift)
-    if policy.inspection is not None and not entry(name).inspects_tls:
-        raise SandboxUnavailable(
-            f"--inspect-tls: the {name} backend cannot show the run's CA bundle in its sandbox",
-            who=name, fix=f"use --backend {' or --backend '.join(inspecting())}, or drop --inspect-tls",
-        )
     with ExitStack() as stack:
-        interception, trust_bundle = None, None
-        # Docker's sidecar inspects the shell channel with a CA of its own
-        # (the backend reads the policy); the harness proxy serves docs only.
-        if policy.inspection is not None and not own_proxy:
-            # Harness-private (0700); the bundle holds certificates only, the
-            # CA key stays in this process's memory.
-            trust_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="firstrun-trust-"))
-            interception, trust_bundle = prepare_interception(
-                policy.inspection, env=os.environ, bundle_dir=trust_dir)
-        proxy = stack.enter_context(EgressProxy(
-            policy if interception is not None else policy.with_inspection(None),
-            on_record=on_record, interception=interception))
-        if own_proxy:
-            # The backend runs the shell channel's proxy with this same policy.
-            endpoint = OWN_PROXY
-        else:
-            # Private (0700) directory: only the harness connects to the socket;
-            # the backend hands connections into the sandbox.
-            sockdir = stack.enter_context(socket_directory())
-            socket_path = proxy.listen_unix(os.path.join(sockdir, "proxy.sock"), Channel.SHELL)
-            endpoint = ProxyEndpoint(
-                socket_path=socket_path, nonce=proxy.nonce, trust_bundle=trust_bundle,
-                placeholders=tuple(sandbox_variables(interception.credentials).items())
-                if interception is not None else (),
-                **capture_listeners(proxy, sockdir) if entry(name).captures else {},
-            )
-        docs_address = proxy.listen_tcp(Channel.DOCS)
+        enclosure = stack.enter_context(open_enclosure(
+            entry(name), profile, Egress(env=os.environ, on_record=on_record),
+            options=BackendOptions(allow_unenforced=config.allow_unenforced, image=image),
+            docs=True))
+        docs_address = enclosure.listen_docs()
         # The reader's HTTP clients load the CA store, tens of milliseconds of
         # each run's start: made beside the session's start, which mostly
         # waits on bubblewrap and the helper. Closed after the session either way.
@@ -216,5 +172,5 @@ def open_sandbox(
             if config.affordances is Affordances.NONE else None,
         ))
         stack.callback(reader_made.close)
-        session = stack.enter_context(backend.start(profile, proxy=endpoint))
-        yield Enclosure(session=session, proxy=proxy, reader=reader_made.result(), policy=policy)
+        session = enclosure.start()
+        yield Sandbox(session=session, reader=reader_made.result(), policy=policy)

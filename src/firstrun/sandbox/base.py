@@ -204,6 +204,18 @@ class ProxyEndpoint:
                                who="proxy")
 
 
+@dataclass(frozen=True)
+class OwnProxy:
+    """The shell channel's egress goes through the backend's own proxy (docker's sidecar).
+
+    The backend runs it from the profile's policy and reports its records
+    itself; there is no harness socket to name, so it carries nothing.
+    """
+
+
+# What a session's shell channel is given: the harness's proxy, the backend's own, or none.
+ShellProxy = ProxyEndpoint | OwnProxy
+
 
 
 def _os_string(value: object) -> bool:
@@ -354,6 +366,6 @@ class Backend(Protocol):
         """What this machine can enforce for this backend, with fixes for what it can't."""
         ...
 
-    def start(self, profile: SandboxProfile, *, proxy: ProxyEndpoint | None) -> Session:
+    def start(self, profile: SandboxProfile, *, proxy: ShellProxy | None) -> Session:
         """Launch, attest, and return a session; refuse (raise) rather than downgrade."""
         ...

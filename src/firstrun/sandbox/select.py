@@ -29,16 +29,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from firstrun.errors import SandboxUnavailable, UsageError
-from firstrun.sandbox.base import Backend, Capability, ProxyEndpoint
+from firstrun.sandbox.base import Backend, Capability
 
 # An egress record as plain data (``EgressRecord.to_data``), from a backend
 # that runs the shell channel's proxy itself.
 RecordCallback = Callable[[dict[str, object]], None]
-
-# How a backend with its own proxy (``Entry.own_proxy``) is asked for egress
-# through it: ``proxy=None`` would mean no egress at all, and there is no
-# harness socket to name, so the endpoint's fields are empty and unused.
-OWN_PROXY = ProxyEndpoint(socket_path="", nonce="")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,6 +89,10 @@ class Entry:
         module, _, attr = self.cls.partition(":")
         cls: type = getattr(importlib.import_module(module), attr)
         return cls
+
+    def construct(self, options: BackendOptions) -> Backend:
+        """This backend, constructed with what applies to it of ``options``, not probed."""
+        return self.build(self.load(), options)
 
 
 REGISTRY: tuple[Entry, ...] = (
@@ -196,8 +195,7 @@ def require_vm(name: str, *, who: str) -> None:
 
 def build_backend(name: str, options: BackendOptions) -> Backend:
     """The named backend (never ``auto``), constructed but not probed."""
-    chosen = entry(name)
-    return chosen.build(chosen.load(), options)
+    return entry(name).construct(options)
 
 
 def probe_backend(name: str, options: BackendOptions) -> tuple[Capability, ...]:

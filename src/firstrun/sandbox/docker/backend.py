@@ -85,8 +85,8 @@ from firstrun.sandbox.base import (
     Capability,
     Check,
     LayerStatus,
-    ProxyEndpoint,
     SessionInfo,
+    ShellProxy,
 )
 from firstrun.sandbox.channel import JsonLines, decode_message, kill_and_wait
 from firstrun.sandbox.docker import seccomp_probe
@@ -536,7 +536,7 @@ class DockerBackend:
                 else Capability(name="image", available=False, detail=missing[0], fix=missing[1])
         return (daemon, root, image)
 
-    def start(self, profile: SandboxProfile, *, proxy: ProxyEndpoint | None) -> DockerSession:
+    def start(self, profile: SandboxProfile, *, proxy: ShellProxy | None) -> DockerSession:
         missing = [c for c in self.probe() if not c.available]
         if missing:
             raise SandboxUnavailable("; ".join(f"{c.name}: {c.detail}" for c in missing),

@@ -55,7 +55,7 @@ from dataclasses import asdict, dataclass, field, replace
 from firstrun.policy.process import SANDBOX_CA_BUNDLE, build_environment
 from firstrun.policy.profile import LayerName, SandboxProfile
 from firstrun.sandbox.attest import AttestPlan
-from firstrun.sandbox.base import Enforcement, ProxyEndpoint
+from firstrun.sandbox.base import Enforcement, ShellProxy
 from firstrun.sandbox.capture import CapturePorts
 from firstrun.sandbox.linux.spec import WRITABLE_DEVICE_DIRS, WRITABLE_DEVICE_FILES
 
@@ -375,7 +375,7 @@ class DockerPlan:
                 "attest": asdict(self.attest)}
 
 
-def prepare(profile: SandboxProfile, proxy: ProxyEndpoint | None, facts: DockerFacts) -> DockerPlan:
+def prepare(profile: SandboxProfile, proxy: ShellProxy | None, facts: DockerFacts) -> DockerPlan:
     """The launch of one docker session, as a pure function of the profile and the facts.
 
     With a proxy the session captures transparently, and its sidecar is
