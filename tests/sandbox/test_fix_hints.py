@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from firstrun.sandbox import base
+from firstrun import fixes
 
 
 @pytest.mark.parametrize(("euid", "says"), [(0, "apt-get install bubblewrap libseccomp2"),
                                             (1000, "sudo apt-get install bubblewrap libseccomp2")])
 def test_an_install_hint_is_what_this_user_would_type(monkeypatch: pytest.MonkeyPatch, euid: int,
                                                       says: str) -> None:
-    monkeypatch.setattr(base.os, "geteuid", lambda: euid)
-    assert base.apt_fix("bubblewrap", "libseccomp2") == says
-    assert base.as_root("systemctl start docker").startswith("sudo " if euid else "systemctl")
+    monkeypatch.setattr(fixes.os, "geteuid", lambda: euid)
+    assert fixes.apt_fix("bubblewrap", "libseccomp2") == says
+    assert fixes.as_root("systemctl start docker").startswith("sudo " if euid else "systemctl")
 
 
 def test_no_fix_hint_in_the_package_names_apt_get_but_through_apt_fix() -> None:

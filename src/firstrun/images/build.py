@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from firstrun.errors import SandboxError, SandboxUnavailable, UsageError
+from firstrun.fixes import apt_fix
 from firstrun.policy.images import image_reference_error
-from firstrun.sandbox.base import apt_fix
 
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"

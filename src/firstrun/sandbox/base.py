@@ -10,7 +10,6 @@ non-zero exit) apart from "the sandbox failed" (a ``SandboxError``).
 
 from __future__ import annotations
 
-import os
 import posixpath
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -113,17 +112,6 @@ class SessionInfo:
             "exposed": list(self.exposed),
             "downgrades": list(self.downgrades),
         }
-
-
-def as_root(command: str) -> str:
-    """``command`` as a fix hint says it: under sudo for a user who is not root."""
-    return command if os.geteuid() == 0 else f"sudo {command}"
-
-
-def apt_fix(*packages: str) -> str:
-    """The command that installs ``packages``, for a fix hint, by Debian's and Ubuntu's names
-    (the only systems firstrun is tested on)."""
-    return as_root(f"apt-get install {' '.join(packages)}")
 
 
 class StartPhases:

@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from firstrun.errors import SandboxError, SandboxUnavailable
-from firstrun.sandbox.base import apt_fix
+from firstrun.fixes import apt_fix
 
 WHO = "capture"
 

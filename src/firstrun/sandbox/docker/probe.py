@@ -20,7 +20,8 @@ from collections.abc import Mapping
 
 import h11
 
-from firstrun.sandbox.base import Capability, apt_fix, as_root
+from firstrun.fixes import apt_fix, as_root
+from firstrun.sandbox.base import Capability
 
 DOCKER_SOCKET = "/var/run/docker.sock"
 _TIMEOUT_S = 3.0

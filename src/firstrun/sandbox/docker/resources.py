@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 
 from firstrun.errors import SandboxError, SandboxUnavailable
-from firstrun.sandbox.base import apt_fix
+from firstrun.fixes import apt_fix
 from firstrun.sandbox.capture import CapturePorts, load, nat_rules
 from firstrun.sandbox.docker.topology import (
     DNS_PORT,

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import IO
 
 from firstrun.errors import SandboxError, SandboxUnavailable
+from firstrun.fixes import apt_fix
 from firstrun.policy.filesystem import SYSTEM_READONLY
 from firstrun.policy.profile import LayerName, Provides, SandboxProfile, unprovided
 from firstrun.sandbox import attest as attestation
@@ -56,7 +57,6 @@ from firstrun.sandbox.base import (
     ProxyEndpoint,
     SessionInfo,
     StartPhases,
-    apt_fix,
 )
 from firstrun.sandbox.channel import JsonLines, kill_and_wait
 from firstrun.sandbox.gvisor import probe

@@ -18,8 +18,9 @@ import subprocess
 from dataclasses import dataclass
 from datetime import date
 
+from firstrun.fixes import apt_fix
 from firstrun.sandbox import capture
-from firstrun.sandbox.base import Capability, apt_fix
+from firstrun.sandbox.base import Capability
 
 _TIMEOUT_S = 10.0
 # The oldest build firstrun has run its conformance suite on. Older ones

@@ -42,6 +42,7 @@ from contextlib import ExitStack
 from typing import IO
 
 from firstrun.errors import SandboxError, SandboxUnavailable
+from firstrun.fixes import apt_fix
 from firstrun.policy.filesystem import SYSTEM_READONLY
 from firstrun.policy.process import Limits
 from firstrun.policy.profile import LayerName, SandboxProfile
@@ -54,7 +55,6 @@ from firstrun.sandbox.base import (
     ProxyEndpoint,
     SessionInfo,
     StartPhases,
-    apt_fix,
 )
 from firstrun.sandbox.channel import JsonLines, kill_and_wait
 from firstrun.sandbox.linux import cgroup, launcher, probe, seccomp

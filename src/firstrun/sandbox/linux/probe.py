@@ -14,7 +14,8 @@ import shutil
 import subprocess
 
 from firstrun.errors import SandboxError
-from firstrun.sandbox.base import Capability, apt_fix
+from firstrun.fixes import apt_fix
+from firstrun.sandbox.base import Capability
 from firstrun.sandbox.helper import landlock_abi
 
 # The modules themselves, not the package: the package's __init__ imports the

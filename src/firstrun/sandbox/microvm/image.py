@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from firstrun.errors import SandboxError, SandboxUnavailable
+from firstrun.fixes import apt_fix
 from firstrun.images.build import PYTHON, SUITE, default_cache_dir, rootfs_tarball
-from firstrun.sandbox.base import apt_fix
 
 # The drivers the guest needs, in load order (each after what it depends on):
 # virtio over MMIO (the microvm machine has no PCI), 9p for the root and the

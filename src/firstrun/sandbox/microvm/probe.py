@@ -14,7 +14,8 @@ import fcntl
 import os
 import shutil
 
-from firstrun.sandbox.base import Capability, apt_fix
+from firstrun.fixes import apt_fix
+from firstrun.sandbox.base import Capability
 from firstrun.sandbox.microvm.image import find_image
 
 QEMU = "qemu-system-x86_64"
