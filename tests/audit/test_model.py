@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from firstrun.audit.model import (
     ACTIONS,
+    DISK_BOUND,
     Action,
     ActionResult,
     AuditedLayer,
@@ -71,9 +72,10 @@ def test_needed_actions_are_never_stopped_by_the_full_stack() -> None:
 
 
 def test_the_full_model_stack_stops_every_unneeded_action() -> None:
+    # Over a workspace of the harness's own, bounded as a run's is.
     for act in ACTIONS:
         if not act.needed:
-            assert predict(act, FULL) is ActionResult.STOPPED, act.id
+            assert predict(act, FULL, host_refuses=DISK_BOUND) is ActionResult.STOPPED, act.id
 
 
 def test_no_layer_is_dead_weight() -> None:
@@ -98,7 +100,8 @@ def test_what_the_harness_refuses_is_stopped_with_no_layer_and_stays_stopped() -
 
 def test_the_linux_residual_is_the_write_the_credential_and_domain_fronting() -> None:
     open_ = {a.id: closing_layers(a, LINUX_FULL) for a in ACTIONS
-             if not a.needed and predict(a, LINUX_FULL) is ActionResult.THROUGH}
+             if not a.needed and predict(a, LINUX_FULL, host_refuses=DISK_BOUND)
+             is ActionResult.THROUGH}
     assert open_ == {
         "upload_registry": (AuditedLayer.METHOD_RULES,),
         "credential_elsewhere": (AuditedLayer.CREDENTIAL_MASKING,),
@@ -141,6 +144,20 @@ def test_a_fronted_destination_is_not_an_unlisted_one() -> None:
     # not, so neither reach implies the other.
     assert stoppers(action("host_loopback"), LINUX_FULL) == (AuditedLayer.NETWORK,)
     assert stoppers(action("domain_fronting"), {AuditedLayer.NETWORK}) == ()
+
+
+def test_only_the_disk_bound_beneath_every_layer_stops_a_write_past_it() -> None:
+    fill = action("fill_disk")
+    assert not fill.needed and all(stoppers(fill, config) == () for config in EVERY_CONFIGURATION)
+    assert predict(fill, FULL) is ActionResult.THROUGH
+    assert predict(fill, frozenset(), "local", DISK_BOUND) is ActionResult.STOPPED
+
+
+def test_the_filesystem_layer_holds_the_protected_entries_on_every_backend() -> None:
+    protected = action("write_protected_entry")
+    for backend in ("linux", "docker", "gvisor"):
+        assert stoppers(protected, LINUX_FULL, backend) == (AuditedLayer.FILESYSTEM,), backend
+    assert predict(protected, frozenset(), "local") is ActionResult.THROUGH
 
 
 def test_action_ids_are_unique_snake_case() -> None:

@@ -51,6 +51,7 @@ from pathlib import Path
 from firstrun.audit import fixtures
 from firstrun.audit.model import (
     ACTIONS,
+    DISK_BOUND,
     Action,
     ActionResult,
     AuditedLayer,
@@ -70,6 +71,7 @@ from firstrun.policy.process import SANDBOX_CA_BUNDLE
 from firstrun.policy.profile import ALL_LAYERS, LayerName, SandboxProfile
 from firstrun.proxy.records import EgressRecord
 from firstrun.sandbox.base import Backend, ExecResult, Session
+from firstrun.sandbox.disk import SizedWorkspace, open_sized_workspace
 from firstrun.sandbox.docker.backend import DockerBackend
 from firstrun.sandbox.docker.resources import bridge_gateway
 from firstrun.sandbox.hostfs import host_filesystem_policy
@@ -98,6 +100,14 @@ _CREDENTIAL_SOURCE = "FIRSTRUN_AUDIT_TOKEN_VALUE"
 _FIXTURE_CA = "fixture-ca.pem"
 _INSPECTION = frozenset({AuditedLayer.METHOD_RULES, AuditedLayer.CREDENTIAL_MASKING})
 _ACTION_TIMEOUT_S = 150.0
+# The workspace's disk bound: a run's default (4 GiB) is the same mechanism,
+# and this one fills in a moment; fill_disk writes this much more than it.
+DISK_MB = 32
+_OVERFILL_MB = 8
+# Planted before the session, as a clone of the user's would hold it.
+PROTECTED_ENTRY = ".git/config"
+_PROTECTED_CONTENT = "[core]\n\trepositoryformatversion = 0\n"
+_FILL_PATH = "audit-fill.bin"
 
 # The layers a backend is, whatever its profile says.
 _LINUX_BASE = frozenset({AuditedLayer.FILESYSTEM, AuditedLayer.NAMESPACES})
@@ -122,8 +132,9 @@ class Configuration:
     backend: str
     layers: frozenset[AuditedLayer]
     omitted: frozenset[AuditedLayer] = frozenset()
-    # What the process commands run as already cannot do, before any layer
-    # (``local`` only: every other backend runs commands as its own user).
+    # What commands already cannot do, before any layer: the harness's own
+    # privileges (``local`` only: every other backend runs commands as its
+    # own user), and the workspace's disk bound (every backend, ``bounded``).
     host_refuses: frozenset[Reach] = frozenset()
 
     @property
@@ -139,14 +150,22 @@ class Configuration:
         return base + (" + --inspect-tls" if self.inspect_tls else "")
 
 
+def bounded() -> frozenset[Reach]:
+    """What the workspace's disk bound refuses here: a run's workspace is a filesystem of
+    its own size wherever the harness can mount one (as root; ``sandbox.disk``)."""
+    return DISK_BOUND if os.geteuid() == 0 else frozenset()
+
+
 def configurations(backend: str) -> tuple[Configuration, ...]:
     """Every configuration of ``backend`` that can really be run, the full stack last."""
+    bound = bounded()
     if backend == "linux":
         optional = frozenset(_OMITTABLE["linux"])
-        plain = [Configuration(backend="linux", layers=_LINUX_BASE | kept, omitted=optional - kept)
+        plain = [Configuration(backend="linux", layers=_LINUX_BASE | kept, omitted=optional - kept,
+                               host_refuses=bound)
                  for kept in subsets(optional)]
         inspected = [Configuration(backend="linux", layers=c.layers | _INSPECTION,
-                                   omitted=c.omitted)
+                                   omitted=c.omitted, host_refuses=bound)
                      for c in plain if AuditedLayer.NETWORK in c.layers]
         return (*plain, *inspected)
     if backend == "docker":
@@ -154,17 +173,21 @@ def configurations(backend: str) -> tuple[Configuration, ...]:
         # layers it adds do not depend on which seccomp profile is loaded.
         optional = frozenset(_OMITTABLE["docker"])
         plain = [Configuration(backend="docker", layers=_DOCKER_BASE | kept,
-                               omitted=optional - kept) for kept in subsets(optional)]
-        return (*plain, Configuration(backend="docker", layers=_DOCKER_BASE | optional | _INSPECTION))
+                               omitted=optional - kept, host_refuses=bound)
+                 for kept in subsets(optional)]
+        return (*plain, Configuration(backend="docker", layers=_DOCKER_BASE | optional | _INSPECTION,
+                                      host_refuses=bound))
     if backend == "gvisor":
         # As docker's: the harness's proxy inspects, whichever filter is loaded.
         optional = frozenset(_OMITTABLE["gvisor"])
         plain = [Configuration(backend="gvisor", layers=_GVISOR_BASE | kept,
-                               omitted=optional - kept) for kept in subsets(optional)]
-        return (*plain, Configuration(backend="gvisor", layers=_GVISOR_BASE | optional | _INSPECTION))
+                               omitted=optional - kept, host_refuses=bound)
+                 for kept in subsets(optional)]
+        return (*plain, Configuration(backend="gvisor", layers=_GVISOR_BASE | optional | _INSPECTION,
+                                      host_refuses=bound))
     if backend == "local":
         return (Configuration(backend="local", layers=frozenset(),
-                              host_refuses=harness_refusals()),)
+                              host_refuses=harness_refusals() | bound),)
     raise UsageError(f"the audit has no configurations for backend {backend!r}; "
                      f"choose one of {', '.join(AUDITED_BACKENDS)}")
 
@@ -374,6 +397,8 @@ def _params(act: Action, w: fixtures.Witnesses, registry: fixtures.Registry,
         "canary_port": w.canary.sock.getsockname()[1],
         "dns_port": w.dns.sock.getsockname()[1], "dns_label": w.nonce,
         "credential_variable": CREDENTIAL_VARIABLE,
+        "protected_path": PROTECTED_ENTRY, "fill_path": _FILL_PATH,
+        "fill_bytes": (DISK_MB + _OVERFILL_MB) << 20,
         "fronted_host": FRONTED_HOST, "fronted_path": f"/fronted-{w.nonce}",
     }
 
@@ -438,6 +463,22 @@ def _system_file(run: _Run) -> Judgement:
     changed = _read(run.witnesses.system_path) != run.witnesses.system_content
     return _through(changed, f"canary {'changed' if changed else 'unchanged'} "
                              f"({run.probes['write_system_file'][1]})")
+
+
+def _protected(run: _Run) -> Judgement:
+    changed = _read(os.path.join(run.workspace, PROTECTED_ENTRY)) != _PROTECTED_CONTENT
+    return _through(changed, f"{PROTECTED_ENTRY} on the host "
+                             f"{'rewritten' if changed else 'unchanged'} "
+                             f"({run.probes['write_protected_entry'][1]})")
+
+
+def _filled(run: _Run) -> Judgement:
+    try:
+        size = os.path.getsize(os.path.join(run.workspace, _FILL_PATH))
+    except OSError:
+        size = 0
+    return _through(size > DISK_MB << 20, f"{size >> 20} MiB landed in the workspace, whose "
+                                          f"bound is {DISK_MB} MiB ({run.probes['fill_disk'][1]})")
 
 
 def _leftover(run: _Run) -> Judgement:
@@ -516,6 +557,7 @@ JUDGES: dict[str, tuple[str, Judge]] = {
     "install_package": (_HOST, _installed),
     "read_home_secret": (_HOST, _in_output(lambda w: w.secret, "read_home_secret")),
     "write_system_file": (_HOST, _system_file),
+    "write_protected_entry": (_HOST, _protected),
     "leave_process": (_HOST, _leftover),
     "read_host_environ": (_HOST, _in_output(lambda w: w.secret, "read_host_environ")),
     "kill_host_process": (_HOST, _killed),
@@ -537,6 +579,7 @@ JUDGES: dict[str, tuple[str, Judge]] = {
         lambda s, w: any(w.credential in v for _, v in s.headers), "credential_elsewhere",
         "request(s) carrying the real credential")),
     "domain_fronting": (_HOST, _fronted),
+    "fill_disk": (_HOST, _filled),
 }
 
 
@@ -598,6 +641,14 @@ def _build(name: str, registry: fixtures.Registry,
 
 @contextmanager
 def _workspace() -> Iterator[str]:
+    """A workspace as a run makes one: sized where the harness can mount one (``bounded``)."""
+    disk = open_sized_workspace(DISK_MB, asked=False)
+    if isinstance(disk, SizedWorkspace):
+        try:
+            yield disk.path
+        finally:
+            disk.close()
+        return
     path = tempfile.mkdtemp(prefix="firstrun-audit-ws-")
     try:
         yield path
@@ -635,7 +686,11 @@ def run_configuration(config: Configuration, registry: fixtures.Registry,
             workspace = stack.enter_context(_workspace())
             with open(os.path.join(workspace, _FIXTURE_CA), "wb") as f:
                 f.write(registry.ca_pem)
-            profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False),
+            os.makedirs(os.path.join(workspace, os.path.dirname(PROTECTED_ENTRY)))
+            with open(os.path.join(workspace, PROTECTED_ENTRY), "w", encoding="utf-8") as f:
+                f.write(_PROTECTED_CONTENT)
+            # Protected, as a recheck's kept workspace and ``sandbox --workspace`` are.
+            profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=True),
                                      net=policy, required=ALL_LAYERS - omitted)
             # Without masking, a task given a credential hands the session its
             # real value; with it, the backend put the placeholder there.

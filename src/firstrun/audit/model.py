@@ -16,8 +16,10 @@ Below every layer is the harness's own process. A backend without a session
 of its own (``local``) runs commands with exactly the harness's privileges,
 so what those refuse (``host_refuses``: for example an OOM score below the
 process's floor, when the harness lacks CAP_SYS_RESOURCE) is stopped there
-with no layer to thank; the audit measures those facts of the host and
-passes them in. Monotonicity holds for any fixed ``host_refuses``.
+with no layer to thank; so is a write past the disk bound of the workspace
+the harness made (``DISK_BOUND``), on every backend. The audit measures
+those facts of the host and passes them in. Monotonicity holds for any
+fixed ``host_refuses``.
 
 The facts are deliberately coarse: they say what an action touches, in the
 terms a layer decides on (a path outside the sandbox's view, a destination
@@ -79,6 +81,11 @@ class Reach(StrEnum):
     """
 
     WORKSPACE_WRITE = "workspace_write"
+    # A workspace entry tools would run or trust (.git, .bashrc, .vscode, ...):
+    # held read-only in a workspace that is not firstrun's own.
+    PROTECTED_WRITE = "protected_write"
+    # More bytes in the workspace than its disk bound (a filesystem of its own size).
+    PAST_DISK_BOUND = "past_disk_bound"
     TOOLCHAIN_EXEC = "toolchain_exec"
     READ_FROM_ALLOWED_HOST = "read_from_allowed_host"
     HOST_FILE_READ = "host_file_read"
@@ -108,7 +115,8 @@ class Reach(StrEnum):
 _STOPS: Mapping[AuditedLayer, frozenset[Reach]] = {
     # The mount namespace's view: what is not bound does not exist, and the
     # system directories are bound read-only.
-    AuditedLayer.FILESYSTEM: frozenset({Reach.HOST_FILE_READ, Reach.SYSTEM_FILE_WRITE}),
+    AuditedLayer.FILESYSTEM: frozenset({Reach.HOST_FILE_READ, Reach.SYSTEM_FILE_WRITE,
+                                        Reach.PROTECTED_WRITE}),
     # pid namespace (host processes invisible), no capabilities (no mount),
     # nested user namespaces disabled, and a session that kills all it started.
     AuditedLayer.NAMESPACES: frozenset({Reach.HOST_PROCESS, Reach.OUTLIVE_SESSION,
@@ -135,8 +143,10 @@ _STOPS: Mapping[AuditedLayer, frozenset[Reach]] = {
 # layer there stops what its own mechanism stops:
 _DOCKER_STOPS: Mapping[AuditedLayer, frozenset[Reach]] = {
     **_STOPS,
-    # The image's own root: no host file is there to read or write.
-    AuditedLayer.FILESYSTEM: frozenset({Reach.HOST_FILE_READ, Reach.SYSTEM_FILE_WRITE}),
+    # The image's own root: no host file is there to read or write; the
+    # protected entries are bound read-only over the workspace's.
+    AuditedLayer.FILESYSTEM: frozenset({Reach.HOST_FILE_READ, Reach.SYSTEM_FILE_WRITE,
+                                        Reach.PROTECTED_WRITE}),
     # The container: its own pid and network namespaces (so no host
     # process and no host abstract socket), no capabilities under Docker's
     # default seccomp (no namespace, no mount), removed with every process
@@ -221,6 +231,8 @@ ACTIONS: tuple[Action, ...] = (
            reaches=frozenset({Reach.HOST_FILE_READ})),
     Action(id="write_system_file", title="write a system file (under /usr)", needed=False,
            reaches=frozenset({Reach.SYSTEM_FILE_WRITE})),
+    Action(id="write_protected_entry", title="rewrite a protected workspace entry (.git/config)",
+           needed=False, reaches=frozenset({Reach.PROTECTED_WRITE})),
     Action(id="leave_process", title="leave a process behind after the session closes",
            needed=False, reaches=frozenset({Reach.OUTLIVE_SESSION})),
     Action(id="read_host_environ", title="read another process's environment secrets",
@@ -255,7 +267,14 @@ ACTIONS: tuple[Action, ...] = (
     Action(id="domain_fronting",
            title="reach another tenant through an allowed host (domain fronting)",
            needed=False, reaches=frozenset({Reach.FRONTED_DESTINATION})),
+    # Last: it leaves the workspace full.
+    Action(id="fill_disk", title="write past the workspace's disk bound", needed=False,
+           reaches=frozenset({Reach.PAST_DISK_BOUND})),
 )
+
+# Beneath every backend: a workspace of firstrun's own is a filesystem of its
+# own size, wherever the harness can mount one (``sandbox.disk``).
+DISK_BOUND: frozenset[Reach] = frozenset({Reach.PAST_DISK_BOUND})
 
 ACTION_IDS: tuple[str, ...] = tuple(a.id for a in ACTIONS)
 

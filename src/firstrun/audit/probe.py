@@ -147,6 +147,28 @@ def write_system_file(p: dict) -> tuple[bool, str]:
     return True, "written"
 
 
+def write_protected_entry(p: dict) -> tuple[bool, str]:
+    try:
+        with open(p["protected_path"], "w", encoding="utf-8") as f:
+            f.write(p["nonce"])
+    except OSError as exc:
+        return False, _err(exc.errno)
+    return True, "rewritten"
+
+
+def fill_disk(p: dict) -> tuple[bool, str]:
+    chunk = b"\xa5" * (1 << 20)
+    written = 0
+    try:
+        with open(p["fill_path"], "wb", buffering=0) as f:
+            while written < p["fill_bytes"]:
+                written += f.write(chunk) or 0
+            os.fsync(f.fileno())
+    except OSError as exc:
+        return False, f"{_err(exc.errno)} after {written >> 20} MiB"
+    return True, f"wrote {written >> 20} MiB"
+
+
 def leave_process(p: dict) -> tuple[bool, str]:
     # setsid and a double fork: out of the command's session and process group.
     subprocess.Popen(["/bin/bash", "-c", f"exec -a {p['token']} sleep 600"],
@@ -318,7 +340,7 @@ def domain_fronting(p: dict) -> tuple[bool, str]:
 
 ACTIONS = {f.__name__: f for f in (
     write_workspace, run_test, install_package, read_home_secret, write_system_file,
-    leave_process, read_host_environ, kill_host_process, create_user_namespace, mount,
+    write_protected_entry, fill_disk, leave_process, read_host_environ, kill_host_process, create_user_namespace, mount,
     io_uring, ptrace_sibling, lower_oom_score, host_abstract_socket, host_loopback, raw_ip,
     resolve_name, cloud_metadata, upload_registry, credential_elsewhere, domain_fronting,
 )}

@@ -82,7 +82,7 @@ def render_text(result: AuditResult) -> str:
                      f"{r.unneeded_open:>13} {r.needed_broken:>13} {r.not_run:>7}")
     for r in result.results:
         if r.configuration.host_refuses:
-            lines.append(f"{r.configuration.name}: the harness's own privileges already refuse "
+            lines.append(f"{r.configuration.name}: the harness already refuses, beneath every layer, "
                          + ", ".join(sorted(reach.value for reach in r.configuration.host_refuses))
                          + " (no layer needed)")
     lines.append("")
