@@ -283,10 +283,11 @@ class GvisorBackend:
 
     def start(self, profile: SandboxProfile, *, proxy: ProxyEndpoint | None) -> GvisorSession:
         phases = StartPhases()
-        missing = [c for c in self.probe() if not c.available]
-        if missing:
-            raise SandboxUnavailable("; ".join(f"{c.name}: {c.detail}" for c in missing),
-                                     who="gvisor", fix="; ".join(c.fix for c in missing if c.fix))
+        capturing = proxy is not None and proxy.captures
+        missing = probe.unusable(capturing=capturing)
+        if missing is not None:
+            raise SandboxUnavailable(f"{missing.name}: {missing.detail}", who="gvisor",
+                                     fix=missing.fix)
         lacking = unprovided(profile, PROVIDES)
         if lacking:
             raise SandboxUnavailable(f"the gvisor backend cannot enforce {', '.join(lacking)}",
@@ -296,10 +297,9 @@ class GvisorBackend:
         if not os.path.isdir(fs.workspace):
             raise SandboxError(f"workspace {fs.workspace} is not a directory", who="gvisor")
         runsc = probe.find_runsc()
-        assert isinstance(runsc, probe.Runsc)  # the probe above said it is usable
-        capturing = proxy is not None and proxy.captures
+        assert isinstance(runsc, probe.Runsc)  # unusable() above said it is usable
         tools = capture.find_gvisor_tools() if capturing else None
-        assert not isinstance(tools, str)  # the probe above found them
+        assert not isinstance(tools, str)  # unusable() above found them
         phases.mark("probed")
         reap(runsc.path)
         # After the reap: a dead harness's sandbox is gone before its workspace

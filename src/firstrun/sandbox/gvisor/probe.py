@@ -118,24 +118,35 @@ def kernel() -> Capability:
 
 def probe() -> tuple[Capability, ...]:
     found = find_runsc()
+    missing = unusable(capturing=True)
     if isinstance(found, str):
-        return (Capability(name="runsc", available=False, detail=found, fix=_FIX_INSTALL),)
+        assert missing is not None
+        return (missing,)
     age = (date.today() - found.release).days
     stale = f"; older than a year ({age} days): gVisor's fixes ship in new releases" \
         if age > STALE_AFTER_DAYS else ""
     runsc = Capability(name="runsc", available=True,
                        detail=f"{found.path}, release {found.release.isoformat()}, platform "
                               f"{found.platform}{stale}")
-    tools = capture.find_gvisor_tools()
+    return (runsc,) if missing is None else (runsc, missing)
+
+
+def unusable(*, capturing: bool) -> Capability | None:
+    """The first thing a session here would lack (``capturing``: transparent capture's
+    tools too); None: nothing. What a start checks, the sweep having probed in full."""
+    found = find_runsc()
+    if isinstance(found, str):
+        return Capability(name="runsc", available=False, detail=found, fix=_FIX_INSTALL)
+    tools = capture.find_gvisor_tools() if capturing else None
     if isinstance(tools, str):
-        return (runsc, Capability(name="capture", available=False, detail=tools,
-                                  fix=apt_fix("iptables", "iproute2")))
+        return Capability(name="capture", available=False, detail=tools,
+                          fix=apt_fix("iptables", "iproute2"))
     if os.geteuid() != 0:
         # Rootless runsc applies no cgroup, so the memory and CPU caps a
         # profile asks for would be silently ignored.
-        return (runsc, Capability(
+        return Capability(
             name="root", available=False,
             detail="the gvisor backend runs runsc as root: rootless runsc ignores the session's "
                    "memory and CPU limits",
-            fix="run firstrun as root (sudo), or use --backend linux"))
-    return (runsc,)
+            fix="run firstrun as root (sudo), or use --backend linux")
+    return None
