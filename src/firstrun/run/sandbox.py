@@ -42,7 +42,6 @@ from firstrun.sandbox.select import (
     entry,
     require_vm,
     resolve_backend,
-    select_backend,
 )
 from firstrun.tasks.compile import compile_network_policy
 from firstrun.tasks.model import Task
@@ -144,15 +143,15 @@ def open_sandbox(
     policy = task_policy(task, config)
     image = run_image(task, config)
     # A sweep resolves ``auto`` once before its runs; a lone run does it here.
-    name = config.backend if config.backend != "auto" else resolve_backend(
-        "auto", BackendOptions(allow_unenforced=config.allow_unenforced), (image,)).backend
+    # From here on the entry travels, never its name.
+    chosen = entry(config.backend if config.backend != "auto" else resolve_backend(
+        "auto", BackendOptions(allow_unenforced=config.allow_unenforced), (image,)).backend)
     if task.spec.firstrun.isolation == "vm":
-        require_vm(name, who=f"task {task.name}")
-    select_backend(name, allow_unenforced=config.allow_unenforced)
+        require_vm(chosen.name, who=f"task {task.name}")
     profile = task_profile(task, workspace, policy, config, protect=protect, lift=lift)
     with ExitStack() as stack:
         enclosure = stack.enter_context(open_enclosure(
-            entry(name), profile, Egress(env=os.environ, on_record=on_record),
+            chosen, profile, Egress(env=os.environ, on_record=on_record),
             options=BackendOptions(allow_unenforced=config.allow_unenforced, image=image),
             docs=True))
         docs_address = enclosure.listen_docs()
