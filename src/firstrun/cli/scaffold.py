@@ -25,7 +25,7 @@ from firstrun.docs import DocsReader, Mirror, Page, default_user_agent
 from firstrun.docs.blocks import BlockKind
 from firstrun.errors import PolicyError, TaskError, UsageError
 from firstrun.policy.hosts import HostPattern, canonical_host
-from firstrun.tasks.compile import covering_patterns
+from firstrun.tasks.compile import covering
 from firstrun.tasks.lint import SCAFFOLD_MARKER, drafted_digest
 from firstrun.tasks.load import DEFAULT_TASK_DIR, read_task
 from firstrun.tasks.model import NAME_PATTERN, DocsReplay, host_entry_text
@@ -163,7 +163,7 @@ def draft_text(urls: Sequence[str], name: str, pages: Sequence[Page], *, digest:
 # Their own hosts only, robots honoured, ``--docs-mirror`` first, the cache as usual.
 def read_pages(urls: Sequence[str], *, mirrors: Mapping[str, Mirror], cache_dir: str | None) -> list[Page]:
     """Each page through the docs reader, as ``run`` reads it; one that cannot be read is refused."""
-    allow = [HostPattern.parse(p) for u in urls for p in covering_patterns(host_entry_text(u))]
+    allow = [p for u in urls for p in covering(HostPattern.parse(host_entry_text(u)))]
     with DocsReader(allow=allow, proxy=None, cache_dir=cache_dir, user_agent=default_user_agent(),
                     min_delay_s=0.0, mirrors=mirrors, timeout_s=_TIMEOUT_S) as reader:
         pages = []

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache, lru_cache
 
 import idna
@@ -206,6 +206,13 @@ class HostPattern:
                     f"pattern {text!r} covers a whole public suffix; name the registrable domain"
                 )
         return cls(host=host, wildcard=wildcard, port=port)
+
+    def widened(self) -> HostPattern | None:
+        """This exact pattern and its subdomains as a wildcard, or None where the policy
+        refuses one (over an IP literal or a public suffix, as ``parse`` does)."""
+        if self.wildcard or parse_ip_literal(self.host) is not None or is_public_suffix(self.host):
+            return None
+        return replace(self, wildcard=True)
 
     def matches_host(self, host: str) -> bool:
         """Whether the name matches, whatever the port. ``host`` must be canonical."""

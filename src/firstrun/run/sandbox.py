@@ -43,7 +43,7 @@ from firstrun.sandbox.select import (
     require_vm,
     resolve_backend,
 )
-from firstrun.tasks.compile import compile_network_policy
+from firstrun.tasks.compile import compile_inspection, compile_network_policy, require_inspection
 from firstrun.tasks.model import Task
 
 # Between two requests to one remote docs host (mirrors are not spaced).
@@ -54,10 +54,11 @@ def check_inspection(tasks: Sequence[Task], *, inspect_tls: bool, env: Mapping[s
     """Refuse before any run what every run would refuse alike: a credential without
     --inspect-tls, or one whose value is not in ``env``. Raises ``UsageError``."""
     for task in tasks:
-        policy = compile_network_policy(task, inspect=inspect_tls)
-        if policy.inspection is not None:
+        # The inspection alone: the whole policy is compiled once, by the run.
+        require_inspection(task, inspect=inspect_tls)
+        if inspect_tls:
             try:
-                mint(policy.inspection.credentials, env)
+                mint(compile_inspection(task).credentials, env)
             except UsageError as exc:
                 raise UsageError(f"{task.path}: {exc.args[0]}") from None
 

@@ -10,16 +10,19 @@ that declares a credential is refused without TLS inspection.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable
 
-from firstrun.errors import PolicyError, UsageError
-from firstrun.policy.hosts import HostPattern, parse_ip_literal
+from firstrun.errors import UsageError
+from firstrun.policy.hosts import HostPattern, parse_patterns
 from firstrun.policy.methods import InspectionPolicy
-from firstrun.policy.network import DEFAULT_ALLOW, Mode, NetworkPolicy
+from firstrun.policy.network import DEFAULT_ALLOW, Mode, NetworkPolicy, Override, parse_tcp_rules
 from firstrun.tasks.model import Task
 
+_DEFAULT_ALLOW = parse_patterns(DEFAULT_ALLOW, source="default allow-list")
 
-def covering_patterns(entry: str) -> tuple[str, ...]:
+
+def covering(pattern: HostPattern) -> tuple[HostPattern, ...]:
     """The patterns a quickstarted host entry means: the host, and its subdomains.
 
     A public suffix (``github.io``, ``co.kr``: the Public Suffix List's,
@@ -27,25 +30,45 @@ def covering_patterns(entry: str) -> tuple[str, ...]:
     themselves, because the policy refuses a wildcard over them; an entry
     already written ``*.suffix`` is kept as is.
     """
-    if entry.startswith("*."):
-        return (entry,)
-    pattern = HostPattern.parse(entry)
-    if parse_ip_literal(pattern.host) is not None:
-        return (entry,)
-    try:
-        HostPattern.parse("*." + entry)
-    except PolicyError:
-        return (entry,)
-    return (entry, "*." + entry)
+    wide = pattern.widened()
+    return (pattern,) if wide is None else (pattern, wide)
 
 
-def _expand(entries: Iterable[str]) -> list[str]:
-    out: list[str] = []
+def covering_patterns(entry: str) -> tuple[str, ...]:
+    """``covering`` of one entry, as text."""
+    return tuple(str(p) for p in covering(HostPattern.parse(entry)))
+
+
+def _expand(entries: Iterable[str]) -> tuple[HostPattern, ...]:
+    # Each entry was checked when the task loaded; parsed here once, never
+    # turned back into text on its way to the policy.
+    out: list[HostPattern] = []
     for entry in entries:
-        for pattern in covering_patterns(entry):
+        for pattern in covering(HostPattern.parse(entry)):
             if pattern not in out:
                 out.append(pattern)
-    return out
+    return tuple(out)
+
+
+def require_inspection(task: Task, *, inspect: bool) -> None:
+    """Refuse a task that declares a credential without --inspect-tls (``UsageError``)."""
+    credentials = task.spec.firstrun.credentials
+    if credentials and not inspect:
+        names = ", ".join(c.name for c in credentials)
+        raise UsageError(
+            f"{task.path}: firstrun.credentials ({names}) need --inspect-tls: only an "
+            "intercepting proxy can swap a placeholder for the value"
+        )
+
+
+def compile_inspection(task: Task) -> InspectionPolicy:
+    """The task's method rules and credentials, for a proxy that inspects TLS."""
+    extensions = task.spec.firstrun
+    return InspectionPolicy.build(
+        rules=[(r.host, r.methods, r.path) for r in extensions.methods],
+        credentials=[(c.name, c.host, c.from_env) for c in extensions.credentials],
+        source=f"{task.path}: firstrun",
+    )
 
 
 def compile_network_policy(
@@ -53,8 +76,8 @@ def compile_network_policy(
 ) -> NetworkPolicy:
     """The network policy a run of ``task`` enforces.
 
-    Every entry was checked when the task loaded, so the ``PolicyError``
-    that ``NetworkPolicy.build`` can raise does not arise for a loaded task.
+    Every entry was checked when the task loaded, so no ``PolicyError``
+    arises for a loaded task.
     """
     network = task.spec.network
     # The shell's allow-list is the default registries plus ``network.allow``, or
@@ -62,35 +85,24 @@ def compile_network_policy(
     # The defaults are exact names; only the task's own entries carry
     # quickstarted's "and subdomains" meaning.
     named = _expand(network.only) if network.only else _expand(network.allow)
-    allow = named if network.only else [*DEFAULT_ALLOW, *named]
+    allow = named if network.only else (*_DEFAULT_ALLOW, *named)
     ext = task.spec.firstrun.network
-    extensions = task.spec.firstrun
-    # Without inspection the proxy could never swap a credential's placeholder,
-    # and running anyway would mean handing the sandbox the value.
-    if extensions.credentials and not inspect:
-        names = ", ".join(c.name for c in extensions.credentials)
-        raise UsageError(
-            f"{task.path}: firstrun.credentials ({names}) need --inspect-tls: only an "
-            "intercepting proxy can swap a placeholder for the value"
-        )
-    policy = NetworkPolicy.build(
+    require_inspection(task, inspect=inspect)
+    source = f"{task.path}: network.allow"
+    policy = NetworkPolicy(
         allow=allow,
         # firstrun's own entries (deny, overrides, tcp) pass through in its exact syntax.
-        deny=list(ext.deny),
+        deny=parse_patterns(ext.deny, source=f"{source} deny"),
         docs=_expand(task.docs_hosts),
         # quickstarted's exception, kept so its task files run unchanged: a docs host
         # the task also names for the shell is reachable from it, and the gap in the
         # page record is counted (``lint`` warns about it too).
         shell_docs=named,
-        overrides=[(o.host, list(o.networks)) for o in ext.overrides],
+        overrides=tuple(Override(pattern=HostPattern.parse(o.host),
+                                 networks=tuple(ipaddress.ip_network(n, strict=False)
+                                                for n in o.networks))
+                        for o in ext.overrides),
         mode=mode,
-        source=f"{task.path}: network.allow",
-        tcp=list(ext.tcp),
+        tcp=parse_tcp_rules(list(ext.tcp), source=f"{source} tcp"),
     )
-    if not inspect:
-        return policy
-    return policy.with_inspection(InspectionPolicy.build(
-        rules=[(r.host, r.methods, r.path) for r in extensions.methods],
-        credentials=[(c.name, c.host, c.from_env) for c in extensions.credentials],
-        source=f"{task.path}: firstrun",
-    ))
+    return policy.with_inspection(compile_inspection(task)) if inspect else policy

@@ -24,7 +24,7 @@ from firstrun.policy.hosts import HostPattern, canonical_host
 from firstrun.policy.network import DEFAULT_ALLOW
 from firstrun.policy.permissions import BASH, READ_DOCS, PermissionMode, PermissionVerdict, decide
 from firstrun.tasks import shell
-from firstrun.tasks.compile import covering_patterns
+from firstrun.tasks.compile import covering
 from firstrun.tasks.model import CheckIsolation, KeyPath, Success, Task, host_entry_text
 
 MAX_REDIRECTS = 10
@@ -374,7 +374,7 @@ def _environments(task: Task) -> list[Finding]:
 
 
 def _patterns(entries: tuple[str, ...]) -> list[HostPattern]:
-    return [HostPattern.parse(p) for e in entries for p in covering_patterns(e)]
+    return [p for e in entries for p in covering(HostPattern.parse(e))]
 
 
 def _host_port(url: str) -> tuple[str, int] | None:
