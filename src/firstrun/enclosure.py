@@ -1,13 +1,11 @@
 """The only place a proxy, its endpoint and a backend's attested session are wired together.
 
-Guarantee: an ``Enclosure`` opens the shell channel's proxy the resolved
-entry calls for, the harness's own (``ProxyEndpoint``: private sockets,
-transparent capture for a backend that captures, TLS inspection when the
-policy asks) or the backend's own (``OwnProxy``: docker's sidecar, run from
-the same policy), and every record either writes reaches the same sink as
-it is written. ``start`` returns only a session the backend attested.
-However it is left, the session closes first, then the proxy, whose last
-records are delivered before the enclosure returns.
+Guarantee: the shell channel's proxy is the one the resolved entry calls for,
+the harness's own (private sockets, capture for a backend that captures, TLS
+inspection when the policy asks) or the backend's own (``OwnProxy``, from the
+same policy), and every record either writes reaches one sink as it is
+written. ``start`` returns only an attested session. However the enclosure is
+left, the session closes first, then the proxy, its last records delivered.
 """
 
 from __future__ import annotations

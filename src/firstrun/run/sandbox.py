@@ -1,15 +1,11 @@
 """A run's sandbox: the task's enclosure and its docs reader, opened and closed together.
 
-Guarantee: ``open_sandbox`` yields only when both are up: an enclosure
-(``firstrun.enclosure``) whose proxy enforces the task's own network policy
-(documentation hosts on the docs channel only; the registries and
-``network.allow`` on the shell) around a session attested over exactly one
-workspace, and a docs reader that reaches its hosts through the proxy's
-docs channel (mirrors excepted, on loopback by construction). Every egress
-record reaches ``on_record`` as it is written, whichever proxy wrote it.
-The container image is the task's ``image``, else ``--image``, else the
-default Python image. On the way out the reader closes, then the session,
-then the proxy, whose last records are delivered before it returns.
+Guarantee: ``open_sandbox`` yields only when both are up: a session attested
+over one workspace, enclosed (``firstrun.enclosure``) by a proxy enforcing the
+task's own policy (docs hosts on the docs channel only), and a docs reader that
+reaches its hosts through that proxy's docs channel (mirrors excepted, on
+loopback). Every egress record reaches ``on_record`` as it is written. On the
+way out the reader closes, then the session, then the proxy.
 """
 
 from __future__ import annotations
