@@ -335,6 +335,7 @@ def _run_command(request: RunRequest) -> int:
                 on_event=progress.update,
                 spend=spend,
                 done=store.finished(retry_infra=request.retry_infra),
+                resolution=resolution,
             )
             spend_reached = outcome.spend_reached
             if outcome.backend_lost is not None:

@@ -142,7 +142,7 @@ def open_sandbox(
     # A sweep resolves ``auto`` once before its runs; a lone run does it here.
     # From here on the entry travels, never its name.
     chosen = entry(config.backend if config.backend != "auto" else resolve_backend(
-        "auto", BackendOptions(allow_unenforced=config.allow_unenforced), (image,)).backend)
+        "auto", BackendOptions(), (image,)).backend)
     if task.spec.firstrun.isolation == "vm":
         require_vm(chosen.name, who=f"task {task.name}")
     profile = task_profile(task, workspace, policy, config, protect=protect, lift=lift)

@@ -123,11 +123,13 @@ def run_suite(
     on_event: Callable[[str, int, Event], None] | None = None,
     spend: SpendGovernor | None = None,
     done: Collection[tuple[str, int]] = frozenset(),
+    resolution: Resolution | None = None,
 ) -> SuiteOutcome:
     """Run every task ``repeat`` times on ``workers`` threads; records in finishing order.
 
     ``engine`` carries out each run (default: ``LocalEngine(agent_factory)``).
     ``on_event(task_name, attempt, event)`` is called from worker threads.
+    ``resolution``: the sweep's backend as its caller resolved it; None: resolved here.
     """
     if (engine is None) == (agent_factory is None):
         raise ValueError("run_suite takes exactly one of agent_factory and engine")
@@ -137,9 +139,9 @@ def run_suite(
     if workers < 1:
         raise UsageError("--workers must be at least 1")
     stop = stop if stop is not None else threading.Event()
-    options = BackendOptions(allow_unenforced=config.allow_unenforced)
-    resolution = resolve_backend(config.backend, options,
-                                 [run_image(task, config) for task in tasks] or [config.image])
+    if resolution is None:
+        resolution = resolve_backend(config.backend, BackendOptions(),
+                                     [run_image(task, config) for task in tasks] or [config.image])
     config = replace(config, backend=resolution.backend)
     lost: list[str] = []
     if config.politeness is None:
