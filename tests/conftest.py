@@ -16,6 +16,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+# One definition of each shared fixture (``workspace``, the greeter run configs).
+pytest_plugins = ("support.fixtures",)
+
 _RUN = "/run/firstrun"
 
 

@@ -20,11 +20,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import openai_wire as wire
 import pytest
-from agent_support import DOCS, DOCS_HOST, greeter_task
-from openai_support import agent
-from vendor_support import VendorServer
 
 from firstrun.docs import (
     AffordanceFilter,
@@ -40,6 +36,10 @@ from firstrun.policy.hosts import HostPattern
 from firstrun.results.model import Classification
 from firstrun.run.events import DocsRead, Event, read_trace
 from firstrun.run.runner import RunConfig, run_task
+from support import openai_wire as wire
+from support.agents import DOCS, DOCS_HOST, greeter_task
+from support.agents import openai_agent as agent
+from support.vendor import VendorServer
 
 FIRSTRUN = Path(sys.executable).parent / "firstrun"
 GREET = "printf 'hello, reader\\n' > greeting.txt"

@@ -11,15 +11,14 @@ from __future__ import annotations
 from decimal import Decimal
 from pathlib import Path
 
-import anthropic_wire as wire
-from agent_support import DOCS, DOCS_HOST, TEST_KEY, claude, greeter_task
-from vendor_support import VendorServer
-
 from firstrun.agents.loop import RetryPolicy
 from firstrun.agents.prompt import PROMPT_VERSION, SYSTEM_PROMPT
 from firstrun.results.model import Classification
 from firstrun.run.events import CommandRan, Event, ModelTurn, Source, read_trace
 from firstrun.run.runner import RunConfig, run_task
+from support import anthropic_wire as wire
+from support.agents import DOCS, DOCS_HOST, TEST_KEY, claude, greeter_task
+from support.vendor import VendorServer
 
 GREET = "printf 'hello, reader\\n' > greeting.txt"
 

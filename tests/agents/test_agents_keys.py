@@ -16,13 +16,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import anthropic_wire as wire
 import pytest
-from agent_support import DOCS_HOST, FIXTURES, greeter_task
-from vendor_support import VendorServer
 
 from firstrun.agents.keys import KEY_VARIABLES, read_key, require_key
 from firstrun.errors import UsageError
+from support import anthropic_wire as wire
+from support.agents import DOCS_HOST, GREETER_DOCS, greeter_task
+from support.vendor import VendorServer
 
 FIRSTRUN = Path(sys.executable).parent / "firstrun"
 CANARY = "sk-ant-canary-4f1d9e2b7c"
@@ -47,7 +47,7 @@ def test_a_canary_key_is_nowhere_but_the_request_to_the_vendor(tmp_path: Path) -
             [str(FIRSTRUN), "run", str(task.path), "--agent", "claude", "--model", wire.MODEL,
              "--base-url", server.url, "--price-file", str(prices), "--max-spend", "5",
              "--backend", "linux", "--out", str(out),
-             "--docs-mirror", f"{DOCS_HOST}={FIXTURES / 'docs'}"],
+             "--docs-mirror", f"{DOCS_HOST}={GREETER_DOCS}"],
             capture_output=True, text=True, stdin=subprocess.DEVNULL, env=env, timeout=240)
     assert done.returncode == 1, done.stderr  # the model never wrote the greeting: a docs gap
     assert wire.api_key(server.seen()[0]) == CANARY

@@ -6,10 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import anthropic_wire as wire
 import pytest
-from agent_support import DOCS, claude, greeter_task
-from vendor_support import VendorServer
 
 from firstrun.agents import make_agent
 from firstrun.agents.loop import CUT_OFF
@@ -17,6 +14,9 @@ from firstrun.errors import UsageError
 from firstrun.results.model import Classification
 from firstrun.run.events import Event, ModelTurn
 from firstrun.run.runner import RunConfig, run_task
+from support import anthropic_wire as wire
+from support.agents import DOCS, claude, greeter_task
+from support.vendor import VendorServer
 
 
 def test_calls_the_loop_cannot_run_are_answered_with_an_error(config: RunConfig,

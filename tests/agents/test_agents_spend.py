@@ -7,10 +7,7 @@ import threading
 from decimal import Decimal
 from pathlib import Path
 
-import anthropic_wire as wire
 import pytest
-from agent_support import claude, greeter_task
-from vendor_support import Router, VendorServer
 
 from firstrun.agents.spend import (
     FilePrice,
@@ -25,6 +22,9 @@ from firstrun.results.store import ResultsStore
 from firstrun.run.runner import RunConfig, run_task
 from firstrun.run.suite import run_suite
 from firstrun.tasks.model import Budgets
+from support import anthropic_wire as wire
+from support.agents import claude, greeter_task
+from support.vendor import Router, VendorServer
 
 GREET = "printf 'hello, reader\\n' > greeting.txt"
 

@@ -16,10 +16,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import gemini_wire as wire
 import pytest
-from agent_support import DOCS, DOCS_HOST, FIXTURES, greeter_task
-from vendor_support import Router, VendorServer
 
 from firstrun.agents import make_agent
 from firstrun.agents.gemini_agent import DEFAULT_MODEL, make_gemini
@@ -32,6 +29,9 @@ from firstrun.results.store import ResultsStore
 from firstrun.run.events import CommandRan, Event, ModelTurn, Source, read_trace
 from firstrun.run.runner import RunConfig, run_task
 from firstrun.run.suite import run_suite
+from support import gemini_wire as wire
+from support.agents import DOCS, DOCS_HOST, GREETER_DOCS, greeter_task
+from support.vendor import Router, VendorServer
 
 GREET = "printf 'hello, reader\\n' > greeting.txt"
 KEY = "gemini-test-key"
@@ -304,7 +304,7 @@ def test_a_canary_key_is_nowhere_but_the_request_to_the_vendor(tmp_path: Path) -
         done = subprocess.run(
             [str(FIRSTRUN), "run", str(task.path), "--agent", "gemini", "--model", wire.MODEL,
              "--base-url", server.url, "--backend", "linux", "--out", str(out),
-             "--docs-mirror", f"{DOCS_HOST}={FIXTURES / 'docs'}"],
+             "--docs-mirror", f"{DOCS_HOST}={GREETER_DOCS}"],
             capture_output=True, text=True, stdin=subprocess.DEVNULL, env=env, timeout=240)
     assert done.returncode == 1, done.stderr
     assert wire.api_key(server.seen()[0]) == canary

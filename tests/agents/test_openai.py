@@ -12,11 +12,7 @@ import sys
 from decimal import Decimal
 from pathlib import Path
 
-import openai_wire as wire
 import pytest
-from agent_support import DOCS, DOCS_HOST, greeter_task
-from openai_support import KEY, agent
-from vendor_support import Router, VendorServer
 
 from firstrun.agents import make_agent
 from firstrun.agents.loop import LoopAgent, RetryPolicy
@@ -29,6 +25,11 @@ from firstrun.results.store import ResultsStore
 from firstrun.run.events import CommandRan, Event, ModelTurn, Source, read_trace
 from firstrun.run.runner import RunConfig, run_task
 from firstrun.run.suite import run_suite
+from support import openai_wire as wire
+from support.agents import DOCS, DOCS_HOST, greeter_task
+from support.agents import OPENAI_KEY as KEY
+from support.agents import openai_agent as agent
+from support.vendor import Router, VendorServer
 
 GREET = "printf 'hello, reader\\n' > greeting.txt"
 

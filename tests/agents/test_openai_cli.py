@@ -14,12 +14,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import openai_wire as wire
-from agent_support import DOCS_HOST, FIXTURES, greeter_task
-from vendor_support import VendorServer
-
 from firstrun.agents.openai_agent import NO_KEY
 from firstrun.run.events import read_trace
+from support import openai_wire as wire
+from support.agents import DOCS_HOST, GREETER_DOCS, greeter_task
+from support.vendor import VendorServer
 
 FIRSTRUN = Path(sys.executable).parent / "firstrun"
 GREET = "printf 'hello, reader\\n' > greeting.txt"
@@ -34,7 +33,7 @@ def firstrun_run(task: Path, out: Path, url: str, env: dict[str, str],
     return subprocess.run(
         [str(FIRSTRUN), "run", str(task), "--agent", "openai", "--base-url", f"{url}/v1",
          "--backend", "linux", "--out", str(out),
-         "--docs-mirror", f"{DOCS_HOST}={FIXTURES / 'docs'}", *extra],
+         "--docs-mirror", f"{DOCS_HOST}={GREETER_DOCS}", *extra],
         capture_output=True, text=True, stdin=subprocess.DEVNULL, env=env, timeout=240)
 
 

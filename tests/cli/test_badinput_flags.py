@@ -13,7 +13,8 @@ import os
 from pathlib import Path
 
 import pytest
-from badinput_support import Run, one_error
+
+from support.badinput import Run, one_error
 
 
 @pytest.mark.parametrize("special", ["fifo", "/dev/zero"])

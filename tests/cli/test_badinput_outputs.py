@@ -15,7 +15,8 @@ import os
 from pathlib import Path
 
 import pytest
-from badinput_support import TASK, Run, one_error
+
+from support.badinput import TASK, Run, one_error
 
 SAVED = {"schema_version": 1, "meta": {"agent": "replay"}, "runs": []}
 

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from badinput_support import TASK, Run, one_error
 from cli_records import record
 
 from firstrun.results.model import Classification
+from support.badinput import TASK, Run, one_error
 
 EVENTS = [
     {"kind": "run_started", "mono": 1.0, "task": "t", "attempt": 1, "agent": "replay"},

@@ -11,7 +11,8 @@ import os
 from pathlib import Path
 
 import pytest
-from badinput_support import HEAD, SCRIPT, Run, one_error
+
+from support.badinput import HEAD, SCRIPT, Run, one_error
 
 
 def _laughs() -> str:

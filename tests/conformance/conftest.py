@@ -8,10 +8,6 @@ allowed, and doctor does not allow them).
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from collections.abc import Iterator
-
 import pytest
 from conformance_support import AVAILABLE
 
@@ -20,9 +16,3 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "backend" in metafunc.fixturenames:
         metafunc.parametrize("backend", AVAILABLE, ids=list(AVAILABLE))
 
-
-@pytest.fixture
-def workspace() -> Iterator[str]:
-    path = tempfile.mkdtemp(prefix="firstrun-conformance-ws-")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
-
 import pytest
 
 from firstrun.errors import SandboxUnavailable, UsageError
-from firstrun.policy.profile import ALL_LAYERS, LayerName, SandboxProfile, unprovided
+from firstrun.policy.profile import ALL_LAYERS, LayerName, unprovided
 from firstrun.sandbox.docker.backend import PROVIDES as DOCKER_PROVIDES
-from firstrun.sandbox.hostfs import host_filesystem_policy
 from firstrun.sandbox.select import (
     BACKENDS,
     REGISTRY,
@@ -21,11 +17,7 @@ from firstrun.sandbox.select import (
     resolve_backend,
     select_backend,
 )
-
-
-def _profile(**kwargs: object) -> SandboxProfile:
-    with tempfile.TemporaryDirectory() as workspace:
-        return SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False), **kwargs)
+from support.profiles import make_profile
 
 
 def test_backends_are_the_registry_plus_auto_and_auto_never_picks_unenforced() -> None:
@@ -60,19 +52,21 @@ def test_a_named_backend_resolves_to_itself_and_says_so() -> None:
     assert resolution.to_data() == {"requested": "linux", "backend": "linux", "passed_over": []}
 
 
-def test_docker_provides_every_layer_so_a_full_profile_is_enforced() -> None:
+def test_docker_provides_every_layer_so_a_full_profile_is_enforced(workspace: str) -> None:
     assert set(DOCKER_PROVIDES) == ALL_LAYERS
-    assert unprovided(_profile(), DOCKER_PROVIDES) == ()
+    assert unprovided(make_profile(workspace), DOCKER_PROVIDES) == ()
     # A backend that lacks Landlock's guarantee is refused it, unless downgraded.
     without = {k: v for k, v in DOCKER_PROVIDES.items() if k is not LayerName.LANDLOCK}
-    assert unprovided(_profile(), without) == (LayerName.LANDLOCK,)
-    assert unprovided(_profile(downgrades=frozenset({LayerName.LANDLOCK})), without) == ()
+    assert unprovided(make_profile(workspace), without) == (LayerName.LANDLOCK,)
+    downgraded = make_profile(workspace, downgrades=frozenset({LayerName.LANDLOCK}))
+    assert unprovided(downgraded, without) == ()
 
 
-def test_the_policy_hash_says_what_was_required_not_which_backend() -> None:
-    full = _profile()
-    assert full.policy_hash() == _profile().policy_hash()
-    assert full.policy_hash() != _profile(downgrades=frozenset({LayerName.LANDLOCK})).policy_hash()
+def test_the_policy_hash_says_what_was_required_not_which_backend(workspace: str) -> None:
+    full = make_profile(workspace)
+    assert full.policy_hash() == make_profile(workspace).policy_hash()
+    downgraded = make_profile(workspace, downgrades=frozenset({LayerName.LANDLOCK}))
+    assert full.policy_hash() != downgraded.policy_hash()
     assert full.enforced == ALL_LAYERS
 
 

@@ -10,34 +10,25 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
 
 import pytest
 
 from firstrun.errors import SandboxError, SandboxUnavailable
 from firstrun.policy.network import NetworkPolicy
-from firstrun.policy.profile import LayerName, SandboxProfile
+from firstrun.policy.profile import LayerName
 from firstrun.sandbox.base import Enforcement, ProxyEndpoint
 from firstrun.sandbox.docker.backend import DockerBackend
 from firstrun.sandbox.docker.resources import docker, harness_identity
 from firstrun.sandbox.helper import landlock_abi
-from firstrun.sandbox.hostfs import host_filesystem_policy
+from support.profiles import make_profile
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
 # The docker backend brings its own proxy; the endpoint only says "with a proxy".
 WITH_PROXY = ProxyEndpoint(socket_path="/nonexistent/harness-proxy.sock", nonce="unused")
 
 
-def _profile(workspace: str, **kwargs: object) -> SandboxProfile:
-    return SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False),
-                          net=NetworkPolicy.build(allow=["pypi.org"]), **kwargs)
+PYPI = NetworkPolicy.build(allow=["pypi.org"])
 
-
-@pytest.fixture
-def workspace() -> Iterator[str]:
-    path = tempfile.mkdtemp(prefix="firstrun-docker-ws-")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def _owned_by(harness: str) -> tuple[list[str], list[str], list[str]]:
@@ -54,7 +45,7 @@ def _left() -> tuple[list[str], list[str], list[str]]:
 
 def test_a_session_runs_commands_attested_and_gives_the_workspace_back(workspace: str) -> None:
     os.chown(workspace, 4321, 4322)
-    with DockerBackend().start(_profile(workspace), proxy=WITH_PROXY) as session:
+    with DockerBackend().start(make_profile(workspace, net=PYPI), proxy=WITH_PROXY) as session:
         assert all(c.passed for c in session.info.attestation)
         names = {c.name for c in session.info.attestation}
         assert {"direct_egress_refused", "proxy_answers", "host_canary_saw_nothing",
@@ -88,7 +79,7 @@ def test_a_session_runs_commands_attested_and_gives_the_workspace_back(workspace
 
 def test_a_root_owned_workspace_is_lent_and_given_back(workspace: str) -> None:
     assert os.stat(workspace).st_uid == 0
-    with DockerBackend().start(_profile(workspace), proxy=None) as session:
+    with DockerBackend().start(make_profile(workspace, net=PYPI), proxy=None) as session:
         uid = int(session.exec("id -u; echo x > made", timeout=60).stdout.text())
         assert uid != 0
         assert os.stat(os.path.join(workspace, "made")).st_uid == uid
@@ -102,7 +93,7 @@ def test_direct_dials_fail_and_the_host_canary_sees_nothing(workspace: str) -> N
     canary.setblocking(False)
     port = canary.getsockname()[1]
     try:
-        with DockerBackend().start(_profile(workspace), proxy=WITH_PROXY) as session:
+        with DockerBackend().start(make_profile(workspace, net=PYPI), proxy=WITH_PROXY) as session:
             # The host's address on the internal bridge.
             gateway_ip = docker("network", "inspect", "--format",
                                 "{{(index .IPAM.Config 0).Gateway}}",
@@ -144,7 +135,7 @@ def test_the_sidecar_enforces_the_policy_and_records_reach_the_harness_live(
             with open(fifo, "w") as f:
                 f.write("seen\n")
 
-    with DockerBackend(on_record=on_record).start(_profile(workspace), proxy=WITH_PROXY) as s:
+    with DockerBackend(on_record=on_record).start(make_profile(workspace, net=PYPI), proxy=WITH_PROXY) as s:
         result = s.exec("curl -sS -o /dev/null -w '%{http_code}\\n' http://denied.example/x; "
                         "cat seen", timeout=60)
         assert result.stdout.text() == "403\nseen\n"
@@ -155,7 +146,7 @@ def test_the_sidecar_enforces_the_policy_and_records_reach_the_harness_live(
 
 
 def test_a_timeout_kills_the_tree_and_interrupt_ends_a_command(workspace: str) -> None:
-    with DockerBackend().start(_profile(workspace), proxy=None) as session:
+    with DockerBackend().start(make_profile(workspace, net=PYPI), proxy=None) as session:
         result = session.exec("setsid bash -c 'sleep 5101 & sleep 5102' & sleep 5103", timeout=2)
         assert result.timed_out
         assert "sleep 510" not in session.exec("ps -eo args", timeout=30).stdout.text()
@@ -201,7 +192,7 @@ def test_a_sigkilled_harness_leaves_resources_that_the_next_start_reaps(workspac
         child.stdout.close()
         containers, networks, _ = _owned_by(dead)
         assert len(containers) == 2 and len(networks) == 2
-        with DockerBackend().start(_profile(workspace), proxy=None) as session:
+        with DockerBackend().start(make_profile(workspace, net=PYPI), proxy=None) as session:
             assert session.exec("true", timeout=30).exit_code == 0
             assert _owned_by(dead) == ([], [], [])
             containers, networks, _ = _left()
@@ -213,7 +204,7 @@ def test_a_sigkilled_harness_leaves_resources_that_the_next_start_reaps(workspac
 
 def test_refusals_before_anything_is_created(workspace: str) -> None:
     with pytest.raises(SandboxUnavailable) as missing:
-        DockerBackend(image="node:22-slim").start(_profile(workspace), proxy=None)
+        DockerBackend(image="node:22-slim").start(make_profile(workspace, net=PYPI), proxy=None)
     assert missing.value.fix is not None and "docker pull node:22-slim" in missing.value.fix
     assert _left() == ([], [], [])
 
@@ -223,7 +214,7 @@ def test_a_tunnel_still_open_at_close_is_recorded(workspace: str) -> None:
     # duration), so a session that killed its sidecar outright would lose the
     # record of every tunnel a background process still held open.
     records: list[dict[str, object]] = []
-    with DockerBackend(on_record=records.append).start(_profile(workspace),
+    with DockerBackend(on_record=records.append).start(make_profile(workspace, net=PYPI),
                                                        proxy=WITH_PROXY) as s:
         held = s.exec(
             "python3 - <<'PY' &\n"
@@ -250,7 +241,7 @@ def test_a_workspace_named_anything_is_bound_as_itself(name: str) -> None:
     try:
         path = os.path.join(parent, name)
         os.mkdir(path)
-        with DockerBackend().start(_profile(path), proxy=WITH_PROXY) as session:
+        with DockerBackend().start(make_profile(path, net=PYPI), proxy=WITH_PROXY) as session:
             result = session.exec("echo hi > made && pwd", timeout=60)
         assert (result.exit_code, result.stdout.text()) == (0, "/workspace\n"), result.stderr.text()
         with open(os.path.join(path, "made")) as f:

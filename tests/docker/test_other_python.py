@@ -12,10 +12,7 @@ images') and removed afterwards.
 
 from __future__ import annotations
 
-import os
-import shutil
 import sys
-import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -24,11 +21,10 @@ from firstrun.errors import SandboxUnavailable
 from firstrun.images.build import ImageRecipe, build_images
 from firstrun.policy.methods import InspectionPolicy
 from firstrun.policy.network import NetworkPolicy
-from firstrun.policy.profile import SandboxProfile
-from firstrun.sandbox.base import OwnProxy
 from firstrun.sandbox.docker.backend import DockerBackend
 from firstrun.sandbox.docker.resources import docker
-from firstrun.sandbox.hostfs import host_filesystem_policy
+from firstrun.sandbox.base import OwnProxy
+from support.profiles import make_profile
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
 
@@ -46,17 +42,10 @@ def image() -> Iterator[str]:
         docker("image", "rm", "--force", TRIXIE.tag)
 
 
-@pytest.fixture
-def workspace() -> Iterator[str]:
-    path = tempfile.mkdtemp(prefix="firstrun-docker-ws-")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
 
 def test_a_plain_session_on_another_python_attests_and_runs(image: str, workspace: str) -> None:
     assert sys.version_info[:2] != (3, 13)  # otherwise this proves nothing
-    profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False),
-                             net=NetworkPolicy.build(allow=["pypi.org"]))
+    profile = make_profile(workspace, net=NetworkPolicy.build(allow=["pypi.org"]))
     with DockerBackend(image=image).start(profile, proxy=OwnProxy()) as session:
         # proxy_answers among them: the sidecar on 3.13 serves the nonce.
         assert {c.name for c in session.info.attestation if c.passed} >= {
@@ -69,9 +58,8 @@ def test_a_plain_session_on_another_python_attests_and_runs(image: str, workspac
 def test_inspection_on_another_python_is_refused_in_one_line(image: str, workspace: str) -> None:
     before = set(docker("ps", "--all", "--filter", "label=org.firstrun.managed=1",
                         "--format", "{{.Names}}").stdout.split())
-    profile = SandboxProfile(
-        fs=host_filesystem_policy(workspace, os.environ, protect=False),
-        net=NetworkPolicy.build(allow=["pypi.org"]).with_inspection(InspectionPolicy.build()))
+    profile = make_profile(
+        workspace, net=NetworkPolicy.build(allow=["pypi.org"]).with_inspection(InspectionPolicy.build()))
     with pytest.raises(SandboxUnavailable) as refused:
         DockerBackend(image=image).start(profile, proxy=OwnProxy())
     here = f"{sys.version_info[0]}.{sys.version_info[1]}"

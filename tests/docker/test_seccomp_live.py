@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
-from collections.abc import Iterator
 
 import pytest
 
 from firstrun.policy.profile import ALL_LAYERS, LayerName, SandboxProfile
 from firstrun.sandbox.base import Enforcement
 from firstrun.sandbox.docker.backend import DockerBackend
-from firstrun.sandbox.hostfs import host_filesystem_policy
+from support.profiles import make_profile
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
 
@@ -69,11 +66,9 @@ WORKS = {"ioctl_tcgets": "ENOTTY", "personality_linux": "ok", "socket_1": "ok",
 
 
 @pytest.fixture
-def workspace() -> Iterator[str]:
-    path = tempfile.mkdtemp(prefix="firstrun-docker-ws-")
-    os.chown(path, 4321, 4321)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+def workspace(workspace: str) -> str:
+    os.chown(workspace, 4321, 4321)
+    return workspace
 
 
 def _answers(profile: SandboxProfile) -> tuple[dict[str, str], object]:
@@ -84,7 +79,7 @@ def _answers(profile: SandboxProfile) -> tuple[dict[str, str], object]:
 
 
 def test_each_linux_refusal_answers_with_its_errno_inside_the_container(workspace: str) -> None:
-    answers, info = _answers(SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False)))
+    answers, info = _answers(make_profile(workspace))
     assert {k: answers[k] for k in REFUSED} == REFUSED
     assert {k: answers[k] for k in WORKS} == WORKS
     assert info.enforcement is Enforcement.ENFORCED  # type: ignore[attr-defined]
@@ -101,8 +96,7 @@ def test_each_linux_refusal_answers_with_its_errno_inside_the_container(workspac
 def test_without_the_layer_dockers_default_applies_and_lets_io_uring_through(
         workspace: str) -> None:
     # The contrast that shows the profile, not Docker's default, is what refuses these.
-    answers, info = _answers(SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False),
-                                            required=ALL_LAYERS - {LayerName.SECCOMP}))
+    answers, info = _answers(make_profile(workspace, required=ALL_LAYERS - {LayerName.SECCOMP}))
     assert answers["io_uring_setup"] == "ok"
     assert answers["ptrace_attach_child"] == "ok"
     assert answers["ioctl_tiocsti"] != "EPERM"

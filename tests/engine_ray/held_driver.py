@@ -25,7 +25,7 @@ from firstrun.run.events import Event, RunFinished  # noqa: E402
 from firstrun.run.runner import RunConfig  # noqa: E402
 from firstrun.run.suite import run_suite  # noqa: E402
 from firstrun.tasks.load import load_task  # noqa: E402
-from interrupt_support import kill_then_stop  # noqa: E402
+from support.interrupt import kill_then_stop  # noqa: E402
 
 
 def main(address: str, task: str, out: str, host: str, docs: str) -> int:

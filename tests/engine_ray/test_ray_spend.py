@@ -13,12 +13,11 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from ray_support import firstrun, loopback_cluster
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agents"))
-import anthropic_wire as wire  # noqa: E402 (the agent tests' own scripted server)
-from agent_support import DOCS_HOST, FIXTURES, greeter_task  # noqa: E402
-from ray_support import firstrun, loopback_cluster  # noqa: E402
-from vendor_support import VendorServer  # noqa: E402
+from support import anthropic_wire as wire
+from support.agents import DOCS_HOST, GREETER_DOCS, greeter_task
+from support.vendor import VendorServer
 
 NODE_KEY = "sk-ant-node-only-7d1e"
 # The driver's own, which it checks up front and never sends.
@@ -40,7 +39,7 @@ def test_the_spend_cap_holds_across_nodes(tmp_path: Path) -> None:
         done = firstrun("run", *map(str, tasks), "--repeat", "2", "--agent", "claude",
                         "--model", wire.MODEL, "--base-url", server.url, "--price-file",
                         str(prices), "--max-spend", "2.5", "--workers", "3", "--backend", "linux",
-                        "--docs-mirror", f"{DOCS_HOST}={FIXTURES / 'docs'}", "--engine", "ray",
+                        "--docs-mirror", f"{DOCS_HOST}={GREETER_DOCS}", "--engine", "ray",
                         "--ray-address", made.address, "--out", str(tmp_path / "out"),
                         env={"ANTHROPIC_API_KEY": DRIVER_KEY})
         seen = server.seen()

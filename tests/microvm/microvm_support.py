@@ -10,19 +10,11 @@ import os
 import tempfile
 import time
 
-from firstrun.policy.process import Limits
-from firstrun.policy.profile import SandboxProfile
-from firstrun.sandbox.hostfs import host_filesystem_policy
 from firstrun.sandbox.microvm import probe
 
 # KVM wherever it can run Debian's kernel; elsewhere the same VM under TCG,
 # chosen here explicitly and recorded by the session, never by the backend.
 ACCEL = "kvm" if probe.kvm().available else "tcg"
-
-
-def make_profile(workspace: str, **limits: object) -> SandboxProfile:
-    return SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False),
-                          limits=Limits(**limits))  # type: ignore[arg-type]
 
 
 def make_workspace() -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 import pytest
-from microvm_support import make_profile
 
 from firstrun.errors import SandboxUnavailable
 from firstrun.sandbox.microvm import probe
@@ -18,6 +17,7 @@ from firstrun.sandbox.microvm.image import (
     pvh_kernel,
 )
 from firstrun.sandbox.select import REGISTRY, entry, select_backend
+from support.profiles import make_profile
 
 
 def _cpio_entries(data: bytes) -> dict[str, bytes]:

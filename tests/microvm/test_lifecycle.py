@@ -3,34 +3,25 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 
 import pytest
 from microvm_support import (
     ACCEL,
     alive,
-    make_profile,
-    make_workspace,
     qemu_pids,
     wait_gone,
 )
 
 from firstrun.errors import SandboxError
 from firstrun.sandbox.microvm.backend import MicrovmBackend
+from support.profiles import make_profile
 
 FOREIGN_OWNER = 43210
 
-
-@pytest.fixture
-def workspace() -> Iterator[str]:
-    path = make_workspace()
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def test_files_come_back_owned_by_the_workspace_owner_and_close_ends_qemu(

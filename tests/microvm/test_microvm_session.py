@@ -9,11 +9,13 @@ import socket
 from collections.abc import Iterator
 
 import pytest
-from microvm_support import ACCEL, make_profile, make_workspace
+from microvm_support import ACCEL, make_workspace
 
+from firstrun.policy.process import Limits
 from firstrun.proxy.server import EgressProxy
 from firstrun.sandbox.base import ProxyEndpoint
 from firstrun.sandbox.microvm.backend import MicrovmBackend, MicrovmSession
+from support.profiles import make_profile
 
 OUTPUT_CAP = 4096
 
@@ -21,7 +23,7 @@ OUTPUT_CAP = 4096
 @pytest.fixture(scope="module")
 def session(proxy: tuple[EgressProxy, ProxyEndpoint]) -> Iterator[MicrovmSession]:
     workspace = make_workspace()
-    profile = make_profile(workspace, output_bytes=OUTPUT_CAP, memory_bytes=1 << 30)
+    profile = make_profile(workspace, limits=Limits(output_bytes=OUTPUT_CAP, memory_bytes=1 << 30))
     with MicrovmBackend(accel=ACCEL).start(profile, proxy=proxy[1]) as s:
         yield s
     shutil.rmtree(workspace, ignore_errors=True)

@@ -1,4 +1,4 @@
-"""Support for run tests: the fixture docs site and task files."""
+"""Support for run tests: their task files (the docs site is ``support.agents``')."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from firstrun.tasks.load import load_task
 from firstrun.tasks.model import Task
 
 FIXTURES = Path(__file__).parent / "fixtures"
-DOCS_HOST = "docs.greeter.test"
 
 
 def fixture_task(name: str) -> Task:

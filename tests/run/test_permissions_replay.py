@@ -13,7 +13,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from run_support import DOCS_HOST, write_task
+from run_support import write_task
 
 from firstrun.agents import ReplayAgent
 from firstrun.reports.narrate import narrate_file
@@ -28,6 +28,7 @@ from firstrun.run.events import (
 )
 from firstrun.run.runner import RunConfig, run_task
 from firstrun.tasks.model import Task
+from support.agents import DOCS_HOST
 
 CURL_STEP = "curl -s http://127.0.0.1:9/ ; touch curl-ran"
 

@@ -29,7 +29,7 @@ from firstrun.results.store import RESULTS_FILE, ResultsStore, load_results
 from firstrun.run.project import load_project_config
 from firstrun.run.runner import RunConfig
 from firstrun.run.suite import run_suite
-from interrupt_support import StopOnceStored
+from support.interrupt import StopOnceStored
 
 FIRSTRUN = Path(sys.executable).parent / "firstrun"
 CLI_FIXTURES = Path(__file__).resolve().parents[1] / "cli" / "run_fixtures"

@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from run_support import DOCS_HOST, fixture_task, write_task
+from run_support import fixture_task, write_task
 
 from firstrun.agents import AgentResult, AgentStop, Brief, ReplayAgent, Toolbelt
 from firstrun.results.model import Classification
@@ -29,6 +29,7 @@ from firstrun.run.events import (
 )
 from firstrun.run.runner import RunConfig, run_task
 from firstrun.run.workspace import Workspace, WorkspaceError
+from support.agents import DOCS_HOST
 
 
 def run(name: str, config: RunConfig, **kwargs: object):

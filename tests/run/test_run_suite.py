@@ -20,7 +20,7 @@ from firstrun.run.events import CommandRan, Event, RunFinished, Source
 from firstrun.run.runner import RunConfig, run_task
 from firstrun.run.suite import run_suite, suite_exit_code
 from firstrun.tasks.model import Task
-from interrupt_support import StopOnceStored, kill_then_stop, processes_named
+from support.interrupt import StopOnceStored, kill_then_stop, processes_named
 
 
 def replay() -> object:

@@ -8,20 +8,13 @@ import tempfile
 from collections.abc import Iterator
 
 import pytest
-from sandbox_support import make_profile
 
 from firstrun.enclosure import Egress, harness_proxy
 from firstrun.policy.network import NetworkPolicy
 from firstrun.proxy.server import EgressProxy
 from firstrun.sandbox.base import ProxyEndpoint
 from firstrun.sandbox.linux.backend import LinuxBackend, LinuxSession
-
-
-@pytest.fixture
-def workspace() -> Iterator[str]:
-    path = tempfile.mkdtemp(prefix="firstrun-test-ws-")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+from support.profiles import make_profile
 
 
 @pytest.fixture

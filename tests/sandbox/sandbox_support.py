@@ -1,4 +1,4 @@
-"""Support for sandbox tests: profiles, canaries and host-side process evidence."""
+"""Support for sandbox tests: sessions, canaries and host-side process evidence."""
 
 from __future__ import annotations
 
@@ -8,11 +8,6 @@ from collections.abc import Iterator
 
 from firstrun.policy.profile import SandboxProfile
 from firstrun.sandbox.base import Session
-from firstrun.sandbox.hostfs import host_filesystem_policy
-
-
-def make_profile(workspace: str, **kwargs: object) -> SandboxProfile:
-    return SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False), **kwargs)
 
 
 def has_ipv6_loopback() -> bool:

@@ -24,7 +24,6 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 
 import pytest
-from sandbox_support import make_profile
 
 from firstrun.errors import SandboxError
 from firstrun.sandbox.base import Enforcement, SessionInfo
@@ -33,6 +32,7 @@ from firstrun.sandbox.docker import backend as docker_backend
 from firstrun.sandbox.docker.topology import Topology
 from firstrun.sandbox.linux.backend import LinuxBackend, LinuxSession
 from firstrun.sandbox.microvm import backend as microvm_backend
+from support.profiles import make_profile
 
 BACKENDS = ("linux", "docker", "microvm")
 

@@ -20,10 +20,11 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from sandbox_support import make_profile, start_session
+from sandbox_support import start_session
 
 import firstrun
 from firstrun.sandbox.disk import DISK_LEASE_DIR, MIB, SizedWorkspace, open_sized_workspace, recover
+from support.profiles import make_profile
 
 pytestmark = [pytest.mark.escape,
               pytest.mark.skipif(os.geteuid() != 0, reason="mounting a sized filesystem needs root")]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 
 import pytest
-from sandbox_support import make_profile
 
 from firstrun.sandbox.linux.backend import LinuxBackend
+from support.profiles import make_profile
 
 pytestmark = pytest.mark.e2e
 

@@ -19,10 +19,10 @@ import tempfile
 from collections.abc import Iterator
 
 import pytest
-from sandbox_support import make_profile
 
 from firstrun.errors import SandboxError
 from firstrun.sandbox.linux.backend import LinuxBackend
+from support.profiles import make_profile
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0,
                                 reason="the workspace is lent only when the harness is root")

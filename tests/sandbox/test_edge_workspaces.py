@@ -6,11 +6,11 @@ import os
 from pathlib import Path
 
 import pytest
-from sandbox_support import make_profile
 
 from firstrun.errors import UsageError
 from firstrun.sandbox.hostfs import check_workspace
 from firstrun.sandbox.linux.backend import LinuxBackend
+from support.profiles import make_profile
 
 
 def test_a_refusal_of_a_path_with_a_newline_stays_one_line(tmp_path: Path) -> None:

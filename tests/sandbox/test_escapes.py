@@ -21,7 +21,6 @@ from sandbox_support import (
     alive,
     has_ipv6_loopback,
     host_processes_with,
-    make_profile,
     wait_for_processes_with,
 )
 
@@ -29,6 +28,7 @@ from firstrun.proxy.server import EgressProxy
 from firstrun.sandbox.base import Session
 from firstrun.sandbox.gvisor.backend import GvisorBackend
 from firstrun.sandbox.linux.backend import LinuxBackend, LinuxSession
+from support.profiles import make_profile
 
 pytestmark = pytest.mark.escape
 

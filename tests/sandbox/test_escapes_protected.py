@@ -17,10 +17,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from sandbox_support import make_profile, start_session
+from sandbox_support import start_session
 
-from firstrun.policy.profile import SandboxProfile
-from firstrun.sandbox.hostfs import host_filesystem_policy
+from support.profiles import make_profile
 
 pytestmark = pytest.mark.escape
 
@@ -59,17 +58,13 @@ def checkout(tmp_path: Path) -> Path:
     return repo
 
 
-def _profile(workspace: str, **lift: tuple[str, ...]) -> SandboxProfile:
-    return SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=True, **lift))
-
-
 @pytest.mark.parametrize("kind", ["linux", "docker", "gvisor", "microvm"])
 def test_no_protected_entry_of_the_owners_checkout_changes_or_appears(
         checkout: Path, kind: str) -> None:
     before = _tree_hashes(checkout / ".git")
     names_before = set(os.listdir(checkout))
     bashrc = (checkout / ".bashrc").read_bytes()
-    for session in start_session(kind, _profile(str(checkout))):
+    for session in start_session(kind, make_profile(str(checkout), protect=True)):
         session.exec(["sh", "-c", ATTACK], timeout=120)
         held = next(c for c in session.info.attestation if c.name == "workspace_entries_held")
         assert held.passed, held.detail
@@ -82,7 +77,7 @@ def test_no_protected_entry_of_the_owners_checkout_changes_or_appears(
 
 
 def test_a_lifted_entry_is_writable_and_named_in_the_session(checkout: Path) -> None:
-    profile = _profile(str(checkout), lift=(".vscode",))
+    profile = make_profile(str(checkout), protect=True, lift=(".vscode",))
     for session in start_session("linux", profile):
         done = session.exec(["sh", "-c", "mkdir .vscode && echo '{}' > .vscode/settings.json; "
                                          "echo x >> .bashrc"], timeout=60)

@@ -14,11 +14,12 @@ import secrets
 from collections.abc import Iterator
 
 import pytest
-from sandbox_support import host_processes_with, make_profile
+from sandbox_support import host_processes_with
 
 from firstrun.policy.process import Limits
 from firstrun.sandbox.base import Stream
 from firstrun.sandbox.linux.backend import LinuxBackend, LinuxSession
+from support.profiles import make_profile
 
 pytestmark = pytest.mark.escape
 

@@ -16,12 +16,12 @@ import tempfile
 from collections.abc import Iterator
 
 import pytest
-from sandbox_support import make_profile
 
 from firstrun.images.build import NODE, PYTHON, image_present
 from firstrun.sandbox.base import Session
 from firstrun.sandbox.docker.backend import DockerBackend
 from firstrun.sandbox.linux.backend import LinuxBackend
+from support.profiles import make_profile
 
 LINUX = "linux"
 

@@ -13,13 +13,13 @@ import os
 from dataclasses import replace
 
 import pytest
-from sandbox_support import make_profile
 
 from firstrun.errors import SandboxError, SandboxUnavailable
 from firstrun.sandbox import capture
 from firstrun.sandbox.base import ProxyEndpoint
 from firstrun.sandbox.linux.backend import LinuxBackend
 from firstrun.sandbox.linux.probe import bwrap_path
+from support.profiles import make_profile
 
 pytestmark = pytest.mark.skipif(bwrap_path() is None, reason="needs bubblewrap")
 

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sandbox_support import alive, make_profile
+from sandbox_support import alive
 
 from firstrun.policy.process import Limits
 from firstrun.policy.profile import LayerName
@@ -27,6 +27,7 @@ from firstrun.sandbox.base import Stream
 from firstrun.sandbox.linux import cgroup
 from firstrun.sandbox.linux.backend import LinuxBackend, LinuxSession
 from firstrun.sandbox.linux.cgroup import CgroupParent, CgroupVersion, NoCgroup
+from support.profiles import make_profile
 
 MEMORY = 64 << 20
 PIDS = 32
@@ -182,8 +183,8 @@ def test_leftovers_of_a_killed_harness_are_reaped_at_the_next_start(workspace: s
     # A real harness process, SIGKILLed with its session open.
     script = textwrap.dedent(f"""
         import sys
-        sys.path.insert(0, {os.path.dirname(__file__)!r})
-        from sandbox_support import make_profile
+        sys.path.insert(0, {os.path.dirname(os.path.dirname(__file__))!r})
+        from support.profiles import make_profile
         from firstrun.policy.process import Limits
         from firstrun.sandbox.linux.backend import LinuxBackend
         s = LinuxBackend().start(make_profile({workspace!r}, limits=Limits(memory_bytes={MEMORY})),

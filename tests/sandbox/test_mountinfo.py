@@ -12,9 +12,10 @@ from __future__ import annotations
 import os
 
 import pytest
-from sandbox_support import make_profile, start_session
+from sandbox_support import start_session
 
 from firstrun.sandbox.disk import MIB, SizedWorkspace
+from support.profiles import make_profile
 
 pytestmark = [pytest.mark.escape,
               pytest.mark.skipif(os.geteuid() != 0, reason="a sized workspace needs root")]

@@ -8,7 +8,7 @@ import threading
 import time
 
 import pytest
-from sandbox_support import alive, host_processes_with, make_profile
+from sandbox_support import alive, host_processes_with
 
 from firstrun.errors import SandboxError, SandboxUnavailable
 from firstrun.policy.filesystem import SYSTEM_READONLY
@@ -18,6 +18,7 @@ from firstrun.sandbox.base import Enforcement, Stream
 from firstrun.sandbox.linux.backend import LinuxBackend, LinuxSession
 from firstrun.sandbox.linux.spec import PROXY_PORT
 from firstrun.sandbox.select import select_backend
+from support.profiles import make_profile
 
 
 def test_state_persists_across_commands(session: LinuxSession) -> None:

@@ -16,11 +16,11 @@ import threading
 from collections.abc import Callable, Iterator
 
 import pytest
-from sandbox_support import make_profile
 
 from firstrun.errors import SandboxError
 from firstrun.sandbox.base import Enforcement, SessionInfo
 from firstrun.sandbox.channel import JsonLines, SupervisedSession, wait_for_exit
+from support.profiles import make_profile
 
 INFO = SessionInfo(backend="test", enforcement=Enforcement.ENFORCED, policy_hash="0")
 

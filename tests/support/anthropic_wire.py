@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from vendor_support import Reply, Request, Script
+from support.vendor import Reply, Request, Script
 
 MODEL = "claude-test-1"
 _ids = itertools.count(1)

@@ -17,7 +17,7 @@ import itertools
 import json
 from typing import Any
 
-from vendor_support import Reply, Request, Script
+from support.vendor import Reply, Request, Script
 
 MODEL = "gpt-test-1"
 _ids = itertools.count(1)

@@ -1,5 +1,5 @@
-"""Support for the agent tests: fixture tasks on a mirrored docs site, and a Claude
-agent pointed at a scripted server, with its retry sleeps recorded instead of slept."""
+"""Fixture tasks on the greeter docs site, and Claude and OpenAI agents pointed at a scripted
+server, with retry sleeps recorded instead of slept and round prices so spend is exact."""
 
 from __future__ import annotations
 
@@ -8,20 +8,25 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from anthropic_wire import MODEL
-
 from firstrun.agents.claude import make_claude
 from firstrun.agents.loop import LoopAgent
+from firstrun.agents.openai_agent import make_openai
 from firstrun.agents.spend import FilePrice
 from firstrun.tasks.load import load_task
 from firstrun.tasks.model import Task
+from support import anthropic_wire, openai_wire
 
-FIXTURES = Path(__file__).parent / "fixtures"
+# The greeter quickstart, served from a directory mirror under DOCS_HOST.
+GREETER_DOCS = Path(__file__).parent / "greeter_docs"
 DOCS_HOST = "docs.greeter.test"
 DOCS = f"http://{DOCS_HOST}/"
 TEST_KEY = "sk-ant-test-key"
-# USD per million tokens for the scripted model: round numbers, so spend is exact.
-PRICE = FilePrice(model=MODEL, input=Decimal(3), output=Decimal(15), cached=Decimal("0.3"))
+OPENAI_KEY = "sk-openai-test-key"
+# USD per million tokens for each scripted model: round numbers, so spend is exact.
+PRICE = FilePrice(model=anthropic_wire.MODEL, input=Decimal(3), output=Decimal(15),
+                  cached=Decimal("0.3"))
+OPENAI_PRICE = FilePrice(model=openai_wire.MODEL, input=Decimal(2), output=Decimal(8),
+                         cached=Decimal("0.5"))
 
 
 def greeter_task(directory: Path, *, name: str = "greeter", goal: str | None = None,
@@ -43,6 +48,18 @@ def claude(url: str, *, sleeps: list[float] | None = None, key: str = TEST_KEY,
            price: FilePrice = PRICE, **loop: Any) -> LoopAgent:
     """A Claude agent on the scripted server; retry waits go to ``sleeps``, not to sleep."""
     record = sleeps if sleeps is not None else []
-    return make_claude(model=MODEL, base_url=url, price_file={MODEL: price},
+    return make_claude(model=anthropic_wire.MODEL, base_url=url,
+                       price_file={anthropic_wire.MODEL: price},
                        environ={"FIRSTRUN_ANTHROPIC_API_KEY": key},
                        sleep=record.append, rng=random.Random(7), **loop)
+
+
+def openai_agent(url: str, *, sleeps: list[float] | None = None,
+                 price: FilePrice = OPENAI_PRICE, **loop: Any) -> LoopAgent:
+    """An OpenAI agent on the scripted Chat Completions server at ``url``."""
+    record = sleeps if sleeps is not None else []
+    return make_openai(model=openai_wire.MODEL, base_url=f"{url}/v1",
+                       price_file={openai_wire.MODEL: price},
+                       environ={"FIRSTRUN_OPENAI_API_KEY": OPENAI_KEY}, sleep=record.append,
+                       rng=random.Random(7), **loop)
+

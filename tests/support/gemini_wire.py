@@ -17,7 +17,7 @@ import base64
 import itertools
 from typing import Any
 
-from vendor_support import Reply, Request, Script
+from support.vendor import Reply, Request, Script
 
 MODEL = "gemini-test-1"
 _ids = itertools.count(1)
