@@ -21,7 +21,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from firstrun.errors import SandboxError, SandboxUnavailable
 from firstrun.policy.process import build_environment
@@ -43,13 +43,18 @@ _REFUSAL_FIX = "pass --allow-unenforced to run without a sandbox, and accept tha
 
 
 class LocalSession:
-    def __init__(self, profile: SandboxProfile, info: SessionInfo) -> None:
+    """Commands on the host in the workspace. ``proxy_url`` goes into the proxy variables
+    (``local`` passes none); ``on_close`` runs once, after every process group is killed."""
+
+    def __init__(self, profile: SandboxProfile, info: SessionInfo, *, proxy_url: str | None = None,
+                 on_close: Callable[[], None] | None = None) -> None:
         self.info = info
         self._profile = profile
         self._home = tempfile.mkdtemp(prefix="firstrun-home-")
         self._env = build_environment(os.environ, path=os.environ.get("PATH", "").split(":"),
                                       home=self._home, tmpdir=tempfile.gettempdir(),
-                                      proxy_url=None)
+                                      proxy_url=proxy_url)
+        self._on_close = on_close
         self._groups: set[int] = set()
         self._lock = threading.Lock()
         self._closed = False
@@ -125,6 +130,8 @@ class LocalSession:
         for pgid in list(self._groups):
             _killpg(pgid)
         shutil.rmtree(self._home, ignore_errors=True)
+        if self._on_close is not None:
+            self._on_close()
 
 
 def _group_members(groups: set[int]) -> list[int]:

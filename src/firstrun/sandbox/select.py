@@ -109,6 +109,8 @@ REGISTRY: tuple[Entry, ...] = (
           own_kernel="firstrun.sandbox.microvm.probe:kvm", kernel_rank=1),
     Entry(name="local", cls="firstrun.sandbox.local:LocalBackend", auto_rank=None,
           build=lambda cls, o: cls(allow_unenforced=o.allow_unenforced), unenforced=True),
+    Entry(name="fake", cls="firstrun.sandbox.fake:FakeBackend", auto_rank=None,
+          build=lambda cls, o: cls(allow_unenforced=o.allow_unenforced), unenforced=True),
 )
 
 BACKENDS: tuple[str, ...] = ("auto", *(e.name for e in REGISTRY))
