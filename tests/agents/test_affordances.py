@@ -122,7 +122,7 @@ def reader(site: Site, hidden: AffordanceFilter | None) -> DocsReader:
 
 
 def run_config(tmp_path: Path, site: Site, **options) -> RunConfig:
-    return RunConfig(out_dir=tmp_path / "out", backend="linux",
+    return RunConfig(out_dir=tmp_path / "out", backend="fake", allow_unenforced=True,
                      docs_mirrors={DOCS_HOST: Mirror(host=DOCS_HOST, base_url=site.url)},
                      **options)
 
@@ -276,7 +276,8 @@ def test_the_cli_takes_the_flags_and_records_the_mode(serve, tmp_path: Path) -> 
     with VendorServer(_llms_transcript()) as server:
         done = subprocess.run(
             [str(FIRSTRUN), "run", str(task.path), "--agent", "openai", "--model", wire.MODEL,
-             "--base-url", f"{server.url}/v1", "--backend", "linux", "--out", str(out),
+             "--base-url", f"{server.url}/v1", "--backend", "fake", "--allow-unenforced",
+             "--out", str(out),
              "--docs-mirror", f"{DOCS_HOST}={site.url}",
              "--affordances", "none", "--probe-affordances"],
             capture_output=True, text=True, stdin=subprocess.DEVNULL, env=env, timeout=240)

@@ -1,5 +1,5 @@
 """Spend: prices (a price file, genai-prices, unknown), the per-run spend limit, and
-``--max-spend`` holding across parallel runs, in the real sandbox and with threads."""
+``--max-spend`` holding across parallel runs, with threads, on the fake backend."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Permission rules in whole replay runs: the real linux backend, the real proxy, fixture docs.
+"""Permission rules in whole replay runs: the real proxy and fixture docs, on the fake backend
+(the rules are the harness's, asked before a command reaches any backend).
 
 Every claim is judged by evidence left in the kept workspace (a canary file
 a refused command would have created, a ref a push would have written)

@@ -1,7 +1,8 @@
 """``--resume``: an interrupted sweep continued runs only what is missing, and only when comparable.
 
-Real sweeps on the real linux backend with the replay agent and a fixture
-docs site (no package installs, nothing leaves loopback). The interrupt is
+Real sweeps with the replay agent and a fixture docs site (no package
+installs, nothing leaves loopback): in process on the fake backend, and
+through ``firstrun run`` on the real linux backend. The interrupt is
 real: a stop event inside the suite, and SIGINT to a real ``firstrun run``.
 """
 

@@ -32,6 +32,12 @@ from firstrun.run.workspace import Workspace, WorkspaceError
 from support.agents import DOCS_HOST
 
 
+@pytest.fixture
+def config(linux_config: RunConfig) -> RunConfig:
+    """These runs judge the session too (its attestation, the workspace's isolation): linux's."""
+    return linux_config
+
+
 def run(name: str, config: RunConfig, **kwargs: object):
     events: list[Event] = []
     record = run_task(fixture_task(name), attempt=1, agent=ReplayAgent(), config=config,
