@@ -19,6 +19,10 @@ import pytest
 # One definition of each shared fixture (``workspace``, the greeter run configs).
 pytest_plugins = ("support.fixtures",)
 
+# Whole directories of the fast loop (``-m fast``): pure functions, files and loopback
+# servers. Elsewhere a module says ``pytestmark = pytest.mark.fast`` itself.
+_FAST_DIRECTORIES = ("policy", "tasks", "results", "docs")
+
 _RUN = "/run/firstrun"
 
 
@@ -37,6 +41,36 @@ def _ours() -> set[str]:
         found |= {f"mount {fields[4]}" for fields in (line.split() for line in f)
                   if "/firstrun-disk-" in fields[4]}
     return found
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = os.path.dirname(__file__)
+    for item in items:
+        if os.path.relpath(str(item.path), here).split(os.sep)[0] in _FAST_DIRECTORIES:
+            item.add_marker(pytest.mark.fast)
+
+
+@pytest.fixture(autouse=True)
+def a_fast_test_starts_no_kernel_sandbox(request: pytest.FixtureRequest,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hold ``fast`` to its word: a backend that enforces (and so needs a kernel, docker,
+    runsc or qemu) may be built and probed, never started, in a test marked fast."""
+    if request.node.get_closest_marker("fast") is None:
+        return
+    from firstrun.sandbox import select
+
+    build = select.build_backend
+
+    def guarded(name: str, options: select.BackendOptions) -> object:
+        backend = build(name, options)
+        if not select.entry(name).unenforced:
+            def refuse(*args: object, **kwargs: object) -> None:
+                pytest.fail(f"a test marked fast started the {name} backend; mark it otherwise "
+                            "or run it on the fake backend", pytrace=False)
+            backend.start = refuse  # type: ignore[method-assign]
+        return backend
+
+    monkeypatch.setattr(select, "build_backend", guarded)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -41,6 +41,8 @@ from support.agents import DOCS, DOCS_HOST, greeter_task
 from support.agents import openai_agent as agent
 from support.vendor import VendorServer
 
+pytestmark = pytest.mark.fast
+
 FIRSTRUN = Path(sys.executable).parent / "firstrun"
 GREET = "printf 'hello, reader\\n' > greeting.txt"
 HTML = "text/html; charset=utf-8"

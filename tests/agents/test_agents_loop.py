@@ -18,6 +18,8 @@ from support import anthropic_wire as wire
 from support.agents import DOCS, claude, greeter_task
 from support.vendor import VendorServer
 
+pytestmark = pytest.mark.fast
+
 
 def test_calls_the_loop_cannot_run_are_answered_with_an_error(config: RunConfig,
                                                              tmp_path: Path) -> None:

@@ -21,6 +21,8 @@ from firstrun.errors import UsageError
 from firstrun.sandbox.base import CappedOutput, ExecResult
 from firstrun.tasks.model import BlockRef, Budgets, DocsReplay, ReplayStep
 
+pytestmark = pytest.mark.fast
+
 GUIDE = '<pre><code class="language-bash">one\ntwo\nthree</code></pre>'
 
 

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from test_agents_replay import ScriptedTools, brief, docs_brief
 
 from firstrun.agents import AgentStop, ReplayAgent
 from firstrun.tasks.model import DocsReplay
 from firstrun.tasks.mutation import Mutation, version_pins
+
+pytestmark = pytest.mark.fast
 
 PINNED = '<pre><code class="language-bash">pip install tabulate==0.9.0\npython3 app.py</code></pre>'
 

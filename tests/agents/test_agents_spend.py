@@ -26,6 +26,8 @@ from support import anthropic_wire as wire
 from support.agents import claude, greeter_task
 from support.vendor import Router, VendorServer
 
+pytestmark = pytest.mark.fast
+
 GREET = "printf 'hello, reader\\n' > greeting.txt"
 
 

@@ -23,6 +23,8 @@ from support.agents import gemini_agent as agent
 from support.agents import greeter_task, run_agent
 from support.vendor import VendorServer
 
+pytestmark = pytest.mark.fast
+
 
 def test_a_cut_off_reply_is_asked_to_continue(config: RunConfig, tmp_path: Path) -> None:
     transcript = wire.script(

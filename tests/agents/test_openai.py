@@ -29,6 +29,8 @@ from support.agents import agent_commands, greeter_task, run_agent
 from support.agents import openai_agent as agent
 from support.vendor import VendorServer
 
+pytestmark = pytest.mark.fast
+
 GREET = "printf 'hello, reader\\n' > greeting.txt"
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from firstrun.results.model import Classification
 from firstrun.run.events import CommandRan, Event, PermissionDecided
 from firstrun.run.runner import RunConfig, run_task
@@ -18,6 +20,8 @@ from firstrun.tasks.load import load_task
 from support import anthropic_wire as wire
 from support.agents import DOCS, claude
 from support.vendor import VendorServer
+
+pytestmark = pytest.mark.fast
 
 CURL = "curl -s http://127.0.0.1:9/ ; touch curl-ran"
 GREET = "printf 'hello, reader\\n' > greeting.txt"

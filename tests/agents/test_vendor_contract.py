@@ -27,6 +27,8 @@ from support.agents import DOCS, DOCS_HOST, agent_commands, greeter_task, run_ag
 from support.vendor import Router, VendorServer
 from support.wire_formats import GREET, WIRE_FORMATS, Refusal, WireFormat
 
+pytestmark = pytest.mark.fast
+
 by_format = pytest.mark.parametrize("fmt", WIRE_FORMATS, ids=[f.name for f in WIRE_FORMATS])
 
 

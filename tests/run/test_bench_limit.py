@@ -7,6 +7,10 @@ import importlib.util
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
+pytestmark = pytest.mark.fast
+
 RUN = Path(__file__).resolve().parents[2] / "bench" / "run"
 
 

@@ -32,6 +32,8 @@ from firstrun.sandbox.select import (
 from support.agents import DOCS_HOST, GREETER_DOCS, greeter_task
 from support.profiles import make_profile
 
+pytestmark = pytest.mark.fast
+
 FIRSTRUN = Path(sys.executable).parent / "firstrun"
 
 

@@ -22,6 +22,8 @@ import yaml
 
 from firstrun.cli.main import build_parser
 
+pytestmark = pytest.mark.fast
+
 REPO = Path(__file__).resolve().parents[2]
 ACTION = yaml.safe_load((REPO / "action.yml").read_text())
 DOC = (REPO / "docs" / "github-actions.md").read_text()

@@ -7,6 +7,8 @@ import pytest
 from firstrun.run.events import CommandRan, Source
 from firstrun.run.lacking import command_words, loader_cache, missing_libraries, wanted
 
+pytestmark = pytest.mark.fast
+
 # The one place the loader's message is read: every form it reaches a step in.
 LOADER = [
     # glibc's loader starting a program (Playwright's bundled node on a bare image).

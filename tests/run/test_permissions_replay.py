@@ -14,6 +14,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from run_support import write_task
 
 from firstrun.agents import ReplayAgent
@@ -30,6 +31,8 @@ from firstrun.run.events import (
 from firstrun.run.runner import RunConfig, run_task
 from firstrun.tasks.model import Task
 from support.agents import DOCS_HOST
+
+pytestmark = pytest.mark.fast
 
 CURL_STEP = "curl -s http://127.0.0.1:9/ ; touch curl-ran"
 

@@ -3,9 +3,13 @@ and where it is written; allowed calls are quiet but present."""
 
 from __future__ import annotations
 
+import pytest
+
 from firstrun.policy.permissions import PermissionMode, PermissionReason, PermissionVerdict
 from firstrun.reports.narrate import Style, narrate
 from firstrun.run.events import PermissionDecided
+
+pytestmark = pytest.mark.fast
 
 
 def told(event: PermissionDecided) -> tuple[str, Style]:

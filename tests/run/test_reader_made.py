@@ -8,6 +8,8 @@ import pytest
 from firstrun.docs import DocsReader, Politeness
 from firstrun.run.sandbox import _Made
 
+pytestmark = pytest.mark.fast
+
 
 def _reader() -> DocsReader:
     return DocsReader(allow=(), proxy=("127.0.0.1", 9), cache_dir=None, user_agent="test",

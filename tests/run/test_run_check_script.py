@@ -17,6 +17,8 @@ import pytest
 from firstrun.run.check import TRUSTED_PATH, build_check_script, check_port, prelude
 from firstrun.tasks.load import load_task
 
+pytestmark = pytest.mark.fast
+
 FIXTURES = Path(__file__).parent / "fixtures" / "tasks"
 GOLDEN = Path(__file__).parent / "golden"
 VALID = Path(__file__).parents[1] / "fixtures" / "tasks" / "valid"

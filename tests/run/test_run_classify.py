@@ -24,6 +24,8 @@ from firstrun.run.events import (
     WorkspaceDisk,
 )
 
+pytestmark = pytest.mark.fast
+
 
 def cmd(source: Source, code: int) -> CommandRan:
     return CommandRan(source=source, command="x", exit_code=code, duration_s=0.0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from firstrun.agents.base import AgentStop
 from firstrun.policy.decision import DecisionLayer, Reason, Verdict
 from firstrun.policy.network import Channel
@@ -11,6 +13,8 @@ from firstrun.results.model import Classification as C
 from firstrun.run.classify import RunReason as R
 from firstrun.run.classify import classify_run
 from firstrun.run.events import AgentFinished, CheckFinished, CommandRan, Egress, Source
+
+pytestmark = pytest.mark.fast
 
 
 def tunnel(ended: TunnelEnd, *, down: int, channel: Channel = Channel.SHELL) -> Egress:

@@ -13,6 +13,8 @@ from firstrun.results.model import IDENTITY_FLAGS, NOT_RECORDED, SweepIdentity, 
 from firstrun.run.options import REFUSED_KEYS, RUN_OPTIONS, RunOption
 from firstrun.run.project import ProjectSpec
 
+pytestmark = pytest.mark.fast
+
 # Identity fields that no single option decides: the tasks' hashes and the
 # project config's task defaults.
 _NOT_FROM_AN_OPTION = {"tasks", "task_defaults_sha256"}

@@ -22,6 +22,8 @@ from firstrun.run.suite import run_suite, suite_exit_code
 from firstrun.tasks.model import Task
 from support.interrupt import StopOnceStored, kill_then_stop, processes_named
 
+pytestmark = pytest.mark.fast
+
 
 def replay() -> object:
     return make_agent("replay")

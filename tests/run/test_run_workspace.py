@@ -9,6 +9,8 @@ import pytest
 
 from firstrun.run.workspace import Workspace, WorkspaceError
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.fixture
 def canary(tmp_path: Path) -> Path:
