@@ -10,7 +10,6 @@ from firstrun.audit.battery import (
     FRONTED_HOST,
     SYSTEM_DIR,
     AuditResult,
-    ConfigurationResult,
     Residual,
     configurations,
     run_configuration,
@@ -18,18 +17,10 @@ from firstrun.audit.battery import (
 from firstrun.audit.fixtures import Registry
 from firstrun.audit.model import ACTIONS, ActionResult, AuditedLayer
 from firstrun.cli.audit import exit_status, render_text
+from support.audit import cell as _cell
+from support.audit import configuration_result as _config
 
 pytestmark = pytest.mark.escape
-
-
-def _config(audit: AuditResult, name: str) -> ConfigurationResult:
-    (found,) = [r for r in audit.results if r.configuration.name == name]
-    return found
-
-
-def _cell(audit: AuditResult, config: str, action: str):
-    (found,) = [c for c in _config(audit, config).cells if c.action == action]
-    return found
 
 
 def test_every_linux_configuration_ran_every_action(audit: AuditResult) -> None:

@@ -14,14 +14,14 @@ import pytest
 
 from firstrun.audit.battery import (
     AuditResult,
-    Cell,
-    ConfigurationResult,
     configurations,
     docker_bridge_address,
     run_audit,
 )
 from firstrun.audit.model import ACTIONS, ActionResult, AuditedLayer, predict, stoppers, subsets
 from firstrun.images.build import image_present
+from support.audit import cell as _cell
+from support.audit import configuration_result as _config
 
 pytestmark = pytest.mark.escape
 
@@ -36,16 +36,6 @@ def docker_audit() -> AuditResult:
         pytest.fail("firstrun/python:3.11 is not in the local daemon; scripts/test starts "
                     "dockerd and runs 'firstrun images build --python'")
     return run_audit(["docker"])
-
-
-def _config(audit: AuditResult, name: str) -> ConfigurationResult:
-    (found,) = [r for r in audit.results if r.configuration.name == name]
-    return found
-
-
-def _cell(audit: AuditResult, config: str, action: str) -> Cell:
-    (found,) = [c for c in _config(audit, config).cells if c.action == action]
-    return found
 
 
 def test_every_docker_configuration_ran_every_action(docker_audit: AuditResult) -> None:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from firstrun.audit.battery import AuditResult, Cell, ConfigurationResult, configurations, run_audit
+from firstrun.audit.battery import AuditResult, configurations, run_audit
 from firstrun.audit.model import ACTIONS, ActionResult, AuditedLayer
 from firstrun.sandbox.gvisor.backend import GvisorBackend
+from support.audit import cell as _cell
+from support.audit import configuration_result as _config
 
 pytestmark = [pytest.mark.escape, pytest.mark.skipif(
     any(not c.available for c in GvisorBackend().probe()),
@@ -25,16 +27,6 @@ INSPECTED = "gvisor: full stack + --inspect-tls"
 @pytest.fixture(scope="module")
 def gvisor_audit() -> AuditResult:
     return run_audit(["gvisor"])
-
-
-def _config(audit: AuditResult, name: str) -> ConfigurationResult:
-    (found,) = [r for r in audit.results if r.configuration.name == name]
-    return found
-
-
-def _cell(audit: AuditResult, config: str, action: str) -> Cell:
-    (found,) = [c for c in _config(audit, config).cells if c.action == action]
-    return found
 
 
 def test_every_gvisor_configuration_ran_every_action(gvisor_audit: AuditResult) -> None:
