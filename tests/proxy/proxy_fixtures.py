@@ -205,6 +205,18 @@ def read_reply(sock: socket.socket, *, method: bytes = b"GET") -> Reply:
     )
 
 
+def read_echo(sock: socket.socket, size: int) -> bytes:
+    """What an echo sends back of ``size`` bytes: read until that many came, or the end
+    (a short answer then fails the test's comparison instead of hanging it)."""
+    got = b""
+    while len(got) < size:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        got += chunk
+    return got
+
+
 def read_until_closed(sock: socket.socket) -> bytes:
     data = b""
     while True:

@@ -17,6 +17,7 @@ from proxy_fixtures import (
     RecordingResolver,
     client_hello,
     connect,
+    read_echo,
     read_reply,
     read_until_closed,
     start_proxy,
@@ -190,9 +191,7 @@ def test_connect_tunnel_echo_counts_bytes(proxied, echo) -> None:  # type: ignor
         assert reply.status == 200
         payload = b"not TLS at all\n" * 1000
         sock.sendall(payload)
-        got = b""
-        while len(got) < len(payload):
-            got += sock.recv(65536)
+        got = read_echo(sock, len(payload))
         sock.shutdown(socket.SHUT_WR)
         assert read_until_closed(sock) == b""
     record = _only(proxy)
@@ -210,9 +209,7 @@ def test_connect_with_matching_sni_passes(proxied, echo) -> None:  # type: ignor
         sock.sendall(_connect(f"pypi.test:{echo.port}"))
         assert read_reply(sock, method=b"CONNECT").status == 200
         sock.sendall(hello)
-        got = b""
-        while len(got) < len(hello):
-            got += sock.recv(65536)
+        got = read_echo(sock, len(hello))
     assert got == hello
 
 

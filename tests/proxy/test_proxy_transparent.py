@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import dns.message
 import dns.rcode
 import pytest
-from proxy_fixtures import EchoServer, RecordingResolver, client_hello, read_until_closed
+from proxy_fixtures import EchoServer, RecordingResolver, client_hello, read_echo, read_until_closed
 
 from firstrun.policy.network import Channel, NetworkPolicy
 from firstrun.proxy.records import EgressRecord
@@ -84,9 +84,7 @@ def test_a_redirected_raw_stream_goes_by_its_name_and_is_recorded_transparent(
     payload = b"\x00\x00\x00\x08raw bytes, no TLS, no HTTP\n" * 100
     with _unix(flows) as sock:
         sock.sendall(f"tcp {address} {echo.port}\n".encode() + payload)
-        got = b""
-        while len(got) < len(payload):
-            got += sock.recv(65536)
+        got = read_echo(sock, len(payload))
         sock.shutdown(socket.SHUT_WR)
         assert read_until_closed(sock) == b""
     assert got == payload

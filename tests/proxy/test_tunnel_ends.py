@@ -21,6 +21,7 @@ from proxy_fixtures import (
     RecordingResolver,
     client_hello,
     connect,
+    read_echo,
     read_reply,
     read_until_closed,
 )
@@ -158,9 +159,7 @@ def test_a_tunnel_the_client_closes_after_its_exchange_is_not_cut() -> None:
     try:
         proxy = _Proxy(echo.port)
         with _tunnel(proxy.address, echo.port) as sock:
-            got = b""
-            while len(got) < len(HELLO):
-                got += sock.recv(65536)
+            got = read_echo(sock, len(HELLO))
             sock.shutdown(socket.SHUT_WR)
             assert read_until_closed(sock) == b""
         record = proxy.record()
@@ -176,9 +175,7 @@ def test_a_tunnel_open_when_the_proxy_stops_is_not_cut() -> None:
     try:
         proxy = _Proxy(echo.port)
         with _tunnel(proxy.address, echo.port) as sock:
-            got = b""
-            while len(got) < len(HELLO):
-                got += sock.recv(65536)
+            assert read_echo(sock, len(HELLO)) == HELLO
             record = proxy.record(ended_by_itself=False)
     finally:
         echo.close()
