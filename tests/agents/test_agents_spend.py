@@ -1,5 +1,6 @@
-"""Spend: prices (a price file, genai-prices, unknown), the per-run spend limit, and
-``--max-spend`` holding across parallel runs, with threads, on the fake backend."""
+"""Spend: prices (a price file, genai-prices, unknown), the per-run spend limit, and the
+governor holding its cap under racing threads (``--max-spend`` across a parallel sweep is
+every vendor's, in test_vendor_contract.py)."""
 
 from __future__ import annotations
 
@@ -18,13 +19,11 @@ from firstrun.agents.spend import (
 from firstrun.agents.vendor import TokenUsage
 from firstrun.errors import UsageError
 from firstrun.results.model import Classification
-from firstrun.results.store import ResultsStore
 from firstrun.run.runner import RunConfig, run_task
-from firstrun.run.suite import run_suite
 from firstrun.tasks.model import Budgets
 from support import anthropic_wire as wire
 from support.agents import claude, greeter_task
-from support.vendor import Router, VendorServer
+from support.vendor import VendorServer
 
 pytestmark = pytest.mark.fast
 
@@ -125,52 +124,6 @@ def test_a_run_stops_at_its_own_spend_limit(config: RunConfig, tmp_path: Path) -
                                                       "budget_exhausted")
     assert record.detail.startswith("max_spend: 1.20015 USD spent of the run's 1")
     assert record.extra["usage"]["max_spend"] == "1" and record.commands == 0
-
-
-def _priced_claude(url: str):
-    # A thousandth of a USD per token, either way: spend is tokens / 1000.
-    return claude(url, price=FilePrice(model=wire.MODEL, input=Decimal(1000), output=Decimal(1000)))
-
-
-def test_max_spend_stops_a_parallel_sweep_without_passing_the_cap(config: RunConfig,
-                                                                  tmp_path: Path) -> None:
-    # Each run reserves 1 USD (max_tokens 1000) and spends 0.7; under a 2.5 cap
-    # exactly three runs fit (a fourth needs settled + held <= 1.5, and three
-    # started runs hold at least 2.1), whatever order the three workers take.
-    tasks = [greeter_task(tmp_path, name=f"greeter-{n}", budgets={"max_tokens": 1000})
-             for n in range(3)]
-    transcript = wire.script(wire.message(wire.text("Nothing to do."), tokens=(600, 100)))
-    with VendorServer(transcript) as server:
-        governor = SpendGovernor(cap=Decimal("2.5"), pricing=_priced_claude(server.url).pricing)
-        outcome = run_suite(tasks, agent_factory=lambda: _priced_claude(server.url),
-                            config=config, store=ResultsStore(config.out_dir, meta={}),
-                            repeat=2, workers=3, spend=governor)
-    assert outcome.spend_reached and not outcome.interrupted
-    assert len(outcome.records) == 3 and len(server.seen()) == 3
-    assert all(r.extra["usage"]["spend"] == "0.7" for r in outcome.records)
-    assert governor.spent == Decimal("2.1")
-
-
-def test_parallel_runs_each_follow_their_own_transcript(config: RunConfig,
-                                                         tmp_path: Path) -> None:
-    goals = {n: f"Create greeting.txt holding the greeting (variant {n})." for n in range(3)}
-    tasks = [greeter_task(tmp_path, name=f"greeter-{n}", goal=goals[n]) for n in range(3)]
-    routes = {
-        goals[n]: wire.script(
-            wire.message(wire.bash(f"{GREET}; echo variant {n}")),
-            wire.message(wire.text(f"Done with variant {n}.")))
-        for n in range(3)
-    }
-    with VendorServer(Router(wire.first_user_text, routes)) as server:
-        outcome = run_suite(tasks, agent_factory=lambda: claude(server.url), config=config,
-                            store=ResultsStore(config.out_dir, meta={}), workers=3)
-    by_task = {r.task: r for r in outcome.records}
-    assert sorted(by_task) == ["greeter-0", "greeter-1", "greeter-2"]
-    for n in range(3):
-        record = by_task[f"greeter-{n}"]
-        assert record.classification is Classification.PASSED
-        assert record.extra["claim"] == f"Done with variant {n}."
-    assert len(server.seen()) == 6
 
 
 def test_a_turn_without_a_price_ends_a_run_that_has_a_spend_limit(config: RunConfig,

@@ -8,7 +8,6 @@ verdict on the workspace the model's commands changed.
 
 from __future__ import annotations
 
-from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -16,13 +15,10 @@ import pytest
 from firstrun.agents import make_agent
 from firstrun.agents.loop import LoopAgent
 from firstrun.agents.openai_agent import DEFAULT_MODEL, make_openai
-from firstrun.agents.spend import FilePrice, SpendGovernor
 from firstrun.errors import UsageError
 from firstrun.results.model import Classification
-from firstrun.results.store import ResultsStore
 from firstrun.run.events import ModelTurn
 from firstrun.run.runner import RunConfig
-from firstrun.run.suite import run_suite
 from support import openai_wire as wire
 from support.agents import OPENAI_KEY as KEY
 from support.agents import agent_commands, greeter_task, run_agent
@@ -47,24 +43,6 @@ def test_calls_the_loop_cannot_run_are_answered_by_id(config: RunConfig, tmp_pat
     assert [malformed["tool_call_id"], unknown["tool_call_id"]] == [c["id"] for c in calls]
     assert "exactly one argument, 'command'" in malformed["content"]
     assert "unknown tool 'web_search'" in unknown["content"]
-
-
-def test_max_spend_stops_a_parallel_sweep_without_passing_the_cap(config: RunConfig,
-                                                                  tmp_path: Path) -> None:
-    # A thousandth of a USD per token: each run reserves 1 USD (max_tokens
-    # 1000) and spends 0.7; under a 2.5 cap exactly three runs fit.
-    price = FilePrice(model=wire.MODEL, input=Decimal(1000), output=Decimal(1000))
-    tasks = [greeter_task(tmp_path, name=f"greeter-{n}", budgets={"max_tokens": 1000})
-             for n in range(3)]
-    transcript = wire.script(wire.completion("Nothing to do.", tokens=(600, 100)))
-    with VendorServer(transcript) as server:
-        governor = SpendGovernor(cap=Decimal("2.5"), pricing=price)
-        outcome = run_suite(tasks, agent_factory=lambda: agent(server.url, price=price),
-                            config=config, store=ResultsStore(config.out_dir, meta={}),
-                            repeat=2, workers=3, spend=governor)
-    assert outcome.spend_reached and len(outcome.records) == 3 and len(server.seen()) == 3
-    assert all(r.extra["usage"]["spend"] == "0.7" for r in outcome.records)
-    assert governor.spent == Decimal("2.1")
 
 
 def test_a_reply_without_usage_leaves_tokens_and_spend_unknown(config: RunConfig,
@@ -121,4 +99,3 @@ def test_make_agent_openai_needs_a_key_unless_a_base_url_is_given(
     assert isinstance(local, LoopAgent) and local.pricing is None
     monkeypatch.setenv("OPENAI_API_KEY", "k")
     assert make_agent("openai").model == DEFAULT_MODEL
-

@@ -10,6 +10,7 @@ workspace the model's commands changed.
 from __future__ import annotations
 
 import sys
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ import pytest
 from firstrun.agents import make_agent
 from firstrun.agents.loop import RetryPolicy
 from firstrun.agents.prompt import PROMPT_VERSION
+from firstrun.agents.spend import FilePrice, SpendGovernor
 from firstrun.errors import UsageError
 from firstrun.results.model import Classification
 from firstrun.results.store import ResultsStore
@@ -228,6 +230,28 @@ def test_parallel_runs_each_follow_their_own_transcript(fmt: WireFormat, config:
                       if c["kind"] == "command" and c["source"] == "agent"]
         assert command["stdout"] == f"variant {n}\n"
     assert len(server.seen()) == 6
+
+
+@by_format
+def test_max_spend_stops_a_parallel_sweep_without_passing_the_cap(fmt: WireFormat,
+                                                                  config: RunConfig,
+                                                                  tmp_path: Path) -> None:
+    # A thousandth of a USD per token, either way: each run reserves 1 USD
+    # (max_tokens 1000) and spends 0.7; under a 2.5 cap exactly three runs fit
+    # (a fourth needs settled + held <= 1.5, and three started runs hold at
+    # least 2.1), whatever order the three workers take.
+    price = FilePrice(model=fmt.model, input=Decimal(1000), output=Decimal(1000))
+    tasks = [greeter_task(tmp_path, name=f"greeter-{n}", budgets={"max_tokens": 1000})
+             for n in range(3)]
+    with VendorServer(fmt.script(fmt.reply("Nothing to do.", tokens=(600, 100)))) as server:
+        governor = SpendGovernor(cap=Decimal("2.5"), pricing=price)
+        outcome = run_suite(tasks, agent_factory=lambda: fmt.agent(server.url, price=price),
+                            config=config, store=ResultsStore(config.out_dir, meta={}),
+                            repeat=2, workers=3, spend=governor)
+    assert outcome.spend_reached and not outcome.interrupted
+    assert len(outcome.records) == 3 and len(server.seen()) == 3
+    assert all(r.extra["usage"]["spend"] == "0.7" for r in outcome.records)
+    assert governor.spent == Decimal("2.1")
 
 
 @by_format
