@@ -6,14 +6,12 @@ refuses on the name alone (and so never resolves), or nothing at all.
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,6 +21,7 @@ import pytest
 from firstrun.images.build import image_present
 from firstrun.sandbox.ownership import LEASE_DIR, process_identity
 from firstrun.sandbox.protect import MARKER
+from support.servers import LoopbackServer, QuietHandler
 
 FIRSTRUN = Path(sys.executable).parent / "firstrun"
 
@@ -249,7 +248,7 @@ def loopback_http_server() -> Iterator[tuple[int, list[str]]]:
     """A plain HTTP server on the host's 127.0.0.1 that remembers every path it served."""
     seen: list[str] = []
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
             seen.append(self.path)
             body = b"canary\n"
@@ -258,18 +257,8 @@ def loopback_http_server() -> Iterator[tuple[int, list[str]]]:
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1], seen
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with LoopbackServer(Handler) as server:
+        yield server.port, seen
 
 
 def test_enforce_mode_refuses_the_hosts_loopback(

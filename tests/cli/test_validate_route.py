@@ -6,13 +6,13 @@ Driven through the real console script; the pages are files served by a
 
 from __future__ import annotations
 
-import http.server
 import subprocess
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+from support.servers import LoopbackServer, QuietHandler
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -137,7 +137,7 @@ def test_a_skip_naming_no_block_is_an_error_at_its_line(firstrun: Run, tmp_path:
 
 @pytest.fixture
 def loopback() -> Iterator[str]:
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
             body = INSTALL.encode() if self.path == "/install.html" else b"not found"
             self.send_response(200 if self.path == "/install.html" else 404)
@@ -146,16 +146,8 @@ def loopback() -> Iterator[str]:
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-    thread.join()
+    with LoopbackServer(Handler) as server:
+        yield server.url
 
 
 def test_check_urls_reads_the_route_over_the_network(firstrun: Run, tmp_path: Path, loopback: str) -> None:

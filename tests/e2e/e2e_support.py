@@ -7,15 +7,15 @@ terminal output alone.
 
 from __future__ import annotations
 
-import http.server
 import json
 import subprocess
 import sys
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from support.servers import LoopbackServer, QuietHandler
 
 FIRSTRUN = Path(sys.executable).parent / "firstrun"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -65,7 +65,7 @@ class Request:
     user_agent: str | None
 
 
-class DocsServer:
+class DocsServer(LoopbackServer):
     """An HTTP server on 127.0.0.1 that answers from ``answers`` and records every request."""
 
     def __init__(self, answers: dict[str, Answer]) -> None:
@@ -73,7 +73,7 @@ class DocsServer:
         self.seen: list[Request] = []
         server = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
                 server.seen.append(Request(self.path, self.headers.get("User-Agent")))
                 answer = server.answers.get(self.path, Answer(status=404, body=b"not found"))
@@ -85,22 +85,8 @@ class DocsServer:
                 self.end_headers()
                 self.wfile.write(answer.body)
 
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self._httpd.server_address[1]
-        self.origin = f"http://127.0.0.1:{self.port}"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
-
-    def __enter__(self) -> DocsServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join()
+        super().__init__(Handler)
+        self.origin = self.url
 
 
 def site_answers() -> dict[str, Answer]:

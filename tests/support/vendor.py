@@ -17,8 +17,9 @@ import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from support.servers import LoopbackServer, QuietHandler
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,7 +40,7 @@ class Request:
 Responder = Callable[[Request], Reply]
 
 
-class VendorServer:
+class VendorServer(LoopbackServer):
     """A threaded HTTP server on 127.0.0.1 that answers with ``responder``."""
 
     def __init__(self, responder: Responder) -> None:
@@ -47,7 +48,7 @@ class VendorServer:
         self._lock = threading.Lock()
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             protocol_version = "HTTP/1.1"
 
             def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
@@ -71,22 +72,7 @@ class VendorServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
-
-    def __enter__(self) -> VendorServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join()
+        super().__init__(Handler)
 
     def seen(self) -> list[Request]:
         with self._lock:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import socket
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
@@ -13,15 +11,16 @@ import pytest
 from firstrun.tasks.cli_support import EXIT_INVALID, EXIT_OK, validate_paths
 from firstrun.tasks.lint import Code, Severity, check_urls
 from firstrun.tasks.load import read_task
+from support.servers import LoopbackServer, QuietHandler
 
 
-class _Server:
+class _Server(LoopbackServer):
     def __init__(self, routes: dict[tuple[str, str], tuple[int, dict[str, str]]]) -> None:
         self.routes = routes
         self.seen: list[tuple[str, str]] = []
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def _answer(self) -> None:
                 server.seen.append((self.command, self.path))
                 status, headers = server.routes.get((self.command, self.path), (404, {}))
@@ -35,21 +34,7 @@ class _Server:
 
             do_GET = do_HEAD = _answer
 
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self) -> _Server:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join()
+        super().__init__(Handler)
 
 
 @pytest.fixture
