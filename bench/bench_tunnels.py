@@ -66,39 +66,8 @@ async def main():
 asyncio.run(main())
 """
 
-# Inside each sandbox: one round of tunnels at once, numbered from argv[3];
-# prints the round's seconds and the tunnels that did not get the answer.
-CLIENT = r"""
-import asyncio, json, os, ssl, sys, time
-from urllib.parse import urlsplit
-host, port, first, count, cafile = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), \
-    int(sys.argv[4]), sys.argv[5]
-proxy = urlsplit(os.environ["https_proxy"])
-context = ssl.create_default_context(cafile=cafile)
-
-async def tunnel(n):
-    try:
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(proxy.hostname, proxy.port), 60)
-        writer.write(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
-        if not (await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 60)).startswith(b"HTTP/1.1 200"):
-            return False
-        await asyncio.wait_for(writer.start_tls(context, server_hostname=host), 60)
-        writer.write(f"GET /t/{n} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
-        answer = await asyncio.wait_for(reader.read(), 60)
-        writer.close()
-        return answer.startswith(b"HTTP/1.1 200")
-    except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError):
-        return False
-
-async def main():
-    started = time.perf_counter()
-    ok = await asyncio.gather(*(tunnel(first + i) for i in range(count)))
-    print(json.dumps({"s": time.perf_counter() - started,
-                      "failed": [first + i for i, good in enumerate(ok) if not good]}))
-
-asyncio.run(main())
-"""
+# Run inside each sandbox, one round per exec (shared with tests/docker/test_tunnel_rounds.py).
+CLIENT = (Path(__file__).parent / "tunnel_client.py").read_text(encoding="utf-8")
 
 
 def main(rounds: int = ROUNDS, per_round: int = PER_ROUND) -> dict[str, dict[str, object]]:
@@ -149,7 +118,7 @@ def main(rounds: int = ROUNDS, per_round: int = PER_ROUND) -> dict[str, dict[str
                 for arm in (("docker", "linux") if index % 2 == 0 else ("linux", "docker")):
                     result = sessions[arm].exec(
                         ["python3", "-c", CLIENT, HOST_NAME, str(port), str(first),
-                         str(per_round), cafiles[arm]], timeout=600)
+                         str(per_round), cafiles[arm], "1"], timeout=600)
                     if result.exit_code != 0:
                         raise RuntimeError(f"{arm}: {result.stderr.text()[-300:]}")
                     out = json.loads(result.stdout.text())

@@ -24,6 +24,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from cryptography import x509
@@ -33,10 +34,9 @@ from cryptography.x509.oid import NameOID
 
 from firstrun.audit.battery import docker_bridge_address
 from firstrun.policy.network import NetworkPolicy
-from firstrun.policy.profile import SandboxProfile
-from firstrun.sandbox.base import OwnProxy
 from firstrun.sandbox.docker.backend import DockerBackend
-from firstrun.sandbox.hostfs import host_filesystem_policy
+from firstrun.sandbox.base import OwnProxy
+from support.profiles import make_profile
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
 
@@ -44,41 +44,9 @@ HOST = "tunnels.firstrun.test"
 ROUNDS = 2
 PER_ROUND = 150
 
-# Run inside the run container by its Python: ROUNDS rounds of PER_ROUND
-# tunnels at once, each a CONNECT, a TLS handshake (trusting only the
-# fixture's CA) and one GET; prints how many ended with the server's answer.
-CLIENT = r"""
-import asyncio, json, os, ssl, sys
-from urllib.parse import urlsplit
-host, port, rounds, per_round, cafile = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), \
-    int(sys.argv[4]), sys.argv[5]
-proxy = urlsplit(os.environ["https_proxy"])
-context = ssl.create_default_context(cafile=cafile)
-
-async def tunnel(n):
-    try:
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(proxy.hostname, proxy.port), 60)
-        writer.write(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
-        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 60)
-        if not head.startswith(b"HTTP/1.1 200"):
-            return f"refused: {head[:60]!r}"
-        await asyncio.wait_for(writer.start_tls(context, server_hostname=host), 60)
-        writer.write(f"GET /t/{n} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
-        answer = await asyncio.wait_for(reader.read(), 60)
-        writer.close()
-        return "ok" if answer.startswith(b"HTTP/1.1 200") else f"answer: {answer[:60]!r}"
-    except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as exc:
-        return f"lost: {type(exc).__name__}: {exc}"[:160]
-
-async def main():
-    ended = []
-    for r in range(rounds):
-        ended += await asyncio.gather(*(tunnel(r * per_round + i) for i in range(per_round)))
-    print(json.dumps({"ok": ended.count("ok"), "other": [e for e in ended if e != "ok"][:10]}))
-
-asyncio.run(main())
-"""
+# Run inside the run container by its Python: the tunnels bench's client.
+CLIENT = (Path(__file__).resolve().parents[2] / "bench" / "tunnel_client.py").read_text(
+    encoding="utf-8")
 
 
 class Upstream:
@@ -164,13 +132,13 @@ def rounds() -> Iterator[Rounds]:
         policy = NetworkPolicy.build(allow=(), source="test",
                                      overrides=[(f"{HOST}:{upstream.port}", [f"{address}/32"])])
         records: list[dict[str, object]] = []
-        profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False),
-                                 net=policy)
+        profile = make_profile(workspace, net=policy)
         backend = DockerBackend(on_record=records.append, sidecar_hosts=((HOST, address),))
         with backend.start(profile, proxy=OwnProxy()) as session:
             inside = profile.fs.sandbox_workspace
-            result = session.exec(["python3", "-c", CLIENT, HOST, str(upstream.port), str(ROUNDS),
-                                   str(PER_ROUND), f"{inside}/ca.pem"], timeout=300.0)
+            result = session.exec(["python3", "-c", CLIENT, HOST, str(upstream.port), "0",
+                                   str(PER_ROUND), f"{inside}/ca.pem", str(ROUNDS)],
+                                  timeout=300.0)
             assert result.exit_code == 0, result.stderr.text()
             client = json.loads(result.stdout.text())
         # Read after the close: the sidecar delivered its last records by then.
