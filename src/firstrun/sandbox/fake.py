@@ -13,38 +13,28 @@ from __future__ import annotations
 from firstrun.errors import SandboxUnavailable
 from firstrun.policy.profile import LayerName, SandboxProfile
 from firstrun.sandbox.base import (
-    Capability,
     Check,
     Enforcement,
     LayerStatus,
     ProxyEndpoint,
     SessionInfo,
 )
-from firstrun.sandbox.local import LocalSession
+from firstrun.sandbox.local import LocalBackend, LocalSession
 from firstrun.sandbox.seatbelt.relay import ProxyRelay
 
 # Said in every session's attestation and layers, so no result can read as enforced.
 NOTHING_ENFORCED = ("FAKE BACKEND: nothing is enforced and nothing was attested; commands run "
                     "on the host as the harness's user (for tests only)")
-_REFUSAL_FIX = ("pass --allow-unenforced to run on the fake backend, which enforces nothing, "
-                "and accept that it is recorded")
 
 
-class FakeBackend:
+class FakeBackend(LocalBackend):
     name = "fake"
-
-    def __init__(self, *, allow_unenforced: bool = False) -> None:
-        self._allowed = allow_unenforced
-
-    def probe(self) -> tuple[Capability, ...]:
-        return (Capability(name="unenforced", available=self._allowed,
-                           detail="a fake for tests: commands run on the host, with no boundary",
-                           fix=None if self._allowed else _REFUSAL_FIX),)
+    detail = "a fake for tests: commands run on the host, with no boundary"
+    refusal_fix = ("pass --allow-unenforced to run on the fake backend, which enforces "
+                   "nothing, and accept that it is recorded")
 
     def start(self, profile: SandboxProfile, *, proxy: ProxyEndpoint | None) -> LocalSession:
-        if not self._allowed:
-            raise SandboxUnavailable("the fake backend enforces nothing and was not allowed",
-                                     who=self.name, fix=_REFUSAL_FIX)
+        self.refuse_unless_allowed()
         # Refused rather than ignored: a run that asked for them would read as if it had them.
         if proxy is not None and (proxy.trust_bundle is not None or proxy.captures):
             raise SandboxUnavailable("the fake backend can neither inspect TLS nor capture "

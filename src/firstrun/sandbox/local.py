@@ -163,19 +163,24 @@ def _killpg(pgid: int) -> None:
 
 class LocalBackend:
     name = "local"
+    # What its probe says it is, and how to allow it (``fake`` says its own).
+    detail = "commands run directly on the host, with no boundary"
+    refusal_fix = _REFUSAL_FIX
 
     def __init__(self, *, allow_unenforced: bool = False) -> None:
         self._allowed = allow_unenforced
 
     def probe(self) -> tuple[Capability, ...]:
-        return (Capability(name="unenforced", available=self._allowed,
-                           detail="commands run directly on the host, with no boundary",
-                           fix=None if self._allowed else _REFUSAL_FIX),)
+        return (Capability(name="unenforced", available=self._allowed, detail=self.detail,
+                           fix=None if self._allowed else self.refusal_fix),)
+
+    def refuse_unless_allowed(self) -> None:
+        if not self._allowed:
+            raise SandboxUnavailable(f"the {self.name} backend enforces nothing and was not "
+                                     "allowed", who=self.name, fix=self.refusal_fix)
 
     def start(self, profile: SandboxProfile, *, proxy: ProxyEndpoint | None) -> LocalSession:
-        if not self._allowed:
-            raise SandboxUnavailable("the local backend enforces nothing and was not allowed",
-                                     who="local", fix=_REFUSAL_FIX)
+        self.refuse_unless_allowed()
         layers = tuple(
             LayerStatus(name=layer, applied=False, mechanism="none",
                         detail="unenforced: the local backend applies no boundary")
