@@ -165,7 +165,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sb.add_argument("--record", metavar="FILE", help="write one JSON line per egress decision to FILE")
     _allow_write_flag(sb)
     sb.add_argument("--allow-unenforced", action="store_true",
-                    help="permit the 'local' backend, which enforces nothing (recorded as unenforced)")
+                    help="permit the 'local' and 'fake' backends, which enforce nothing (recorded as unenforced)")
     _add_run_option(sb, RUN_OPTION["downgrades"])
     sb.add_argument("--report-only", action="store_true",
                     help="let denied requests through but record would_deny (for writing allow-lists)")
@@ -310,7 +310,7 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
     check.add_argument("--backend", choices=BACKENDS,
                        help="sandbox backend (default: firstrun.yaml's, else auto)")
     check.add_argument("--allow-unenforced", action="store_true",
-                       help="permit the 'local' backend, which enforces nothing")
+                       help="permit the 'local' and 'fake' backends, which enforce nothing")
     _add_run_option(check, RUN_OPTION["image"])
     check.add_argument("--out", metavar="DIR",
                        help="where the check's trace goes (default: firstrun.yaml's out, else results)")
@@ -394,7 +394,7 @@ def _add_task_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[
     init.add_argument("--backend", choices=BACKENDS, default="auto",
                       help="sandbox backend of the draft's run (default: auto)")
     init.add_argument("--allow-unenforced", action="store_true",
-                      help="permit the 'local' backend, which enforces nothing")
+                      help="permit the 'local' and 'fake' backends, which enforce nothing")
     init.add_argument("--results", metavar="DIR",
                       help="where the draft's run is saved (default: results/init/NAME); must be "
                            "new or empty")

@@ -258,7 +258,7 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
               "exist, and their sizes, without changing what the agent reads",
               identity="probe_affordances", meta=True),
     RunOption(field="allow_unenforced", flag="--allow-unenforced", kind="switch", default=False,
-              help="permit the 'local' backend, which enforces nothing (recorded as unenforced)",
+              help="permit the 'local' and 'fake' backends, which enforce nothing (recorded as unenforced)",
               identity="allow_unenforced"),
     RunOption(field="downgrades", flag="--allow-downgrade", kind="repeated", metavar="LAYER",
               choices=tuple(layer.value for layer in LayerName), convert=_layers,
