@@ -18,6 +18,8 @@ _header_name = st.sampled_from([b"authorization", b"x-api-key", b"cookie", b"use
 _label = st.from_regex(r"[a-z][a-z0-9]{0,8}", fullmatch=True)
 _domain = st.lists(_label, min_size=2, max_size=3).map(".".join)
 
+pytestmark = pytest.mark.fast
+
 
 def _one(value: str, host: str = "registry.example.com"):
     policy = InspectionPolicy.build(credentials=[("NPM_TOKEN", host, "REAL")])

@@ -6,6 +6,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.fast
+
 _SCRIPT = """
 import sys
 import firstrun.proxy.server as server

@@ -54,6 +54,8 @@ from firstrun.proxy.exchange import (
 from firstrun.proxy.flight import FlightKind
 from firstrun.proxy.records import TunnelEnd
 
+pytestmark = pytest.mark.fast
+
 CLOCK = Clock(monotonic=lambda: 10.0, iso=lambda: "2026-01-01T00:00:00.000Z",
               new_id=lambda: "0" * 32)
 LOCAL = ipaddress.ip_address("127.0.0.1")

@@ -21,6 +21,8 @@ from firstrun.proxy.dns import SYNTHETIC_NETWORK, SyntheticNames, answer
 from firstrun.proxy.errors import Refused
 from firstrun.proxy.flight import FlightKind, judge_flight, read_flight
 
+pytestmark = pytest.mark.fast
+
 POLICY = NetworkPolicy.build(docs=["docs.example.org"], tcp=["github.com:22"],
                              overrides=[("db.test:5432", ["10.0.0.0/8"])])
 

@@ -28,6 +28,8 @@ from firstrun.proxy.request import (
     upstream_headers,
 )
 
+pytestmark = pytest.mark.fast
+
 POLICY = NetworkPolicy.build(docs=["docs.example.org"])
 
 

@@ -58,7 +58,7 @@ from firstrun.proxy.request import ATTEST_METHODS, FORWARD_METHODS, Action, Targ
 from firstrun.proxy.server import EgressProxy, ListenerKind, ProxyLimits
 from firstrun.proxy.tls import HelloStatus, parse_client_hello
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.fast, pytest.mark.timeout(180)]
 
 MAX_HEAD = ProxyLimits().max_head_bytes
 

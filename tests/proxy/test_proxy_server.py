@@ -28,7 +28,7 @@ from firstrun.policy.network import ATTESTATION_HOST, Channel, Mode, NetworkPoli
 from firstrun.proxy.records import EgressRecord
 from firstrun.proxy.server import EgressProxy, ProxyLimits
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.fast, pytest.mark.timeout(60)]
 
 RECORD_FIELDS = {
     "ts", "id", "channel", "method", "scheme", "host", "port", "path", "decision", "reason",

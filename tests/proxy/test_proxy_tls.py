@@ -11,6 +11,8 @@ from firstrun.policy.decision import Reason
 from firstrun.proxy.flight import judge_first_flight
 from firstrun.proxy.tls import HelloStatus, parse_client_hello
 
+pytestmark = pytest.mark.fast
+
 
 def test_reads_sni() -> None:
     hello = parse_client_hello(client_hello("pypi.org"))

@@ -22,6 +22,8 @@ from firstrun.policy.network import Channel, NetworkPolicy
 from firstrun.proxy.records import EgressRecord
 from firstrun.proxy.server import EgressProxy, ListenerKind
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.fixture
 def resolver() -> RecordingResolver:

@@ -15,6 +15,8 @@ from firstrun.proxy.records import Capture, EgressRecord, Scheme, TunnelEnd, tun
 
 _text = st.text(max_size=20)
 
+pytestmark = pytest.mark.fast
+
 
 @st.composite
 def records(draw: st.DrawFn) -> EgressRecord:

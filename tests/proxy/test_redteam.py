@@ -23,7 +23,7 @@ from firstrun.policy.decision import Reason
 from firstrun.policy.network import Channel, NetworkPolicy
 from firstrun.proxy.server import EgressProxy, system_resolver
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.fast, pytest.mark.timeout(60)]
 
 
 def _vector(data: bytes, width: int) -> bytes:

@@ -23,7 +23,7 @@ from proxy_fixtures import EchoServer, RecordingResolver, _Server, connect, read
 from firstrun.policy.network import Channel, NetworkPolicy
 from firstrun.proxy.server import EgressProxy, ListenerKind
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.fast, pytest.mark.timeout(60)]
 
 
 def _get(host: str, port: int, path: str) -> bytes:

@@ -30,7 +30,7 @@ from firstrun.policy.network import Channel, NetworkPolicy
 from firstrun.proxy.records import EgressRecord, TunnelEnd
 from firstrun.proxy.server import EgressProxy
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.fast, pytest.mark.timeout(60)]
 
 HELLO = client_hello("pypi.test")
 # What a server's first flight might start with: a TLS handshake record's header.

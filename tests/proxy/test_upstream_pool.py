@@ -20,7 +20,7 @@ from firstrun.policy.decision import Reason, Verdict
 from firstrun.policy.network import Channel, NetworkPolicy
 from firstrun.proxy.server import EgressProxy
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.fast, pytest.mark.timeout(60)]
 
 
 def _get(host: str, port: int, path: str = "/", method: str = "GET", body: bytes = b"") -> bytes:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from report_support import ROUTE, page, record
 
 from firstrun.reports.analysis import (
@@ -11,6 +12,8 @@ from firstrun.reports.analysis import (
     run_route,
 )
 from firstrun.results.model import Classification
+
+pytestmark = pytest.mark.fast
 
 
 def test_a_run_that_starts_off_the_route_left_before_any_route_page() -> None:

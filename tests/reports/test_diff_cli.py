@@ -9,6 +9,8 @@ from report_support import firstrun, record, runs, write_results
 
 from firstrun.results.model import Classification
 
+pytestmark = pytest.mark.fast
+
 
 def _sweeps(tmp_path: Path, before: list, after: list) -> tuple[str, str]:
     return (str(write_results(tmp_path / "before", before, traces=False)),

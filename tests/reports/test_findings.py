@@ -42,6 +42,8 @@ from firstrun.reports.findings_report import gap_lines
 from firstrun.results.model import Classification
 from firstrun.results.stats import ComparisonVerdict
 
+pytestmark = pytest.mark.fast
+
 PAGE = "https://docs.test/quickstart"
 HTML = """
 <p>Install it:</p>

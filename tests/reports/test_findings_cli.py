@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import jsonschema
+import pytest
 from report_support import firstrun, record
 
 from firstrun.agents.base import AgentStop
@@ -18,6 +19,8 @@ from firstrun.docs.blocks import extract
 from firstrun.results.model import Classification, RunRecord
 from firstrun.results.store import ResultsStore
 from firstrun.run.events import AgentFinished, CheckFinished, CommandRan, DocsRead, RunFinished, Source, Trace
+
+pytestmark = pytest.mark.fast
 
 PAGE = "https://docs.test/quickstart"
 BLOCKS = [b.to_data() for b in extract(

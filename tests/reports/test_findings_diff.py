@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from report_support import firstrun, record
 
 from firstrun.reports.findings import RunTrace, findings
@@ -12,6 +13,8 @@ from firstrun.reports.findings_report import Change, compare_findings
 from firstrun.results.model import Classification
 from firstrun.results.store import ResultsStore
 from firstrun.run.events import CheckFinished, CommandRan, DocsRead, RunFinished, Source, Trace
+
+pytestmark = pytest.mark.fast
 
 PAGE = "https://docs.test/quickstart"
 BLOCKS = [{"page": PAGE, "index": 0, "language": "console", "kind": "shell", "text": "$ pip install tabulate",

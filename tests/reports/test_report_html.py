@@ -13,6 +13,8 @@ from firstrun.reports.html import PLOT_COLOUR, render_html
 from firstrun.reports.load import load_saved
 from firstrun.results.model import Classification
 
+pytestmark = pytest.mark.fast
+
 
 class Page(HTMLParser):
     """Every element with its attributes, and the page's text as a browser would show it."""

@@ -15,7 +15,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from report_support import runs, write_results
+
+pytestmark = pytest.mark.fast
 
 NEVER = ("scipy", "numpy")
 

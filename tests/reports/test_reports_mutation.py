@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from report_support import record, write_results
 
 from firstrun.reports.html import render_html
@@ -12,6 +13,8 @@ from firstrun.reports.markdown import render_markdown
 from firstrun.results.model import Classification, RunRecord
 from firstrun.results.mutation import Verdict, mutation_scores
 from firstrun.tasks.mutation import Mutation
+
+pytestmark = pytest.mark.fast
 
 
 def mutant(step: int, classification: Classification, *, pin: tuple[str, str] | None = None,
