@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
@@ -11,9 +10,9 @@ from firstrun.errors import SandboxError
 from firstrun.policy.filesystem import FilesystemPolicy
 from firstrun.policy.profile import ALL_LAYERS, LayerName, SandboxProfile
 from firstrun.sandbox.base import Enforcement, ProxyEndpoint
-from firstrun.sandbox.hostfs import host_filesystem_policy
 from firstrun.sandbox.linux.backend import LinuxBackend
 from firstrun.sandbox.linux.spec import HostView, build_launch_spec, helper_config
+from support.profiles import make_profile
 
 FS = FilesystemPolicy(workspace="/HOST/ws", readonly=("/usr",), real_homes=("/root",))
 HOST = HostView(directories=frozenset({"/usr", "/PY"}), interpreter="/PY/bin/python3",
@@ -46,8 +45,7 @@ def test_landlock_left_out_is_not_even_attempted() -> None:
 @pytest.mark.escape
 def test_omitted_layers_are_really_absent_and_recorded(tmp_path) -> None:
     omitted = {LayerName.SECCOMP, LayerName.LANDLOCK, LayerName.NETWORK}
-    profile = SandboxProfile(fs=host_filesystem_policy(str(tmp_path), os.environ, protect=False),
-                             required=ALL_LAYERS - omitted)
+    profile = make_profile(str(tmp_path), required=ALL_LAYERS - omitted)
     with LinuxBackend().start(profile, proxy=None) as session:
         info = session.info
         status = session.exec("grep Seccomp: /proc/self/status; cat /proc/net/dev").stdout.text()
@@ -65,14 +63,13 @@ def test_omitted_layers_are_really_absent_and_recorded(tmp_path) -> None:
 
 
 def test_a_profile_without_the_network_layer_takes_no_proxy(tmp_path) -> None:
-    profile = SandboxProfile(fs=host_filesystem_policy(str(tmp_path), os.environ, protect=False),
-                             required=ALL_LAYERS - {LayerName.NETWORK})
+    profile = make_profile(str(tmp_path), required=ALL_LAYERS - {LayerName.NETWORK})
     with pytest.raises(SandboxError):
         LinuxBackend().start(profile, proxy=ProxyEndpoint(socket_path="/nonexistent", nonce="n"))
 
 
 def test_the_full_profile_records_every_layer_applied(tmp_path) -> None:
-    profile = SandboxProfile(fs=host_filesystem_policy(str(tmp_path), os.environ, protect=False))
+    profile = make_profile(str(tmp_path))
     with LinuxBackend().start(profile, proxy=None) as session:
         info = session.info
     assert info.enforcement is Enforcement.ENFORCED and not info.downgrades

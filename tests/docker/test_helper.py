@@ -18,10 +18,9 @@ from collections.abc import Iterator
 import pytest
 
 from firstrun.errors import SandboxError
-from firstrun.policy.profile import SandboxProfile
 from firstrun.sandbox.docker.backend import DockerBackend, DockerSession
 from firstrun.sandbox.docker.resources import docker
-from firstrun.sandbox.hostfs import host_filesystem_policy
+from support.profiles import make_profile
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
 
@@ -30,7 +29,7 @@ pytestmark = pytest.mark.usefixtures("docker_ready")
 def session() -> Iterator[DockerSession]:
     workspace = tempfile.mkdtemp(prefix="firstrun-test-docker-helper-")
     try:
-        profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False))
+        profile = make_profile(workspace)
         with DockerBackend().start(profile, proxy=None) as s:
             yield s
     finally:
@@ -127,7 +126,7 @@ def test_a_helper_stopped_from_outside_is_detected_within_its_liveness() -> None
     # Nothing inside can stop it (above); a stop from the host is what is left.
     workspace = tempfile.mkdtemp(prefix="firstrun-test-docker-stopped-")
     try:
-        profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False))
+        profile = make_profile(workspace)
         with DockerBackend().start(profile, proxy=None) as session:
             session.liveness_s = 3.0
             caught: list[BaseException] = []

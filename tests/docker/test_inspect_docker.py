@@ -35,7 +35,7 @@ from firstrun.proxy.sidecar import policy_from_data
 from firstrun.sandbox.base import OwnProxy
 from firstrun.sandbox.docker.backend import DockerBackend, DockerSession
 from firstrun.sandbox.docker.resources import docker
-from firstrun.sandbox.hostfs import host_filesystem_policy
+from support.profiles import make_profile
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
 
@@ -119,7 +119,7 @@ def inspected() -> Iterator[Inspected]:
                                 sidecar_hosts=((REGISTRY_HOST, address),),
                                 upstream_cafiles=(registry.cafile,),
                                 credential_env={TOKEN_SOURCE: secret})
-        profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False), net=policy)
+        profile = make_profile(workspace, net=policy)
         try:
             with backend.start(profile, proxy=OwnProxy()) as session:
                 yield Inspected(session=session, registry=registry, records=records,
@@ -241,7 +241,7 @@ def test_a_missing_credential_value_is_refused() -> None:
     try:
         policy = NetworkPolicy.build(allow=["pypi.org"]).with_inspection(InspectionPolicy.build(
             credentials=[(TOKEN, "pypi.org", TOKEN_SOURCE)]))
-        profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False), net=policy)
+        profile = make_profile(workspace, net=policy)
         with pytest.raises(UsageError, match=TOKEN_SOURCE):
             DockerBackend(credential_env={}).start(profile, proxy=OwnProxy())
     finally:

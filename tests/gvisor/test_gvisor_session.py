@@ -21,12 +21,11 @@ from pathlib import Path
 import pytest
 
 from firstrun.errors import SandboxError
-from firstrun.policy.profile import SandboxProfile
 from firstrun.sandbox.gvisor import backend as gvisor_backend
 from firstrun.sandbox.gvisor.backend import SESSIONS_DIR, GvisorBackend, GvisorSession
 from firstrun.sandbox.gvisor.spec import CGROUP_PARENT
-from firstrun.sandbox.hostfs import host_filesystem_policy
 from firstrun.sandbox.ownership import LEASE_DIR
+from support.profiles import make_profile
 
 FIRSTRUN = Path(sys.executable).parent / "firstrun"
 
@@ -39,7 +38,7 @@ pytestmark = pytest.mark.skipif(
 def session() -> Iterator[GvisorSession]:
     workspace = tempfile.mkdtemp(prefix="firstrun-test-gvisor-")
     try:
-        profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False))
+        profile = make_profile(workspace)
         with GvisorBackend().start(profile, proxy=None) as s:
             yield s
     finally:
@@ -87,7 +86,7 @@ def test_a_filter_the_sentry_will_not_load_refuses_the_session(
     before = _own_session_dirs()
     workspace = tempfile.mkdtemp(prefix="firstrun-test-gvisor-")
     try:
-        profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False))
+        profile = make_profile(workspace)
         with pytest.raises(SandboxError, match="PR_SET_SECCOMP"):
             GvisorBackend().start(profile, proxy=None)
     finally:

@@ -24,16 +24,15 @@ from tls_fixtures import HttpsRegistry, TestCA
 from firstrun.policy.methods import InspectionPolicy
 from firstrun.policy.network import Channel, NetworkPolicy
 from firstrun.policy.process import SANDBOX_CA_BUNDLE
-from firstrun.policy.profile import SandboxProfile
 from firstrun.proxy.credentials import sandbox_variables
 from firstrun.proxy.intercept import Interception, prepare_interception
 from firstrun.proxy.records import EgressRecord, Scheme
 from firstrun.proxy.server import EgressProxy
 from firstrun.sandbox.base import ExecResult, ProxyEndpoint, Session
 from firstrun.sandbox.gvisor.backend import GvisorBackend
-from firstrun.sandbox.hostfs import host_filesystem_policy
 from firstrun.sandbox.linux import probe
 from firstrun.sandbox.linux.backend import LinuxBackend
+from support.profiles import make_profile
 
 pytestmark = [
     pytest.mark.e2e,
@@ -120,7 +119,7 @@ def _rig(test_ca: TestCA, *, inspect: bool, backend: str) -> Iterator[Rig]:
         placeholders=tuple(sandbox_variables(interception.credentials).items())
         if interception else (),
     )
-    profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False), net=policy)
+    profile = make_profile(workspace, net=policy)
     try:
         with _backend(backend).start(profile, proxy=endpoint) as session:
             yield Rig(session=session, proxy=proxy, registry=registry, other=other, plain=plain,

@@ -34,7 +34,6 @@ from firstrun.errors import ProxyError
 from firstrun.policy.decision import Reason, Verdict
 from firstrun.policy.methods import InspectionPolicy
 from firstrun.policy.network import Channel, NetworkPolicy
-from firstrun.policy.profile import SandboxProfile
 from firstrun.proxy.ca import RunCA, upstream_context
 from firstrun.proxy.credentials import mint
 from firstrun.proxy.intercept import Interception
@@ -52,9 +51,9 @@ from firstrun.run.events import (
     Source,
 )
 from firstrun.sandbox.base import ProxyEndpoint
-from firstrun.sandbox.hostfs import host_filesystem_policy
 from firstrun.sandbox.linux import probe
 from firstrun.sandbox.linux.backend import LinuxBackend
+from support.profiles import make_profile
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -310,7 +309,7 @@ def test_a_flood_from_inside_a_real_sandbox_is_refused_past_the_budget(
     try:
         socket_path = proxy.listen_unix(os.path.join(private, "proxy.sock"), Channel.SHELL)
         endpoint = ProxyEndpoint(socket_path=socket_path, nonce=proxy.nonce)
-        profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False), net=policy)
+        profile = make_profile(workspace, net=policy)
         curl = "curl -sS -D - -o /dev/null"
         with LinuxBackend().start(profile, proxy=endpoint) as session:
             flood = session.exec(

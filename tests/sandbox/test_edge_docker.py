@@ -18,9 +18,8 @@ import pytest
 
 from firstrun.errors import SandboxError
 from firstrun.images.build import image_present
-from firstrun.policy.profile import SandboxProfile
 from firstrun.sandbox.docker.backend import DockerBackend, DockerSession
-from firstrun.sandbox.hostfs import host_filesystem_policy
+from support.profiles import make_profile
 
 IMAGE = "firstrun/python:3.11"
 
@@ -30,7 +29,7 @@ def session() -> Iterator[DockerSession]:
     if os.geteuid() != 0 or shutil.which("docker") is None or not image_present(IMAGE):
         pytest.skip(f"needs root, a running dockerd and {IMAGE} (scripts/test provides them)")
     workspace = tempfile.mkdtemp(prefix="firstrun-test-edge-docker-")
-    profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False))
+    profile = make_profile(workspace)
     try:
         with DockerBackend(image=IMAGE).start(profile, proxy=None) as s:
             yield s
@@ -66,7 +65,7 @@ def test_an_entry_that_cannot_be_lent_refuses_the_start_in_one_line(
     try:
         if subprocess.run(["chattr", "+i", frozen], capture_output=True).returncode != 0:
             pytest.skip("needs chattr(1) on a filesystem with the immutable flag")
-        profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False))
+        profile = make_profile(workspace)
         with pytest.raises(SandboxError) as caught:
             DockerBackend(image=IMAGE).start(profile, proxy=None)
         assert caught.value.who == "docker" and "\n" not in str(caught.value)
