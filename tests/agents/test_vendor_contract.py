@@ -2,7 +2,8 @@
 format (Anthropic Messages, OpenAI Chat Completions, Gemini generateContent).
 
 Each agent runs through its official SDK against a scripted server on loopback, through
-the real runner and proxy. Each transcript is judged by evidence: the requests the server received (the
+the real runner and proxy, on the fake backend (the agent loop is under test, not the
+boundary). Each transcript is judged by evidence: the requests the server received (the
 tool results the SDK sent back), the run's trace, and the check's verdict on the
 workspace the model's commands changed.
 """
