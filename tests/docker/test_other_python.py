@@ -21,9 +21,9 @@ from firstrun.errors import SandboxUnavailable
 from firstrun.images.build import ImageRecipe, build_images
 from firstrun.policy.methods import InspectionPolicy
 from firstrun.policy.network import NetworkPolicy
+from firstrun.sandbox.base import OwnProxy
 from firstrun.sandbox.docker.backend import DockerBackend
 from firstrun.sandbox.docker.resources import docker
-from firstrun.sandbox.base import OwnProxy
 from support.profiles import make_profile
 
 pytestmark = pytest.mark.usefixtures("docker_ready")

@@ -34,8 +34,8 @@ from cryptography.x509.oid import NameOID
 
 from firstrun.audit.battery import docker_bridge_address
 from firstrun.policy.network import NetworkPolicy
-from firstrun.sandbox.docker.backend import DockerBackend
 from firstrun.sandbox.base import OwnProxy
+from firstrun.sandbox.docker.backend import DockerBackend
 from support.profiles import make_profile
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
