@@ -83,10 +83,11 @@ class AnthropicClient:
                 model=self.model,
                 system=system,
                 messages=list(conversation),
-                tools=[{"name": t.name, "description": t.description, "input_schema": t.parameters}
-                       for t in tools],
                 max_tokens=max_output_tokens,
                 timeout=timeout,
+                # No tools, no field: a one-off call (a suggestion) offers none.
+                **({"tools": [{"name": t.name, "description": t.description, "input_schema": t.parameters}
+                              for t in tools]} if tools else {}),
             )
         # Mapped once, by type: a rate limit, a 408/409, any 5xx (529 overloaded
         # included) and a connection failure or timeout are transient, with the

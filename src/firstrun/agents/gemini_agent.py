@@ -108,10 +108,11 @@ class GeminiClient:
         types = self._types
         config = types.GenerateContentConfig(
             system_instruction=system,
+            # None when no tool is offered (a one-off call, a suggestion).
             tools=[types.Tool(function_declarations=[
                 types.FunctionDeclaration(name=t.name, description=t.description,
                                           parameters_json_schema=t.parameters)
-                for t in tools])],
+                for t in tools])] if tools else None,
             max_output_tokens=max_output_tokens,
             # Off, so every function call comes back to the loop.
             automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),

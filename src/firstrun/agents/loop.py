@@ -174,8 +174,12 @@ class LoopAgent:
         self._clock = clock
         self._rng = rng if rng is not None else random.Random()
 
+    def new_client(self) -> VendorClient:
+        """A fresh connection to this agent's model, for a call outside any run; the caller closes it."""
+        return self._make_client()
+
     def run(self, brief: Brief, tools: Toolbelt) -> AgentResult:
-        client = self._make_client()
+        client = self.new_client()
         ledger = _Ledger(self.pricing)
         try:
             stop, detail = self._converse(client, brief, tools, ledger)

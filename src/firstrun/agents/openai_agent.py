@@ -92,12 +92,13 @@ class OpenAIClient:
             reply = self._client.chat.completions.create(
                 model=self.model,
                 messages=[{"role": "system", "content": system}, *conversation],
-                tools=[{"type": "function",
-                        "function": {"name": t.name, "description": t.description,
-                                     "parameters": t.parameters}}
-                       for t in tools],
                 timeout=timeout,
                 **{self._limit_field: max_output_tokens},
+                # OpenAI refuses an empty tools list; a one-off call (a suggestion) offers none.
+                **({"tools": [{"type": "function",
+                               "function": {"name": t.name, "description": t.description,
+                                            "parameters": t.parameters}}
+                              for t in tools]} if tools else {}),
             )
         except self._transient as exc:
             # With the ``retry-after`` the server sent; every other API error (401, 403,
