@@ -33,7 +33,7 @@ from firstrun.errors import (
 )
 from firstrun.policy.filesystem import PROTECTED_NAMES
 from firstrun.policy.process import DEFAULT_DISK_MB, MAX_COMMAND_TIMEOUT_S, MIN_DISK_MB
-from firstrun.run.options import INSPECT_TLS_HELP, RUN_OPTION, RUN_OPTIONS, RunOption
+from firstrun.run.options import INSPECT_TLS_HELP, RUN_OPTION, RUN_OPTIONS, RunOption, usd
 from firstrun.sandbox.select import BACKENDS
 
 EXIT_USAGE = 3
@@ -461,7 +461,8 @@ def _add_report_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignor
     findings = sub.add_parser(
         "findings",
         help="print what a docs team can act on: where runs broke, steps no page gave, the figures",
-        usage="firstrun findings RESULTS_DIR [RESULTS_DIR...] [--format text|markdown|json|github]",
+        usage="firstrun findings RESULTS_DIR [RESULTS_DIR...] [--format text|markdown|json|github] "
+              "[--suggest [--agent A] [--model M] [--base-url URL] [--max-spend USD] [--price-file FILE]]",
         description="From saved results and their traces: in each failing evidential run, the "
         "command it never got past, grouped by the page and code block it came from and by its "
         "error; the commands agents ran that no page read gives (improvised steps), counted across "
@@ -471,13 +472,31 @@ def _add_report_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignor
         "one GitHub Actions warning per finding on its task file. Several results directories "
         "are arms (a sweep each, for example one per --model or --affordances): the arm x task "
         "matrix of pass rates with Wilson intervals, and Fisher's exact test per task between "
-        "each pair of arms, come first. Exit status: 0, or 3 bad usage.",
+        "each pair of arms, come first. --suggest has the sweep's own model (or --agent/--model) "
+        "draft the smallest docs change that would have prevented each shown finding, one call "
+        "per finding without a current draft, under --max-spend; the drafts, their tokens and "
+        "spend are saved in RESULTS_DIR/suggestions.json and shown beside the evidence, never "
+        "in a figure. Exit status: 0, or 3 bad usage.",
         allow_abbrev=False,
     )
     findings.add_argument("results", metavar="RESULTS_DIR", nargs="+",
                           help="a results directory or its results.json; several: one per arm")
     findings.add_argument("--format", dest="findings_format", default="text",
                           choices=("text", "markdown", "json", "github"), help="output format (default: text)")
+    findings.add_argument("--suggest", action="store_true",
+                          help="draft a docs change per finding with a model, and save it (one RESULTS_DIR)")
+    findings.add_argument("--agent", dest="suggest_agent", choices=("claude", "openai", "gemini"),
+                          help="the vendor that drafts (default: the sweep's agent)")
+    findings.add_argument("--model", dest="suggest_model", metavar="MODEL",
+                          help="the model that drafts (default: the sweep's; a replay sweep needs it)")
+    findings.add_argument("--base-url", dest="suggest_base_url", metavar="URL",
+                          help="send the drafting calls to URL (a proxy, a compatible server); a URL "
+                               "saved in the results is never used")
+    findings.add_argument("--max-spend", dest="suggest_max_spend", metavar="USD",
+                          type=_argument_type(usd),
+                          help="make no drafting call that could take the spend past USD")
+    findings.add_argument("--price-file", dest="suggest_price_file", metavar="FILE",
+                          help=RUN_OPTION["price_file"].help)
 
     audit = sub.add_parser(
         "audit",
@@ -662,7 +681,10 @@ def _cmd_report(args: argparse.Namespace, _argv: Sequence[str]) -> int:
 def _cmd_findings(args: argparse.Namespace, _argv: Sequence[str]) -> int:
     from firstrun.cli.report import findings_command
 
-    return findings_command(args.results, fmt=args.findings_format)
+    return findings_command(args.results, fmt=args.findings_format, suggest=args.suggest,
+                            agent=args.suggest_agent, model=args.suggest_model,
+                            base_url=args.suggest_base_url, max_spend=args.suggest_max_spend,
+                            price_file=args.suggest_price_file)
 
 
 def _cmd_audit(args: argparse.Namespace, _argv: Sequence[str]) -> int:

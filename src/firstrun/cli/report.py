@@ -6,6 +6,7 @@ file, an unwritable output, an output that is the results file itself, an
 is refused in one line naming the flag or argument before anything is written.
 ``diff`` exits 0, or 1 with ``--fail-on-regression`` when some task's pass rate
 dropped significantly; findings that changed never change its exit status.
+``findings --suggest`` refuses what it cannot do before its first vendor call.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
+from decimal import Decimal
 
 from firstrun.cli.color import colors, rich_console
 from firstrun.cli.flags import summary_target, writable_file
@@ -22,6 +25,7 @@ from firstrun.reports.diff import HEADER, diff_lines, diff_notes, diff_rows
 from firstrun.reports.findings import arms_matrix, findings
 from firstrun.reports.findings_report import (
     FINDINGS_SCHEMA,
+    Report,
     build_report,
     compare_findings,
     matrix_markdown,
@@ -32,9 +36,11 @@ from firstrun.reports.findings_report import (
 )
 from firstrun.reports.findings_report import render_markdown as findings_markdown
 from firstrun.reports.html import write_html
-from firstrun.reports.load import SavedResults, load_saved, read_runs
+from firstrun.reports.load import SavedResults, load_saved, read_runs, read_suggestions
 from firstrun.reports.markdown import render_markdown
 from firstrun.reports.output import append_text, write_text_atomic
+from firstrun.reports.suggest import choose_model, draft, drafted_lines, save_suggestions
+from firstrun.reports.suggestions import FILE as SUGGESTIONS_FILE
 from firstrun.results.stats import compare
 from firstrun.results.versions import version_changes
 
@@ -108,9 +114,18 @@ def report_command(results: str, *, out: str | None, markdown: str | None, githu
     return 0
 
 
-def findings_command(results: Sequence[str], *, fmt: str) -> int:
+def findings_command(results: Sequence[str], *, fmt: str, suggest: bool = False, agent: str | None = None,
+                     model: str | None = None, base_url: str | None = None, max_spend: Decimal | None = None,
+                     price_file: str | None = None) -> int:
     if len(results) > 1 and fmt == "json":
         raise UsageError("--format json: takes one RESULTS_DIR (one arm); run it once per arm")
+    if not suggest:
+        for flag, value in (("--agent", agent), ("--model", model), ("--base-url", base_url),
+                            ("--max-spend", max_spend), ("--price-file", price_file)):
+            if value is not None:
+                raise UsageError(f"{flag}: only with --suggest, which is what calls a model")
+    elif len(results) > 1:
+        raise UsageError("--suggest: takes one RESULTS_DIR (one arm); run it once per arm")
     saved = [load_saved(r, label="RESULTS_DIR") for r in results]
     names = arm_names(saved)
     if len(saved) > 1:
@@ -118,7 +133,10 @@ def findings_command(results: Sequence[str], *, fmt: str) -> int:
         sys.stdout.write(matrix_markdown(matrix) + "\n" if fmt == "markdown" else
                          matrix_text(matrix) + "\n" if fmt == "text" else "")
     for name, one in zip(names, saved, strict=True):
-        report = build_report(read_runs(one))
+        report = build_report(read_runs(one), read_suggestions(one))
+        if suggest:
+            report = _suggest(one, report, agent=agent, model=model, base_url=base_url, max_spend=max_spend,
+                              price_file=price_file)
         arm = name if len(saved) > 1 else None
         if fmt == "json":
             sys.stdout.write(json.dumps(report_data(report), indent=2) + "\n")
@@ -129,6 +147,37 @@ def findings_command(results: Sequence[str], *, fmt: str) -> int:
         else:
             sys.stdout.write((f"== arm {arm} ==\n" if arm is not None else "") + render_text(report))
     return 0
+
+
+def _suggest(saved: SavedResults, report: Report, *, agent: str | None, model: str | None,
+             base_url: str | None, max_spend: Decimal | None, price_file: str | None) -> Report:
+    """``report`` with a draft asked for each shown finding that has no current one, saved as it comes."""
+    from firstrun.agents import make_agent
+    from firstrun.agents.loop import LoopAgent
+    from firstrun.agents.spend import SpendGovernor, load_price_file
+
+    name, chosen = choose_model(saved.meta, [r.model for r in saved.records], agent=agent, model=model)
+    drafter = make_agent(name, model=chosen, base_url=base_url,
+                         price_file=load_price_file(price_file) if price_file is not None else None)
+    assert isinstance(drafter, LoopAgent) and drafter.model is not None
+    governor = None
+    if max_spend is not None:
+        if drafter.pricing is None:
+            raise UsageError(f"--max-spend: no price is known for model {drafter.model!r}; "
+                             "give one with --price-file")
+        governor = SpendGovernor(cap=max_spend, pricing=drafter.pricing)
+    if not os.access(saved.root, os.W_OK):
+        raise UsageError(f"--suggest: cannot write the drafts to {saved.root / SUGGESTIONS_FILE}")
+    client = drafter.new_client()
+    try:
+        done = draft(report, report.suggestions, agent=name, model=drafter.model, client=client,
+                     pricing=drafter.pricing, governor=governor,
+                     keep=lambda drafts: save_suggestions(saved.root, drafts))
+    finally:
+        client.close()
+    for line in drafted_lines(done, model=drafter.model, cap=max_spend, path=saved.root / SUGGESTIONS_FILE):
+        print(f"suggest: {line}", file=sys.stderr)
+    return replace(report, suggestions=done.saved)
 
 
 def arm_names(saved: Sequence[SavedResults]) -> list[str]:
@@ -151,4 +200,5 @@ def findings_schema_text() -> str:
 
 def summary_markdown(saved: SavedResults) -> str:
     """The markdown summary (``--markdown``, ``--github-summary``): pass rates, then findings."""
-    return render_markdown(saved.records, meta=saved.meta) + "\n" + findings_markdown(build_report(read_runs(saved)))
+    return render_markdown(saved.records, meta=saved.meta) + "\n" + findings_markdown(
+        build_report(read_runs(saved), read_suggestions(saved)))

@@ -6,14 +6,17 @@ document that validates against ``FINDINGS_SCHEMA`` (``firstrun schema
 every text from a run passes through ``markdown.md`` or a fence longer than
 any backtick run in it. A finding is the same one in two sweeps when its
 kind, task, signature or command, page and block are; it *grew* or *shrank*
-when its share of the task's evidential runs did.
+when its share of the task's evidential runs did. A saved suggestion
+(``--suggest``) is shown beside its finding's evidence, marked as drafted
+by a model and stale when its evidence changed; no figure reads it.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
 from enum import StrEnum
 from typing import Any
 
@@ -31,6 +34,7 @@ from firstrun.reports.findings import (
     sweep_figures,
 )
 from firstrun.reports.markdown import md
+from firstrun.reports.suggestions import SUGGESTION_SCHEMA, Key, Status, Suggestion, suggestion_data
 from firstrun.results.stats import ComparisonVerdict, PassRate
 from firstrun.tasks.lint import gh_data, gh_property
 
@@ -42,18 +46,20 @@ GAP_RUNS = 5
 
 @dataclass(frozen=True, kw_only=True)
 class Report:
-    """A sweep's findings per task, each task's figures, and the sweep's."""
+    """A sweep's findings per task, each task's figures, and the sweep's; ``suggestions``
+    are the saved drafts by finding (``--suggest``), shown beside them and read by no figure."""
 
     tasks: tuple[TaskFindings, ...]
     figures: tuple[Figures, ...]
     sweep: Figures
+    suggestions: Mapping[Key, Suggestion] = field(default_factory=dict)
 
 
-def build_report(runs: Sequence[RunTrace]) -> Report:
+def build_report(runs: Sequence[RunTrace], suggestions: Mapping[Key, Suggestion] | None = None) -> Report:
     tasks = findings(runs)
     return Report(tasks=tasks,
                   figures=tuple(figures(t.task, [r for r in runs if r.record.task == t.task]) for t in tasks),
-                  sweep=sweep_figures(runs))
+                  sweep=sweep_figures(runs), suggestions=dict(suggestions or {}))
 
 
 # --- JSON -------------------------------------------------------------------------
@@ -80,13 +86,17 @@ def _evidence(e: Evidence) -> dict[str, Any]:
             "output_tail": e.output_tail}
 
 
-def finding_data(f: Finding) -> dict[str, Any]:
-    return {
+def finding_data(f: Finding, suggestion: Suggestion | None = None) -> dict[str, Any]:
+    data = {
         "kind": f.kind.value, "task": f.task, "task_file": f.task_file, "headline": f.headline(),
         "what": f.what, "page": f.page, "block": f.block, "block_text": f.block_text, "at_check": f.at_check,
         "runs": list(f.runs), "of": f.of, "evidence": [_evidence(e) for e in f.evidence],
         "claims": list(f.claims),
     }
+    if suggestion is not None:
+        data["suggestion"] = {k: v for k, v in suggestion_data(suggestion).items() if k != "finding"} | {
+            "current": suggestion.current(f)}
+    return data
 
 
 def report_data(report: Report) -> dict[str, Any]:
@@ -98,7 +108,7 @@ def report_data(report: Report) -> dict[str, Any]:
             {"task": t.task, "evidential": t.evidential,
              "figures": figures_data(per_task[t.task]),
              "gaps": [{"run": run, "gap": gap} for run, gap in t.gaps],
-             "findings": [finding_data(f) for f in t.findings]}
+             "findings": [finding_data(f, report.suggestions.get(f.key)) for f in t.findings]}
             for t in report.tasks
         ],
     }
@@ -147,6 +157,7 @@ _FINDING = {
             "properties": {"run": {"type": "string"}, "trace": {"type": "string"}, "command": {"type": "string"},
                            "exit_code": {"type": ["integer", "null"]}, "output_tail": {"type": "string"}}}},
         "claims": {"type": "array", "items": {"type": "string"}},
+        "suggestion": SUGGESTION_SCHEMA,
     },
 }
 FINDINGS_SCHEMA: dict[str, Any] = {
@@ -213,8 +224,33 @@ def figures_lines(f: Figures) -> list[str]:
     ]
 
 
+def suggestion_head(f: Finding, s: Suggestion) -> str:
+    """What a finding's saved suggestion is: a draft and by whom, or why there is none."""
+    if s.status is Status.BUDGET_SPENT:
+        return "no suggested change: the --max-spend budget was spent before this finding"
+    if s.status is not Status.DRAFTED:
+        return f"no suggested change: {s.error}"
+    stale = "" if s.current(f) else "; its evidence has changed since: run --suggest again"
+    return f"suggested change (drafted by {s.model}, a suggestion, not a measurement{stale}):"
+
+
+def suggestions_line(report: Report) -> str | None:
+    """What the drafts shown cost, in one line; None when there are none."""
+    shown = [s for t in report.tasks for f in t.findings[:SHOWN] if (s := report.suggestions.get(f.key))]
+    if not shown:
+        return None
+    drafted = sum(1 for s in shown if s.status is Status.DRAFTED)
+    models = ", ".join(sorted({s.model for s in shown}))
+    spends = [s.spend_usd for s in shown]
+    spend = "unknown" if None in spends else f"${sum((x for x in spends if x is not None), Decimal(0)):.4f}"
+    return (f"suggested changes: {drafted} of {len(shown)} findings drafted by {models}, spend {spend} "
+            "(in no figure above)")
+
+
 def render_text(report: Report) -> str:
     lines = ["sweep:", *(f"  {line}" for line in figures_lines(report.sweep))]
+    if (said := suggestions_line(report)) is not None:
+        lines.append(f"  {said}")
     per_task = {f.task: f for f in report.figures}
     for t in report.tasks:
         lines += ["", f"task {t.task}:", *(f"  {line}" for line in figures_lines(per_task[t.task]))]
@@ -229,6 +265,9 @@ def render_text(report: Report) -> str:
                 lines.append(f"     {e.run}: {e.command} (exit {e.exit_code})")
                 lines += [f"       > {line}" for line in e.output_tail.splitlines()]
             lines += [f"     said: {claim}" for claim in f.claims]
+            if (s := report.suggestions.get(f.key)) is not None:
+                lines.append(f"     {suggestion_head(f, s)}")
+                lines += [f"       ~ {line}" for line in (s.text or "").splitlines()]
         if len(t.findings) > SHOWN:
             lines.append(f"  ... and {len(t.findings) - SHOWN} more (--format json has all)")
         lines += [f"  {line}" for line in gap_lines(t)]
@@ -245,7 +284,8 @@ def render_markdown(report: Report, *, arm: str | None = None) -> str:
     """A ``## Findings`` section (of ``arm``, when given): the sweep's figures, then each
     task's findings, ranked."""
     title = "## Findings" + (f": {md(arm)}" if arm is not None else "")
-    out = [title, "", *(f"- {md(line)}" for line in figures_lines(report.sweep)), ""]
+    said = suggestions_line(report)
+    out = [title, "", *(f"- {md(line)}" for line in [*figures_lines(report.sweep), *([said] if said else [])]), ""]
     for t in report.tasks:
         out += [f"### {md(t.task)}", ""]
         if not t.findings:
@@ -260,6 +300,9 @@ def render_markdown(report: Report, *, arm: str | None = None) -> str:
                 body += [f"{md(e.run)} ran (exit {e.exit_code}):", "",
                          *_fence(f"$ {e.command}\n{e.output_tail}".rstrip("\n")), ""]
             body += [f"> {md(claim)}" for claim in f.claims]
+            if (s := report.suggestions.get(f.key)) is not None:
+                body += (["", f"*{md(suggestion_head(f, s))}*", ""]
+                         + (_fence(s.text) if s.text else []) + [""])
             out += [f"   {line}" if line else "" for line in body] + [""]
         out += [f"- {md(line)}" for line in gap_lines(t)]
         if t.gaps:

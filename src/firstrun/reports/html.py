@@ -11,7 +11,8 @@ escaped; characters HTML cannot carry are replaced, never written raw. Only
 ``http``/``https`` URLs become links. Each run's narrated trace
 (``firstrun.reports.narrate``) is in the page under an anchor, so a run's
 link works offline. Findings (``firstrun.reports.findings``) come first,
-ranked, each a ``details`` element holding its evidence and linking its runs.
+ranked, each a ``details`` element holding its evidence (and a saved
+suggested change, as text like any other) and linking its runs.
 """
 
 from __future__ import annotations
@@ -34,10 +35,18 @@ from firstrun.reports.analysis import (
     run_route,
 )
 from firstrun.reports.findings import Finding
-from firstrun.reports.findings_report import Report, build_report, figures_lines, gap_lines
-from firstrun.reports.load import SavedResults, read_runs
+from firstrun.reports.findings_report import (
+    Report,
+    build_report,
+    figures_lines,
+    gap_lines,
+    suggestion_head,
+    suggestions_line,
+)
+from firstrun.reports.load import SavedResults, read_runs, read_suggestions
 from firstrun.reports.narrate import Line, Style, narrate_file
 from firstrun.reports.output import write_text_atomic
+from firstrun.reports.suggestions import Suggestion
 from firstrun.reports.summary import ORDER
 from firstrun.results.model import EVIDENTIAL, Classification, RunRecord
 from firstrun.results.mutation import TaskScore, Verdict, is_mutant, mutation_scores
@@ -303,7 +312,7 @@ def _trace_section(saved: SavedResults, runs: Sequence[tuple[int, RunRecord]]) -
     return _el("section", {"id": "traces"}, _el("h2", None, "Narrated traces"), items)
 
 
-def _finding(f: Finding, anchors: Mapping[str, int]) -> Markup:
+def _finding(f: Finding, anchors: Mapping[str, int], suggestion: Suggestion | None) -> Markup:
     runs = [[_el("a", {"href": f"#run-{anchors[run]}"}, run) if run in anchors else run, " "] for run in f.runs]
     body: list[Child] = []
     if f.block_text:
@@ -316,6 +325,9 @@ def _finding(f: Finding, anchors: Mapping[str, int]) -> Markup:
     if f.claims:
         body.append(_el("p", {"class": "dim"}, "what the agents said:"))
         body.append(_el("ul", {"class": "claims"}, [_el("li", None, _el("q", None, c)) for c in f.claims]))
+    if suggestion is not None:
+        body.append(_el("div", {"class": "suggestion"}, _el("p", None, suggestion_head(f, suggestion)),
+                        _el("pre", {"class": "trace"}, suggestion.text) if suggestion.text else ""))
     return _el("details", {"class": f"finding {f.kind.value}"}, _el("summary", None, f.headline()), body)
 
 
@@ -325,9 +337,11 @@ def _findings_section(report: Report, records: Sequence[RunRecord]) -> Markup:
         anchors.setdefault(f"{r.task} #{r.attempt}", index)
     items: list[Child] = [_el("ul", {"class": "figures"}, [_el("li", None, line)
                                                             for line in figures_lines(report.sweep)])]
+    if (said := suggestions_line(report)) is not None:
+        items.append(_el("p", {"class": "dim"}, said))
     for t in report.tasks:
         items.append(_el("h3", None, t.task))
-        ranked = [_finding(f, anchors) for f in t.findings]
+        ranked = [_finding(f, anchors, report.suggestions.get(f.key)) for f in t.findings]
         items.append(_el("ol", {"class": "findings"}, [_el("li", None, f) for f in ranked])
                      if ranked else _el("p", {"class": "none"}, "No findings."))
         items += [_el("p", {"class": "warn"}, line) for line in gap_lines(t)]
@@ -385,7 +399,8 @@ details{border:1px solid #d0d7de;border-radius:4px;margin:6px 0;padding:4px 8px}
 details:target{outline:2px solid #9a6700}summary{cursor:pointer}
 pre.trace{font:12px/1.35 ui-monospace,"DejaVu Sans Mono",monospace;white-space:pre-wrap;
 overflow-wrap:anywhere;margin:6px 0}
-ol.findings{padding-left:20px}details.finding{border-left:4px solid """ + FINDING_COLOUR + """}
+ol.findings{padding-left:20px}div.suggestion{border-left:2px dashed #656d76;padding-left:8px}
+details.finding{border-left:4px solid """ + FINDING_COLOUR + """}
 pre .h{font-weight:700}pre .ok{color:#116329}pre .bad{color:#a40e26;font-weight:600}pre .dim{color:#656d76}
 """
 
@@ -416,7 +431,7 @@ def render_html(saved: SavedResults, *, generated_at: datetime | None = None) ->
     if not saved.records:
         body: list[Child] = [_el("p", {"class": "none"}, "No run finished: there is nothing to report.")]
     else:
-        body = [_findings_section(build_report(read_runs(saved)), saved.records),
+        body = [_findings_section(build_report(read_runs(saved), read_suggestions(saved)), saved.records),
                 _el("h2", None, "Overview"),
                 _overview(tasks, [r for _, _, runs in tasks for _, r in runs]),
                 _mutation_section(mutation_scores(saved.records, meta.get("mutated") or ())),

@@ -7,19 +7,23 @@ traceback and never a report built from half a file. Trace paths are
 resolved against the results directory and refused when they lead outside
 it, so a report built from a results file someone else wrote embeds no
 other file of this machine. A run whose trace is missing or unreadable is
-read as a marked gap (``findings.Gap``), never an error.
+read as a marked gap (``findings.Gap``), never an error. Saved suggestions
+(``findings --suggest``) are read from the results directory, and a
+malformed suggestions file is one ``UsageError`` line naming it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from firstrun.errors import UsageError
+from firstrun.errors import UsageError, one_line
 from firstrun.reports.findings import Gap, RunTrace
+from firstrun.reports.suggestions import FILE, Key, Suggestion, SuggestionsError, parse_suggestions
 from firstrun.results.model import RunRecord
 from firstrun.results.mutation import is_mutant
 from firstrun.results.store import RESULTS_FILE, load_results
@@ -92,3 +96,16 @@ def read_runs(saved: SavedResults) -> tuple[RunTrace, ...]:
                 gap = Gap.UNREADABLE
         runs.append(RunTrace(record=record, events=events, gap=None if gap is None else gap.value))
     return tuple(runs)
+
+
+def read_suggestions(saved: SavedResults) -> dict[Key, Suggestion]:
+    """The drafts saved beside ``saved`` by ``findings --suggest``; none when there is no file."""
+    path = saved.root / FILE
+    if not path.is_file():
+        return {}
+    try:
+        return parse_suggestions(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        # SuggestionsError and JSONDecodeError are ValueErrors.
+        why = exc.args[0] if isinstance(exc, SuggestionsError) else one_line(str(exc), 200)
+        raise UsageError(f"RESULTS_DIR: {path}: {why} (delete it to draft again with --suggest)") from None
