@@ -38,7 +38,7 @@ from firstrun.reports.findings import (
     sweep_figures,
     uniform,
 )
-from firstrun.reports.findings_report import gap_lines
+from firstrun.reports.findings_report import figures_lines, gap_lines
 from firstrun.results.model import Classification
 from firstrun.results.stats import ComparisonVerdict
 
@@ -315,6 +315,15 @@ def test_unknown_spend_is_unknown_never_zero() -> None:
     assert f.spend_per_success is None and f.tokens_per_success is None
     nothing = figures("t", [_timed(1, Classification.DOCS_GAP, 1.0, 1.0, {"spend": "0.1"})])
     assert nothing.spend_per_success is None and nothing.wall_s.median is None
+
+
+def test_no_passing_run_is_said_so_never_called_unknown() -> None:
+    nothing = figures_lines(figures("t", [_timed(1, Classification.DOCS_GAP, 1.0, 1.0, {"spend": "0.1"})]))
+    assert nothing[1:3] == ["time to success: no run passed", "per success: no run passed"]
+    unpriced = figures_lines(figures("t", [_timed(1, Classification.PASSED, 2.0, 1.0,
+                                                  {"input_tokens": 1, "output_tokens": 1, "spend": None})]))
+    assert unpriced[1:3] == ["time to success: median 2.0s, p90 2.0s (agent phase: median 1.0s, p90 1.0s)",
+                             "per success: 2 tokens, spend unknown"]
 
 
 def test_agent_phase_is_from_the_end_of_setup_to_agent_finished() -> None:

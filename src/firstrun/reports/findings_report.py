@@ -216,10 +216,13 @@ def figures_lines(f: Figures) -> list[str]:
     spend = "unknown" if f.spend_per_success is None else f"${f.spend_per_success:.4f}"
     tokens = "unknown" if f.tokens_per_success is None else f"{f.tokens_per_success:,.0f}"
     per_run = "unknown" if f.commands_per_run is None else f"{f.commands_per_run:.1f}"
+    # No passing run leaves nothing to time or divide by: said so, not called unknown.
+    none = f.passed == 0
     return [
         f"{f.passed}/{f.evidential} evidential runs passed; {hats}" + (f"; {ats}" if ats else ""),
-        f"time to success: {_secs(f.wall_s)} (agent phase: {_secs(f.agent_s)})",
-        f"per success: {tokens} tokens, spend {spend}",
+        "time to success: no run passed" if none
+        else f"time to success: {_secs(f.wall_s)} (agent phase: {_secs(f.agent_s)})",
+        "per success: no run passed" if none else f"per success: {tokens} tokens, spend {spend}",
         f"commands per run: {per_run}, failed: {_pct(f.failed_command_share)}",
     ]
 
