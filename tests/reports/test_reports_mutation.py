@@ -5,11 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from report_support import record, write_results
+from report_support import firstrun, record, write_results
 
 from firstrun.reports.html import render_html
+from firstrun.reports.junit import junit_document
 from firstrun.reports.load import load_saved, read_runs
 from firstrun.reports.markdown import render_markdown
+from firstrun.reports.summary import table_lines, total_line
 from firstrun.results.model import Classification, RunRecord
 from firstrun.results.mutation import Verdict, mutation_scores
 from firstrun.tasks.mutation import Mutation
@@ -66,3 +68,15 @@ def test_findings_leave_a_mutant_s_runs_out(tmp_path: Path) -> None:
     # A mutant's docs were broken on purpose: its failure is no finding about the docs.
     write_results(tmp_path, SWEEP)
     assert [run.record.task for run in read_runs(load_saved(tmp_path, label="RESULTS"))] == ["t"]
+
+
+def test_mutants_are_no_tasks_in_the_summary_junit_or_diff(tmp_path: Path) -> None:
+    assert total_line(SWEEP) == "1 run: 1 passed; pass rate 1/1 (100%, 95% CI 21-100%)"
+    assert not any("t.drop" in line for line in table_lines(SWEEP))
+    suites = junit_document(SWEEP)
+    assert [s.get("name") for s in suites.iter("testsuite")] == ["t"] and suites.get("tests") == "1"
+    before = write_results(tmp_path / "before", SWEEP, meta={"agent": "replay", "mutated": ["t"]})
+    after = write_results(tmp_path / "after", SWEEP[:1], meta={"agent": "replay"})
+    proc = firstrun("diff", str(before), str(after))
+    assert proc.returncode == 0, proc.stderr
+    assert "t.drop" not in proc.stdout and "t.pin" not in proc.stdout

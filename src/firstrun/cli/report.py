@@ -51,7 +51,7 @@ def diff_command(before: str, after: str, *, alpha: float, fail_on_regression: b
         raise UsageError(f"--alpha: must be between 0 and 1 (exclusive), got {alpha}")
     old = load_saved(before, label="BEFORE")
     new = load_saved(after, label="AFTER")
-    comparison = compare(old.records, new.records, alpha=alpha)
+    comparison = compare(old.docs_records, new.docs_records, alpha=alpha)
     changed = version_changes(old.meta.get("versions") or {}, new.meta.get("versions") or {})
     if changed:
         # Said first: a change here may be what moved the pass rates, not the docs.
@@ -129,7 +129,7 @@ def findings_command(results: Sequence[str], *, fmt: str, suggest: bool = False,
     saved = [load_saved(r, label="RESULTS_DIR") for r in results]
     names = arm_names(saved)
     if len(saved) > 1:
-        matrix = arms_matrix([(name, s.records) for name, s in zip(names, saved, strict=True)])
+        matrix = arms_matrix([(name, s.docs_records) for name, s in zip(names, saved, strict=True)])
         sys.stdout.write(matrix_markdown(matrix) + "\n" if fmt == "markdown" else
                          matrix_text(matrix) + "\n" if fmt == "text" else "")
     for name, one in zip(names, saved, strict=True):

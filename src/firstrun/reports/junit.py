@@ -26,6 +26,7 @@ from pathlib import Path
 
 from firstrun.reports.summary import route_finding_text
 from firstrun.results.model import Classification, RunRecord
+from firstrun.results.mutation import is_mutant
 from firstrun.results.store import write_atomic
 from firstrun.tasks.allowlist import AllowEntries, allow_snippet
 
@@ -124,7 +125,9 @@ def _counts(records: Sequence[RunRecord]) -> dict[str, str]:
 
 
 def junit_document(records: Sequence[RunRecord], *, name: str = "firstrun") -> ET.Element:
-    """The ``<testsuites>`` element for ``records``."""
+    """The ``<testsuites>`` element for ``records``; a mutant's run tests the task's check,
+    not the docs, and is no test case here."""
+    records = [r for r in records if not is_mutant(r)]
     root = ET.Element("testsuites", {"name": name, **_counts(records)})
     by_task: dict[str, list[RunRecord]] = {}
     for record in records:

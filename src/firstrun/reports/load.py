@@ -39,6 +39,11 @@ class SavedResults:
     meta: Mapping[str, Any]
     records: tuple[RunRecord, ...]
 
+    @property
+    def docs_records(self) -> tuple[RunRecord, ...]:
+        """The runs that judge the docs: all but a mutant's, which judges the task's check."""
+        return tuple(r for r in self.records if not is_mutant(r))
+
     def trace_path(self, record: RunRecord) -> Path | None:
         """The run's trace inside ``root``; None when it has none or it points outside."""
         if not record.trace:
@@ -79,9 +84,7 @@ def read_runs(saved: SavedResults) -> tuple[RunTrace, ...]:
     A mutant's run is left out: its docs were broken on purpose.
     """
     runs = []
-    for record in saved.records:
-        if is_mutant(record):
-            continue
+    for record in saved.docs_records:
         path = saved.trace_path(record)
         events, gap = None, None
         if path is None:

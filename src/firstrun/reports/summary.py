@@ -5,7 +5,9 @@ Guarantee: the pass rate is taken over evidential runs only (``passed`` and
 budget, a refusal, a skip) are counted and shown, never folded into the
 rate, and the rate carries its Wilson 95% interval, since a handful of runs
 is a sample. When nothing produced evidence the rate says so in words, never
-0%, because 0% would claim every documented route failed.
+0%, because 0% would claim every documented route failed. A mutant's run
+(``firstrun mutate``) judges the task's check, not the docs: it is no task
+here and no run.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from firstrun.results.model import Classification, RunRecord
+from firstrun.results.mutation import is_mutant
 from firstrun.results.stats import wilson_interval
 
 # Column order of the table: evidence first, then what could not judge.
@@ -70,7 +73,7 @@ class TaskSummary:
 def summarize(records: Sequence[RunRecord]) -> tuple[list[TaskSummary], TaskSummary]:
     """One summary per task, in the order tasks first finished, and the total."""
     per_task: dict[str, Counter[Classification]] = {}
-    for record in records:
+    for record in (r for r in records if not is_mutant(r)):
         per_task.setdefault(record.task, Counter())[record.classification] += 1
     rows = [TaskSummary(task=task, counts=dict(counts)) for task, counts in per_task.items()]
     total: Counter[Classification] = Counter()
