@@ -20,11 +20,12 @@ from report_support import firstrun, record
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agents"))
 import anthropic_wire as claude_wire  # noqa: E402 (the agent tests' own scripted servers)
+import gemini_wire  # noqa: E402
 import openai_wire  # noqa: E402
 from vendor_support import Reply, Request, Router, VendorServer  # noqa: E402
 
 from firstrun.agents.base import AgentStop  # noqa: E402
-from firstrun.agents.vendor import TokenUsage, Turn, TurnStop  # noqa: E402
+from firstrun.agents.vendor import TokenUsage, Turn, TurnStop, VendorConfigError  # noqa: E402
 from firstrun.docs.blocks import extract  # noqa: E402
 from firstrun.errors import UsageError  # noqa: E402
 from firstrun.reports.findings_report import build_report, render_text  # noqa: E402
@@ -281,8 +282,36 @@ def test_a_draft_for_older_evidence_is_shown_as_stale_and_drafted_again(tmp_path
             return Turn(text="again", tool_calls=(), stop=TurnStop.END, vendor_stop="end_turn",
                         usage=TokenUsage(input_tokens=10, output_tokens=5), message=None)
 
+    class Failing(Client):
+        def send(self, **_: Any) -> Turn:
+            raise VendorConfigError("HTTP 400: bad request", who="anthropic")
+
+    failed = draft(report, report.suggestions, agent="claude", model=claude_wire.MODEL, client=Failing(),  # type: ignore[arg-type]
+                   pricing=None, governor=None)
+    # The error is said, and the stale draft is kept over the gap; the other finding gets the gap.
+    assert [s.status for _, s in failed.made] == [Status.VENDOR_ERROR, Status.VENDOR_ERROR]
+    assert failed.saved[finding.key] == old and failed.spent == 0
+
     client = Client()
     done = draft(report, report.suggestions, agent="claude", model=claude_wire.MODEL, client=client,  # type: ignore[arg-type]
                  pricing=None, governor=None)
     # Both findings asked: the stale one again, the other for the first time; spend unknown, no price.
     assert client.asked == 2 and done.saved[finding.key].text == "again" and done.spent is None
+
+
+def test_gemini_drafts_through_its_own_wire_format(tmp_path: Path) -> None:
+    out = sweep(tmp_path / "results", agent="gemini", model=gemini_wire.MODEL)
+    with VendorServer(gemini_wire.script(gemini_wire.response(gemini_wire.text(DRAFT), tokens=(500, 50)))) \
+            as server:
+        proc = firstrun("findings", str(out), "--suggest", "--base-url", server.url, "--format", "markdown",
+                        "--price-file", str(prices(tmp_path, gemini_wire.MODEL, 2)),
+                        env=env(GEMINI_API_KEY="gemini-suggest-key"))
+        seen = server.seen()
+    assert proc.returncode == 0, proc.stderr
+    assert len(seen) == 2 and all("tools" not in r.body and gemini_wire.api_key(r) == "gemini-suggest-key"
+                                  for r in seen)
+    assert seen[0].body["systemInstruction"]["parts"][0]["text"] == SYSTEM
+    assert any(f"Page: {PAGE}" in gemini_wire.first_user_text(r) for r in seen)
+    # 500 in at 2 and 50 out at 10 USD per million, twice.
+    assert "suggest: 2 of 2 findings drafted by gemini-test-1, spend $0.0030" in proc.stderr
+    assert f"   ```\n   {DRAFT}\n   ```" in proc.stdout

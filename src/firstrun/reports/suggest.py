@@ -1,15 +1,13 @@
 """``findings --suggest``: the sweep's own model drafts one docs change per finding, saved beside the results.
 
-Guarantee: the one step of findings that calls a vendor or writes; the
-findings and figures stay pure and never read what it saves. One call per
-shown finding (``SHOWN`` per task) whose saved draft is not current. Each
-call first reserves its most possible cost under ``--max-spend`` (the prompt's
-bytes plus the output limit, at the model's highest rate); once one cannot
-fit, no call is made and the findings left are saved as ``budget_spent``.
-A vendor error or refusal is saved as ``vendor_error`` with its message,
-never raised. Keys come from the usual variables; the model server is the
-vendor's unless ``--base-url`` is given: a URL saved in a results file is
-never used, so a file someone else wrote cannot choose where a key goes.
+Guarantee: the one step of findings that calls a vendor or writes; findings and
+figures never read what it saves. One call per shown finding (``SHOWN`` per
+task) without a current draft, each first reserving its largest cost (prompt
+bytes plus output limit, at the highest rate) under ``--max-spend``; once one
+cannot fit, no call is made and the rest are ``budget_spent``. A vendor error
+or refusal is a ``vendor_error`` gap, never raised, never over an earlier draft.
+Keys come from the usual variables and go to the vendor or ``--base-url``,
+never to a URL saved in results, which someone else may have written.
 """
 
 from __future__ import annotations
@@ -85,9 +83,10 @@ def _model_of(meta: Mapping[str, Any], sweep: Mapping[str, Any], models: Sequenc
 
 @dataclass(frozen=True, kw_only=True)
 class Drafted:
-    """What one ``--suggest`` did: every suggestion now saved, and this invocation's part."""
+    """What one ``--suggest`` did: every suggestion now saved, the findings shown, this call's part."""
 
     saved: dict[Key, Suggestion]
+    shown: int
     made: tuple[tuple[Finding, Suggestion], ...]
     spent: Decimal | None
 
@@ -106,9 +105,10 @@ def draft(report: Report, saved: Mapping[Key, Suggestion], *, agent: str, model:
     made: list[tuple[Finding, Suggestion]] = []
     spent: Decimal | None = Decimal(0)
     spent_out = False
-    for finding in shown(report):
+    findings = shown(report)
+    for finding in findings:
         old = out.get(finding.key)
-        if old is not None and old.status is Status.DRAFTED and old.model == model and old.current(finding):
+        if old is not None and old.status is Status.DRAFTED and old.current(finding):
             continue
         user = prompt(finding)
         base: dict[str, Any] = {"finding": finding.key, "agent": agent, "model": model,
@@ -129,10 +129,12 @@ def draft(report: Report, saved: Mapping[Key, Suggestion], *, agent: str, model:
             if governor is not None and reservation is not None:
                 governor.settle(reservation, s.spend_usd)
             spent = None if spent is None or s.spend_usd is None else spent + s.spend_usd
-        out[finding.key] = s
+        # A draft the evidence has outgrown is still worth more than none: kept over a gap.
+        if s.status is Status.DRAFTED or old is None or old.status is not Status.DRAFTED:
+            out[finding.key] = s
         made.append((finding, s))
         keep(out)
-    return Drafted(saved=out, made=tuple(made), spent=spent)
+    return Drafted(saved=out, shown=len(findings), made=tuple(made), spent=spent)
 
 
 def _ask(client: VendorClient, user: str, pricing: Pricing | None, base: dict[str, Any]) -> Suggestion:
@@ -161,7 +163,8 @@ def _ask(client: VendorClient, user: str, pricing: Pricing | None, base: dict[st
 def drafted_lines(done: Drafted, *, model: str, cap: Decimal | None, path: Path) -> list[str]:
     """What one ``--suggest`` did, for stderr: drafts and spend, then each finding left without one."""
     if not done.made:
-        return [f"every shown finding already has a current draft ({path})"]
+        return [f"every shown finding already has a current draft ({path})" if done.shown
+                else "no findings: nothing to draft"]
     drafted = sum(1 for _, s in done.made if s.status is Status.DRAFTED)
     spend = "unknown" if done.spent is None else f"${done.spent:.4f}"
     lines = [f"{drafted} of {len(done.made)} findings drafted by {model}, spend {spend}; saved to {path}"]
