@@ -304,8 +304,7 @@ def render_markdown(report: Report, *, arm: str | None = None) -> str:
                          *_fence(f"$ {e.command}\n{e.output_tail}".rstrip("\n")), ""]
             body += [f"> {md(claim)}" for claim in f.claims]
             if (s := report.suggestions.get(f.key)) is not None:
-                body += (["", f"*{md(suggestion_head(f, s))}*", ""]
-                         + (_fence(s.text) if s.text else []) + [""])
+                body += ["", f"*{md(suggestion_head(f, s))}*", *(["", *_fence(s.text)] if s.text else [])]
             out += [f"   {line}" if line else "" for line in body] + [""]
         out += [f"- {md(line)}" for line in gap_lines(t)]
         if t.gaps:
