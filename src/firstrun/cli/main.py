@@ -462,7 +462,7 @@ def _add_report_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignor
         "findings",
         help="print what a docs team can act on: where runs broke, steps no page gave, the figures",
         usage="firstrun findings RESULTS_DIR [RESULTS_DIR...] [--format text|markdown|json|github] "
-              "[--suggest [--agent A] [--model M] [--base-url URL] [--max-spend USD] [--price-file FILE]]",
+              "[--suggest [--agent A] [--model MODEL] [--base-url URL] [--max-spend USD] [--price-file FILE]]",
         description="From saved results and their traces: in each failing evidential run, the "
         "command it never got past, grouped by the page and code block it came from and by its "
         "error; the commands agents ran that no page read gives (improvised steps), counted across "
