@@ -1,14 +1,12 @@
 """Findings and the field's figures as JSON, text and markdown, and two sweeps' findings compared.
 
-Guarantee: pure renderings of ``reports.findings`` results. The JSON is one
-document that validates against ``FINDINGS_SCHEMA`` (``firstrun schema
---findings``); unknown figures are null, never 0. The markdown is inert:
-every text from a run passes through ``markdown.md`` or a fence longer than
-any backtick run in it. A finding is the same one in two sweeps when its
-kind, task, signature or command, page and block are; it *grew* or *shrank*
-when its share of the task's evidential runs did. A saved suggestion
-(``--suggest``) is shown beside its finding's evidence, marked as drafted
-by a model and stale when its evidence changed; no figure reads it.
+Guarantee: pure renderings of ``reports.findings`` results. The JSON validates
+against ``FINDINGS_SCHEMA`` (``firstrun schema --findings``); unknown figures
+are null, never 0. The markdown is inert: run text passes through ``markdown.md``
+or a fence longer than any backtick run in it. A finding is the same one in two
+sweeps when its kind, task, signature or command, page and block are; it *grew*
+or *shrank* with its share of evidential runs. A saved suggestion is shown
+beside its finding, marked drafted (stale if its evidence changed), in no figure.
 """
 
 from __future__ import annotations
