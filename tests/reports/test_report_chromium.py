@@ -15,8 +15,11 @@ from pathlib import Path
 from chromium_support import WINDOW, finding_pixels, plot_pixels, render, top_row
 from report_support import HOSTILE, record, runs, write_results
 
+from firstrun.reports.findings_report import build_report
 from firstrun.reports.html import FINDING_COLOUR, write_html
-from firstrun.reports.load import load_saved
+from firstrun.reports.load import load_saved, read_runs
+from firstrun.reports.suggest import save_suggestions, shown
+from firstrun.reports.suggestions import Status, Suggestion
 from firstrun.results.model import Classification
 
 
@@ -36,8 +39,15 @@ def test_report_renders_without_console_errors_and_shows_the_plot(tmp_path: Path
         record(HOSTILE, 2, Classification.INFRA_ERROR),
     ]
     out = write_results(tmp_path / "res", records)
+    # A drafted suggestion is text from a model, as hostile as any run's.
+    first = shown(build_report(read_runs(load_saved(out, label="RESULTS_DIR"))))[0]
+    save_suggestions(out, {first.key: Suggestion(
+        finding=first.key, status=Status.DRAFTED, text=HOSTILE, error=None, agent="claude", model=HOSTILE,
+        input_tokens=1, output_tokens=1, spend_usd=None, price_source=None, inputs_sha256="0" * 64,
+        drafted_at="2026-01-01T00:00:00+00:00")})
     page = tmp_path / "report.html"
     write_html(page, load_saved(out, label="RESULTS_DIR"))
+    assert "suggested change (drafted by" in page.read_text()
     image, console = render(page, tmp_path)
     # The page runs no script and loads nothing: a CSP refusal, an injected
     # script's output or a failed load would each be a console line.
