@@ -25,12 +25,18 @@ import openai_wire  # noqa: E402
 from vendor_support import Reply, Request, Router, VendorServer  # noqa: E402
 
 from firstrun.agents.base import AgentStop  # noqa: E402
-from firstrun.agents.vendor import TokenUsage, Turn, TurnStop, VendorConfigError  # noqa: E402
+from firstrun.agents.vendor import (  # noqa: E402
+    TokenUsage,
+    Turn,
+    TurnStop,
+    VendorConfigError,
+    VendorUnavailable,
+)
 from firstrun.docs.blocks import extract  # noqa: E402
 from firstrun.errors import UsageError  # noqa: E402
 from firstrun.reports.findings_report import build_report, render_text  # noqa: E402
 from firstrun.reports.load import load_saved, read_runs  # noqa: E402
-from firstrun.reports.suggest import MAX_OUTPUT_TOKENS, choose_model, draft, shown  # noqa: E402
+from firstrun.reports.suggest import MAX_OUTPUT_TOKENS, RETRY, choose_model, draft, shown  # noqa: E402
 from firstrun.reports.suggestions import SYSTEM, Status, Suggestion, prompt  # noqa: E402
 from firstrun.results.model import Classification  # noqa: E402
 from firstrun.results.store import ResultsStore  # noqa: E402
@@ -217,9 +223,13 @@ def test_a_vendor_error_is_a_marked_gap_never_a_traceback(tmp_path: Path) -> Non
     with VendorServer(replies) as server:
         proc = firstrun("findings", str(out), "--suggest", "--base-url", server.url,
                         env=env(FIRSTRUN_ANTHROPIC_API_KEY=KEY))
+        seen = server.seen()
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
+    # An overload is retried as the agent loop retries, a few times, then is a gap.
+    assert len(seen) == 1 + RETRY.attempts
     assert "suggest: no draft for pin: 3 of 4 runs broke" in proc.stderr
+    assert f"(gave up after {RETRY.attempts} attempts)" in proc.stderr
     (gap,) = [line for line in proc.stdout.splitlines() if "no suggested change" in line]
     assert gap.strip().startswith("no suggested change: anthropic: OverloadedError (HTTP 529)")
     assert "overloaded_error" in gap
@@ -291,6 +301,20 @@ def test_a_draft_for_older_evidence_is_shown_as_stale_and_drafted_again(tmp_path
     # The error is said, and the stale draft is kept over the gap; the other finding gets the gap.
     assert [s.status for _, s in failed.made] == [Status.VENDOR_ERROR, Status.VENDOR_ERROR]
     assert failed.saved[finding.key] == old and failed.spent == 0
+
+    class Limited(Client):
+        def send(self, **_: Any) -> Turn:
+            self.asked += 1
+            if self.asked == 1:
+                raise VendorUnavailable("HTTP 429: rate limited", who="anthropic", retry_after=7.0)
+            return super().send()
+
+    sleeps: list[float] = []
+    limited = Limited()
+    retried = draft(report, report.suggestions, agent="claude", model=claude_wire.MODEL, client=limited,  # type: ignore[arg-type]
+                    pricing=None, governor=None, sleep=sleeps.append)
+    # The rate limit was waited out as the vendor asked, then both findings drafted.
+    assert sleeps == [7.0] and [s.status for _, s in retried.made] == [Status.DRAFTED, Status.DRAFTED]
 
     client = Client()
     done = draft(report, report.suggestions, agent="claude", model=claude_wire.MODEL, client=client,  # type: ignore[arg-type]

@@ -4,8 +4,10 @@ Guarantee: the one step of findings that calls a vendor or writes; findings and
 figures never read what it saves. One call per shown finding (``SHOWN`` per
 task) without a current draft, each first reserving its largest cost (prompt
 bytes plus output limit, at the highest rate) under ``--max-spend``; once one
-cannot fit, no call is made and the rest are ``budget_spent``. A vendor error
-or refusal is a ``vendor_error`` gap, never raised, never over an earlier draft.
+cannot fit, no call is made and the rest are ``budget_spent``. A transient
+vendor error is retried as the agent loop retries (``RetryPolicy``, a few
+tries); one that lasts, any other vendor error and a refusal are a
+``vendor_error`` gap, never raised, never over an earlier draft.
 Keys come from the usual variables and go to the vendor or ``--base-url``,
 never to a URL saved in results, which someone else may have written.
 """
@@ -13,6 +15,8 @@ never to a URL saved in results, which someone else may have written.
 from __future__ import annotations
 
 import json
+import random
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -20,6 +24,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from firstrun.agents.loop import RetryPolicy
 from firstrun.agents.spend import Pricing, SpendGovernor
 from firstrun.agents.vendor import TurnStop, VendorClient, VendorError, VendorUnavailable
 from firstrun.errors import UsageError, one_line
@@ -40,6 +45,8 @@ from firstrun.tasks.model import Budgets
 
 MAX_OUTPUT_TOKENS = 1024
 TIMEOUT_S = 120.0
+# Tries of one call, the first included: a draft is not worth the loop's patience.
+RETRY = RetryPolicy(attempts=3)
 # Model name prefixes that say which vendor a --model given without --agent is for.
 _BY_PREFIX = (("claude", "claude"), ("gpt-", "openai"), ("o1", "openai"), ("o3", "openai"),
               ("o4", "openai"), ("gemini", "gemini"))
@@ -98,7 +105,8 @@ def shown(report: Report) -> list[Finding]:
 def draft(report: Report, saved: Mapping[Key, Suggestion], *, agent: str, model: str,
           client: VendorClient, pricing: Pricing | None, governor: SpendGovernor | None,
           keep: Callable[[Mapping[Key, Suggestion]], object] = lambda _: None,
-          now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> Drafted:
+          now: Callable[[], datetime] = lambda: datetime.now(UTC),
+          sleep: Callable[[float], None] = time.sleep, rng: random.Random | None = None) -> Drafted:
     """Ask ``client`` once for each shown finding without a current draft, under ``governor``;
     ``keep`` is given every suggestion after each call, so a paid draft is saved at once."""
     out = dict(saved)
@@ -125,7 +133,7 @@ def draft(report: Report, saved: Mapping[Key, Suggestion], *, agent: str, model:
             s = Suggestion(status=Status.BUDGET_SPENT, text=None, error="the --max-spend budget was spent",
                            input_tokens=None, output_tokens=None, spend_usd=Decimal(0), **base)
         else:
-            s = _ask(client, user, pricing, base)
+            s = _ask(client, user, pricing, base, sleep=sleep, rng=rng or random.Random())
             if governor is not None and reservation is not None:
                 governor.settle(reservation, s.spend_usd)
             spent = None if spent is None or s.spend_usd is None else spent + s.spend_usd
@@ -137,14 +145,25 @@ def draft(report: Report, saved: Mapping[Key, Suggestion], *, agent: str, model:
     return Drafted(saved=out, shown=len(findings), made=tuple(made), spent=spent)
 
 
-def _ask(client: VendorClient, user: str, pricing: Pricing | None, base: dict[str, Any]) -> Suggestion:
+def _ask(client: VendorClient, user: str, pricing: Pricing | None, base: dict[str, Any], *,
+         sleep: Callable[[float], None], rng: random.Random) -> Suggestion:
+    attempt = 0
     try:
-        turn = client.send(system=SYSTEM, conversation=[client.user_message(user)], tools=(),
-                           max_output_tokens=MAX_OUTPUT_TOKENS, timeout=TIMEOUT_S)
+        while True:
+            attempt += 1
+            try:
+                turn = client.send(system=SYSTEM, conversation=[client.user_message(user)], tools=(),
+                                   max_output_tokens=MAX_OUTPUT_TOKENS, timeout=TIMEOUT_S)
+                break
+            except VendorUnavailable as exc:
+                if attempt >= RETRY.attempts:
+                    raise
+                sleep(RETRY.delay(attempt, rng, exc.retry_after))
     except VendorError as exc:
         # A request the API rejected is not billed; one that timed out may have been, so its
         # cost is unknown (and its reservation is kept whole).
-        return Suggestion(status=Status.VENDOR_ERROR, text=None, error=one_line(str(exc), 500),
+        tries = f" (gave up after {attempt} attempts)" if isinstance(exc, VendorUnavailable) else ""
+        return Suggestion(status=Status.VENDOR_ERROR, text=None, error=one_line(str(exc), 450) + tries,
                           input_tokens=None, output_tokens=None,
                           spend_usd=None if isinstance(exc, VendorUnavailable) else Decimal(0), **base)
     usage = turn.usage
