@@ -7,6 +7,8 @@ is refused in one line naming the flag or argument before anything is written.
 ``diff`` exits 0, or 1 with ``--fail-on-regression`` when some task's pass rate
 dropped significantly; findings that changed never change its exit status.
 ``findings --suggest`` refuses what it cannot do before its first vendor call.
+``report`` and ``findings`` read a sweep of several arms as its arms, the
+arm x task matrix with Fisher's test between each pair first.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from firstrun.reports.findings_report import (
 )
 from firstrun.reports.findings_report import render_markdown as findings_markdown
 from firstrun.reports.html import write_html
-from firstrun.reports.load import SavedResults, load_saved, read_runs, read_suggestions
+from firstrun.reports.load import SavedResults, load_saved, load_sweep, read_runs, read_suggestions
 from firstrun.reports.markdown import render_markdown
 from firstrun.reports.output import append_text, write_text_atomic
 from firstrun.reports.suggest import choose_model, draft, drafted_lines, save_suggestions
@@ -90,19 +92,21 @@ def report_command(results: str, *, out: str | None, markdown: str | None, githu
                          "or --github-summary-file FILE")
     html_path = writable_file("--out", out) if out is not None else None
     md_path = writable_file("--markdown", markdown) if markdown not in (None, "-") else None
-    saved = load_saved(results, label="RESULTS_DIR")
+    sweeps = load_sweep(results, label="RESULTS_DIR")
     outputs = [("--out", html_path), ("--markdown", md_path)]
     if summary is not None:
         outputs.append((summary.flag, summary.path))
     for flag, target in outputs:
         # Writing the report over the results it is made from would lose them.
-        if target is not None and os.path.realpath(target) == os.path.realpath(saved.path):
+        if target is not None and any(os.path.realpath(target) == os.path.realpath(s.path)
+                                      for s in sweeps):
             raise UsageError(f"{flag}: {os.fspath(target)!r} is the results file being reported")
-    text = summary_markdown(saved)
+    text = summary_markdown(sweeps)
     # With the markdown on stdout, where things went is said on stderr.
     status = sys.stderr if markdown == "-" else sys.stdout
     if html_path is not None:
-        write_html(html_path, saved)
+        write_html(html_path, sweeps[0] if len(sweeps) == 1
+                   else list(zip(arm_names(sweeps), sweeps, strict=True)))
         print(f"report: {html_path}", file=status)
     if markdown == "-":
         sys.stdout.write(text)
@@ -117,16 +121,18 @@ def report_command(results: str, *, out: str | None, markdown: str | None, githu
 def findings_command(results: Sequence[str], *, fmt: str, suggest: bool = False, agent: str | None = None,
                      model: str | None = None, base_url: str | None = None, max_spend: Decimal | None = None,
                      price_file: str | None = None) -> int:
-    if len(results) > 1 and fmt == "json":
-        raise UsageError("--format json: takes one RESULTS_DIR (one arm); run it once per arm")
     if not suggest:
         for flag, value in (("--agent", agent), ("--model", model), ("--base-url", base_url),
                             ("--max-spend", max_spend), ("--price-file", price_file)):
             if value is not None:
                 raise UsageError(f"{flag}: only with --suggest, which is what calls a model")
-    elif len(results) > 1:
-        raise UsageError("--suggest: takes one RESULTS_DIR (one arm); run it once per arm")
-    saved = [load_saved(r, label="RESULTS_DIR") for r in results]
+    saved = [s for r in results for s in load_sweep(r, label="RESULTS_DIR")]
+    if len(saved) > 1 and fmt == "json":
+        raise UsageError("--format json: takes one RESULTS_DIR (one arm); run it once per arm "
+                         "(OUT/ARM for each arm of a sweep of several)")
+    if suggest and len(saved) > 1:
+        raise UsageError("--suggest: takes one RESULTS_DIR (one arm); run it once per arm "
+                         "(OUT/ARM for each arm of a sweep of several)")
     names = arm_names(saved)
     if len(saved) > 1:
         matrix = arms_matrix([(name, s.docs_records) for name, s in zip(names, saved, strict=True)])
@@ -181,9 +187,13 @@ def _suggest(saved: SavedResults, report: Report, *, agent: str | None, model: s
 
 
 def arm_names(saved: Sequence[SavedResults]) -> list[str]:
-    """Each sweep named by its agent, model and affordances; by its path too where two are alike."""
+    """Each sweep named by its arm, else by its agent, model and affordances; by its path too
+    where two are alike."""
     names = []
     for s in saved:
+        if s.arm is not None:
+            names.append(s.arm)
+            continue
         sweep = s.meta.get("sweep") if isinstance(s.meta.get("sweep"), dict) else {}
         parts = [s.meta.get("agent") or sweep.get("agent"), s.meta.get("model") or sweep.get("model")]
         affordances = sweep.get("affordances")
@@ -198,7 +208,16 @@ def findings_schema_text() -> str:
     return json.dumps(FINDINGS_SCHEMA, indent=2, sort_keys=True) + "\n"
 
 
-def summary_markdown(saved: SavedResults) -> str:
-    """The markdown summary (``--markdown``, ``--github-summary``): pass rates, then findings."""
-    return render_markdown(saved.records, meta=saved.meta) + "\n" + findings_markdown(
-        build_report(read_runs(saved), read_suggestions(saved)))
+def summary_markdown(sweeps: Sequence[SavedResults]) -> str:
+    """The markdown summary (``--markdown``, ``--github-summary``): pass rates, then findings;
+    of several arms, the arms matrix first, then each arm's."""
+    if len(sweeps) == 1:
+        saved = sweeps[0]
+        return render_markdown(saved.records, meta=saved.meta) + "\n" \
+            + findings_markdown(build_report(read_runs(saved), read_suggestions(saved)))
+    names = arm_names(sweeps)
+    parts = [matrix_markdown(arms_matrix([(n, s.records) for n, s in zip(names, sweeps, strict=True)]))]
+    for name, saved in zip(names, sweeps, strict=True):
+        parts += [render_markdown(saved.records, meta=saved.meta, title=f"firstrun: arm {name}"),
+                  findings_markdown(build_report(read_runs(saved), read_suggestions(saved)), arm=name)]
+    return "\n".join(parts)

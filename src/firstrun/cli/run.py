@@ -19,6 +19,9 @@ backend that cannot give it (and each run's sandbox enforces it again).
 ``--resume DIR`` runs only the attempts the sweep
 saved in DIR has no finished run for, and is refused before anything runs
 unless the command measures what that sweep recorded (``SweepIdentity``).
+Several ``--agent``, ``--model`` or ``--affordances`` values make arms
+(``results.arms``), run one after another: each is a sweep of its own in
+``OUT/ARM/``, opened, resumed and checked as a single sweep is.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import hashlib
 import os
 import sys
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -44,6 +48,7 @@ from firstrun.errors import UsageError
 from firstrun.policy.profile import LayerName
 from firstrun.reports.junit import write_junit
 from firstrun.reports.summary import route_finding_text, table_lines, total_line
+from firstrun.results.arms import ARMS_FILE, Arm, read_arms, sweep_arms, write_arms
 from firstrun.results.model import (
     Classification,
     RunRecord,
@@ -87,8 +92,9 @@ class RunRequest:
 
     tasks: tuple[str, ...] = ()
     examples: tuple[str, ...] = ()
-    agent: str = "replay"
-    model: str | None = None
+    # Each value an arm; none given: the replay agent, no model, all affordances.
+    agent: tuple[str, ...] = ()
+    model: tuple[str, ...] = ()
     base_url: str | None = None
     max_spend: Decimal | None = None
     price_file: str | None = None
@@ -109,7 +115,7 @@ class RunRequest:
     cache_dir: str | None = None
     refresh: bool = False
     offline: bool = False
-    affordances: str = "all"
+    affordances: tuple[str, ...] = ()
     probe_affordances: bool = False
     allow_unenforced: bool = False
     downgrades: frozenset[LayerName] = frozenset()
@@ -120,6 +126,17 @@ class RunRequest:
     color: str = "auto"
     argv: tuple[str, ...] = ()
 
+    def arms(self) -> tuple[Arm, ...]:
+        """The sweep's arms: every combination of the agents, models and affordances given."""
+        return sweep_arms(self.agent, self.model, self.affordances)
+
+    def sole_arm(self) -> Arm:
+        """The one arm of a sweep that is not several (``mutate``'s, a test's)."""
+        arms = self.arms()
+        if len(arms) != 1:
+            raise UsageError("this command takes one --agent, --model and --affordances value each")
+        return arms[0]
+
 
 def _say_where(project: ProjectConfig | None, *, given: str | None) -> None:
     """Name the project config when it was found above the current directory, not given."""
@@ -128,7 +145,41 @@ def _say_where(project: ProjectConfig | None, *, given: str | None) -> None:
         print(f"firstrun: project config {project.path}", file=sys.stderr)
 
 
-def _check_paths(request: RunRequest) -> None:
+def arm_dirs(out: Path, arms: Sequence[Arm]) -> list[Path]:
+    """Where each arm's sweep is saved: ``out`` itself for a sweep of one arm."""
+    return [out / arm.name for arm in arms] if len(arms) > 1 else [out]
+
+
+def _check_layout(out: Path, arms: Sequence[Arm], *, resume: bool) -> None:
+    """A sweep of several arms never shares ``out`` with a sweep of one, and one resumed
+    runs the arms it started with."""
+    flag = "--resume" if resume else "--out"
+    saved = read_arms(out, label=flag)
+    if len(arms) == 1:
+        if saved is not None:
+            how = ("give the --agent, --model and --affordances values it ran with, or resume "
+                   f"one arm: --resume {os.fspath(out / saved[0].name)}") if resume \
+                else "choose another --out"
+            raise UsageError(f"{flag}: {os.fspath(out)!r} holds a sweep of several arms "
+                             f"({', '.join(a.name for a in saved)}); {how}")
+        return
+    if not resume:
+        if os.path.lexists(out / RESULTS_FILE):
+            raise UsageError(f"--out: {os.fspath(out)!r} holds the {RESULTS_FILE} of a sweep of "
+                             "one arm; a sweep of several goes in a directory of its own: choose "
+                             "another --out")
+        return
+    if saved is None:
+        raise UsageError(f"--resume: {os.fspath(out)!r} holds no sweep of several arms (no "
+                         f"{ARMS_FILE}); resume it with the one --agent, --model and "
+                         "--affordances it ran with")
+    if tuple(saved) != tuple(arms):
+        raise UsageError(f"--resume: {os.fspath(out)!r} holds the arms "
+                         f"{', '.join(a.name for a in saved)}; this command's are "
+                         f"{', '.join(a.name for a in arms)}")
+
+
+def _check_paths(request: RunRequest, arms: Sequence[Arm] = ()) -> None:
     if request.quiet and request.verbose:
         raise UsageError("-q/--quiet and -v/--verbose: one prints less, the other more; give one")
     if request.retry_infra and request.resume is None:
@@ -138,18 +189,25 @@ def _check_paths(request: RunRequest) -> None:
     flag = "--resume" if request.resume is not None else "--out"
     if out.exists() and not out.is_dir():
         raise UsageError(f"{flag}: {request.out!r} exists and is not a directory")
-    runs = out / "runs"
-    if os.path.lexists(runs) and not runs.is_dir():
-        # Every run's trace goes beneath it; each would crash on its first event.
-        raise UsageError(f"{flag}: {os.fspath(runs)!r} exists and is not a directory")
-    results = out / RESULTS_FILE
-    if request.resume is None and os.path.lexists(results):
-        # A new sweep replaces OUT/results.json; only ever one firstrun wrote.
-        try:
-            load_results(results)
-        except UsageError as exc:
-            raise UsageError(f"--out: {exc.args[0]}; a new sweep would replace it, so it is "
-                             "left alone: choose another --out") from None
+    arms = arms or (request.sole_arm(),)
+    if out.is_dir():
+        _check_layout(out, arms, resume=request.resume is not None)
+    dirs = arm_dirs(out, arms)
+    for where in dirs:
+        if where.exists() and not where.is_dir():
+            raise UsageError(f"{flag}: {os.fspath(where)!r} exists and is not a directory")
+        runs = where / "runs"
+        if os.path.lexists(runs) and not runs.is_dir():
+            # Every run's trace goes beneath it; each would crash on its first event.
+            raise UsageError(f"{flag}: {os.fspath(runs)!r} exists and is not a directory")
+        results = where / RESULTS_FILE
+        if request.resume is None and os.path.lexists(results):
+            # A new sweep replaces OUT/results.json; only ever one firstrun wrote.
+            try:
+                load_results(results)
+            except UsageError as exc:
+                raise UsageError(f"--out: {exc.args[0]}; a new sweep would replace it, so it is "
+                                 "left alone: choose another --out") from None
     if request.junit is not None:
         parent = os.path.dirname(os.path.abspath(request.junit))
         if not os.path.isdir(parent):
@@ -160,7 +218,7 @@ def _check_paths(request: RunRequest) -> None:
         # too long for that would fail only after the whole sweep has run.
         if len(os.fsencode(os.path.basename(request.junit))) + 14 > os.pathconf(parent, "PC_NAME_MAX"):
             raise UsageError(f"--junit: the file name {os.path.basename(request.junit)!r} is too long")
-        if os.path.realpath(request.junit) == os.path.realpath(results):
+        if any(os.path.realpath(request.junit) == os.path.realpath(d / RESULTS_FILE) for d in dirs):
             raise UsageError(f"--junit: {request.junit!r} is the sweep's own {RESULTS_FILE}")
     if request.price_file is not None and os.path.exists(request.price_file) \
             and not os.path.isfile(request.price_file):
@@ -188,20 +246,23 @@ def _with_project(request: RunRequest, project: ProjectConfig | None) -> RunRequ
     return replace(request, **filled)
 
 
-def _recorded(request: RunRequest, backend: str, where: Literal["identity", "meta"]) -> dict[str, Any]:
-    # Both save the backend auto resolved to, not the one asked for.
-    return recorded_options({**asdict(request), "backend": backend}, where=where)
+def _recorded(request: RunRequest, backend: str, where: Literal["identity", "meta"],
+              arm: Arm) -> dict[str, Any]:
+    # Both save the backend auto resolved to, not the one asked for, and the arm's own
+    # agent, model and affordances.
+    return recorded_options({**asdict(request), "backend": backend, "agent": arm.agent,
+                             "model": arm.model, "affordances": arm.affordances}, where=where)
 
 
 def _sweep_identity(request: RunRequest, tasks: list[Task], backend: str,
-                    project: ProjectConfig | None) -> SweepIdentity:
+                    project: ProjectConfig | None, arm: Arm | None = None) -> SweepIdentity:
     return SweepIdentity(
         tasks=tuple(sorted(
             (TaskIdentity(name=t.name, sha256=t.sha256,
                           check_sha256=hashlib.sha256(t.check.encode()).hexdigest())
              for t in tasks), key=lambda t: t.name)),
         task_defaults_sha256=None if project is None else project.task_defaults_sha256(),
-        **_recorded(request, backend, "identity"),
+        **_recorded(request, backend, "identity", arm or request.sole_arm()),
     )
 
 
@@ -270,10 +331,13 @@ def _run_command(request: RunRequest) -> int:
     project = find_project_config(request.config)
     _say_where(project, given=request.config)
     request = _with_project(request, project)
-    _check_paths(request)
+    arms = request.arms()
+    _check_paths(request, arms)
+    out = Path(request.out)
+    dirs = arm_dirs(out, arms)
     summary = summary_target(request.github_summary, request.github_summary_file)
-    if summary is not None \
-            and os.path.realpath(summary.path) == os.path.realpath(Path(request.out) / RESULTS_FILE):
+    if summary is not None and any(os.path.realpath(summary.path) == os.path.realpath(d / RESULTS_FILE)
+                                   for d in dirs):
         raise UsageError(f"{summary.flag}: {os.fspath(summary.path)!r} is the sweep's own {RESULTS_FILE}")
     tasks, mirrors = _select(request)
     if project is not None:
@@ -281,13 +345,18 @@ def _run_command(request: RunRequest) -> int:
         mirrors = merged_mirrors(project, mirrors)
     prices = load_price_file(request.price_file) if request.price_file is not None else None
 
-    def new_agent() -> Agent:
-        return make_agent(request.agent, model=request.model, base_url=request.base_url,
-                          price_file=prices)
+    def agent_of(arm: Arm) -> Callable[[], Agent]:
+        def new_agent() -> Agent:
+            return make_agent(arm.agent, model=arm.model, base_url=request.base_url,
+                              price_file=prices)
+        return new_agent
 
-    # Built once up front so an unknown --agent, a bad --model, a missing SDK
-    # or key, or an unpriced --max-spend is refused before any run.
-    spend = _spend_governor(new_agent(), request.max_spend, tasks)
+    # Built once up front, for every arm, so an unknown --agent, a bad --model, a
+    # missing SDK or key, or an unpriced --max-spend is refused before any run.
+    made = [agent_of(arm)() for arm in arms]
+    for agent in made:
+        _spend_governor(agent, request.max_spend, tasks)
+    pricings = [getattr(agent, "pricing", None) for agent in made]
     from firstrun.run.sandbox import check_inspection
     from firstrun.sandbox.select import inspecting_backend
 
@@ -311,36 +380,62 @@ def _run_command(request: RunRequest) -> int:
     warning = capture_warning(resolution.backend)
     if warning is not None:
         print(warning, file=sys.stderr)
-    out = Path(request.out)
-    config = run_config(request, resolution.backend, mirrors, project, inspect_tls=inspect_tls)
-    store = _open_store(request, out, _sweep_identity(request, tasks, resolution.backend, project),
-                        meta=sweep_meta(request, resolution, project))
-    progress = sweep_progress(request, sys.stderr)
+    # Every arm's store is opened (and, resumed, checked) before any run starts, so
+    # a sweep stopped in its first arm leaves the others' identities to resume.
+    stores = [_open_store(request, where, _sweep_identity(request, tasks, resolution.backend,
+                                                          project, arm),
+                          meta=sweep_meta(request, resolution, project, arm))
+              for arm, where in zip(arms, dirs, strict=True)]
+    if len(arms) > 1 and request.resume is None:
+        write_arms(out, arms)
     stop = threading.Event()
     signum: int | None = None
-    spend_reached = False
-    with signals_unwind(), progress.shown():
+    spent = Decimal(0)
+    reached = False
+    report_only = False
+    with signals_unwind():
         try:
-            outcome = run_suite(
-                tasks,
-                agent_factory=new_agent if cluster is None else None,
-                engine=None if cluster is None else cluster.engine(
-                    agent=request.agent, model=request.model, base_url=request.base_url,
-                    prices=prices, mirrors=mirrors),
-                config=config,
-                store=store,
-                repeat=request.repeat,
-                workers=request.workers or (1 if cluster is None else cluster.plan.cpus),
-                stop=stop,
-                on_event=progress.update,
-                spend=spend,
-                done=store.finished(retry_infra=request.retry_infra),
-                resolution=resolution,
-            )
-            spend_reached = outcome.spend_reached
-            if outcome.backend_lost is not None:
-                print(f"firstrun: stopped starting runs: {outcome.backend_lost}; finished runs "
-                      "are kept", file=sys.stderr)
+            for arm, where, store, pricing in zip(arms, dirs, stores, pricings, strict=True):
+                config = run_config(request, resolution.backend, mirrors, project,
+                                    inspect_tls=inspect_tls, arm=arm, out=where)
+                report_only = config.report_only
+                if stop.is_set() or reached:
+                    continue
+                governor = None
+                if request.max_spend is not None:
+                    # One --max-spend for the whole sweep: an arm may spend what the
+                    # arms before it left.
+                    if spent >= request.max_spend:
+                        reached = True
+                        continue
+                    governor = SpendGovernor(cap=request.max_spend - spent, pricing=pricing)
+                if len(arms) > 1 and not request.quiet:
+                    print(f"firstrun: arm {arm.name} ({os.fspath(where)})", file=sys.stderr)
+                progress = sweep_progress(request, sys.stderr)
+                with progress.shown():
+                    outcome = run_suite(
+                        tasks,
+                        agent_factory=agent_of(arm) if cluster is None else None,
+                        engine=None if cluster is None else cluster.engine(
+                            agent=arm.agent, model=arm.model, base_url=request.base_url,
+                            prices=prices, mirrors=mirrors),
+                        config=config,
+                        store=store,
+                        repeat=request.repeat,
+                        workers=request.workers or (1 if cluster is None else cluster.plan.cpus),
+                        stop=stop,
+                        on_event=progress.update,
+                        spend=governor,
+                        done=store.finished(retry_infra=request.retry_infra),
+                        resolution=resolution,
+                    )
+                if governor is not None:
+                    spent += governor.spent
+                    reached = outcome.spend_reached
+                if outcome.backend_lost is not None:
+                    print(f"firstrun: stopped starting runs: {outcome.backend_lost}; finished "
+                          "runs are kept", file=sys.stderr)
+                    stop.set()
         except Signalled as sig:
             # run_suite has already set ``stop`` and waited for the runs in
             # flight to end with their sessions closed; signals stay ignored
@@ -348,32 +443,51 @@ def _run_command(request: RunRequest) -> int:
             # came before run_suite's own handling began.
             stop.set()
             signum = sig.signum
-    records = [RunRecord.from_data(run) for run in store.runs()]
-    if spend_reached and spend is not None:
-        print(f"firstrun: --max-spend {spend.cap} USD reached ({spend.spent} USD settled): "
+    by_arm = [[RunRecord.from_data(run) for run in store.runs()] for store in stores]
+    records = [r for arm_records in by_arm for r in arm_records]
+    if reached:
+        print(f"firstrun: --max-spend {request.max_spend} USD reached ({spent} USD settled): "
               "no further run was started", file=sys.stderr)
     if request.junit is not None:
-        write_junit(request.junit, records)
+        # A testsuite per task and arm: the same task under two arms is two suites.
+        write_junit(request.junit, records if len(arms) == 1 else
+                    [replace(r, task=f"{arm.name}/{r.task}")
+                     for arm, arm_records in zip(arms, by_arm, strict=True) for r in arm_records])
     if summary is not None:
         from firstrun.cli.report import summary_markdown
-        from firstrun.reports.load import load_saved
+        from firstrun.reports.load import load_sweep
         from firstrun.reports.output import append_text
 
-        append_text(summary.path, summary_markdown(load_saved(out, label="--out")))
-    _print_summary(records, out, interrupted=signum is not None, report_only=config.report_only,
-                   quiet=request.quiet, color=colors(request.color, sys.stdout))
+        append_text(summary.path, summary_markdown(load_sweep(out, label="--out")))
+    color = colors(request.color, sys.stdout)
+    if signum is not None:
+        _say_interrupted(records)
+    for arm, where, arm_records in zip(arms, dirs, by_arm, strict=True):
+        if len(arms) > 1:
+            print(f"== arm {arm.name} ==")
+        _print_summary(arm_records, where, interrupted=False, report_only=report_only,
+                       quiet=request.quiet, color=color)
+    if len(arms) > 1:
+        from firstrun.reports.findings import arms_matrix
+        from firstrun.reports.findings_report import matrix_text
+
+        print(matrix_text(arms_matrix([(a.name, r) for a, r in zip(arms, by_arm, strict=True)])),
+              end="")
     if signum is not None:
         return 128 + signum
     return suite_exit_code(records)
 
 
 def run_config(request: RunRequest, backend: str, mirrors: dict[str, Mirror],
-               project: ProjectConfig | None, *, inspect_tls: bool) -> RunConfig:
-    """How each run of the sweep is carried out, from the request filled from the project."""
+               project: ProjectConfig | None, *, inspect_tls: bool,
+               arm: Arm | None = None, out: Path | None = None) -> RunConfig:
+    """How each run of the sweep (of ``arm``, saved in ``out``) is carried out, from the
+    request filled from the project."""
     from firstrun.run.runner import RunConfig
 
+    arm = arm or request.sole_arm()
     return RunConfig(
-        out_dir=Path(request.out or "results"),
+        out_dir=out or Path(request.out or "results"),
         backend=backend,
         image=request.image,
         allow_unenforced=request.allow_unenforced,
@@ -383,7 +497,7 @@ def run_config(request: RunRequest, backend: str, mirrors: dict[str, Mirror],
         cache_dir=Path(request.cache_dir) if request.cache_dir is not None else None,
         cache_mode=CacheMode.REFRESH if request.refresh
         else CacheMode.OFFLINE if request.offline else CacheMode.USE,
-        affordances=Affordances(request.affordances),
+        affordances=Affordances(arm.affordances),
         probe_affordances=request.probe_affordances,
         inspect_tls=inspect_tls,
         permissions=(project.permissions,) if project is not None else (),
@@ -391,12 +505,15 @@ def run_config(request: RunRequest, backend: str, mirrors: dict[str, Mirror],
 
 
 def sweep_meta(request: RunRequest, resolution: Resolution,
-               project: ProjectConfig | None) -> dict[str, Any]:
-    """What results.json's meta says of the sweep: versions, options, backend, when, how."""
+               project: ProjectConfig | None, arm: Arm | None = None) -> dict[str, Any]:
+    """What results.json's meta says of the sweep (of ``arm``): versions, options, backend,
+    when, how, and the arm's name when it is one of several."""
+    arm = arm or request.sole_arm()
     return {
         "firstrun": __version__,
-        "versions": shaping_versions(request.agent),
-        **_recorded(request, resolution.backend, "meta"),
+        "versions": shaping_versions(arm.agent),
+        **_recorded(request, resolution.backend, "meta", arm),
+        **({"arm": arm.name} if arm.name else {}),
         "backend_resolution": resolution.to_data(),
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "argv": list(request.argv),
@@ -431,11 +548,7 @@ def _print_summary(records: list[RunRecord], out: Path, *, interrupted: bool,
     whole sweep in one line, where the results are, and the warning on checks that ran
     beside the agent. ``color`` draws the table with rich instead of plain text."""
     if interrupted:
-        print(
-            f"firstrun: interrupted: {len(records)} finished run{'s' if len(records) != 1 else ''} "
-            "kept; runs that had not finished are not recorded",
-            file=sys.stderr,
-        )
+        _say_interrupted(records)
     if not records:
         print("no run finished")
     elif quiet:
@@ -472,6 +585,11 @@ def _print_summary(records: list[RunRecord], out: Path, *, interrupted: bool,
         # Recorded, never classified: the check alone decides, but a reader hit this page.
         for finding in record.route_findings:
             print(f"  {record.task} #{record.attempt} route page not read: {route_finding_text(finding)}")
+
+
+def _say_interrupted(records: Sequence[RunRecord]) -> None:
+    print(f"firstrun: interrupted: {len(records)} finished run{'s' if len(records) != 1 else ''} "
+          "kept; runs that had not finished are not recorded", file=sys.stderr)
 
 
 def _print_shared(records: list[RunRecord]) -> None:

@@ -13,6 +13,9 @@ escaped; characters HTML cannot carry are replaced, never written raw. Only
 link works offline. Findings (``firstrun.reports.findings``) come first,
 ranked, each a ``details`` element holding its evidence (and a saved
 suggested change, as text like any other) and linking its runs.
+A sweep of several arms is one page: the arm x task matrix with Fisher's test
+between each pair of arms first, then each arm as its own report, its anchors
+prefixed so no two arms share one.
 """
 
 from __future__ import annotations
@@ -34,12 +37,14 @@ from firstrun.reports.analysis import (
     route_report,
     run_route,
 )
-from firstrun.reports.findings import Finding
+from firstrun.reports.findings import ArmsMatrix, Finding, arms_matrix
 from firstrun.reports.findings_report import (
     Report,
     build_report,
     figures_lines,
     gap_lines,
+    matrix_rows,
+    pair_text,
     suggestion_head,
     suggestions_line,
 )
@@ -239,7 +244,8 @@ def _detail_cell(record: RunRecord) -> Markup | str:
                              _el("pre", None, snippet)])
 
 
-def _runs_table(records: Sequence[tuple[int, RunRecord]], route: Sequence[str]) -> Markup:
+def _runs_table(records: Sequence[tuple[int, RunRecord]], route: Sequence[str],
+                prefix: str = "") -> Markup:
     rows = []
     for index, r in records:
         agent = r.agent + (f" ({r.model})" if r.model else "")
@@ -249,7 +255,7 @@ def _runs_table(records: Sequence[tuple[int, RunRecord]], route: Sequence[str]) 
                              "check (wait_http with no serve), so it could be forged"}, "shared") \
             if r.check_isolation == "shared" else (r.check_isolation or "")
         rows.append([
-            _el("a", {"href": f"#run-{index}"}, f"#{r.attempt}"), _badge(r.classification), r.reason,
+            _el("a", {"href": f"#{prefix}run-{index}"}, f"#{r.attempt}"), _badge(r.classification), r.reason,
             r.backend or "none", enforcement, check, agent, f"{r.duration_s:.1f}s",
             _pages_cell(r, route),
             _link(r.last_page_before_failure) if r.last_page_before_failure else "",
@@ -261,13 +267,14 @@ def _runs_table(records: Sequence[tuple[int, RunRecord]], route: Sequence[str]) 
                   rows, cls="runs")
 
 
-def _task_section(number: int, task: str, runs: Sequence[tuple[int, RunRecord]]) -> Markup:
+def _task_section(number: int, task: str, runs: Sequence[tuple[int, RunRecord]],
+                  prefix: str = "") -> Markup:
     records = [r for _, r in runs]
     rate = pass_rate(records, task=task)
     route = route_report(records)
     files = sorted({r.task_file for r in records})
     return _el(
-        "section", {"id": f"task-{number}", "class": "task"},
+        "section", {"id": f"{prefix}task-{number}", "class": "task"},
         _el("h2", None, task),
         _el("p", {"class": "dim"}, "task file: ", ", ".join(files)),
         _el("div", {"class": "rate"}, rate_plot(rate),
@@ -279,7 +286,7 @@ def _task_section(number: int, task: str, runs: Sequence[tuple[int, RunRecord]])
         _el("h3", None, "Runs by classification"), _classification_table(rate),
         _el("h3", None, "Documented route against the pages read"), _route_section(route),
         _el("h3", None, "Blocked egress"), _blocked_section(records),
-        _el("h3", None, "Runs"), _runs_table(runs, route.route),
+        _el("h3", None, "Runs"), _runs_table(runs, route.route, prefix),
     )
 
 
@@ -300,20 +307,22 @@ def _narration(saved: SavedResults, record: RunRecord) -> Markup:
                [_el("span", {"class": _LINE_CLASSES[line.style]}, line.text, "\n") for line in lines])
 
 
-def _trace_section(saved: SavedResults, runs: Sequence[tuple[int, RunRecord]]) -> Markup:
+def _trace_section(saved: SavedResults, runs: Sequence[tuple[int, RunRecord]],
+                   prefix: str = "") -> Markup:
     items = []
     for index, r in runs:
         items.append(_el(
-            "details", {"id": f"run-{index}"},
+            "details", {"id": f"{prefix}run-{index}"},
             _el("summary", None, f"{r.task} #{r.attempt} ", _badge(r.classification), f" {r.reason}"),
             _el("p", {"class": "dim"}, "trace: ", r.trace or "none"),
             _narration(saved, r),
         ))
-    return _el("section", {"id": "traces"}, _el("h2", None, "Narrated traces"), items)
+    return _el("section", {"id": f"{prefix}traces"}, _el("h2", None, "Narrated traces"), items)
 
 
-def _finding(f: Finding, anchors: Mapping[str, int], suggestion: Suggestion | None) -> Markup:
-    runs = [[_el("a", {"href": f"#run-{anchors[run]}"}, run) if run in anchors else run, " "] for run in f.runs]
+def _finding(f: Finding, anchors: Mapping[str, int], suggestion: Suggestion | None,
+             prefix: str = "") -> Markup:
+    runs = [[_el("a", {"href": f"#{prefix}run-{anchors[run]}"}, run) if run in anchors else run, " "] for run in f.runs]
     body: list[Child] = []
     if f.block_text:
         body += [_el("p", None, f"block {f.block} of ", _link(f.page)),
@@ -331,7 +340,7 @@ def _finding(f: Finding, anchors: Mapping[str, int], suggestion: Suggestion | No
     return _el("details", {"class": f"finding {f.kind.value}"}, _el("summary", None, f.headline()), body)
 
 
-def _findings_section(report: Report, records: Sequence[RunRecord]) -> Markup:
+def _findings_section(report: Report, records: Sequence[RunRecord], prefix: str = "") -> Markup:
     anchors: dict[str, int] = {}
     for index, r in enumerate(records):
         anchors.setdefault(f"{r.task} #{r.attempt}", index)
@@ -341,19 +350,19 @@ def _findings_section(report: Report, records: Sequence[RunRecord]) -> Markup:
         items.append(_el("p", {"class": "dim"}, said))
     for t in report.tasks:
         items.append(_el("h3", None, t.task))
-        ranked = [_finding(f, anchors, report.suggestions.get(f.key)) for f in t.findings]
+        ranked = [_finding(f, anchors, report.suggestions.get(f.key), prefix) for f in t.findings]
         items.append(_el("ol", {"class": "findings"}, [_el("li", None, f) for f in ranked])
                      if ranked else _el("p", {"class": "none"}, "No findings."))
         items += [_el("p", {"class": "warn"}, line) for line in gap_lines(t)]
-    return _el("section", {"id": "findings"}, _el("h2", None, "Findings"), items)
+    return _el("section", {"id": f"{prefix}findings"}, _el("h2", None, "Findings"), items)
 
 
 def _overview(tasks: Sequence[tuple[int, str, list[tuple[int, RunRecord]]]],
-              records: Sequence[RunRecord]) -> Markup:
+              records: Sequence[RunRecord], prefix: str = "") -> Markup:
     rows = []
     for number, task, runs in tasks:
         rate = pass_rate([r for _, r in runs], task=task)
-        rows.append([_el("a", {"href": f"#task-{number}"}, task), rate.runs, rate.passed, rate.docs_gap,
+        rows.append([_el("a", {"href": f"#{prefix}task-{number}"}, task), rate.runs, rate.passed, rate.docs_gap,
                      rate.not_evidential_runs, _rate_cell(rate)])
     total = pass_rate(records)
     rows.append([_el("strong", None, "all tasks"), total.runs, total.passed, total.docs_gap,
@@ -405,38 +414,41 @@ pre .h{font-weight:700}pre .ok{color:#116329}pre .bad{color:#a40e26;font-weight:
 """
 
 
-def render_html(saved: SavedResults, *, generated_at: datetime | None = None) -> str:
-    """The whole page for ``saved``."""
-    indexed = list(enumerate(saved.records))
+def _grouped(saved: SavedResults) -> list[tuple[int, str, list[tuple[int, RunRecord]]]]:
+    """The sweep's tasks, numbered, each with its (index, record) runs."""
     grouped: dict[str, list[tuple[int, RunRecord]]] = {}
-    for index, record in indexed:
+    for index, record in enumerate(saved.records):
         # A mutant's run judges the task's check, not the docs: scored apart, never a pass rate.
         if not is_mutant(record):
             grouped.setdefault(record.task, []).append((index, record))
-    tasks = [(n, task, runs) for n, (task, runs) in enumerate(grouped.items(), start=1)]
-    meta = saved.meta
-    when = (generated_at or datetime.now(UTC)).isoformat(timespec="seconds")
-    agent = " ".join(str(v) for v in (meta.get("agent"), meta.get("model")) if v) or "unknown"
-    backends = Counter(f"{r.backend or 'none'} ({r.enforcement or 'none'})" for r in saved.records)
-    header = _el(
-        "header", None,
-        _el("h1", None, "firstrun report"),
-        _el("p", {"class": "dim"},
-            f"{len(saved.records)} run{'s' if len(saved.records) != 1 else ''} of {len(tasks)} "
-            f"task{'s' if len(tasks) != 1 else ''}; agent {agent}; started {meta.get('started_at') or 'unknown'}; "
-            f"backend (enforcement): {', '.join(f'{k} x{n}' for k, n in backends.items()) or 'none'}"),
-        _el("p", {"class": "dim"}, f"Rendered {when} by firstrun {__version__} from ",
-            _el("code", None, os.fspath(saved.path)), " only."),
-    )
+    return [(n, task, runs) for n, (task, runs) in enumerate(grouped.items(), start=1)]
+
+
+def _sweep_body(saved: SavedResults, prefix: str = "") -> list[Child]:
+    """Findings first, then the overview, mutation scores, each task and every narrated trace."""
     if not saved.records:
-        body: list[Child] = [_el("p", {"class": "none"}, "No run finished: there is nothing to report.")]
-    else:
-        body = [_findings_section(build_report(read_runs(saved), read_suggestions(saved)), saved.records),
-                _el("h2", None, "Overview"),
-                _overview(tasks, [r for _, _, runs in tasks for _, r in runs]),
-                _mutation_section(mutation_scores(saved.records, meta.get("mutated") or ())),
-                [_task_section(n, task, runs) for n, task, runs in tasks],
-                _trace_section(saved, indexed)]
+        return [_el("p", {"class": "none"}, "No run finished: there is nothing to report.")]
+    tasks = _grouped(saved)
+    return [_findings_section(build_report(read_runs(saved), read_suggestions(saved)), saved.records, prefix),
+            _el("h2", None, "Overview"),
+            _overview(tasks, [r for _, _, runs in tasks for _, r in runs], prefix),
+            _mutation_section(mutation_scores(saved.records, saved.meta.get("mutated") or ())),
+            [_task_section(n, task, runs, prefix) for n, task, runs in tasks],
+            _trace_section(saved, list(enumerate(saved.records)), prefix)]
+
+
+def _arms_section(matrix: ArmsMatrix) -> Markup:
+    """The arm x task matrix of pass rates (Wilson intervals), and Fisher's test per pair."""
+    header, *rows = matrix_rows(matrix)
+    return _el("section", {"id": "arms"}, _el("h2", None, "Arms"),
+               _el("p", {"class": "dim"}, "Pass rate over evidential runs, with a 95% Wilson interval."),
+               _table(header, [[_el("a", {"href": f"#arm-{i}"}, row[0]), *row[1:]]
+                               for i, row in enumerate(rows, start=1)], cls="overview"),
+               _el("h3", None, "Fisher's exact test per task between each pair of arms"),
+               _el("ul", None, [_el("li", None, pair_text(pair, matrix)) for pair in matrix.pairs]))
+
+
+def _page(header: Markup, body: Sequence[Child]) -> str:
     head = Markup(
         '<meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{_text(CSP)}">'
@@ -449,6 +461,52 @@ def render_html(saved: SavedResults, *, generated_at: datetime | None = None) ->
     return "<!DOCTYPE html>\n" + page + "\n"
 
 
-def write_html(path: str | os.PathLike[str], saved: SavedResults) -> None:
-    """Write the page to ``path``, replacing it atomically."""
-    write_text_atomic(Path(path), render_html(saved))
+def _rendered(when: str, paths: Sequence[Path]) -> Markup:
+    return _el("p", {"class": "dim"}, f"Rendered {when} by firstrun {__version__} from ",
+               [[_el("code", None, os.fspath(p)), " "] for p in paths], "only.")
+
+
+def render_html(saved: SavedResults, *, generated_at: datetime | None = None) -> str:
+    """The whole page for ``saved``."""
+    tasks = _grouped(saved)
+    meta = saved.meta
+    when = (generated_at or datetime.now(UTC)).isoformat(timespec="seconds")
+    agent = " ".join(str(v) for v in (meta.get("agent"), meta.get("model")) if v) or "unknown"
+    backends = Counter(f"{r.backend or 'none'} ({r.enforcement or 'none'})" for r in saved.records)
+    header = _el(
+        "header", None,
+        _el("h1", None, "firstrun report"),
+        _el("p", {"class": "dim"},
+            f"{len(saved.records)} run{'s' if len(saved.records) != 1 else ''} of {len(tasks)} "
+            f"task{'s' if len(tasks) != 1 else ''}; agent {agent}; started {meta.get('started_at') or 'unknown'}; "
+            f"backend (enforcement): {', '.join(f'{k} x{n}' for k, n in backends.items()) or 'none'}"),
+        _rendered(when, [saved.path]),
+    )
+    return _page(header, _sweep_body(saved))
+
+
+def render_arms_html(arms: Sequence[tuple[str, SavedResults]], *,
+                     generated_at: datetime | None = None) -> str:
+    """One page for a sweep of several arms: the arms matrix, then each arm's report."""
+    when = (generated_at or datetime.now(UTC)).isoformat(timespec="seconds")
+    runs = sum(len(s.records) for _, s in arms)
+    header = _el("header", None, _el("h1", None, "firstrun report"),
+                 _el("p", {"class": "dim"}, f"{len(arms)} arms, {runs} run{'s' if runs != 1 else ''}."),
+                 _rendered(when, [s.path for _, s in arms]))
+    body: list[Child] = [_arms_section(arms_matrix([(name, s.records) for name, s in arms]))]
+    for i, (name, saved) in enumerate(arms, start=1):
+        agent = " ".join(str(v) for v in (saved.meta.get("agent"), saved.meta.get("model")) if v)
+        body.append(_el("section", {"id": f"arm-{i}", "class": "arm"},
+                        _el("h1", None, f"Arm {name}"),
+                        _el("p", {"class": "dim"}, f"agent {agent or 'unknown'}; started "
+                            f"{saved.meta.get('started_at') or 'unknown'}; results ",
+                            _el("code", None, os.fspath(saved.path))),
+                        _sweep_body(saved, prefix=f"arm-{i}-")))
+    return _page(header, body)
+
+
+def write_html(path: str | os.PathLike[str],
+               saved: SavedResults | Sequence[tuple[str, SavedResults]]) -> None:
+    """Write the page (of one sweep, or of several named arms) to ``path``, atomically."""
+    write_text_atomic(Path(path), render_html(saved) if isinstance(saved, SavedResults)
+                      else render_arms_html(saved))

@@ -9,7 +9,8 @@ it, so a report built from a results file someone else wrote embeds no
 other file of this machine. A run whose trace is missing or unreadable is
 read as a marked gap (``findings.Gap``), never an error. Saved suggestions
 (``findings --suggest``) are read from the results directory, and a
-malformed suggestions file is one ``UsageError`` line naming it.
+malformed suggestions file is one ``UsageError`` line naming it. A directory
+holding a sweep of several arms (``results.arms``) is read as its arms.
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from firstrun.errors import UsageError, one_line
 from firstrun.reports.findings import Gap, RunTrace
 from firstrun.reports.suggestions import FILE, Key, Suggestion, SuggestionsError, parse_suggestions
+from firstrun.results.arms import read_arms
 from firstrun.results.model import RunRecord
 from firstrun.results.mutation import is_mutant
 from firstrun.results.store import RESULTS_FILE, load_results
@@ -38,6 +40,8 @@ class SavedResults:
     path: Path
     meta: Mapping[str, Any]
     records: tuple[RunRecord, ...]
+    # The arm's name when this is one arm of a sweep of several.
+    arm: str | None = None
 
     @property
     def docs_records(self) -> tuple[RunRecord, ...]:
@@ -60,6 +64,11 @@ def load_saved(target: str | os.PathLike[str], *, label: str) -> SavedResults:
     """
     given = Path(target)
     path = given / RESULTS_FILE if given.is_dir() else given
+    arms = read_arms(given, label=label) if given.is_dir() and not path.exists() else None
+    if arms:
+        raise UsageError(f"{label}: {given} holds a sweep of several arms "
+                         f"({', '.join(a.name for a in arms)}): give one arm's directory, "
+                         f"{given / arms[0].name}")
     if not path.is_file():
         where = f"{given} holds no {RESULTS_FILE}" if given.is_dir() else f"{given}: no such file or directory"
         raise UsageError(f"{label}: {where} (give a results directory or its {RESULTS_FILE})")
@@ -76,6 +85,16 @@ def load_saved(target: str | os.PathLike[str], *, label: str) -> SavedResults:
     meta = document.get("meta")
     return SavedResults(root=path.parent, path=path, meta=meta if isinstance(meta, dict) else {},
                         records=tuple(records))
+
+
+def load_sweep(target: str | os.PathLike[str], *, label: str) -> tuple[SavedResults, ...]:
+    """A sweep's saved results: each arm's, in the order they ran, when ``target`` holds a
+    sweep of several arms; else the one ``load_saved`` reads."""
+    given = Path(target)
+    arms = read_arms(given, label=label) if given.is_dir() else None
+    if not arms:
+        return (load_saved(given, label=label),)
+    return tuple(replace(load_saved(given / arm.name, label=label), arm=arm.name) for arm in arms)
 
 
 def read_runs(saved: SavedResults) -> tuple[RunTrace, ...]:

@@ -81,7 +81,8 @@ def image_reference(text: str) -> str:
 
 # How a flag takes its value: ``value`` (one, the last given wins), ``switch``
 # (present or not), ``toggle`` (--x and --no-x, unset when neither is given),
-# ``repeated`` (each use adds one) and ``positional`` (the bare arguments).
+# ``repeated`` (each use adds one; for --agent, --model and --affordances each
+# value is an arm, ``results.arms``) and ``positional`` (the bare arguments).
 Kind = Literal["value", "switch", "toggle", "repeated", "positional"]
 
 
@@ -156,12 +157,13 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
               default=(),
               help="run a bundled example (see 'firstrun examples'), or 'all'; repeatable",
               exempt="the tasks are identified by their files' and checks' hashes instead"),
-    RunOption(field="agent", flag="--agent", kind="value", default="replay",
+    RunOption(field="agent", flag="--agent", kind="repeated", convert=tuple, default=(),
               help="who works through the docs (default: replay, which runs the task's replay "
-              "steps and needs no model or key)",
+              "steps and needs no model or key); repeatable: each value is an arm",
               identity="agent", meta=True),
-    RunOption(field="model", flag="--model", kind="value",
-              help="the model the agent uses (agents that take one)",
+    RunOption(field="model", flag="--model", kind="repeated", convert=tuple, default=(),
+              help="the model the agent uses (agents that take one); repeatable: each value is "
+              "an arm, run on every task (OUT/ARM/ per arm)",
               identity="model", meta=True),
     RunOption(field="base_url", flag="--base-url", kind="value", metavar="URL",
               help="send the model agent's API calls to URL (a proxy, a compatible server)",
@@ -248,10 +250,11 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
               "ends the run as infra_error, naming the page",
               exempt="where the same pages are read from, not what a run measures"),
     # The values of firstrun.docs.Affordances, named here so parsing imports no docs code.
-    RunOption(field="affordances", flag="--affordances", kind="value", choices=("all", "none"),
-              default="all",
+    RunOption(field="affordances", flag="--affordances", kind="repeated", choices=("all", "none"),
+              convert=tuple, default=(),
               help="none hides llms.txt, llms-full.txt and .md page variants from read_docs "
-              "(pages on the task's route excepted), to measure what they are worth (default: all)",
+              "(pages on the task's route excepted), to measure what they are worth (default: "
+              "all); give both for an arm each",
               identity="affordances", meta=True),
     RunOption(field="probe_affordances", flag="--probe-affordances", kind="switch", default=False,
               help="record which of llms.txt, llms-full.txt and the route pages' .md variants "
