@@ -55,7 +55,7 @@ def mutate_command(request: RunRequest, *, as_json: bool = False) -> int:
 
     project = find_project_config(request.config)
     _say_where(project, given=request.config)
-    request = replace(_with_project(request, project), agent="replay", repeat=1)
+    request = replace(_with_project(request, project), agent=("replay",), repeat=1)
     _check_paths(request)
     tasks, mirrors = _select(request)
     if project is not None:

@@ -24,7 +24,7 @@ from firstrun.results.store import SCHEMA_VERSION, write_json_atomic
 ARMS_FILE = "arms.json"
 
 # What a directory name may hold; anything else in a value (a model's "/") becomes "-".
-_UNSAFE = re.compile(r"[^A-Za-z0-9._=-]+")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._=+-]+")
 
 
 @dataclass(frozen=True, kw_only=True)
