@@ -150,8 +150,9 @@ def test_every_input_is_documented_in_the_doc_and_the_readme_names_the_version()
 def test_the_run_step_with_defaults_builds_a_valid_command(tmp_path: Path) -> None:
     argv = _argv_of_run_step(tmp_path, {})
     args = build_parser().parse_args(argv)
-    assert (args.subcommand, args.tasks, args.agent, args.repeat) == ("run", [], "replay", 1)
-    assert args.backend is None and args.model is None
+    # --agent and --model are repeatable (each value an arm): the step gives one agent, no model.
+    assert (args.subcommand, args.tasks, args.agent, args.repeat) == ("run", [], ["replay"], 1)
+    assert args.backend is None and args.model == []
     assert args.junit == "firstrun-results/junit.xml"
     # The job summary: the file GitHub Actions names in $GITHUB_STEP_SUMMARY.
     assert args.github_summary is True and args.github_summary_file is None
@@ -163,7 +164,7 @@ def test_the_run_step_passes_every_input_through(tmp_path: Path) -> None:
         "repeat": "5", "args": "--workers 2 --max-spend 3", "out": "res"})
     args = build_parser().parse_args(argv)
     assert args.tasks == ["tasks/a.yaml", "tasks/more"]
-    assert (args.agent, args.model, args.backend, args.repeat) == ("claude", "m-1", "linux", 5)
+    assert (args.agent, args.model, args.backend, args.repeat) == (["claude"], ["m-1"], "linux", 5)
     assert (args.workers, str(args.max_spend), args.out) == (2, "3", "res")
 
 
