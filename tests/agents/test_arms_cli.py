@@ -9,15 +9,18 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import openai_wire as wire
 import pytest
 from agent_support import DOCS_HOST, FIXTURES, greeter_task
-from vendor_support import Request, Router, VendorServer
+from vendor_support import Reply, Request, Router, VendorServer
 
 FIRSTRUN = Path(sys.executable).parent / "firstrun"
 GREET = "printf 'hello, reader\\n' > greeting.txt"
@@ -47,10 +50,15 @@ def firstrun(*args: str) -> subprocess.CompletedProcess[str]:
                           stdin=subprocess.DEVNULL, env=_env(), timeout=600)
 
 
-def sweep(task: Path, url: str, *extra: str) -> subprocess.CompletedProcess[str]:
-    return firstrun("run", str(task), "--agent", "openai", "--base-url", f"{url}/v1",
-                    "--model", GOOD, "--model", BAD, "--repeat", str(REPEAT), "--backend", "linux",
-                    "--docs-mirror", f"{DOCS_HOST}={FIXTURES / 'docs'}", *extra)
+def sweep_argv(task: Path, url: str, *extra: str, repeat: int = REPEAT) -> list[str]:
+    return [str(FIRSTRUN), "run", str(task), "--agent", "openai", "--base-url", f"{url}/v1",
+            "--model", GOOD, "--model", BAD, "--repeat", str(repeat), "--backend", "linux",
+            "--docs-mirror", f"{DOCS_HOST}={FIXTURES / 'docs'}", *extra]
+
+
+def sweep(task: Path, url: str, *extra: str, repeat: int = REPEAT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(sweep_argv(task, url, *extra, repeat=repeat), capture_output=True,
+                          text=True, stdin=subprocess.DEVNULL, env=_env(), timeout=600)
 
 
 def conversations(seen: list[Request]) -> list[str]:
@@ -162,6 +170,46 @@ def test_resuming_runs_only_what_each_arm_lacks(swept, server: VendorServer,
         assert sorted(r["attempt"] for r in document["runs"]) == list(range(1, REPEAT + 1))
         assert {r["classification"] for r in document["runs"]} == {classification}
         assert len(document["meta"]["resumed"]) == 1
+
+
+def test_a_sweep_interrupted_in_its_second_arm_resumes_only_what_is_missing(tmp_path: Path) -> None:
+    task = greeter_task(tmp_path).path
+    out = tmp_path / "out"
+    held = threading.Event()
+    bad = wire.script(wire.completion("I found no greeting to write.", local=True))
+
+    def gated(request: Request) -> Reply:
+        held.wait(timeout=300)
+        return bad(request)
+
+    good = wire.script(wire.completion(None, wire.bash(GREET), local=True),
+                       wire.completion("Done.", local=True))
+    with VendorServer(Router(lambda r: r.body["model"], {GOOD: good, BAD: gated})) as server:
+        proc = subprocess.Popen(sweep_argv(task, server.url, "--out", str(out), repeat=2),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                stdin=subprocess.DEVNULL, env=_env())
+        try:
+            # The second arm's first turn is held at the server: the first arm is done.
+            while BAD not in conversations(server.seen()) and proc.poll() is None:
+                time.sleep(0.1)
+            proc.send_signal(signal.SIGINT)
+            held.set()
+            _, stderr = proc.communicate(timeout=300)
+        finally:
+            held.set()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert proc.returncode == 130, stderr
+        assert [r["attempt"] for r in results(out / GOOD)["runs"]] == [1, 2]
+        kept = len(results(out / BAD)["runs"])
+        assert kept < 2
+        before = len(server.seen())
+        done = sweep(task, server.url, "--resume", str(out), repeat=2)
+    assert done.returncode == 1, done.stderr
+    assert conversations(server.seen()[before:]) == [BAD] * (2 - kept)
+    assert sorted(r["attempt"] for r in results(out / GOOD)["runs"]) == [1, 2]
+    assert sorted(r["attempt"] for r in results(out / BAD)["runs"]) == [1, 2]
 
 
 def test_a_resume_whose_arms_differ_is_refused_naming_the_flag(swept) -> None:
