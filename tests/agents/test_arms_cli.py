@@ -240,3 +240,26 @@ def test_bad_arms_are_refused_in_one_line_naming_the_flag(tmp_path: Path, flags:
     assert done.returncode == 3, done.stderr
     assert named in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_max_spend_caps_the_whole_sweep_not_each_arm(tmp_path: Path) -> None:
+    # 1000 USD per million tokens of every kind: a token costs 0.001 USD, and each run
+    # reserves its max_tokens (1000) at that rate, 1 USD. m-good's two runs settle 240
+    # tokens each (two turns of 100 in, 20 out), 0.48 USD, leaving the second arm 1.02
+    # USD of the 1.5: one reservation fits and settles 0.12 (one turn), the next
+    # (0.12 + 1 > 1.02) does not. A cap per arm would have let m-bad run twice.
+    task = greeter_task(tmp_path, budgets={"max_tokens": 1000}).path
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("".join(f"{m}: {{input: 1000, output: 1000, cached: 1000}}\n" for m in (GOOD, BAD)),
+                      encoding="utf-8")
+    good = wire.script(wire.completion(None, wire.bash(GREET)), wire.completion("Done."))
+    bad = wire.script(wire.completion("I found no greeting to write."))
+    out = tmp_path / "out"
+    with VendorServer(Router(lambda r: r.body["model"], {GOOD: good, BAD: bad})) as server:
+        done = sweep(task, server.url, "--out", str(out), "--price-file", str(prices),
+                     "--max-spend", "1.5", repeat=2)
+    assert done.returncode == 1, done.stderr
+    assert conversations(server.seen()) == [GOOD, GOOD, BAD]
+    assert [r["classification"] for r in results(out / GOOD)["runs"]] == ["passed", "passed"]
+    assert [r["attempt"] for r in results(out / BAD)["runs"]] == [1]
+    assert "--max-spend 1.5 USD reached (0.60 USD settled)" in done.stderr
