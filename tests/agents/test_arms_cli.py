@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -84,7 +85,8 @@ def swept(tmp_path_factory: pytest.TempPathFactory, server: VendorServer,
     tmp = tmp_path_factory.mktemp("arms")
     task = greeter_task(tmp).path
     out = tmp / "out"
-    done = sweep(task, server.url, "--out", str(out))
+    done = sweep(task, server.url, "--out", str(out), "--junit", str(tmp / "junit.xml"),
+                 "--github-summary-file", str(tmp / "summary.md"))
     return task, out, done, conversations(server.seen())
 
 
@@ -115,6 +117,15 @@ def test_the_sweep_ends_with_the_arms_matrix_and_fishers_test(swept) -> None:
     matrix = done.stdout[done.stdout.index("arms (pass rate"):]
     assert GOOD_CELL in matrix and BAD_CELL in matrix
     assert f"{GOOD} vs {BAD}, greeter: {GOOD} higher (p {P_VALUE})" in matrix
+
+
+def test_junit_and_the_summary_name_each_arm(swept) -> None:
+    _, out, _, _ = swept
+    suites = ET.parse(out.parent / "junit.xml").getroot().findall("testsuite")
+    assert sorted((s.get("name"), s.get("tests"), s.get("failures")) for s in suites) == [
+        (f"{BAD}/greeter", str(REPEAT), str(REPEAT)), (f"{GOOD}/greeter", str(REPEAT), "0")]
+    summary = (out.parent / "summary.md").read_text(encoding="utf-8")
+    assert summary.startswith("## Arms\n") and f"## firstrun: arm {BAD}" in summary
 
 
 def test_findings_and_report_of_the_sweep_put_the_matrix_first(swept, tmp_path: Path) -> None:
