@@ -29,13 +29,16 @@ def test_arms_are_the_product_in_the_order_given_named_by_what_varies() -> None:
 def test_a_name_is_one_safe_directory_name() -> None:
     arms = sweep_arms(("openai",), ("org/model:7b", "..hidden"), ())
     assert [a.name for a in arms] == ["org-model-7b", "hidden"]
+    # One value names no arm, so any model name the agent takes will do.
+    assert sweep_arms(("openai",), ("...",), ())[0].model == "..."
 
 
 @pytest.mark.parametrize(("agents", "models", "affordances", "flag"), [
     (("openai", "openai"), ("m",), (), "--agent: 'openai' is given twice"),
     (("openai",), ("m", "n", "m"), (), "--model: 'm' is given twice"),
     ((), (), ("none", "none"), "--affordances: 'none' is given twice"),
-    (("openai",), ("org/m", "org:m"), (), "--model: the values 'org/m', 'org:m' would share"),
+    (("openai",), ("org/m", "org:m"), (), "--model: the values 'org/m' and 'org:m' would share"),
+    (("openai",), ("m", "..."), (), "--model: '...' has no letter or digit"),
 ])
 def test_values_that_would_make_one_arm_twice_are_refused_naming_the_flag(
         agents: tuple[str, ...], models: tuple[str, ...], affordances: tuple[str, ...],

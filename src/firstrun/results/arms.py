@@ -37,32 +37,42 @@ class Arm:
     affordances: str
 
 
-def _no_repeats(flag: str, values: Sequence[str]) -> None:
+def _safe(value: str) -> str:
+    return _UNSAFE.sub("-", value).lstrip(".")
+
+
+def _distinct(flag: str, values: Sequence[str]) -> None:
+    """Refuse a value given twice and, where each names an arm, two that one name would hold."""
+    names: dict[str, str] = {}
     for value in values:
-        if values.count(value) > 1:
+        if value in names.values():
             raise UsageError(f"{flag}: {value!r} is given twice; each value is one arm")
+        name = _safe(value)
+        if len(values) > 1 and not name:
+            raise UsageError(f"{flag}: {value!r} has no letter or digit to name its arm by")
+        if len(values) > 1 and name in names:
+            raise UsageError(f"{flag}: the values {names[name]!r} and {value!r} would share one "
+                             "arm directory once made safe as names; give values that differ "
+                             "in letters or digits")
+        names[name] = value
 
 
 def sweep_arms(agents: Sequence[str], models: Sequence[str], affordances: Sequence[str], *,
                default_agent: str = "replay", default_affordances: str = "all") -> tuple[Arm, ...]:
     """Every combination of the values given (a flag not given takes its default), in order."""
     for flag, values in (("--agent", agents), ("--model", models), ("--affordances", affordances)):
-        _no_repeats(flag, list(values))
+        _distinct(flag, list(values))
     agent_values = list(agents) or [default_agent]
     model_values: list[str | None] = list(models) or [None]
     affordance_values = list(affordances) or [default_affordances]
     arms = []
     for agent, model, shown in itertools.product(agent_values, model_values, affordance_values):
+        # Each part is distinct within its flag, and every name has the same parts.
         parts = ([agent] if len(agent_values) > 1 else []) \
             + ([str(model)] if len(model_values) > 1 else []) \
             + ([f"affordances={shown}"] if len(affordance_values) > 1 else [])
-        name = _UNSAFE.sub("-", "+".join(parts)).lstrip(".") if parts else ""
-        arms.append(Arm(name=name, agent=agent, model=model, affordances=shown))
-    names = [a.name for a in arms]
-    if len(arms) > 1 and (len(set(names)) != len(names) or "" in names):
-        raise UsageError(f"--model: the values {', '.join(map(repr, models))} would share one arm "
-                         "directory once made safe as names; give models that differ in letters "
-                         "or digits")
+        arms.append(Arm(name="+".join(_safe(part) for part in parts), agent=agent, model=model,
+                        affordances=shown))
     return tuple(arms)
 
 
