@@ -1,0 +1,124 @@
+"""A pinned agent CLI from the npm registry, in a cache outside every workspace.
+
+Guarantee: ``ensure`` returns the CLI's directory only when it holds exactly
+the pinned tarball's contents: the tarball is downloaded from the npm
+registry, refused unless its ``dist.integrity`` matches the pin, and
+unpacked beside the final path, then renamed into place, so a half-written
+cache is never used. Nothing is fetched from inside a run: the session is
+lent the directory read-only (``CliInstall.root``) and runs ``executable``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import os
+import shutil
+import tarfile
+import tempfile
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from firstrun.errors import SandboxError
+
+NPM_REGISTRY = "https://registry.npmjs.org"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CliPin:
+    """One agent CLI: the package a reader installs, and the one whose files run here.
+
+    Claude Code's ``@anthropic-ai/claude-code`` is a launcher whose
+    postinstall copies a native binary out of a per-platform package; firstrun
+    takes that package (``tarball_name``) directly, so no install script runs.
+    """
+
+    cli: str
+    package: str
+    version: str
+    tarball_name: str
+    tarball_version: str
+    integrity: str
+    # Relative to the unpacked package directory.
+    executable: str
+
+    @property
+    def url(self) -> str:
+        base = self.tarball_name.rsplit("/", 1)[-1]
+        return f"{NPM_REGISTRY}/{self.tarball_name}/-/{base}-{self.tarball_version}.tgz"
+
+    @property
+    def key(self) -> str:
+        return f"{self.cli}-{self.version}-{self.integrity.partition('-')[2][:16]}".replace("/", "_")
+
+
+CLAUDE_CODE = CliPin(
+    cli="claude-code", package="@anthropic-ai/claude-code", version="2.1.332",
+    tarball_name="@anthropic-ai/claude-code-linux-x64", tarball_version="2.1.332",
+    integrity="sha512-f4JWhzwYutJIHScC7/dYOPX6s28tt7ZADhsOi8zwOHq5fFPEuUeChh2NMfinSg0GrUckYxaeebC4h0DqiKzLcw==",
+    executable="claude",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CliInstall:
+    pin: CliPin
+    root: str
+
+    @property
+    def executable(self) -> str:
+        return os.path.join(self.root, self.pin.executable)
+
+
+def default_cache() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "firstrun" / "agents"
+
+
+def _download(pin: CliPin) -> bytes:
+    try:
+        with urllib.request.urlopen(pin.url, timeout=600) as answer:
+            return answer.read()
+    except OSError as exc:
+        raise SandboxError(f"{pin.package}@{pin.version}: cannot download {pin.url}: {exc}",
+                           who="agents") from exc
+
+
+def verify(pin: CliPin, body: bytes) -> None:
+    """Refuse ``body`` unless it is the pinned tarball (its ``dist.integrity``)."""
+    algorithm, _, expected = pin.integrity.partition("-")
+    got = base64.b64encode(hashlib.new(algorithm, body).digest()).decode()
+    if got != expected:
+        raise SandboxError(f"{pin.package}@{pin.version}: integrity {algorithm}-{got} is not "
+                           f"the pinned {pin.integrity}", who="agents")
+
+
+def ensure(pin: CliPin, cache: Path | None = None) -> CliInstall:
+    """The pinned CLI, installed into ``cache`` (default ``~/.cache/firstrun/agents``) once."""
+    where = (cache or default_cache()) / pin.key
+    if (where / pin.executable).is_file():
+        return CliInstall(pin=pin, root=str(where))
+    body = _download(pin)
+    verify(pin, body)
+    where.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{pin.key}-", dir=where.parent))
+    try:
+        with tarfile.open(fileobj=io.BytesIO(body), mode="r:gz") as archive:
+            # "data": no absolute paths, no links out, no device files.
+            archive.extractall(staging, filter="data")
+        package = staging / "package"
+        (package / pin.executable).chmod(0o755)
+        # World-readable: the sandbox's uid reads it through the read-only lend.
+        for path in (package, *package.rglob("*")):
+            path.chmod(path.stat().st_mode | 0o444 | (0o111 if path.is_dir() else 0))
+        try:
+            package.rename(where)
+        except OSError:
+            # Another run installed it first; theirs is the same verified tarball.
+            if not (where / pin.executable).is_file():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return CliInstall(pin=pin, root=str(where))
