@@ -27,6 +27,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from firstrun.agents.base import Agent, AgentResult, AgentStop, Brief, BudgetExhausted
+from firstrun.agents.cli.frame import ProcessAgent
 from firstrun.docs import Politeness, probe_affordances
 from firstrun.errors import SandboxError
 from firstrun.proxy.records import now_iso
@@ -139,7 +140,8 @@ def _carry_out(task: Task, *, agent: Agent, config: RunConfig, where: Path,
         with ExitStack() as stack:
             enclosure = stack.enter_context(open_sandbox(
                 task, workspace=str(workspace), config=config, politeness=politeness,
-                on_record=recorder.egress, protect=False))
+                on_record=recorder.egress, protect=False,
+                needs=agent.needs() if isinstance(agent, ProcessAgent) else None))
             session = enclosure.session
             stack.enter_context(_interrupt_on(stop, session))
             recorder.emit(SandboxStarted(info=session.info.to_data()))

@@ -10,12 +10,14 @@ way out the reader closes, then the session, then the proxy.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from firstrun.agents.cli.frame import Needs, Route
 from firstrun.docs import (
     AffordanceFilter,
     Affordances,
@@ -24,12 +26,14 @@ from firstrun.docs import (
     default_user_agent,
 )
 from firstrun.enclosure import Egress, open_enclosure
-from firstrun.errors import UsageError
+from firstrun.errors import SandboxUnavailable, UsageError
+from firstrun.policy.addresses import IPAddress
 from firstrun.policy.network import Mode, NetworkPolicy
 from firstrun.policy.process import Limits
 from firstrun.policy.profile import SandboxProfile
 from firstrun.proxy.credentials import mint
 from firstrun.proxy.records import EgressRecord
+from firstrun.proxy.server import Resolver, system_resolver
 from firstrun.run.config import RunConfig
 from firstrun.sandbox.base import Session
 from firstrun.sandbox.hostfs import host_filesystem_policy
@@ -122,6 +126,17 @@ def run_image(task: Task, config: RunConfig) -> str | None:
     return task.spec.image or config.image
 
 
+def _routed(routes: Sequence[Route]) -> Resolver:
+    """The system resolver, but for the routed names, which resolve to their address only."""
+    table = {r.host: [ipaddress.ip_address(r.address)] for r in routes}
+
+    async def resolve(host: str, port: int) -> list[IPAddress]:
+        found = table.get(host)
+        return list(found) if found is not None else await system_resolver(host, port)
+
+    return resolve
+
+
 @contextmanager
 def open_sandbox(
     task: Task,
@@ -132,12 +147,21 @@ def open_sandbox(
     on_record: Callable[[EgressRecord], None],
     protect: bool,
     lift: tuple[str, ...] = (),
+    needs: Needs | None = None,
 ) -> Iterator[Sandbox]:
     """Raises SandboxUnavailable/AttestationFailed/SandboxError/ProxyError/UsageError as they come.
 
-    ``protect`` and ``lift``: as ``task_profile``'s.
+    ``protect`` and ``lift``: as ``task_profile``'s. ``needs``: what an agent
+    CLI asked for (``firstrun.agents.cli.frame``): its directories lent
+    read-only, and its routes as overrides in the policy, which the harness
+    proxy alone can resolve (a backend with its own proxy refuses them).
     """
     policy = task_policy(task, config)
+    routes = needs.routes if needs is not None else ()
+    if routes:
+        policy = replace(policy, overrides=policy.overrides + NetworkPolicy.build(
+            allow=(), source="agent routes",
+            overrides=[(f"{r.host}:{r.port}", [f"{r.address}/32"]) for r in routes]).overrides)
     image = run_image(task, config)
     # A sweep resolves ``auto`` once before its runs; a lone run does it here.
     # From here on the entry travels, never its name.
@@ -145,10 +169,17 @@ def open_sandbox(
         "auto", BackendOptions(), (image,)).backend)
     if task.spec.firstrun.isolation == "vm":
         require_vm(chosen.name, who=f"task {task.name}")
+    if routes and chosen.own_proxy:
+        raise SandboxUnavailable(
+            f"--agent: the {chosen.name} backend runs its own proxy, which cannot route the "
+            "agent's harness services", who=chosen.name, fix="use --backend linux")
     profile = task_profile(task, workspace, policy, config, protect=protect, lift=lift)
+    if needs is not None and needs.lend:
+        profile = replace(profile, fs=replace(profile.fs,
+                                              readonly=profile.fs.readonly + needs.lend))
     with ExitStack() as stack:
         enclosure = stack.enter_context(open_enclosure(
-            chosen, profile, Egress(env=os.environ, on_record=on_record),
+            chosen, profile, Egress(env=os.environ, on_record=on_record, resolver=_routed(routes)),
             options=BackendOptions(allow_unenforced=config.allow_unenforced, image=image),
             docs=True))
         docs_address = enclosure.listen_docs()

@@ -38,7 +38,7 @@ from firstrun.run.events import (
     PermissionDecided,
     Source,
 )
-from firstrun.sandbox.base import ExecResult, Session
+from firstrun.sandbox.base import ExecResult, Session, Stream
 
 if TYPE_CHECKING:
     from firstrun.run.record import Refusals
@@ -122,6 +122,31 @@ class RunToolbelt:
                 f"the agent phase used its {self._max_seconds:g}s during: {command}",
             )
         return result
+
+    def run_process(self, argv: Sequence[str], *, env: dict[str, str],
+                    on_output: Callable[[bytes], None]) -> ExecResult:
+        # An agent CLI: its whole life is the agent phase, so its limit is the
+        # wall budget left, not the per-command limit its own commands get.
+        left = self._remaining()
+
+        def out(stream: Stream, data: bytes) -> None:
+            if stream is Stream.STDOUT:
+                on_output(data)
+
+        result = self._session.exec(list(argv), timeout=left, env=env, on_output=out)
+        if result.timed_out:
+            raise BudgetExhausted(Budget.MAX_SECONDS,
+                                  f"the agent phase used its {self._max_seconds:g}s")
+        return result
+
+    def permit(self, tool: str, argument: str) -> None:
+        self._remaining()
+        self._permit(tool, argument)
+
+    def record_command(self, *, command: str, exit_code: int, stdout: str, stderr: str,
+                       timed_out: bool = False) -> None:
+        self._emit(CommandRan(source=Source.AGENT, command=command, exit_code=exit_code,
+                              duration_s=0.0, timed_out=timed_out, stdout=stdout, stderr=stderr))
 
     def read_docs(self, url: str) -> Page:
         self._remaining()

@@ -1,0 +1,63 @@
+"""What an agent CLI needs from the run beyond a model agent's toolbelt.
+
+Guarantee: an agent CLI says before the session starts what it needs lent
+(``Needs.lend``: host directories, read-only) and routed (``Needs.routes``:
+a name the proxy sends to a harness address, as a recorded override), and
+the run grants exactly that; during the run it works through a
+``ProcessToolbelt``: it runs as one sandboxed process whose commands it
+reports, never a process of the harness.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from firstrun.agents.base import Toolbelt
+
+if TYPE_CHECKING:
+    from firstrun.sandbox.base import ExecResult
+
+
+@dataclass(frozen=True, kw_only=True)
+class Route:
+    """``host:port`` inside the sandbox's egress reaches ``address`` (a loopback IP) on the host."""
+
+    host: str
+    port: int
+    address: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Needs:
+    lend: tuple[str, ...] = ()
+    routes: tuple[Route, ...] = ()
+
+
+@runtime_checkable
+class ProcessAgent(Protocol):
+    name: str
+    model: str | None
+
+    def needs(self) -> Needs: ...
+
+
+class ProcessToolbelt(Toolbelt, Protocol):
+    def run_process(self, argv: Sequence[str], *, env: dict[str, str],
+                    on_output: Callable[[bytes], None]) -> ExecResult:
+        """Run the agent's own process in the session until it ends or the wall budget does.
+
+        Not recorded as a command: the process reports its commands itself
+        (``record_command``). ``on_output`` gets its stdout as it comes.
+        """
+        ...
+
+    def permit(self, tool: str, argument: str) -> None:
+        """Decide one call by the permission rules and record it; ``CallRefused`` if refused."""
+        ...
+
+    def record_command(self, *, command: str, exit_code: int, stdout: str, stderr: str,
+                       timed_out: bool = False) -> None:
+        """Record a command the agent's process ran, as an agent ``command`` event."""
+        ...
