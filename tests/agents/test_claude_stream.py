@@ -43,7 +43,7 @@ def test_a_passing_stream_is_two_turns_one_command_and_a_success() -> None:
     assert (first.input_tokens, first.output_tokens) == (100, 20)
     assert last.text == "Done." and last.vendor_stop == "end_turn" and last.tool_calls == ()
     (ran,) = of(items, ToolOutcome)
-    assert (ran.exit_code, ran.stdout, ran.is_error) == (0, "hi", False)
+    assert (ran.exit_code, ran.stdout, ran.is_error, ran.ran) == (0, "hi", False, True)
     (final,) = of(items, Final)
     assert (final.subtype, final.is_error, final.result, final.num_turns) == \
         ("success", False, "Done.", 2)
@@ -55,6 +55,7 @@ def test_a_failed_command_a_refused_fetch_and_a_timeout_keep_their_facts() -> No
     assert (failed.exit_code, failed.stdout, failed.is_error) == (3, "out\nerr", True)
     assert failed.arguments["command"] == "echo out; echo err >&2; exit 3"
     assert fetch.name == "WebFetch" and fetch.exit_code is None and fetch.is_error
+    assert (failed.ran, fetch.ran) == (True, False)
     (denied,) = of(items, Denied)
     assert (denied.tool, denied.tool_use_id) == ("WebFetch", fetch.tool_use_id)
     assert slow.exit_code == 143

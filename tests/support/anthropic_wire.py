@@ -11,9 +11,10 @@ the status codes the API uses (429 with ``retry-after``, 500 ``api_error``,
 from __future__ import annotations
 
 import itertools
+import json
 from typing import Any
 
-from support.vendor import Reply, Request, Script
+from support.vendor import Reply, Request, Responder, Script
 
 MODEL = "claude-test-1"
 _ids = itertools.count(1)
@@ -115,3 +116,39 @@ def tool_results(request: Request) -> list[dict[str, Any]]:
 
 def script(*steps: Reply | list[Reply]) -> Script:
     return Script(steps, turn_of=model_turns)
+
+
+def streamed(reply: Reply) -> Reply:
+    """``reply`` as the API streams it when asked to (``"stream": true``): its message as
+    message_start, one start/delta/stop per content block, message_delta (the output
+    tokens and the stop reason) and message_stop. Errors are never streamed."""
+    if reply.status != 200:
+        return reply
+    body = dict(reply.body)
+    content, usage = body.pop("content"), body["usage"]
+    start = {**body, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
+    events: list[tuple[str, Any]] = [("message_start", {"type": "message_start", "message": start})]
+    for index, block in enumerate(content):
+        if block["type"] == "text":
+            opened, delta = {"type": "text", "text": ""}, {"type": "text_delta", "text": block["text"]}
+        else:
+            opened = {**block, "input": {}}
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+        events += [("content_block_start", {"type": "content_block_start", "index": index,
+                                            "content_block": opened}),
+                   ("content_block_delta", {"type": "content_block_delta", "index": index,
+                                            "delta": delta}),
+                   ("content_block_stop", {"type": "content_block_stop", "index": index})]
+    events += [("message_delta", {"type": "message_delta",
+                                  "delta": {"stop_reason": body["stop_reason"], "stop_sequence": None},
+                                  "usage": {"output_tokens": usage["output_tokens"]}}),
+               ("message_stop", {"type": "message_stop"})]
+    return Reply(status=200, headers=reply.headers, events=events)
+
+
+def streaming(responder: Responder) -> Responder:
+    """``responder``, its replies streamed to a request that asks for a stream."""
+    def answer(request: Request) -> Reply:
+        reply = responder(request)
+        return streamed(reply) if (request.body or {}).get("stream") else reply
+    return answer

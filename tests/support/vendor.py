@@ -27,6 +27,8 @@ class Reply:
     status: int = 200
     body: Any = None
     headers: Mapping[str, str] = field(default_factory=dict)
+    # Server-sent events (name, data) served instead of ``body``: a streamed reply.
+    events: Sequence[tuple[str, Any]] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,9 +65,15 @@ class VendorServer(LoopbackServer):
                     reply = responder(request)
                 except Exception as exc:  # a script error shows as a 599 the test will see
                     reply = Reply(status=599, body={"script_error": repr(exc)})
-                data = json.dumps(reply.body).encode()
+                if reply.events is not None:
+                    kind = "text/event-stream"
+                    data = "".join(f"event: {name}\ndata: {json.dumps(value)}\n\n"
+                                   for name, value in reply.events).encode()
+                else:
+                    kind = "application/json"
+                    data = json.dumps(reply.body).encode()
                 self.send_response(reply.status)
-                self.send_header("content-type", "application/json")
+                self.send_header("content-type", kind)
                 self.send_header("content-length", str(len(data)))
                 for name, value in reply.headers.items():
                     self.send_header(name, value)

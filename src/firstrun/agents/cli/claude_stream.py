@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 _EXIT = re.compile(r"\AExit code (\d+)(?:\n|\Z)")
+# How the CLI marks the result of a call it refused to make.
+_NOT_RUN = "<tool_use_error>"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,6 +53,8 @@ class ToolOutcome:
     arguments: dict[str, Any]
     content: str
     is_error: bool
+    # False when the CLI never ran the call (a permission or input error of its own).
+    ran: bool
     exit_code: int | None
     stdout: str | None
     stderr: str | None
@@ -108,6 +112,7 @@ class ClaudeStream:
     def __init__(self) -> None:
         self._open: dict[str, _Open] = {}
         self._calls: dict[str, dict[str, Any]] = {}
+        self._denied: set[str] = set()
 
     def feed(self, line: str) -> list[Item]:
         line = line.strip()
@@ -140,6 +145,7 @@ class ClaudeStream:
             return [Init(version=data.get("claude_code_version"), model=data.get("model"),
                          mcp_servers=servers)]
         if data.get("subtype") == "permission_denied":
+            self._denied.add(str(data.get("tool_use_id")))
             return [Denied(tool_use_id=str(data.get("tool_use_id")), tool=str(data.get("tool_name")),
                            message=str(data.get("message", "")))]
         return []
@@ -203,9 +209,10 @@ class ClaudeStream:
             call = self._calls.get(ident, {})
             text = _text_of(block.get("content"))
             is_error = bool(block.get("is_error"))
+            ran = not (is_error and (text.startswith(_NOT_RUN) or ident in self._denied))
             exit_code: int | None = None
             stdout = stderr = None
-            if call.get("name") == "Bash":
+            if call.get("name") == "Bash" and ran:
                 found = _EXIT.match(text) if is_error else None
                 exit_code = int(found.group(1)) if found else (None if is_error else 0)
                 if isinstance(detail, dict):
@@ -214,7 +221,7 @@ class ClaudeStream:
                     stdout = text[found.end():]
             out.append(ToolOutcome(tool_use_id=ident, name=str(call.get("name", "")),
                                    arguments=dict(call.get("input") or {}), content=text,
-                                   is_error=is_error, exit_code=exit_code,
+                                   is_error=is_error, ran=ran, exit_code=exit_code,
                                    stdout=stdout, stderr=stderr))
         return out
 

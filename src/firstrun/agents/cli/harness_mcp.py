@@ -1,0 +1,126 @@
+"""The harness's MCP server for an agent CLI: ``read_docs``, and its permission prompts.
+
+Guarantee: the CLI inside the sandbox reaches this server only through the
+egress proxy (a recorded override routes ``HARNESS_HOST`` to its loopback
+port), and every call it serves goes through the run's toolbelt, so a page
+read through it is a ``docs_read`` and an asked permission a ``permission``
+event, held to the wall budget and the permission rules like any agent's.
+``approve`` answers the CLI's own permission prompts unattended: a command
+is decided by the task's rules for ``bash``; the CLI's web tools are
+refused (pages come through ``read_docs``, where they are recorded); its
+file tools are allowed, the sandbox bounds what they can touch. A budget
+that runs out or a stopped sweep, met inside a call, is kept in ``ended``
+for the agent, and the call is answered with an error.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from firstrun.agents.base import BudgetExhausted, CallRefused
+
+HARNESS_HOST = "harness.firstrun.internal"
+SERVER_NAME = "firstrun"
+READ_DOCS_TOOL = f"mcp__{SERVER_NAME}__read_docs"
+APPROVE_TOOL = f"mcp__{SERVER_NAME}__approve"
+# The CLI's own web tools: a page they fetched would be missing from the record.
+_WEB_TOOLS = frozenset({"WebFetch", "WebSearch"})
+
+
+class HarnessMcp:
+    """Serves on 127.0.0.1; ``bind`` hands it the run's calls before the CLI starts.
+
+    ``read_docs(url) -> str`` returns the page as the agent should see it
+    (raising ``BudgetExhausted``/``CallRefused`` like the toolbelt);
+    ``permit_bash(command)`` raises ``CallRefused`` for a refused command.
+    """
+
+    def __init__(self) -> None:
+        self._read: Callable[[str], str] | None = None
+        self._permit: Callable[[str], None] | None = None
+        self.ended: BaseException | None = None
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.bind(("127.0.0.1", 0))
+        self.port: int = self._sock.getsockname()[1]
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{HARNESS_HOST}:{self.port}/mcp"
+
+    def bind(self, *, read_docs: Callable[[str], str], permit_bash: Callable[[str], None]) -> None:
+        self._read, self._permit = read_docs, permit_bash
+
+    def _call(self, action: Callable[[], str]) -> str:
+        if self.ended is not None:
+            return f"error: {self.ended}"
+        try:
+            return action()
+        except CallRefused as exc:
+            return exc.message
+        except BudgetExhausted as exc:
+            self.ended = exc
+            return f"error: budget {exc.budget} spent: {exc.detail}"
+        except BaseException as exc:  # a stopped sweep (RunInterrupted) and harness faults
+            self.ended = exc
+            return "error: the run is over"
+
+    def read_docs(self, url: str) -> str:
+        def read() -> str:
+            assert self._read is not None
+            return self._read(url)
+        return self._call(read)
+
+    def approve(self, tool_name: str, input: dict[str, Any]) -> str:  # noqa: A002 (CLI's name)
+        def decide() -> str:
+            if tool_name in _WEB_TOOLS:
+                return json.dumps({"behavior": "deny", "message":
+                                   f"{tool_name} is not available here; read pages with "
+                                   f"{READ_DOCS_TOOL}"})
+            if tool_name == "Bash":
+                assert self._permit is not None
+                try:
+                    self._permit(str(input.get("command", "")))
+                except CallRefused as exc:
+                    return json.dumps({"behavior": "deny", "message": exc.message})
+            return json.dumps({"behavior": "allow", "updatedInput": input})
+        return self._call(decide)
+
+    def __enter__(self) -> HarnessMcp:
+        import uvicorn
+        from mcp.server.mcpserver import MCPServer
+        from mcp.server.transport_security import TransportSecuritySettings
+
+        server = MCPServer(name=SERVER_NAME)
+        server.tool(name="read_docs", description=(
+            "Read one documentation page (its URL) and get it as markdown. The only way to "
+            "read the docs here."), structured_output=False)(self.read_docs)
+        server.tool(name="approve", description=(
+            "Answers permission prompts for this run; not for the model."),
+            # The CLI takes the answer as exactly one text block.
+            structured_output=False)(self.approve)
+        app = server.streamable_http_app(
+            json_response=True, stateless_http=True,
+            transport_security=TransportSecuritySettings(
+                enable_dns_rebinding_protection=True,
+                allowed_hosts=[f"{HARNESS_HOST}:{self.port}"]))
+        self._server = uvicorn.Server(uvicorn.Config(app, log_level="error", lifespan="on"))
+        sock = self._sock
+        # Listening before the thread starts: a CLI that connects first waits in the backlog.
+        sock.listen(16)
+        self._thread = threading.Thread(target=lambda: self._server.run(sockets=[sock]),
+                                        name="firstrun-harness-mcp", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join()
+        self._sock.close()
