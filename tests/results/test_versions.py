@@ -19,3 +19,15 @@ def test_only_packages_both_recorded_at_different_versions_are_changes() -> None
     assert version_changes({"a": "1", "b": "2", "c": "3"}, {"a": "1", "b": "3", "d": "4"}) == [
         "b 2 -> 3"]
     assert version_changes({}, {"a": "1"}) == []
+
+
+def test_an_agent_cli_sweep_records_the_pinned_cli_and_its_mcp_sdk() -> None:
+    from firstrun.agents.cli.install import cli_versions
+
+    assert cli_versions("claude-code") == {"@anthropic-ai/claude-code": "2.1.332"}
+    assert cli_versions("claude") == {}
+    assert shaping_versions("claude-code")["mcp"] == metadata.version("mcp")
+    # diff names a sweep run by another CLI release.
+    assert version_changes(cli_versions("claude-code"),
+                           {"@anthropic-ai/claude-code": "2.1.400"}) == [
+        "@anthropic-ai/claude-code 2.1.332 -> 2.1.400"]

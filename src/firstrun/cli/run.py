@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from firstrun import __version__
 from firstrun.agents.base import Agent
+from firstrun.agents.cli.install import cli_versions
 from firstrun.agents.spend import DEFAULT_RUN_TOKENS, SpendGovernor
 from firstrun.cli.color import colors, rich_console
 from firstrun.cli.interrupt import Signalled, signals_unwind
@@ -511,7 +512,7 @@ def sweep_meta(request: RunRequest, resolution: Resolution,
     arm = arm or request.sole_arm()
     return {
         "firstrun": __version__,
-        "versions": shaping_versions(arm.agent),
+        "versions": shaping_versions(arm.agent) | cli_versions(arm.agent),
         **_recorded(request, resolution.backend, "meta", arm),
         **({"arm": arm.name} if arm.name else {}),
         "backend_resolution": resolution.to_data(),

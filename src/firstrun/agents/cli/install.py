@@ -62,6 +62,19 @@ CLAUDE_CODE = CliPin(
 )
 
 
+# ``--agent`` name to the CLI it runs.
+AGENT_CLIS = {"claude-code": CLAUDE_CODE}
+
+
+def cli_versions(agent: str) -> dict[str, str]:
+    """The pinned CLI package ``--agent agent`` runs, by its npm name (empty for other agents).
+
+    For ``meta.versions``: a sweep run by a different CLI release is told apart by ``diff``.
+    """
+    pin = AGENT_CLIS.get(agent)
+    return {pin.package: pin.version} if pin is not None else {}
+
+
 @dataclass(frozen=True, kw_only=True)
 class CliInstall:
     pin: CliPin
