@@ -1,0 +1,70 @@
+"""What ``--agent claude-code`` asks of the CLI and of the run, without running the CLI."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from decimal import Decimal
+from pathlib import Path
+
+from agent_support import greeter_task
+
+from firstrun.agents.base import Brief
+from firstrun.agents.cli.claude_code import ClaudeCodeAgent
+from firstrun.agents.cli.harness_mcp import APPROVE_TOOL, HARNESS_HOST
+from firstrun.agents.cli.install import CLAUDE_CODE, CliInstall
+from firstrun.results.model import Classification
+from firstrun.run.events import Event, Failure
+from firstrun.run.runner import RunConfig, run_task
+
+
+def make(root: str = "/opt/cache/claude-code") -> ClaudeCodeAgent:
+    return ClaudeCodeAgent(install=CliInstall(pin=CLAUDE_CODE, root=root), model="claude-test-1",
+                           base_url="https://api.anthropic.com", pricing=None)
+
+
+def brief(tmp_path: Path, max_spend: Decimal | None = None) -> Brief:
+    task = greeter_task(tmp_path, budgets={"max_turns": 7})
+    return Brief(task=task.name, goal=task.spec.goal, docs_route=task.docs_route,
+                 docs_hosts=task.docs_hosts, budgets=task.spec.budgets, replay=(),
+                 max_spend=max_spend)
+
+
+def option(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+def test_the_cli_is_told_the_budgets_the_mcp_server_and_to_ask_for_every_command(
+        tmp_path: Path) -> None:
+    agent = make()
+    argv = agent.argv(brief(tmp_path))
+    assert argv[:2] == ["/opt/cache/claude-code/claude", "-p"]
+    assert option(argv, "--max-turns") == "7" and "--max-budget-usd" not in argv
+    assert option(argv, "--permission-prompt-tool") == APPROVE_TOOL
+    settings = json.loads(option(argv, "--settings"))
+    assert settings["permissions"]["ask"] == ["Bash"]
+    servers = json.loads(option(argv, "--mcp-config"))["mcpServers"]
+    assert servers == {"firstrun": {"type": "http",
+                                    "url": f"http://{HARNESS_HOST}:{agent.needs().routes[0].port}/mcp"}}
+    assert "--strict-mcp-config" in argv
+    assert option(make().argv(brief(tmp_path, Decimal("1.25"))), "--max-budget-usd") == "1.25"
+
+
+def test_the_run_lends_the_install_and_routes_only_the_harness(tmp_path: Path) -> None:
+    agent = make()
+    needs = agent.needs()
+    assert needs.lend == ("/opt/cache/claude-code",)
+    assert [(r.host, r.address) for r in needs.routes] == [(HARNESS_HOST, "127.0.0.1")]
+    env = agent.environment("firstrun-anthropic-00")
+    assert env["ANTHROPIC_API_KEY"] == "firstrun-anthropic-00"
+    assert env["ANTHROPIC_BASE_URL"] == "https://api.anthropic.com"
+
+
+def test_a_backend_with_its_own_proxy_refuses_the_run(config: RunConfig, tmp_path: Path) -> None:
+    events: list[Event] = []
+    record = run_task(greeter_task(tmp_path), attempt=1, agent=make(),
+                      config=replace(config, backend="docker"), on_event=events.append)
+    assert record.classification is Classification.INFRA_ERROR
+    (failure,) = [e for e in events if isinstance(e, Failure)]
+    assert "cannot route the agent's harness services" in failure.message
+    assert not [e for e in events if e.kind == "sandbox_started"]
