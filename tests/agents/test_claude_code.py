@@ -4,10 +4,13 @@ proxy and harness MCP server. Judged by the trace, the server's requests and the
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import support.anthropic_wire as wire
 import pytest
+from agent_support import DOCS as DOCS_GREETER
+from agent_support import greeter_task
 from claude_code_support import agent, bash, read_docs, served
 from support.vendor import VendorServer
 
@@ -92,3 +95,96 @@ def test_the_tabulate_quickstart_passes_through_claude_code(
     first = server.seen()[0]
     assert first.body["stream"] is True and first.body["model"] == wire.MODEL
     assert wire.api_key(first).startswith("firstrun-anthropic-")
+
+
+GREET = "printf 'hello, reader\\n' > greeting.txt"
+
+
+def test_a_run_the_check_fails_is_a_docs_gap_and_the_key_is_nowhere(
+        claude_code: CliInstall, config: RunConfig, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The harness holds a key; the run must show no trace of it anywhere.
+    canary = "sk-ant-canary-" + "7f3e9b2c1d"
+    for name in ("ANTHROPIC_API_KEY", "FIRSTRUN_ANTHROPIC_API_KEY"):
+        monkeypatch.setenv(name, canary)
+    # The pattern is not the literal, so the searching processes' own command lines
+    # do not match it.
+    look = ("env; if grep -rqs 'sk-ant-canar[y]' /proc/[0-9]*/environ /proc/[0-9]*/cmdline "
+            "/workspace /home /tmp; then echo key-found; else echo key-absent; fi; "
+            "printf 'hello\\n' > greeting.txt")
+    transcript = served(
+        wire.message(read_docs(DOCS_GREETER)),
+        wire.message(bash(look)),
+        wire.message(wire.text("Done.")),
+    )
+    kept = replace(config, keep_sandbox=True)
+    with VendorServer(transcript) as server:
+        record, events = run(greeter_task(tmp_path), agent(claude_code, server.url), kept)
+    assert (record.classification, record.reason) == (Classification.DOCS_GAP, "check_failed")
+    (ran,) = [e for e in of(events, CommandRan) if e.source is Source.AGENT]
+    assert ran.command == look and "ANTHROPIC_API_KEY=firstrun-anthropic-" in ran.stdout
+    # By evidence: not in the sandbox's environment or files (the command above looked),
+    # not in what the CLI sent, not in any file the run left.
+    assert "key-absent" in ran.stdout and canary not in ran.stdout + ran.stderr
+    for request in server.seen():
+        assert canary not in repr(request.headers) + repr(request.body)
+    for path in kept.out_dir.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            assert canary.encode() not in path.read_bytes(), path
+
+
+def test_the_turn_budget_stops_the_cli_mid_run(claude_code: CliInstall, config: RunConfig,
+                                               tmp_path: Path) -> None:
+    transcript = served(
+        wire.message(read_docs(DOCS_GREETER)),
+        wire.message(bash("touch started")),
+        wire.message(bash(GREET)),
+        wire.message(wire.text("Done.")),
+    )
+    with VendorServer(transcript) as server:
+        record, events = run(greeter_task(tmp_path, budgets={"max_turns": 2}),
+                             agent(claude_code, server.url), config)
+    assert record.classification is Classification.BUDGET_EXHAUSTED
+    (finished,) = [e for e in events if e.kind == "agent_finished"]
+    assert finished.detail.startswith("max_turns")
+    # The greeting was never written: the CLI stopped before its third turn.
+    assert GREET not in [e.command for e in of(events, CommandRan)]
+    assert len([r for r in server.seen() if (r.body or {}).get("tools")]) == 2
+
+
+def test_a_vendor_error_is_an_infra_error(claude_code: CliInstall, config: RunConfig,
+                                         tmp_path: Path) -> None:
+    with VendorServer(served(wire.unauthorized())) as server:
+        record, events = run(greeter_task(tmp_path), agent(claude_code, server.url), config)
+    assert (record.classification, record.reason) == (Classification.INFRA_ERROR, "agent_infra_error")
+    (finished,) = [e for e in events if e.kind == "agent_finished"]
+    assert "status 401" in finished.detail
+    assert of(events, CommandRan) == []
+
+
+def test_a_permission_rule_refuses_a_command_the_cli_asked_for(
+        claude_code: CliInstall, config: RunConfig, tmp_path: Path) -> None:
+    path = tmp_path / "greeter.yaml"
+    path.write_text(
+        "name: greeter\ngoal: Create greeting.txt holding the greeting.\n"
+        f"docs:\n  entrypoint: {DOCS_GREETER}\n"
+        "success:\n  script: grep -q 'hello, reader' greeting.txt\n"
+        "firstrun:\n  permissions:\n    deny:\n      - bash(touch*)\n", encoding="utf-8")
+    transcript = served(
+        wire.message(bash("touch refused-ran")),
+        wire.message(bash(GREET)),
+        wire.message(wire.text("Done.")),
+    )
+    kept = replace(config, keep_sandbox=True)
+    with VendorServer(transcript) as server:
+        record, events = run(load_task(path), agent(claude_code, server.url), kept)
+    assert record.classification is Classification.PASSED
+    decisions = [(e.argument, e.verdict, e.rule) for e in of(events, PermissionDecided)]
+    assert decisions == [("touch refused-ran", "deny", "bash(touch*)"), (GREET, "allow", None)]
+    assert [e.command for e in of(events, CommandRan) if e.source is Source.AGENT] == [GREET]
+    workspace = kept.out_dir / "runs" / "greeter" / "1" / "workspace"
+    assert not (workspace / "refused-ran").exists()
+    # The model was told, as the call's result, which rule refused it.
+    (refused,) = wire.tool_results(
+        next(r for r in server.seen() if wire.model_turns(r) == 1 and r.body.get("tools")))
+    assert "bash(touch*)" in str(refused["content"])

@@ -201,6 +201,10 @@ class ClaudeStream:
         if not isinstance(content, list):
             return []
         detail = data.get("tool_use_result")
+        # Per call: whether the CLI's permission check let it run at all.
+        unrun = {str(m.get("id")) for m in data.get("tool_result_meta") or ()
+                 if isinstance(m, dict) and (m.get("non_execution_kind") or (
+                     m.get("permission_decision") or {}).get("decision") == "reject")}
         out: list[Item] = []
         for block in content:
             if not isinstance(block, dict) or block.get("type") != "tool_result":
@@ -209,7 +213,8 @@ class ClaudeStream:
             call = self._calls.get(ident, {})
             text = _text_of(block.get("content"))
             is_error = bool(block.get("is_error"))
-            ran = not (is_error and (text.startswith(_NOT_RUN) or ident in self._denied))
+            ran = not (is_error and (text.startswith(_NOT_RUN) or ident in self._denied
+                                     or ident in unrun))
             exit_code: int | None = None
             stdout = stderr = None
             if call.get("name") == "Bash" and ran:
