@@ -10,15 +10,22 @@ and a user's run never does.
 
 from __future__ import annotations
 
+import datetime
+import ssl
+from pathlib import Path
 from typing import Any
 
-import support.anthropic_wire as wire
-from support.agents import PRICE
-from support.vendor import Reply, Request, Script
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
+import support.anthropic_wire as wire
 from firstrun.agents.cli.claude_code import ClaudeCodeAgent, make_claude_code
 from firstrun.agents.cli.frame import Route
 from firstrun.agents.cli.install import CliInstall
+from support.agents import PRICE
+from support.vendor import Reply, Request, Script
 
 API_HOST = "api.anthropic.test"
 
@@ -32,8 +39,9 @@ def read_docs(url: str) -> dict[str, Any]:
 
 
 def agent(install: CliInstall, server_url: str, **options: Any) -> ClaudeCodeAgent:
-    port = int(server_url.rsplit(":", 1)[1])
-    return make_claude_code(model=wire.MODEL, base_url=f"http://{API_HOST}:{port}",
+    scheme, _, rest = server_url.partition("://")
+    port = int(rest.rsplit(":", 1)[1])
+    return make_claude_code(model=wire.MODEL, base_url=f"{scheme}://{API_HOST}:{port}",
                             price_file={wire.MODEL: PRICE}, install=install,
                             routes=(Route(host=API_HOST, port=port, address="127.0.0.1"),),
                             max_retries=0, **options)
@@ -56,4 +64,35 @@ def served(*steps: Reply | list[Reply]) -> Any:
     return wire.streaming(Conversation(*steps))
 
 
-__all__ = ["API_HOST", "agent", "bash", "read_docs", "served"]
+
+
+def api_tls(directory: Path) -> tuple[ssl.SSLContext, Path]:
+    """A server context for ``API_HOST`` and its CA's PEM file, both made here."""
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "firstrun test API CA")])
+    now = datetime.datetime.now(datetime.UTC)
+
+    def signed(subject: x509.Name, key: ec.EllipticCurvePrivateKey,
+               extension: x509.ExtensionType, critical: bool) -> x509.Certificate:
+        return (x509.CertificateBuilder().subject_name(subject).issuer_name(ca_name)
+                .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                .not_valid_before(now - datetime.timedelta(hours=1))
+                .not_valid_after(now + datetime.timedelta(days=1))
+                .add_extension(extension, critical=critical).sign(ca_key, hashes.SHA256()))
+
+    ca = signed(ca_name, ca_key, x509.BasicConstraints(ca=True, path_length=0), True)
+    key = ec.generate_private_key(ec.SECP256R1())
+    leaf = signed(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, API_HOST)]), key,
+                  x509.SubjectAlternativeName([x509.DNSName(API_HOST)]), False)
+    certfile, keyfile, cafile = directory / "api.pem", directory / "api.key", directory / "ca.pem"
+    certfile.write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
+    keyfile.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                          serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))
+    cafile.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(certfile, keyfile)
+    return context, cafile
+
+
+__all__ = ["API_HOST", "agent", "api_tls", "bash", "read_docs", "served"]

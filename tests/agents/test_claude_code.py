@@ -4,22 +4,23 @@ proxy and harness MCP server. Judged by the trace, the server's requests and the
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 
-import support.anthropic_wire as wire
 import pytest
 from agent_support import DOCS as DOCS_GREETER
 from agent_support import greeter_task
-from claude_code_support import agent, bash, read_docs, served
-from support.vendor import VendorServer
+from claude_code_support import API_HOST, agent, api_tls, bash, read_docs, served
 
+import support.anthropic_wire as wire
 from firstrun.agents.cli.install import CLAUDE_CODE, CliInstall, ensure
 from firstrun.examples import example_mirrors, find_example
 from firstrun.results.model import Classification
 from firstrun.run.events import CommandRan, DocsRead, Event, ModelTurn, PermissionDecided, Source
 from firstrun.run.runner import RunConfig, run_task
 from firstrun.tasks.load import load_task
+from support.vendor import VendorServer
 
 EXAMPLE = find_example("python-tabulate")
 DOCS = "https://python-tabulate.docs.example"
@@ -188,3 +189,43 @@ def test_a_permission_rule_refuses_a_command_the_cli_asked_for(
     (refused,) = wire.tool_results(
         next(r for r in server.seen() if wire.model_turns(r) == 1 and r.body.get("tools")))
     assert "bash(touch*)" in str(refused["content"])
+
+
+def test_the_proxy_puts_the_key_into_api_requests_and_nowhere_else(
+        claude_code: CliInstall, config: RunConfig, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    canary = "sk-ant-canary-" + "0b5d77e1a4"
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.setenv("FIRSTRUN_ANTHROPIC_API_KEY", canary)
+    context, cafile = api_tls(tmp_path)
+    # The proxy verifies the scripted API's certificate like any server's.
+    trust = tmp_path / "trust.pem"
+    system = os.environ.get("SSL_CERT_FILE")
+    trust.write_bytes((Path(system).read_bytes() if system else b"") + cafile.read_bytes())
+    monkeypatch.setenv("SSL_CERT_FILE", str(trust))
+    look = ("env | grep ^ANTHROPIC_API_KEY=; if grep -rqs 'sk-ant-canar[y]' /proc/[0-9]*/environ "
+            "/proc/[0-9]*/cmdline /workspace /home /tmp; then echo key-found; "
+            f"else echo key-absent; fi; {GREET}")
+    transcript = served(
+        wire.message(bash(look)),
+        wire.message(wire.text("Done.")),
+    )
+    kept = replace(config, keep_sandbox=True, inspect_tls=True)
+    with VendorServer(transcript, tls=context) as server:
+        record, events = run(greeter_task(tmp_path), agent(claude_code, server.url), kept)
+    assert record.classification is Classification.PASSED, \
+        [e for e in events if e.kind in ("failure", "agent_finished")]
+    # Every request reached the API with the real key: the proxy swapped it in.
+    api = [r for r in server.seen()]
+    assert api and all(wire.api_key(r) == canary for r in api)
+    swapped = [e.record for e in events if e.kind == "egress"
+               and e.record.get("host") == API_HOST]
+    assert swapped and all(r.get("credentials") == ["ANTHROPIC_API_KEY"] for r in swapped
+                           if r.get("credentials"))
+    # Inside, only the placeholder: in the CLI's environment, in no process or file.
+    (ran,) = [e for e in of(events, CommandRan) if e.source is Source.AGENT]
+    assert ran.stdout.startswith("ANTHROPIC_API_KEY=firstrun-anthropic_api_key-")
+    assert "key-absent" in ran.stdout and canary not in ran.stdout + ran.stderr
+    for path in kept.out_dir.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            assert canary.encode() not in path.read_bytes(), path

@@ -7,12 +7,14 @@ from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 
+import pytest
 from agent_support import greeter_task
 
 from firstrun.agents.base import Brief
-from firstrun.agents.cli.claude_code import ClaudeCodeAgent
+from firstrun.agents.cli.claude_code import ClaudeCodeAgent, make_claude_code
 from firstrun.agents.cli.harness_mcp import APPROVE_TOOL, HARNESS_HOST
 from firstrun.agents.cli.install import CLAUDE_CODE, CliInstall
+from firstrun.errors import UsageError
 from firstrun.results.model import Classification
 from firstrun.run.events import Event, Failure
 from firstrun.run.runner import RunConfig, run_task
@@ -55,6 +57,7 @@ def test_the_run_lends_the_install_and_routes_only_the_harness(tmp_path: Path) -
     needs = agent.needs()
     assert needs.lend == ("/opt/cache/claude-code",)
     assert [(r.host, r.address) for r in needs.routes] == [(HARNESS_HOST, "127.0.0.1")]
+    assert needs.allow == ("api.anthropic.com",) and needs.credentials == ()
     env = agent.environment("firstrun-anthropic-00")
     assert env["ANTHROPIC_API_KEY"] == "firstrun-anthropic-00"
     assert env["ANTHROPIC_BASE_URL"] == "https://api.anthropic.com"
@@ -68,3 +71,27 @@ def test_a_backend_with_its_own_proxy_refuses_the_run(config: RunConfig, tmp_pat
     (failure,) = [e for e in events if isinstance(e, Failure)]
     assert "cannot route the agent's harness services" in failure.message
     assert not [e for e in events if e.kind == "sandbox_started"]
+
+
+def test_an_https_api_needs_a_key_which_the_proxy_then_holds() -> None:
+    install = CliInstall(pin=CLAUDE_CODE, root="/opt/cache/claude-code")
+    with pytest.raises(UsageError, match="FIRSTRUN_ANTHROPIC_API_KEY or ANTHROPIC_API_KEY"):
+        make_claude_code(install=install, environ={})
+    agent = make_claude_code(install=install, environ={"ANTHROPIC_API_KEY": "sk-x"})
+    assert agent.needs().credentials == (("ANTHROPIC_API_KEY", "api.anthropic.com",
+                                          "ANTHROPIC_API_KEY"),)
+    # A plain-HTTP server (a test's) takes the placeholder as it comes: no key is needed.
+    plain = make_claude_code(install=install, base_url="http://api.anthropic.test:8080",
+                             environ={})
+    assert plain.needs().credentials == () and plain.needs().allow == ("api.anthropic.test:8080",)
+
+
+def test_a_key_held_by_the_proxy_needs_tls_inspection(config: RunConfig, tmp_path: Path) -> None:
+    agent = make_claude_code(install=CliInstall(pin=CLAUDE_CODE, root="/opt/cache/claude-code"),
+                             environ={"FIRSTRUN_ANTHROPIC_API_KEY": "sk-x"})
+    events: list[Event] = []
+    record = run_task(greeter_task(tmp_path), attempt=1, agent=agent, config=config,
+                      on_event=events.append)
+    assert record.classification is Classification.INFRA_ERROR
+    (failure,) = [e for e in events if isinstance(e, Failure)]
+    assert "must inspect TLS" in failure.message

@@ -14,6 +14,7 @@ answer). Each vendor's wire shapes live beside this in their own module
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,9 +44,10 @@ Responder = Callable[[Request], Reply]
 
 
 class VendorServer(LoopbackServer):
-    """A threaded HTTP server on 127.0.0.1 that answers with ``responder``."""
+    """A threaded HTTP server on 127.0.0.1 that answers with ``responder``; over TLS
+    with ``tls`` (a server context), as a vendor's API is."""
 
-    def __init__(self, responder: Responder) -> None:
+    def __init__(self, responder: Responder, *, tls: ssl.SSLContext | None = None) -> None:
         self.requests: list[Request] = []
         self._lock = threading.Lock()
         server = self
@@ -81,6 +83,10 @@ class VendorServer(LoopbackServer):
                 self.wfile.write(data)
 
         super().__init__(Handler)
+        self._httpd.daemon_threads = True
+        if tls is not None:
+            self._httpd.socket = tls.wrap_socket(self._httpd.socket, server_side=True)
+            self.url = f"https://127.0.0.1:{self.port}"
 
     def seen(self) -> list[Request]:
         with self._lock:

@@ -28,6 +28,7 @@ from firstrun.docs import (
 from firstrun.enclosure import Egress, open_enclosure
 from firstrun.errors import SandboxUnavailable, UsageError
 from firstrun.policy.addresses import IPAddress
+from firstrun.policy.methods import InspectionPolicy
 from firstrun.policy.network import Mode, NetworkPolicy
 from firstrun.policy.process import Limits
 from firstrun.policy.profile import SandboxProfile
@@ -126,6 +127,24 @@ def run_image(task: Task, config: RunConfig) -> str | None:
     return task.spec.image or config.image
 
 
+def _granted(policy: NetworkPolicy, needs: Needs) -> NetworkPolicy:
+    """``policy`` with an agent CLI's API host allowed and its key held by the proxy."""
+    if needs.allow:
+        policy = replace(policy, allow=policy.allow + NetworkPolicy.build(
+            allow=needs.allow, source="agent API host").allow)
+    if needs.credentials and policy.inspection is None:
+        raise SandboxUnavailable(
+            "--agent: the agent's key is put into its API requests by the proxy, which must "
+            "inspect TLS to do so", who="proxy", fix="add --inspect-tls")
+    if policy.inspection is not None:
+        held = InspectionPolicy.build(credentials=needs.credentials, rules=needs.methods,
+                                      source="agent API")
+        policy = policy.with_inspection(replace(
+            policy.inspection, rules=policy.inspection.rules + held.rules,
+            credentials=policy.inspection.credentials + held.credentials))
+    return policy
+
+
 def _routed(routes: Sequence[Route]) -> Resolver:
     """The system resolver, but for the routed names, which resolve to their address only."""
     table = {r.host: [ipaddress.ip_address(r.address)] for r in routes}
@@ -158,6 +177,8 @@ def open_sandbox(
     """
     policy = task_policy(task, config)
     routes = needs.routes if needs is not None else ()
+    if needs is not None:
+        policy = _granted(policy, needs)
     if routes:
         policy = replace(policy, overrides=policy.overrides + NetworkPolicy.build(
             allow=(), source="agent routes",

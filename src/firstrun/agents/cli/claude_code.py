@@ -6,7 +6,8 @@ under the session's backend, layers and egress proxy. It gets the task
 message in print mode, never the API key (a per-run placeholder stands in),
 and its stream is turned, as it arrives, into firstrun's events: each model
 turn with its tokens and spend, each command with its exit code, the final
-report. Docs come from the harness's ``read_docs`` over MCP; the CLI's own
+report. The real key stays with the proxy, which puts it into the CLI's
+requests to the API host alone (``--inspect-tls``: it must decrypt them). Docs come from the harness's ``read_docs`` over MCP; the CLI's own
 web tools are refused, so every page the agent saw is a ``docs_read``. Its
 permission prompts go to the harness (``--permission-prompt-tool``), where
 every command is asked for (``ask: Bash``) and decided by the task's
@@ -18,6 +19,7 @@ session's timeout, which ends the CLI's whole tree.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
@@ -35,12 +37,15 @@ from firstrun.agents.cli.harness_mcp import (
     HarnessMcp,
 )
 from firstrun.agents.cli.install import CLAUDE_CODE, CliInstall
+from firstrun.agents.keys import KEY_VARIABLES, require_key
 from firstrun.agents.loop import page_text
 from firstrun.agents.prompt import task_message
 from firstrun.agents.spend import FilePrice, Pricing, price_for
 from firstrun.agents.vendor import TokenUsage, TurnStop
 
 VENDOR = "anthropic"
+# The variable the CLI reads its key from; inside, it only ever holds a placeholder.
+KEY_NAME = "ANTHROPIC_API_KEY"
 DEFAULT_MODEL = "claude-sonnet-4-5"
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 # What firstrun adds to the CLI's own system prompt; its version is recorded.
@@ -67,13 +72,16 @@ class ClaudeCodeAgent:
 
     def __init__(self, *, install: CliInstall, model: str, base_url: str,
                  pricing: Pricing | None, routes: Sequence[Route] = (),
-                 max_retries: int | None = None) -> None:
+                 max_retries: int | None = None, key_variable: str | None = None) -> None:
         self.install = install
         self.model: str | None = model
         self.base_url = base_url
         self.pricing = pricing
         self._routes = tuple(routes)
         self._max_retries = max_retries
+        # Where the harness holds the key; None: no key is put into requests (a
+        # plain-HTTP test server takes the placeholder as it comes).
+        self._key_variable = key_variable
         self._mcp = HarnessMcp()
 
     @property
@@ -81,9 +89,16 @@ class ClaudeCodeAgent:
         return self.install.pin.version
 
     def needs(self) -> Needs:
+        api = urlsplit(self.base_url)
+        host = f"{api.hostname}:{api.port}" if api.port is not None else str(api.hostname)
         return Needs(lend=(self.install.root,),
                      routes=(Route(host=HARNESS_HOST, port=self._mcp.port, address="127.0.0.1"),
-                             *self._routes))
+                             *self._routes),
+                     allow=(host,),
+                     credentials=((KEY_NAME, host, self._key_variable),)
+                     if self._key_variable is not None else (),
+                     # The Messages API (and its token counting) is POSTs under /v1/.
+                     methods=((host, ("POST",), "/v1/"),))
 
     def argv(self, brief: Brief) -> list[str]:
         """The CLI's command line for ``brief`` (pure but for the server's port)."""
@@ -103,7 +118,9 @@ class ClaudeCodeAgent:
         return argv
 
     def environment(self, placeholder: str) -> dict[str, str]:
-        env = {"ANTHROPIC_BASE_URL": self.base_url, "ANTHROPIC_API_KEY": placeholder,
+        # Where the proxy holds the key, the session's own placeholder for it
+        # wins over this one (a command's env adds, never replaces).
+        env = {"ANTHROPIC_BASE_URL": self.base_url, KEY_NAME: placeholder,
                # No telemetry, error reports, update checks or other side traffic.
                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1"}
         if self._max_retries is not None:
@@ -243,14 +260,23 @@ class _Reading:
 def make_claude_code(*, model: str | None = None, base_url: str | None = None,
                      price_file: Mapping[str, FilePrice] | None = None,
                      install: CliInstall | None = None, routes: Sequence[Route] = (),
-                     max_retries: int | None = None) -> ClaudeCodeAgent:
-    """``--agent claude-code``; installs the pinned CLI into the cache first if need be."""
+                     max_retries: int | None = None,
+                     environ: Mapping[str, str] | None = None) -> ClaudeCodeAgent:
+    """``--agent claude-code``; installs the pinned CLI into the cache first if need be.
+
+    An ``https`` API takes the key: the harness must hold one (``UsageError``
+    naming the variables otherwise), and the proxy puts it into the CLI's
+    requests to that host. A plain ``http`` one (a test server) gets none.
+    """
     from firstrun.agents.cli.install import ensure
 
     chosen = model or DEFAULT_MODEL
     url = base_url or DEFAULT_BASE_URL
-    if urlsplit(url).hostname is None:
-        raise ValueError(f"base URL {url!r} has no host")
+    key_variable = None
+    if urlsplit(url).scheme == "https":
+        require_key(VENDOR, agent="claude-code", environ=environ)
+        env = os.environ if environ is None else environ
+        key_variable = next(n for n in KEY_VARIABLES[VENDOR] if env.get(n, "").strip())
     return ClaudeCodeAgent(install=install or ensure(CLAUDE_CODE), model=chosen, base_url=url,
                            pricing=price_for(VENDOR, chosen, price_file), routes=routes,
-                           max_retries=max_retries)
+                           max_retries=max_retries, key_variable=key_variable)

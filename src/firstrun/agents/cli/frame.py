@@ -3,7 +3,8 @@
 Guarantee: an agent CLI says before the session starts what it needs lent
 (``Needs.lend``: host directories, read-only) and routed (``Needs.routes``:
 a name the proxy sends to a harness address, as a recorded override), and
-the run grants exactly that; during the run it works through a
+the run grants exactly that, with its vendor's API host allowed and its
+key held by the proxy (``Needs.credentials``); during the run it works through a
 ``ProcessToolbelt``: it runs as one sandboxed process whose commands it
 reports, never a process of the harness.
 """
@@ -31,8 +32,19 @@ class Route:
 
 @dataclass(frozen=True, kw_only=True)
 class Needs:
+    """``allow``: hosts the agent's own traffic goes to (its vendor's API).
+    ``credentials``: ``(name, host, from_env)``, a credential the proxy puts
+    into requests to ``host`` in place of the placeholder the sandbox holds
+    under ``name`` (``firstrun.proxy.credentials``; needs TLS inspection).
+    ``methods``: ``(host, methods, path_prefix)``, the requests the agent's
+    own traffic makes that an inspecting proxy refuses by default (its
+    API calls are POSTs)."""
+
     lend: tuple[str, ...] = ()
     routes: tuple[Route, ...] = ()
+    allow: tuple[str, ...] = ()
+    credentials: tuple[tuple[str, str, str], ...] = ()
+    methods: tuple[tuple[str, tuple[str, ...], str], ...] = ()
 
 
 @runtime_checkable
