@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from agent_support import greeter_task
 
-from firstrun.agents.base import Brief
-from firstrun.agents.cli.claude_code import ClaudeCodeAgent, make_claude_code
+from firstrun.agents.base import AgentStop, Brief
+from firstrun.agents.cli.claude_code import ClaudeCodeAgent, ending, make_claude_code
+from firstrun.agents.cli.claude_stream import ClaudeStream, Final
 from firstrun.agents.cli.harness_mcp import APPROVE_TOOL, HARNESS_HOST
 from firstrun.agents.cli.install import CLAUDE_CODE, CliInstall
 from firstrun.errors import UsageError
@@ -95,3 +96,22 @@ def test_a_key_held_by_the_proxy_needs_tls_inspection(config: RunConfig, tmp_pat
     assert record.classification is Classification.INFRA_ERROR
     (failure,) = [e for e in events if isinstance(e, Failure)]
     assert "must inspect TLS" in failure.message
+
+
+@pytest.mark.parametrize(("name", "stop", "detail"), [
+    ("pass.jsonl", AgentStop.FINISHED, ""),
+    ("max_turns.jsonl", AgentStop.BUDGET_EXHAUSTED, "max_turns"),
+    ("max_budget.jsonl", AgentStop.BUDGET_EXHAUSTED, "max_spend"),
+    ("unauthorized.jsonl", AgentStop.INFRA_ERROR, "the model API failed (status 401)"),
+])
+def test_how_the_cli_ended_is_the_agents_stop(name: str, stop: AgentStop, detail: str) -> None:
+    stream = ClaudeStream()
+    lines = (Path(__file__).parent / "fixtures" / "claude_code" / name).read_text().splitlines()
+    (final,) = [i for line in lines for i in stream.feed(line) if isinstance(i, Final)]
+    got, said = ending(final, 1, "")
+    assert got is stop and said.startswith(detail)
+
+
+def test_a_cli_that_ends_without_a_result_is_an_infra_error() -> None:
+    stop, detail = ending(None, 137, "Killed\n")
+    assert stop is AgentStop.INFRA_ERROR and "exit 137" in detail and "Killed" in detail

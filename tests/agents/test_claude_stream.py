@@ -65,6 +65,7 @@ def test_a_failed_command_a_refused_fetch_and_a_timeout_keep_their_facts() -> No
 @pytest.mark.parametrize(("name", "subtype", "reason", "status"), [
     ("unauthorized.jsonl", "success", "api_error", 401),
     ("max_turns.jsonl", "error_max_turns", "max_turns", None),
+    ("max_budget.jsonl", "error_max_budget_usd", "budget_exhausted", None),
 ])
 def test_how_a_run_ended_is_read_from_the_result_line(name: str, subtype: str, reason: str,
                                                       status: int | None) -> None:

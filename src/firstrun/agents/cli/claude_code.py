@@ -63,8 +63,7 @@ _STOPS = {"end_turn": TurnStop.END, "stop_sequence": TurnStop.END,
           "refusal": TurnStop.REFUSAL, "pause_turn": TurnStop.PAUSED,
           "model_context_window_exceeded": TurnStop.CONTEXT_FULL}
 # How the CLI's result line says a budget it was told ended the run.
-_BUDGET_ENDS = {"max_turns": "max_turns", "error_max_turns": "max_turns",
-                "error_max_budget_usd": "max_spend", "max_budget_usd": "max_spend"}
+_BUDGET_ENDS = {"error_max_turns": "max_turns", "error_max_budget_usd": "max_spend"}
 
 
 class ClaudeCodeAgent:
@@ -152,7 +151,7 @@ class ClaudeCodeAgent:
             raise ended
         final = reading.final
         if stop is None:
-            stop, detail = _ending(final, result.exit_code if result is not None else None,
+            stop, detail = ending(final, result.exit_code if result is not None else None,
                                    result.stderr.text() if result is not None else "")
         return AgentResult(stop=stop, turns=reading.turns,
                            claim=final.result if final is not None else reading.last_text,
@@ -177,11 +176,12 @@ class ClaudeCodeAgent:
         }
 
 
-def _ending(final: Final | None, exit_code: int | None, stderr: str) -> tuple[AgentStop, str]:
+def ending(final: Final | None, exit_code: int | None, stderr: str) -> tuple[AgentStop, str]:
+    """Why the agent stopped, from the CLI's result line (None: it wrote none) and its exit."""
     if final is None:
         return AgentStop.INFRA_ERROR, (f"claude-code ended (exit {exit_code}) without a result: "
                                        f"{stderr.strip()[-500:]}")
-    budget = _BUDGET_ENDS.get(final.terminal_reason or "") or _BUDGET_ENDS.get(final.subtype)
+    budget = _BUDGET_ENDS.get(final.subtype)
     if budget is not None:
         return AgentStop.BUDGET_EXHAUSTED, f"{budget}: claude-code stopped ({final.subtype})"
     if final.terminal_reason == "api_error" or final.api_error_status is not None:
