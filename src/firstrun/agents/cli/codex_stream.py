@@ -1,0 +1,102 @@
+"""``codex exec --json`` as data: commands, messages, usage per turn, and failures.
+
+Guarantee: pure and sans-io, like ``claude_stream``. ``CodexStream.feed``
+takes one line and returns what it completed: a ``Command`` for each
+finished ``command_execution`` item (its exit code as Codex reported it,
+None when it never ran), a ``Message`` for each ``agent_message``, a
+``TurnUsage`` for each ``turn.completed``, a ``Notice`` for each ``error``
+event or error item (Codex's retries and warnings), and ``Failed`` for
+``turn.failed``. Codex reports usage per turn of the conversation, not per
+model call, so a turn's usage covers every call it made. A line that is not
+a JSON object is ``Noise``, never an exception.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, kw_only=True)
+class Command:
+    command: str
+    output: str
+    exit_code: int | None
+    status: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Message:
+    text: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnUsage:
+    input_tokens: int
+    cached_tokens: int
+    cache_write_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Notice:
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Failed:
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Noise:
+    line: str
+
+
+Item = Command | Message | TurnUsage | Notice | Failed | Noise
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+class CodexStream:
+    def feed(self, line: str) -> list[Item]:
+        line = line.strip()
+        if not line:
+            return []
+        try:
+            data = json.loads(line)
+        except ValueError:
+            return [Noise(line=line)]
+        if not isinstance(data, dict):
+            return [Noise(line=line)]
+        kind = data.get("type")
+        if kind == "item.completed":
+            return self._item(data.get("item") or {})
+        if kind == "turn.completed":
+            usage = data.get("usage") or {}
+            return [TurnUsage(input_tokens=_int(usage.get("input_tokens")),
+                              cached_tokens=_int(usage.get("cached_input_tokens")),
+                              cache_write_tokens=_int(usage.get("cache_write_input_tokens")),
+                              output_tokens=_int(usage.get("output_tokens")))]
+        if kind == "turn.failed":
+            return [Failed(message=str((data.get("error") or {}).get("message", "")))]
+        if kind == "error":
+            return [Notice(message=str(data.get("message", "")))]
+        return []
+
+    def _item(self, item: dict[str, Any]) -> list[Item]:
+        kind = item.get("type")
+        if kind == "command_execution":
+            code = item.get("exit_code")
+            return [Command(command=str(item.get("command", "")),
+                            output=str(item.get("aggregated_output") or ""),
+                            exit_code=code if isinstance(code, int) else None,
+                            status=str(item.get("status", "")))]
+        if kind == "agent_message":
+            return [Message(text=str(item.get("text", "")))]
+        if kind == "error":
+            return [Notice(message=str(item.get("message", "")))]
+        return []

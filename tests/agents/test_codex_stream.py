@@ -1,0 +1,61 @@
+"""``codex exec --json``, read from streams the real Codex CLI (0.171.0) wrote against a
+scripted Responses API server: each stream and what the parser must make of it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from firstrun.agents.cli.codex_stream import (
+    CodexStream,
+    Command,
+    Failed,
+    Item,
+    Message,
+    Noise,
+    Notice,
+    TurnUsage,
+)
+
+STREAMS = Path(__file__).parent / "fixtures" / "codex"
+
+
+def parse(name: str) -> list[Item]:
+    stream = CodexStream()
+    return [item for line in (STREAMS / name).read_text().splitlines()
+            for item in stream.feed(line)]
+
+
+def test_commands_keep_their_exit_codes_and_output_in_order() -> None:
+    items = parse("commands.jsonl")
+    failed, ok = [i for i in items if isinstance(i, Command)]
+    assert (failed.exit_code, failed.output, failed.status) == (3, "out\nerr\n", "failed")
+    assert failed.command == "/bin/bash -lc 'echo out; echo err >&2; exit 3'"
+    assert (ok.exit_code, ok.output) == (0, "hi\n")
+    assert [i.text for i in items if isinstance(i, Message)] == ["Trying again.", "Done."]
+    # One turn of the conversation, three model calls: Codex sums their usage.
+    assert [i for i in items if isinstance(i, TurnUsage)] == [
+        TurnUsage(input_tokens=300, cached_tokens=30, cache_write_tokens=0, output_tokens=60)]
+
+
+def test_a_message_only_run_is_its_message_and_its_usage() -> None:
+    items = parse("message.jsonl")
+    assert [i.text for i in items if isinstance(i, Message)] == ["Done."]
+    (notice,) = [i for i in items if isinstance(i, Notice)]
+    assert "Model metadata for `gpt-test-1` not found" in notice.message
+    assert len([i for i in items if isinstance(i, TurnUsage)]) == 1
+
+
+def test_a_401_is_five_retries_then_a_failed_turn() -> None:
+    items = parse("unauthorized.jsonl")
+    retries = [i for i in items if isinstance(i, Notice) and i.message.startswith("Reconnecting")]
+    assert len(retries) == 5
+    (failed,) = [i for i in items if isinstance(i, Failed)]
+    assert "401 Unauthorized" in failed.message
+    assert not [i for i in items if isinstance(i, TurnUsage)]
+
+
+def test_lines_that_are_not_the_stream_are_noise() -> None:
+    stream = CodexStream()
+    assert stream.feed("Reading additional input from stdin...") == [
+        Noise(line="Reading additional input from stdin...")]
+    assert stream.feed('{"type":"item.completed","item":{"type":"reasoning"}}') == []
