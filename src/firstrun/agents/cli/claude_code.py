@@ -81,7 +81,15 @@ class ClaudeCodeAgent:
         # Where the harness holds the key; None: no key is put into requests (a
         # plain-HTTP test server takes the placeholder as it comes).
         self._key_variable = key_variable
-        self._mcp = HarnessMcp()
+        # Made when the run first asks for it: an agent built only to check the
+        # flags (the sweep does that once, up front) holds no port.
+        self._server: HarnessMcp | None = None
+
+    @property
+    def _mcp(self) -> HarnessMcp:
+        if self._server is None:
+            self._server = HarnessMcp()
+        return self._server
 
     @property
     def version(self) -> str:
