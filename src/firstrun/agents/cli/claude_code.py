@@ -104,8 +104,11 @@ class ClaudeCodeAgent:
                      allow=(host,),
                      credentials=((KEY_NAME, host, self._key_variable),)
                      if self._key_variable is not None else (),
-                     # The Messages API (and its token counting) is POSTs under /v1/.
-                     methods=((host, ("POST",), "/v1/"),))
+                     # The Messages API (and its token counting) is POSTs under /v1/,
+                     # and so is every MCP call: an inspecting proxy refuses POSTs no
+                     # rule names, on plain HTTP too.
+                     methods=((host, ("POST",), "/v1/"),
+                              (f"{HARNESS_HOST}:{self._mcp.port}", ("POST",), "/mcp")))
 
     def argv(self, brief: Brief) -> list[str]:
         """The CLI's command line for ``brief`` (pure but for the server's port)."""
