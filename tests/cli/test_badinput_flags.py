@@ -75,3 +75,20 @@ def test_a_cache_flag_without_a_cache_or_with_its_opposite_is_one_line(
     err = one_error(firstrun("run", "--example", "all", *flags, cwd=str(tmp_path), timeout=60))
     assert says in err
     assert not (tmp_path / "results").exists()
+
+
+def test_claude_code_without_tls_inspection_is_refused_before_any_run(
+        firstrun: Run, tmp_path: Path) -> None:
+    from firstrun.agents.cli.install import CLAUDE_CODE
+
+    # A cached install, so the check needs no download.
+    cached = tmp_path / "cache" / "firstrun" / "agents" / CLAUDE_CODE.key
+    cached.mkdir(parents=True)
+    (cached / CLAUDE_CODE.executable).write_text("")
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"),
+           "FIRSTRUN_ANTHROPIC_API_KEY": "sk-ant-test"}
+    err = one_error(firstrun("run", "--example", "python-tabulate", "--agent", "claude-code",
+                             "--out", str(tmp_path / "out"), cwd=str(tmp_path), env=env,
+                             timeout=60))
+    assert "--agent claude-code" in err and "--inspect-tls" in err
+    assert not (tmp_path / "out").exists()

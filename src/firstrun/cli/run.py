@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from firstrun import __version__
 from firstrun.agents.base import Agent
+from firstrun.agents.cli.frame import ProcessAgent
 from firstrun.agents.cli.install import cli_versions
 from firstrun.agents.spend import DEFAULT_RUN_TOKENS, SpendGovernor
 from firstrun.cli.color import colors, rich_console
@@ -362,6 +363,10 @@ def _run_command(request: RunRequest) -> int:
     from firstrun.sandbox.select import inspecting_backend
 
     inspect_tls = bool(request.inspect_tls)
+    for arm, agent in zip(arms, made, strict=True):
+        if isinstance(agent, ProcessAgent) and agent.key_held and not inspect_tls:
+            raise UsageError(f"--agent {arm.agent}: the proxy puts the key into the agent's API "
+                             "requests, which needs --inspect-tls")
     check_inspection(tasks, inspect_tls=inspect_tls, env=os.environ)
     backend = inspecting_backend(request.backend, inspect_tls=inspect_tls, flag="--backend")
     images = [task.spec.image or request.image for task in tasks]

@@ -92,6 +92,10 @@ class ClaudeCodeAgent:
         return self._server
 
     @property
+    def key_held(self) -> bool:
+        return self._key_variable is not None
+
+    @property
     def version(self) -> str:
         return self.install.pin.version
 

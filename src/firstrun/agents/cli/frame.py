@@ -51,6 +51,8 @@ class Needs:
 class ProcessAgent(Protocol):
     name: str
     model: str | None
+    # Its key is put into its requests by the proxy, so the run must inspect TLS.
+    key_held: bool
 
     def needs(self) -> Needs: ...
 
