@@ -18,10 +18,11 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
 
-import openai_wire as wire
 import pytest
-from agent_support import DOCS_HOST, FIXTURES, greeter_task
-from vendor_support import Reply, Request, Router, VendorServer
+
+import support.openai_wire as wire
+from support.agents import DOCS_HOST, GREETER_DOCS, greeter_task
+from support.vendor import Reply, Request, Router, VendorServer
 
 FIRSTRUN = Path(sys.executable).parent / "firstrun"
 GREET = "printf 'hello, reader\\n' > greeting.txt"
@@ -54,7 +55,7 @@ def firstrun(*args: str) -> subprocess.CompletedProcess[str]:
 def sweep_argv(task: Path, url: str, *extra: str, repeat: int = REPEAT) -> list[str]:
     return [str(FIRSTRUN), "run", str(task), "--agent", "openai", "--base-url", f"{url}/v1",
             "--model", GOOD, "--model", BAD, "--repeat", str(repeat), "--backend", "linux",
-            "--docs-mirror", f"{DOCS_HOST}={FIXTURES / 'docs'}", *extra]
+            "--docs-mirror", f"{DOCS_HOST}={GREETER_DOCS}", *extra]
 
 
 def sweep(task: Path, url: str, *extra: str, repeat: int = REPEAT) -> subprocess.CompletedProcess[str]:

@@ -9,8 +9,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from agent_support import DOCS as DOCS_GREETER
-from agent_support import greeter_task
 from claude_code_support import API_HOST, agent, api_tls, bash, read_docs, served
 
 import support.anthropic_wire as wire
@@ -20,6 +18,8 @@ from firstrun.results.model import Classification
 from firstrun.run.events import CommandRan, DocsRead, Event, ModelTurn, PermissionDecided, Source
 from firstrun.run.runner import RunConfig, run_task
 from firstrun.tasks.load import load_task
+from support.agents import DOCS as DOCS_GREETER
+from support.agents import greeter_task
 from support.vendor import VendorServer
 
 EXAMPLE = find_example("python-tabulate")

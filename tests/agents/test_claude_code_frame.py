@@ -8,7 +8,6 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from agent_support import greeter_task
 
 from firstrun.agents.base import AgentStop, Brief
 from firstrun.agents.cli.claude_code import ClaudeCodeAgent, ending, make_claude_code
@@ -19,6 +18,7 @@ from firstrun.errors import UsageError
 from firstrun.results.model import Classification
 from firstrun.run.events import Event, Failure
 from firstrun.run.runner import RunConfig, run_task
+from support.agents import greeter_task
 
 
 def make(root: str = "/opt/cache/claude-code") -> ClaudeCodeAgent:

@@ -9,7 +9,6 @@ received, what was saved in suggestions.json, and what the reports print.
 from __future__ import annotations
 
 import json
-import sys
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -18,12 +17,9 @@ import jsonschema
 import pytest
 from report_support import firstrun, record
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agents"))
-import anthropic_wire as claude_wire  # noqa: E402 (the agent tests' own scripted servers)
-import gemini_wire  # noqa: E402
-import openai_wire  # noqa: E402
-from vendor_support import Reply, Request, Router, VendorServer  # noqa: E402
-
+import support.anthropic_wire as claude_wire
+import support.gemini_wire as gemini_wire
+import support.openai_wire as openai_wire
 from firstrun.agents.base import AgentStop  # noqa: E402
 from firstrun.agents.vendor import (  # noqa: E402
     TokenUsage,
@@ -49,6 +45,7 @@ from firstrun.run.events import (  # noqa: E402
     Source,
     Trace,
 )
+from support.vendor import Reply, Request, Router, VendorServer
 
 PAGE = "https://docs.test/quickstart"
 BLOCKS = [b.to_data() for b in extract(

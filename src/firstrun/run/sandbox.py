@@ -32,9 +32,9 @@ from firstrun.policy.methods import InspectionPolicy
 from firstrun.policy.network import Mode, NetworkPolicy
 from firstrun.policy.process import Limits
 from firstrun.policy.profile import SandboxProfile
+from firstrun.proxy.core import Resolver, system_resolver
 from firstrun.proxy.credentials import mint
 from firstrun.proxy.records import EgressRecord
-from firstrun.proxy.server import Resolver, system_resolver
 from firstrun.run.config import RunConfig
 from firstrun.sandbox.base import Session
 from firstrun.sandbox.hostfs import host_filesystem_policy
