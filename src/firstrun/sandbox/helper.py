@@ -83,7 +83,7 @@ import threading
 from firstrun.sandbox.supervisor import (
     HEARTBEAT_S,
     PR_SET_NO_NEW_PRIVS,
-    Channel,
+    LinePipe,
     Supervisor,
     libc,
     load_seccomp,
@@ -539,7 +539,7 @@ def _splice(a: socket.socket, b: socket.socket) -> None:
 
 
 class Helper(Supervisor):
-    def __init__(self, channel: Channel, oom: tuple[int, bytes], *,
+    def __init__(self, channel: LinePipe, oom: tuple[int, bytes], *,
                  user: tuple[int, int] | None = None, heartbeat_s: float = HEARTBEAT_S) -> None:
         super().__init__(channel, heartbeat_s=heartbeat_s)
         # This process's own oom_score_adj, opened before it became
@@ -567,7 +567,7 @@ class Helper(Supervisor):
 def main(argv: list[str]) -> int:
     config = json.loads(argv[1])
     fd_in, fd_out = config["channel_fds"]
-    channel = Channel(fd_in, fd_out)
+    channel = LinePipe(fd_in, fd_out)
     report: dict = {"op": "ready", "ok": True, "pid": os.getpid()}
     # Python handles SIGINT; as a namespace's init the helper must handle no
     # signal at all, or a command could interrupt it.

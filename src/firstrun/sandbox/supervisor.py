@@ -73,7 +73,7 @@ class Stop(Exception):
     """The harness asked for shutdown, or the channel closed, while a command ran."""
 
 
-class Channel:
+class LinePipe:
     """JSON lines over two descriptors (one socket, or stdin and stdout on docker).
 
     Written from the main thread only. ``pending`` reads what arrived while
@@ -232,7 +232,7 @@ class Supervisor:
     # Whether this supervisor sees a whole kernel's processes (see ``_proc_identity``).
     own_kernel = False
 
-    def __init__(self, channel: Channel, *, heartbeat_s: float = HEARTBEAT_S) -> None:
+    def __init__(self, channel: LinePipe, *, heartbeat_s: float = HEARTBEAT_S) -> None:
         self.channel = channel
         self.heartbeat_s = heartbeat_s
 

@@ -35,7 +35,7 @@ import subprocess
 
 from firstrun.sandbox.supervisor import (
     PR_SET_NO_NEW_PRIVS,
-    Channel,
+    LinePipe,
     Supervisor,
     libc,
     load_seccomp,
@@ -150,7 +150,7 @@ class Agent(Supervisor):
 
 
 def main(fd):
-    channel = Channel(fd, fd)
+    channel = LinePipe(fd, fd)
     config = channel.recv()
     try:
         if libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
