@@ -69,7 +69,7 @@ class Interception:
 
 
 class _TLS:
-    """One TLS endpoint over a ``SocketStream``, driven through memory BIOs: a ``Stream`` itself."""
+    """One TLS endpoint over a ``SocketStream``, driven through memory BIOs: a ``ByteStream`` itself."""
 
     def __init__(self, raw: SocketStream,
                  obj_factory: Callable[[ssl.MemoryBIO, ssl.MemoryBIO], ssl.SSLObject],

@@ -2,7 +2,7 @@
 
 Guarantee: the plain path (``clients``) and the inspected path
 (``intercept``) carry an exchange's bytes with the same code, over a
-``Stream`` (a socket here, a TLS session there): ``read_head`` reads one
+``ByteStream`` (a socket here, a TLS session there): ``read_head`` reads one
 request head within the head deadline and hands it over with the exact
 bytes it came from; ``forward`` carries out an exchange's ``Forward``
 command: the body streams upstream, or under a cap is read whole and judged
@@ -39,7 +39,7 @@ from firstrun.proxy.request import downstream_headers
 _READ = 1 << 16
 
 
-class Stream(Protocol):
+class ByteStream(Protocol):
     """A byte stream with bounded waits; errors are the stream's ``gone`` type."""
 
     async def recv(self, timeout: float) -> bytes | None:
@@ -110,7 +110,7 @@ class SocketStream(asyncio.Protocol):
         if self._writer is not None and not self._writer.done():
             self._writer.set_result(None)
 
-    # -- Stream ----------------------------------------------------------------
+    # -- ByteStream ------------------------------------------------------------
 
     @property
     def idle(self) -> bool:
@@ -218,7 +218,7 @@ async def accept_stream(sock: socket.socket, gone: type[Exception]) -> SocketStr
 # -- reading a request ----------------------------------------------------------
 
 
-async def read_head(stream: Stream, conn: h11.Connection, *, clock: Clock, head_timeout: float,
+async def read_head(stream: ByteStream, conn: h11.Connection, *, clock: Clock, head_timeout: float,
                     idle_timeout: float, stamp: tuple[str, float]) -> RequestHead | HeadRefused | None:
     """The next request's head and the exact bytes of it; None if the client left (or
     stayed silent past ``idle_timeout`` between requests). A head begun and not finished
@@ -262,7 +262,7 @@ async def read_head(stream: Stream, conn: h11.Connection, *, clock: Clock, head_
         return None
 
 
-async def client_event(stream: Stream, conn: h11.Connection, timeout: float) -> h11.Event:
+async def client_event(stream: ByteStream, conn: h11.Connection, timeout: float) -> h11.Event:
     """The client's next event in the current request; raises ``Refused`` or ``PeerGone``."""
     while True:
         try:
@@ -280,7 +280,7 @@ async def client_event(stream: Stream, conn: h11.Connection, timeout: float) -> 
         return event
 
 
-async def drain_body(stream: Stream, conn: h11.Connection, timeout: float) -> None:
+async def drain_body(stream: ByteStream, conn: h11.Connection, timeout: float) -> None:
     while not isinstance(await client_event(stream, conn, timeout), h11.EndOfMessage):
         pass
 
@@ -297,7 +297,7 @@ def _upstream_next(up: h11.Connection) -> object:
     return event
 
 
-async def upstream_event(stream: Stream, up: h11.Connection, timeout: float) -> h11.Event:
+async def upstream_event(stream: ByteStream, up: h11.Connection, timeout: float) -> h11.Event:
     while (event := _upstream_next(up)) is h11.NEED_DATA:
         data = await stream.recv(timeout)
         if data is None:
@@ -306,7 +306,7 @@ async def upstream_event(stream: Stream, up: h11.Connection, timeout: float) -> 
     return cast(h11.Event, event)
 
 
-async def linger(stream: Stream, *, timeout: float, limit: int) -> None:
+async def linger(stream: ByteStream, *, timeout: float, limit: int) -> None:
     """Discard the client's unread input for a bounded time and amount.
 
     Closing with unread input makes the kernel send a reset, which can
@@ -333,13 +333,13 @@ class Timeouts(Protocol):
     upstream_timeout_s: float
 
 
-Redial = Callable[[], Awaitable[tuple[Stream, h11.Connection]]]
+Redial = Callable[[], Awaitable[tuple[ByteStream, h11.Connection]]]
 # Sent again on a fresh connection when a kept-alive one turns out closed:
 # methods a server may see twice (RFC 9110 section 9.2.2), with no body.
 _RETRIED = frozenset({b"GET", b"HEAD", b"OPTIONS"})
 
 
-async def forward(client: Stream, conn: h11.Connection, upstream: Stream, up: h11.Connection,
+async def forward(client: ByteStream, conn: h11.Connection, upstream: ByteStream, up: h11.Connection,
                   command: Forward, *, limits: Timeouts, redial: Redial | None = None,
                   progress: Progress | None = None) -> Done:
     """Carry out ``command``: the request up, the response back (see the module docstring).
@@ -376,7 +376,7 @@ class Progress:
                     refusal=refusal, keep_alive=keep_alive)
 
 
-async def _forward(client: Stream, conn: h11.Connection, upstream: Stream, up: h11.Connection,
+async def _forward(client: ByteStream, conn: h11.Connection, upstream: ByteStream, up: h11.Connection,
                    command: Forward, limits: Timeouts, carried: Progress,
                    redial: Redial | None) -> Done:
     async def to_client(*events: h11.Event) -> None:
