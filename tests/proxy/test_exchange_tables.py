@@ -28,7 +28,7 @@ from firstrun.proxy.exchange import (
     Dial,
     Dialled,
     Done,
-    Event,
+    ExchangeEvent,
     FlowOpened,
     Forward,
     Handler,
@@ -108,7 +108,7 @@ def show(command: Command) -> tuple[object, ...]:
     raise AssertionError(command)
 
 
-def table(steps, events: Sequence[Event]) -> list[list[tuple[object, ...]]]:  # type: ignore[no-untyped-def]
+def table(steps, events: Sequence[ExchangeEvent]) -> list[list[tuple[object, ...]]]:  # type: ignore[no-untyped-def]
     return [[show(c) for c in row] for row in run_table(steps, events)]
 
 

@@ -31,7 +31,7 @@ from firstrun.proxy.exchange import (
     Dial,
     Dialled,
     Done,
-    Event,
+    ExchangeEvent,
     FlowOpened,
     Forward,
     Handler,
@@ -118,10 +118,10 @@ class ProxyClient:
         await linger(self._stream, timeout=self._limits.linger_timeout_s,
                      limit=self._limits.linger_bytes)
 
-    async def _drive(self, handler: Handler, event: Event) -> bool:
+    async def _drive(self, handler: Handler, event: ExchangeEvent) -> bool:
         """Run one exchange to its end; True when the connection may carry another."""
         keep = False
-        next_event: Event | None = event
+        next_event: ExchangeEvent | None = event
         try:
             while next_event is not None:
                 commands = handler.handle(next_event)
@@ -143,7 +143,7 @@ class ProxyClient:
             self._progress = None
         return keep and not self._refused
 
-    async def _execute(self, command: Command) -> Event | None:
+    async def _execute(self, command: Command) -> ExchangeEvent | None:
         core = self._core
         if isinstance(command, Reserve):
             return Reserved(ok=core.reserve(command.channel))

@@ -153,7 +153,7 @@ class Done(NamedTuple):
     ended: TunnelEnd | None = None
 
 
-Event = RequestHead | HeadRefused | FlowOpened | NameRefused | Reserved | Resolved | Dialled | Done
+ExchangeEvent = RequestHead | HeadRefused | FlowOpened | NameRefused | Reserved | Resolved | Dialled | Done
 
 
 # -- commands: what the driver carries out ------------------------------------
@@ -255,7 +255,7 @@ Command = Reserve | Release | Record | Resolve | Dial | Refuse | Answer | Forwar
 # The commands whose answer is the next event.
 _ANSWERED = (Reserve, Resolve, Dial, Answer, Forward, Carry)
 
-Steps = Generator[Command, Event | None, None]
+Steps = Generator[Command, ExchangeEvent | None, None]
 
 
 class Abandoned(Exception):
@@ -282,11 +282,11 @@ class Handler:
         self.done = False
         next(steps)  # to the first ``yield``, which takes the first event
 
-    def handle(self, event: Event) -> list[Command]:
+    def handle(self, event: ExchangeEvent) -> list[Command]:
         if self.done:
             raise RuntimeError("the exchange is over")
         commands: list[Command] = []
-        sent: Event | None = event
+        sent: ExchangeEvent | None = event
         while True:
             try:
                 command = self._steps.send(sent)
@@ -651,7 +651,7 @@ def _judge_method(ctx: ProxyContext, target: Target, event: h11.Request) -> None
                       layer=decision.layer, host=target.host)
 
 
-def _admit(ctx: ProxyContext, shown: _Shown, target: Target) -> Generator[Command, Event | None, IPAddress]:
+def _admit(ctx: ProxyContext, shown: _Shown, target: Target) -> Generator[Command, ExchangeEvent | None, IPAddress]:
     """Decide by name, resolve once, decide by every address, and dial a checked one."""
     request = Request(channel=ctx.channel, host=target.host, port=target.port)
     by_name = ctx.decisions.name(request)
@@ -827,7 +827,7 @@ def _decide_inner(ctx: InnerContext, shown: _Shown, body_bytes: int) -> Decision
     return decision
 
 
-def run_table(steps: Steps, events: Sequence[Event]) -> list[list[Command]]:
+def run_table(steps: Steps, events: Sequence[ExchangeEvent]) -> list[list[Command]]:
     """The commands each of ``events`` caused, in order: a table's right-hand column."""
     handler = Handler(steps)
     return [handler.handle(event) for event in events]

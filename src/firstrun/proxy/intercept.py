@@ -39,7 +39,7 @@ from firstrun.proxy.errors import PeerGone, Refused, UpstreamGone
 from firstrun.proxy.exchange import (
     Clock,
     Command,
-    Event,
+    ExchangeEvent,
     Forward,
     Handler,
     InnerContext,
@@ -307,12 +307,12 @@ class InterceptedTunnel:
             conn.start_next_cycle()
             up.start_next_cycle()
 
-    async def _drive(self, handler: Handler, event: Event, conn: h11.Connection,
+    async def _drive(self, handler: Handler, event: ExchangeEvent, conn: h11.Connection,
                      up: h11.Connection) -> bool:
         """Run one decrypted request to its end; True when the tunnel may carry another."""
         assert self._client is not None
         keep = False
-        next_event: Event | None = event
+        next_event: ExchangeEvent | None = event
         self._progress = None
         try:
             while next_event is not None:
@@ -329,12 +329,12 @@ class InterceptedTunnel:
         return keep
 
     async def _execute(self, commands: list[Command], conn: h11.Connection,
-                       up: h11.Connection) -> tuple[bool | None, Event | None]:
+                       up: h11.Connection) -> tuple[bool | None, ExchangeEvent | None]:
         """Carry out one step's commands: whether the tunnel may go on (None: this step
         does not say), and the answer."""
         assert self._client is not None
         keep: bool | None = None
-        next_event: Event | None = None
+        next_event: ExchangeEvent | None = None
         for command in commands:
             if isinstance(command, Record):
                 self._emit(command.record)
