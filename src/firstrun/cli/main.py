@@ -574,9 +574,9 @@ def _run(argv: Sequence[str]) -> int:
 
 
 def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from firstrun.cli.run import RunRequest, run_command
+    from firstrun.cli.run import RunRequest, run_sweep_command
 
-    return run_command(RunRequest(
+    return run_sweep_command(RunRequest(
         **{option.field: option.request_value(getattr(args, option.field)) for option in RUN_OPTIONS},
         argv=("firstrun", *argv),
     ))

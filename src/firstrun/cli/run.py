@@ -84,7 +84,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, kw_only=True)
 class RunRequest:
-    """Validated-by-argparse ``firstrun run`` arguments; the rest is checked in ``run_command``.
+    """Validated-by-argparse ``firstrun run`` arguments; the rest is checked in ``run_sweep_command``.
 
     One field per entry of ``run.options.RUN_OPTIONS``, which declares each
     (a test holds the two to each other); this type only gives them types.
@@ -313,10 +313,10 @@ def _select(request: RunRequest) -> tuple[list[Task], dict[str, Mirror]]:
     return tasks, mirrors
 
 
-def run_command(request: RunRequest) -> int:
+def run_sweep_command(request: RunRequest) -> int:
     """Run the suite; return the exit status (0/1/2, or 128+N after signal N)."""
     try:
-        return _run_command(request)
+        return _run_sweep_command(request)
     finally:
         # Left only once every run in flight has ended on its node.
         ray_engine = sys.modules.get("firstrun.run.ray_engine")
@@ -324,7 +324,7 @@ def run_command(request: RunRequest) -> int:
             ray_engine.leave()
 
 
-def _run_command(request: RunRequest) -> int:
+def _run_sweep_command(request: RunRequest) -> int:
     from firstrun.agents import make_agent
     from firstrun.agents.spend import load_price_file
     from firstrun.cli.flags import summary_target
