@@ -34,7 +34,8 @@ class RunConfig:
     out_dir: Path
     backend: str = "auto"
     allow_unenforced: bool = False
-    allow_downgrade: frozenset[LayerName] = frozenset()
+    # ``--allow-downgrade``: layers a run may go without (recorded), as in the profile.
+    downgrades: frozenset[LayerName] = frozenset()
     keep_sandbox: bool = False
     docs_mirrors: Mapping[str, Mirror] = field(default_factory=dict)
     cache_dir: Path | None = None

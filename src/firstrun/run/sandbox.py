@@ -118,7 +118,7 @@ def task_profile(task: Task, workspace: str, policy: NetworkPolicy, config: RunC
             command_timeout_s=float(budgets.max_command_seconds),
             output_bytes=budgets.max_output_chars,
         ),
-        downgrades=config.allow_downgrade,
+        downgrades=config.downgrades,
     )
 
 
