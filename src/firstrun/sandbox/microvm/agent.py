@@ -114,7 +114,7 @@ def setup(config):
     socket.sethostname("firstrun")
 
 
-class Agent(Supervisor):
+class GuestAgent(Supervisor):
     # pid 1 of a whole kernel: its threads show in /proc, and are not ours to kill.
     own_kernel = True
 
@@ -160,7 +160,7 @@ def main(fd):
         channel.send({"ok": False, "error": str(exc)})
     else:
         channel.send({"ok": True})
-        Agent(channel, config).serve()
+        GuestAgent(channel, config).serve()
     libc.reboot(_RB_POWER_OFF)
 
 
