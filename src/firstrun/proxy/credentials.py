@@ -28,8 +28,7 @@ from dataclasses import dataclass, field
 from firstrun.errors import UsageError
 from firstrun.policy.hosts import HostPattern
 from firstrun.policy.methods import CredentialRule
-
-Headers = list[tuple[bytes, bytes]]
+from firstrun.proxy.request import Headers
 
 _BASIC = b"basic "
 
