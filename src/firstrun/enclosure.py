@@ -26,7 +26,7 @@ from firstrun.sandbox.sockdir import socket_directory
 
 
 @dataclass(frozen=True, kw_only=True)
-class Egress:
+class ProxySetup:
     """What the proxy is given beside the policy, whichever proxy it is.
 
     ``env`` holds the credentials' values (TLS inspection). Records go to
@@ -51,7 +51,7 @@ class HarnessProxy:
 
 
 @contextmanager
-def harness_proxy(policy: NetworkPolicy, egress: Egress, *,
+def harness_proxy(policy: NetworkPolicy, egress: ProxySetup, *,
                   captures: bool) -> Iterator[HarnessProxy]:
     """The harness's proxy enforcing ``policy`` on the shell channel; ``captures``: with the
     listeners for redirected flows and DNS too."""
@@ -113,7 +113,7 @@ class Enclosure:
 
 
 @contextmanager
-def open_enclosure(chosen: Entry, profile: SandboxProfile, egress: Egress | None, *,
+def open_enclosure(chosen: Entry, profile: SandboxProfile, egress: ProxySetup | None, *,
                    options: BackendOptions | None = None,
                    build: Callable[[BackendOptions], Backend] | None = None,
                    docs: bool = False) -> Iterator[Enclosure]:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from firstrun.enclosure import Egress, harness_proxy
+from firstrun.enclosure import ProxySetup, harness_proxy
 from firstrun.policy.network import NetworkPolicy
 from firstrun.proxy.server import EgressProxy
 from firstrun.sandbox.base import ProxyEndpoint
@@ -29,5 +29,5 @@ def microvm_ready() -> None:
 
 @pytest.fixture(scope="module")
 def proxy() -> Iterator[tuple[EgressProxy, ProxyEndpoint]]:
-    with harness_proxy(NetworkPolicy.build(), Egress(env=os.environ), captures=False) as made:
+    with harness_proxy(NetworkPolicy.build(), ProxySetup(env=os.environ), captures=False) as made:
         yield made.proxy, made.endpoint

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from firstrun.enclosure import Egress, harness_proxy
+from firstrun.enclosure import ProxySetup, harness_proxy
 from firstrun.policy.network import NetworkPolicy
 from firstrun.proxy.server import EgressProxy
 from firstrun.sandbox.base import ProxyEndpoint
@@ -24,5 +24,5 @@ def session(workspace: str) -> Iterator[LinuxSession]:
 @pytest.fixture
 def proxy() -> Iterator[tuple[EgressProxy, ProxyEndpoint]]:
     """The run's proxy as the enclosure makes it, transparent capture included."""
-    with harness_proxy(NetworkPolicy.build(), Egress(env=os.environ), captures=True) as made:
+    with harness_proxy(NetworkPolicy.build(), ProxySetup(env=os.environ), captures=True) as made:
         yield made.proxy, made.endpoint

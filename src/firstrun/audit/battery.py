@@ -61,7 +61,7 @@ from firstrun.audit.model import (
     stoppers,
     subsets,
 )
-from firstrun.enclosure import Egress, open_enclosure
+from firstrun.enclosure import ProxySetup, open_enclosure
 from firstrun.errors import SandboxError, UsageError
 from firstrun.policy.addresses import IPAddress
 from firstrun.policy.decision import Reason, Verdict
@@ -679,7 +679,7 @@ def run_configuration(config: Configuration, registry: fixtures.Registry,
     credentials = {_CREDENTIAL_SOURCE: witnesses.credential}
     build = (lambda _options: backend) if backend is not None else _build(
         config.backend, registry, credentials if config.inspect_tls else None)
-    egress = Egress(env=credentials, resolver=_resolver(registry.address),
+    egress = ProxySetup(env=credentials, resolver=_resolver(registry.address),
                     extra_cafiles=(registry.cafile,)) if proxied else None
     try:
         with ExitStack() as stack:

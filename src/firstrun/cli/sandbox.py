@@ -200,7 +200,7 @@ def run_sandbox(request: SandboxRequest) -> int:
         select_backend(chosen.name, allow_unenforced=request.allow_unenforced)
         # Imported here, while the workspace is made: the proxy is most of
         # this command's imports.
-        from firstrun.enclosure import Egress, open_enclosure
+        from firstrun.enclosure import ProxySetup, open_enclosure
 
         workspace, disk = workspace_made()
         limits = Limits() if request.timeout_s is None else Limits(command_timeout_s=request.timeout_s)
@@ -213,7 +213,7 @@ def run_sandbox(request: SandboxRequest) -> int:
             downgrades=request.downgrades,
         )
         enclosure = stack.enter_context(open_enclosure(
-            chosen, profile, Egress(env=os.environ, record_path=request.record), options=options))
+            chosen, profile, ProxySetup(env=os.environ, record_path=request.record), options=options))
         session = enclosure.start()
         live = _LiveOutput(all_to_stderr=request.json)
         result = session.exec(list(request.command), timeout=request.timeout_s, on_output=live)

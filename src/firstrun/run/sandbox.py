@@ -25,7 +25,7 @@ from firstrun.docs import (
     Politeness,
     default_user_agent,
 )
-from firstrun.enclosure import Egress, open_enclosure
+from firstrun.enclosure import ProxySetup, open_enclosure
 from firstrun.errors import SandboxUnavailable, UsageError
 from firstrun.policy.addresses import IPAddress
 from firstrun.policy.methods import InspectionPolicy
@@ -200,7 +200,7 @@ def open_sandbox(
                                               readonly=profile.fs.readonly + needs.lend))
     with ExitStack() as stack:
         enclosure = stack.enter_context(open_enclosure(
-            chosen, profile, Egress(env=os.environ, on_record=on_record, resolver=_routed(routes)),
+            chosen, profile, ProxySetup(env=os.environ, on_record=on_record, resolver=_routed(routes)),
             options=BackendOptions(allow_unenforced=config.allow_unenforced, image=image),
             docs=True))
         docs_address = enclosure.listen_docs()
