@@ -192,6 +192,11 @@ class ProxyEndpoint:
                                who="proxy")
 
 
+# An egress record as plain data (``EgressRecord.to_data``), from a backend
+# that runs the shell channel's proxy itself.
+RecordCallback = Callable[[dict[str, object]], None]
+
+
 @dataclass(frozen=True)
 class OwnProxy:
     """The shell channel's egress goes through the backend's own proxy (docker's sidecar).

@@ -29,11 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from firstrun.errors import SandboxUnavailable, UsageError
-from firstrun.sandbox.base import Backend, Capability
-
-# An egress record as plain data (``EgressRecord.to_data``), from a backend
-# that runs the shell channel's proxy itself.
-RecordCallback = Callable[[dict[str, object]], None]
+from firstrun.sandbox.base import Backend, Capability, RecordCallback
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -63,7 +63,7 @@ import sys
 import tempfile
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from contextlib import ExitStack
 from pathlib import Path
 from typing import IO
@@ -85,6 +85,7 @@ from firstrun.sandbox.base import (
     Capability,
     Check,
     LayerStatus,
+    RecordCallback,
     SessionInfo,
     ShellProxy,
 )
@@ -131,7 +132,6 @@ _READY_TIMEOUT_S = 60.0
 _SIDECAR_STOP_S = 10.0
 _HELPER = "the run container's helper"
 
-RecordCallback = Callable[[dict[str, object]], None]
 _SIDECAR = "the proxy sidecar"
 
 
