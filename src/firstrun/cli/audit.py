@@ -1,13 +1,10 @@
 """``firstrun audit``: the matrix of action by configuration, measured, with the model beside it.
 
-Guarantee: what is printed is exactly the measured ``AuditResult``: every
-cell's outcome comes from the battery's evidence, the counts are computed
-from those cells, and every cell where the model predicted otherwise is
-listed. The exit status is 0 only when the model and the measurement agree
-on every cell that ran, 1 when any disagree (either one is a bug), and the
-usual 125 when a backend asked for by name cannot start. ``--format json``
-is the schema-stable form (``schema: firstrun.audit/2``); ``markdown`` is a
-table for a README or a CI summary.
+Guarantee: what is printed is exactly the measured ``AuditResult``: every cell
+comes from the battery's evidence, the counts from those cells, and every cell
+the model predicted otherwise is listed. Exit 0 only when model and measurement
+agree on every cell that ran, 1 when any disagree (either one is a bug), 125
+when a backend asked for by name cannot start.
 """
 
 from __future__ import annotations
@@ -28,6 +25,8 @@ from firstrun.audit.battery import (
 from firstrun.audit.model import ACTIONS, ActionResult, AuditedLayer
 from firstrun.errors import SandboxUnavailable, UsageError
 
+# json is the schema-stable form (schema: firstrun.audit/2); markdown is a
+# table for a README or a CI summary.
 FORMATS = ("text", "json", "markdown")
 EXIT_DISAGREE = 1
 

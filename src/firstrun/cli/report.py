@@ -1,14 +1,10 @@
 """``firstrun diff``, ``firstrun report`` and ``firstrun findings``, and where a GitHub step summary goes.
 
-Guarantee: they read saved results only, and every bad input (a missing results
-file, an unwritable output, an output that is the results file itself, an
-``--alpha`` outside (0, 1), ``--github-summary`` without ``$GITHUB_STEP_SUMMARY``)
-is refused in one line naming the flag or argument before anything is written.
-``diff`` exits 0, or 1 with ``--fail-on-regression`` when some task's pass rate
-dropped significantly; findings that changed never change its exit status.
+Guarantee: they read saved results only, and every bad input is refused in one
+line naming the flag or argument before anything is written, an output that is
+the results file itself included. ``diff`` exits 0, or 1 with
+``--fail-on-regression`` when some task's pass rate dropped significantly.
 ``findings --suggest`` refuses what it cannot do before its first vendor call.
-``report`` and ``findings`` read a sweep of several arms as its arms, the
-arm x task matrix with Fisher's test between each pair first.
 """
 
 from __future__ import annotations
@@ -81,6 +77,7 @@ def diff_command(before: str, after: str, *, alpha: float, fail_on_regression: b
         print(f"  {change.text()}")
     # A task whose samples are too small to show anything is never a regression:
     # it is shown as too small to tell.
+    # Findings that changed never change the exit status; only a regression can.
     return 1 if fail_on_regression and comparison.regressions else 0
 
 
@@ -134,6 +131,8 @@ def findings_command(results: Sequence[str], *, fmt: str, suggest: bool = False,
         raise UsageError("--suggest: takes one RESULTS_DIR (one arm); run it once per arm "
                          "(OUT/ARM for each arm of a sweep of several)")
     names = arm_names(saved)
+    # A sweep of several arms is read as its arms: the arm x task matrix, with
+    # Fisher's test between each pair, comes first.
     if len(saved) > 1:
         matrix = arms_matrix([(name, s.docs_records) for name, s in zip(names, saved, strict=True)])
         sys.stdout.write(matrix_markdown(matrix) + "\n" if fmt == "markdown" else

@@ -1,27 +1,11 @@
 """``firstrun run`` and ``firstrun check``: tasks in, saved results and an honest exit status out.
 
-Guarantee: every bad input (a flag, a task file, a mirror) is refused before
-any run starts. Nothing firstrun did not write is replaced: an ``--out``
-whose ``results.json`` is not a results document is refused, and so is a
-``--junit``, ``--github-summary`` or ``--github-summary-file`` naming the
-sweep's own results file. Every finished run is in ``OUT/results.json`` the
-moment it finishes (the store writes it atomically), so whatever ends the
-command, a signal included, what finished is kept. The first SIGINT or SIGTERM stops
-the suite from starting new runs and lets the running ones end cleanly
-(their sessions closed, nothing left running); further signals are ignored
-until that is done, then the command exits 128+N. The summary, the JUnit
-file and the exit status are computed from the saved ``RunRecord``s only.
-
-Flags left unset come from the project config (``firstrun.yaml``), for
-``check`` as for ``run``, and a flag given wins over it. A project that
-requires ``isolation: vm`` is refused once, before any run or check, on a
-backend that cannot give it (and each run's sandbox enforces it again).
-``--resume DIR`` runs only the attempts the sweep
-saved in DIR has no finished run for, and is refused before anything runs
-unless the command measures what that sweep recorded (``SweepIdentity``).
-Several ``--agent``, ``--model`` or ``--affordances`` values make arms
-(``results.arms``), run one after another: each is a sweep of its own in
-``OUT/ARM/``, opened, resumed and checked as a single sweep is.
+Guarantee: every bad input (a flag, a task file, a mirror) is refused before any
+run starts, and nothing firstrun did not write is replaced. Every finished run is
+in ``OUT/results.json`` the moment it finishes, so whatever ends the command, a
+signal included, what finished is kept: after SIGINT, SIGTERM or SIGHUP no new run
+starts, the running ones end with their sessions closed, and the exit is 128+N.
+The summary, the JUnit file and the exit status come from the saved ``RunRecord``s only.
 """
 
 from __future__ import annotations
@@ -128,6 +112,9 @@ class RunRequest:
     color: str = "auto"
     argv: tuple[str, ...] = ()
 
+    # Several --agent, --model or --affordances values make arms, run one after
+    # another: each is a sweep of its own in OUT/ARM/, opened, resumed and
+    # checked as a single sweep is.
     def arms(self) -> tuple[Arm, ...]:
         """The sweep's arms: every combination of the agents, models and affordances given."""
         return sweep_arms(self.agent, self.model, self.affordances)
@@ -236,6 +223,8 @@ def _check_paths(request: RunRequest, arms: Sequence[Arm] = ()) -> None:
                              "(or cache_dir in firstrun.yaml)")
 
 
+# Flags left unset come from the project config (firstrun.yaml), for ``check``
+# as for ``run``; a flag given wins over it.
 def _with_project(request: RunRequest, project: ProjectConfig | None) -> RunRequest:
     """``request`` with every flag left unset filled from ``project``, else the built-in default."""
     filled = {o.field: option_value(o, getattr(request, o.field), project)
@@ -271,6 +260,10 @@ def _sweep_identity(request: RunRequest, tasks: list[Task], backend: str,
 def _open_store(request: RunRequest, out: Path, identity: SweepIdentity,
                 meta: dict[str, object]) -> ResultsStore:
     """A new sweep's store, or with --resume the saved sweep's, refused unless comparable."""
+    # --resume DIR then runs only the attempts DIR has no finished run for, and is
+    # refused here, before anything runs, unless this command measures what that
+    # sweep recorded (its SweepIdentity). The store rewrites results.json
+    # atomically after every run, which is what keeps finished runs on a signal.
     if request.resume is None:
         store = ResultsStore(out, meta={**meta, SWEEP_KEY: identity.to_data()})
         # Written now, so results.json exists (with its meta) even if no run finishes.
@@ -443,7 +436,7 @@ def _run_sweep_command(request: RunRequest) -> int:
                           "runs are kept", file=sys.stderr)
                     stop.set()
         except Signalled as sig:
-            # run_suite has already set ``stop`` and waited for the runs in
+            # The first signal stops the suite starting new runs; run_suite has already set ``stop`` and waited for the runs in
             # flight to end with their sessions closed; signals stay ignored
             # until this block exits. Setting it here too covers a signal that
             # came before run_suite's own handling began.
@@ -691,6 +684,9 @@ def _ray_cluster(request: RunRequest, backend: str, images: list[str | None],
 
 def _resolve(backend: str, allow_unenforced: bool, images: list[str | None],
              project: ProjectConfig | None) -> Resolution | str:
+    # A project requiring ``isolation: vm`` is refused here once, before any run
+    # or check, on a backend that cannot give it; each run's sandbox enforces it
+    # again, the project's task defaults having put it into every task.
     needs_kernel = project is not None and project.spec.isolation == "vm"
     return sweep_backend(backend, allow_unenforced, images, needs_kernel=needs_kernel,
                          required_by=f"the project config {project.path}" if project else None)

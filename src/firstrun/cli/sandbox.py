@@ -1,13 +1,10 @@
 """``firstrun sandbox``: one command, in a fresh attested session, behind the recording proxy.
 
-Guarantee: the command runs only after the backend attested the session, its
-only way out is the egress proxy started here, and when this returns (normal
-exit, timeout, error, Ctrl-C or SIGTERM) the session is closed, so no process
-it started is left running, and the proxy is stopped. A backend with its own
-proxy (docker's sidecar) gets the same policy, and its records are reported
-(and written to ``--record``) the same way. The exit status keeps
-the command's own result apart from the harness's: the command's code, 124
-for a timeout, 125 when the sandbox refused or failed.
+Guarantee: the command runs only after the backend attested the session; its
+only way out is an egress proxy under this policy (the harness's, or the
+backend's own, such as docker's sidecar). However this returns, the session is
+closed, nothing it started is left running, and the proxy is stopped. Exit:
+the command's code, 124 for a timeout, 125 when the sandbox refused or failed.
 """
 
 from __future__ import annotations
@@ -42,6 +39,9 @@ from firstrun.sandbox.select import (
 )
 from firstrun.tasks.allowlist import allow_entries, allow_snippet
 
+# The exit status keeps the command's own result apart from the harness's:
+# the command's code, 124 for a timeout (as timeout(1) says it), 125 when the
+# sandbox refused or failed (main's EXIT_SANDBOX).
 EXIT_TIMEOUT = 124
 
 
@@ -212,6 +212,8 @@ def run_sandbox(request: SandboxRequest) -> int:
             limits=limits,
             downgrades=request.downgrades,
         )
+        # A backend with its own proxy (docker's sidecar) gets the same policy, and
+        # its records are reported (and written to --record) the same way.
         enclosure = stack.enter_context(open_enclosure(
             chosen, profile, ProxySetup(env=os.environ, record_path=request.record), options=options))
         session = enclosure.start()
