@@ -2,18 +2,10 @@
 
 Guarantee: the CLI is the pinned install (``install.CLAUDE_CODE``), lent
 read-only and run through the toolbelt, so it and every child it starts are
-under the session's backend, layers and egress proxy. It gets the task
-message in print mode, never the API key (a per-run placeholder stands in),
-and its stream is turned, as it arrives, into firstrun's events: each model
-turn with its tokens and spend, each command with its exit code, the final
-report. The real key stays with the proxy, which puts it into the CLI's
-requests to the API host alone (``--inspect-tls``: it must decrypt them). Docs come from the harness's ``read_docs`` over MCP; the CLI's own
-web tools are refused, so every page the agent saw is a ``docs_read``. Its
-permission prompts go to the harness (``--permission-prompt-tool``), where
-every command is asked for (``ask: Bash``) and decided by the task's
-rules. Budgets: turns through ``--max-turns``, spend through
-``--max-budget-usd`` (the run's ``--max-spend`` share), wall seconds by the
-session's timeout, which ends the CLI's whole tree.
+under the session's backend, layers and egress proxy. It never holds the API
+key, reads docs only through the harness (each page a ``docs_read``), has every
+command decided by the task's rules, and its stream becomes firstrun's events
+as it arrives: each model turn with tokens and spend, each command, the report.
 """
 
 from __future__ import annotations
@@ -116,6 +108,12 @@ class ClaudeCodeAgent:
 
     def argv(self, brief: Brief) -> list[str]:
         """The CLI's command line for ``brief`` (pure but for the server's port)."""
+        # Print mode with the task message. Docs come from the harness's
+        # read_docs over MCP and the CLI's own web tools are refused, so every
+        # page the agent saw is a docs_read; its permission prompts go to the
+        # harness (--permission-prompt-tool). Budgets: turns through --max-turns,
+        # spend through --max-budget-usd (the run's --max-spend share); wall
+        # seconds are the session's timeout, which ends the CLI's whole tree.
         mcp = {"mcpServers": {SERVER_NAME: {"type": "http", "url": self._mcp.url}}}
         # Every command is asked for, so the task's rules see each one, the
         # read-only ones the CLI would otherwise run unasked included.
@@ -149,6 +147,8 @@ class ClaudeCodeAgent:
 
         self._mcp.bind(read_docs=read_docs, permit_bash=lambda c: tools.permit("bash", c))
         # The CLI's credential: a fresh placeholder, never the key (see the README).
+        # The real key stays with the proxy, which puts it into the CLI's requests
+        # to the API host alone; it must decrypt them for that (--inspect-tls).
         placeholder = f"firstrun-anthropic-{secrets.token_hex(16)}"
         stop: AgentStop | None = None
         detail = ""

@@ -1,15 +1,11 @@
 """Claude Code's ``--output-format stream-json`` as data: turns, tool outcomes, the end.
 
-Guarantee: pure and sans-io. ``ClaudeStream.feed`` takes one line of the
-stream (``--verbose --include-partial-messages``) and returns what it
-completed, in stream order: a ``Turn`` once its API message has stopped
-(text, tool calls and usage as the server reported them: input from
-``message_start``, output from ``message_delta``), a ``ToolOutcome`` for
-each tool result (a ``Bash`` result carries its exit code: the CLI writes
-``Exit code N`` first in a failed command's result), a ``Denied`` for each
-call the CLI's own permission check turned down, and ``Final`` for the
-``result`` line. A line that is not JSON is ``Noise`` (the CLI's own
-warnings), never an exception: a CLI upgrade must not crash the harness.
+Guarantee: pure and sans-io. ``ClaudeStream.feed`` takes one line of the stream
+and returns what it completed, in stream order: ``Init``, a ``Turn`` once its
+API message has stopped (usage as the server reported it), a ``ToolOutcome``
+per tool result, a ``Denied`` per call the CLI's own permission check turned
+down, ``Final`` for the ``result`` line. A line that is not a JSON object is
+``Noise``, never an exception: a CLI upgrade must not crash the harness.
 """
 
 from __future__ import annotations
@@ -19,6 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+# A Bash result carries its exit code: the CLI writes "Exit code N" first in a
+# failed command's result.
 _EXIT = re.compile(r"\AExit code (\d+)(?:\n|\Z)")
 # How the CLI marks the result of a call it refused to make.
 _NOT_RUN = "<tool_use_error>"
@@ -114,6 +112,8 @@ class ClaudeStream:
         self._calls: dict[str, dict[str, Any]] = {}
         self._denied: set[str] = set()
 
+    # The stream is the one --verbose --include-partial-messages gives: a turn's
+    # usage is input from message_start, output from message_delta.
     def feed(self, line: str) -> list[Item]:
         line = line.strip()
         if not line:
@@ -121,6 +121,7 @@ class ClaudeStream:
         try:
             data = json.loads(line)
         except ValueError:
+            # The CLI's own warnings.
             return [Noise(line=line)]
         if not isinstance(data, dict):
             return [Noise(line=line)]

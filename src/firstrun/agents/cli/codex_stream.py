@@ -1,14 +1,11 @@
 """``codex exec --json`` as data: commands, messages, usage per turn, and failures.
 
-Guarantee: pure and sans-io, like ``claude_stream``. ``CodexStream.feed``
-takes one line and returns what it completed: a ``Command`` for each
-finished ``command_execution`` item (its exit code as Codex reported it,
-None when it never ran), a ``Message`` for each ``agent_message``, a
-``TurnUsage`` for each ``turn.completed``, a ``Notice`` for each ``error``
-event or error item (Codex's retries and warnings), and ``Failed`` for
-``turn.failed``. Codex reports usage per turn of the conversation, not per
-model call, so a turn's usage covers every call it made. A line that is not
-a JSON object is ``Noise``, never an exception.
+Guarantee: pure and sans-io, like ``claude_stream``. ``CodexStream.feed`` takes
+one line and returns what it completed: a ``Command`` per finished command (its
+exit code as Codex reported it, None when it never ran), a ``Message`` per agent
+message, a ``TurnUsage`` per completed turn, a ``Notice`` per error event or item,
+``Failed`` for a failed turn. A line that is not a JSON object is ``Noise``, never
+an exception.
 """
 
 from __future__ import annotations
@@ -31,6 +28,8 @@ class Message:
     text: str
 
 
+# Codex reports usage per turn of the conversation, not per model call, so a
+# turn's usage covers every call it made.
 @dataclass(frozen=True, kw_only=True)
 class TurnUsage:
     input_tokens: int
@@ -39,6 +38,7 @@ class TurnUsage:
     output_tokens: int
 
 
+# Codex's retries and warnings: an ``error`` event or error item.
 @dataclass(frozen=True, kw_only=True)
 class Notice:
     message: str

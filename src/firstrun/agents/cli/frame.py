@@ -1,12 +1,11 @@
 """What an agent CLI needs from the run beyond a model agent's toolbelt.
 
 Guarantee: an agent CLI says before the session starts what it needs lent
-(``Needs.lend``: host directories, read-only) and routed (``Needs.routes``:
-a name the proxy sends to a harness address, as a recorded override), and
-the run grants exactly that, with its vendor's API host allowed and its
-key held by the proxy (``Needs.credentials``); during the run it works through a
-``ProcessToolbelt``: it runs as one sandboxed process whose commands it
-reports, never a process of the harness.
+(``Needs.lend``: host directories, read-only) and routed (``Needs.routes``: a
+name the proxy sends to a harness address, as a recorded override), and the run
+grants exactly that, its vendor's API host allowed and its key held by the proxy
+(``Needs.credentials``). It runs as one sandboxed process whose commands it
+reports (``ProcessToolbelt``), never a process of the harness.
 """
 
 from __future__ import annotations

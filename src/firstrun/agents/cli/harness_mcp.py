@@ -1,16 +1,11 @@
 """The harness's MCP server for an agent CLI: ``read_docs``, and its permission prompts.
 
 Guarantee: the CLI inside the sandbox reaches this server only through the
-egress proxy (a recorded override routes ``HARNESS_HOST`` to its loopback
-port), and every call it serves goes through the run's toolbelt, so a page
-read through it is a ``docs_read`` and an asked permission a ``permission``
-event, held to the wall budget and the permission rules like any agent's.
-``approve`` answers the CLI's own permission prompts unattended: a command
-is decided by the task's rules for ``bash``; the CLI's web tools are
-refused (pages come through ``read_docs``, where they are recorded); its
-file tools are allowed, the sandbox bounds what they can touch. A budget
-that runs out or a stopped sweep, met inside a call, is kept in ``ended``
-for the agent, and the call is answered with an error.
+egress proxy (a recorded override routes ``HARNESS_HOST`` to its loopback port),
+and every call it serves goes through the run's toolbelt, so a page read through
+it is a ``docs_read`` and an asked permission a ``permission`` event, held to the
+wall budget and the permission rules like any agent's. Once a budget runs out or
+the sweep stops inside a call, that is kept in ``ended`` and every call errors.
 """
 
 from __future__ import annotations
@@ -56,6 +51,8 @@ class HarnessMcp:
     def bind(self, *, read_docs: Callable[[str], str], permit_bash: Callable[[str], None]) -> None:
         self._read, self._permit = read_docs, permit_bash
 
+    # The agent reads ``ended`` once the CLI is done: a spent budget ends the run
+    # as the toolbelt's would, anything else is raised again.
     def _call(self, action: Callable[[], str]) -> str:
         if self.ended is not None:
             return f"error: {self.ended}"
@@ -76,6 +73,10 @@ class HarnessMcp:
             return self._read(url)
         return self._call(read)
 
+    # Answers the CLI's own permission prompts unattended: a command is decided
+    # by the task's rules for ``bash``; the web tools are refused (pages come
+    # through read_docs, where they are recorded); the file tools are allowed,
+    # since the sandbox bounds what they can touch.
     def approve(self, tool_name: str, input: dict[str, Any]) -> str:  # noqa: A002 (CLI's name)
         def decide() -> str:
             if tool_name in _WEB_TOOLS:
