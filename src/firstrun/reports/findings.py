@@ -2,11 +2,9 @@
 
 Guarantee: pure functions of ``RunRecord``s and their saved trace events (no
 I/O, no clock). Only evidential runs count, as in the Wilson rate. A failing
-run *breaks* at its first agent call that failed and was never overcome (no
-later call ran the same command, or a step of the same block, and exited 0),
-or at the check when every failed call was overcome. Each agent command is
-matched to the code blocks of the pages the run read; a command that
-matches none is *improvised*. A run whose trace is missing, or whose
+run *breaks* at the first failed agent call it never got past, else at the
+check; a command that matches no code block of the pages the run read, and is
+not just looking around, is *improvised*. A run whose trace is missing, or whose
 pages were saved without their blocks, is a marked gap, never a guess.
 """
 
@@ -337,6 +335,8 @@ def _failed(call: Call) -> bool:
 
 def breaking_call(run_calls: Sequence[Call]) -> Call | None:
     """The first failed call the run never got past; None when each was overcome."""
+    # Overcome: a later call ran the same command, or a step of the same block,
+    # and exited 0. With every failed call overcome the run breaks at the check.
     for i, call in enumerate(run_calls):
         if not _failed(call):
             continue

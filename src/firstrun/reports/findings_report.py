@@ -3,10 +3,8 @@
 Guarantee: pure renderings of ``reports.findings`` results. The JSON validates
 against ``FINDINGS_SCHEMA`` (``firstrun schema --findings``); unknown figures
 are null, never 0. The markdown is inert: run text passes through ``markdown.md``
-or a fence longer than any backtick run in it. A finding is the same one in two
-sweeps when its kind, task, signature or command, page and block are; it *grew*
-or *shrank* with its share of evidential runs. A saved suggestion is shown
-beside its finding, marked drafted (stale if its evidence changed), in no figure.
+or a fence longer than any backtick run in it. A saved suggestion is shown
+beside its finding, marked drafted or stale, and counts in no figure.
 """
 
 from __future__ import annotations
@@ -397,6 +395,9 @@ class FindingChange:
 
 def compare_findings(before: Sequence[TaskFindings], after: Sequence[TaskFindings]) -> tuple[FindingChange, ...]:
     """What changed between two sweeps' findings; a finding whose share held is not listed."""
+    # A finding is the same one in two sweeps when its kind, task, signature or
+    # command, page and block are (Finding.key); it grew or shrank with its share
+    # of evidential runs.
     old = {f.key: f for t in before for f in t.findings}
     new = {f.key: f for t in after for f in t.findings}
     changes = []

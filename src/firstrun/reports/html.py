@@ -1,21 +1,11 @@
 """``firstrun report``: one self-contained HTML page about a sweep, from saved results only.
 
-Guarantee: the page needs no network and runs no code. Its CSS is inline,
-its plots are inline SVG, it loads no font, script, image or frame, and a
-Content-Security-Policy of ``default-src 'none'`` (inline styles only) makes
-the browser refuse anything that would. Every string that came from results
-or traces (task names, URLs, commands, output, reasons) passes through one
-escaping function: markup is built only by ``_el`` from constant tag and
-attribute names, and text reaches it only as ``str``, which is always
-escaped; characters HTML cannot carry are replaced, never written raw. Only
-``http``/``https`` URLs become links. Each run's narrated trace
-(``firstrun.reports.narrate``) is in the page under an anchor, so a run's
-link works offline. Findings (``firstrun.reports.findings``) come first,
-ranked, each a ``details`` element holding its evidence (and a saved
-suggested change, as text like any other) and linking its runs.
-A sweep of several arms is one page: the arm x task matrix with Fisher's test
-between each pair of arms first, then each arm as its own report, its anchors
-prefixed so no two arms share one.
+Guarantee: the page needs no network and runs no code: CSS and SVG plots are
+inline, it loads no font, script, image or frame, and its Content-Security-Policy
+makes the browser refuse anything that would. Every string from results or traces
+is escaped, characters HTML cannot carry are replaced, and only ``http``/``https``
+URLs become links. Each run's narrated trace is in the page under an anchor, so a
+run's link works offline.
 """
 
 from __future__ import annotations
@@ -65,9 +55,14 @@ FINDING_COLOUR = "#8250df"
 
 _NOT_HTML = re.compile("[\x00-\x08\x0b\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufdd0-\ufdef\ufffe\uffff]")
 
+# default-src 'none' (inline styles only): the browser refuses any load the page
+# would make.
 CSP = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 
 
+# The one escaping path: markup is built only by _el from constant tag and
+# attribute names, and text reaches it only as str, which is always escaped;
+# characters HTML cannot carry are replaced, never written raw.
 class Markup(str):
     """HTML this module built; the only ``str`` that ``_el`` does not escape."""
 
@@ -100,6 +95,7 @@ def _el(tag: str, attrs: Mapping[str, object] | None = None, *children: Child) -
     return Markup(f"<{tag}{attributes}>{_children(children)}</{tag}>")
 
 
+# Only http/https URLs become links; anything else is shown as code.
 def _link(url: str | None) -> Markup:
     if not url:
         return _text("")
@@ -340,6 +336,8 @@ def _finding(f: Finding, anchors: Mapping[str, int], suggestion: Suggestion | No
     return _el("details", {"class": f"finding {f.kind.value}"}, _el("summary", None, f.headline()), body)
 
 
+# Findings come first, ranked, each a details element holding its evidence (and a
+# saved suggested change, as text like any other) and linking its runs.
 def _findings_section(report: Report, records: Sequence[RunRecord], prefix: str = "") -> Markup:
     anchors: dict[str, int] = {}
     for index, r in enumerate(records):
@@ -488,6 +486,8 @@ def render_html(saved: SavedResults, *, generated_at: datetime | None = None) ->
 def render_arms_html(arms: Sequence[tuple[str, SavedResults]], *,
                      generated_at: datetime | None = None) -> str:
     """One page for a sweep of several arms: the arms matrix, then each arm's report."""
+    # The matrix has Fisher's test between each pair of arms; each arm's anchors
+    # are prefixed so no two arms share one.
     when = (generated_at or datetime.now(UTC)).isoformat(timespec="seconds")
     runs = sum(len(s.records) for _, s in arms)
     header = _el("header", None, _el("h1", None, "firstrun report"),

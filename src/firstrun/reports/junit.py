@@ -2,18 +2,10 @@
 
 Guarantee: the document is well-formed XML 1.0 whatever the runs printed
 (characters XML cannot carry, such as terminal escapes, are replaced, never
-written raw), and it maps the run classifications onto JUnit's three
-outcomes without inventing evidence:
-
-- ``passed``: a plain ``<testcase>``;
-- ``docs_gap``: ``<failure>``, the only outcome that says the docs failed;
-- ``skipped``: ``<skipped>``;
-- every other classification (infrastructure or harness trouble, a budget
-  run out, an agent refusal): ``<error>``, because the run could not judge
-  the docs and a CI dashboard must not show it green.
-
-One ``<testsuite>`` per task, one ``<testcase>`` per attempt, in the order
-the runs were recorded. The file is replaced atomically.
+written raw), and it maps the run classifications onto JUnit's outcomes without
+inventing evidence: only ``docs_gap`` is a ``<failure>``, and a run that could
+not judge the docs is never shown green. One ``<testsuite>`` per task, one
+``<testcase>`` per attempt in recorded order; the file is replaced atomically.
 """
 
 from __future__ import annotations
@@ -85,6 +77,10 @@ def _testcase(record: RunRecord) -> ET.Element:
             "file": _xml_text(record.task_file),
         },
     )
+    # passed is a plain testcase; docs_gap a <failure>, the only outcome that says
+    # the docs failed; skipped <skipped>; every other classification (infra or
+    # harness trouble, a budget run out, an agent refusal) an <error>, because the
+    # run could not judge the docs and a CI dashboard must not show it green.
     outcome: str | None
     if record.classification is Classification.PASSED:
         outcome = None

@@ -1,16 +1,11 @@
 """Saved results as reports read them: a results directory, or its ``results.json``.
 
-Guarantee: a target is accepted only if it is a results document this
-version reads, and every run in it parses as a ``RunRecord``; anything else
-is one ``UsageError`` line naming the argument and the file, never a
-traceback and never a report built from half a file. Trace paths are
-resolved against the results directory and refused when they lead outside
-it, so a report built from a results file someone else wrote embeds no
-other file of this machine. A run whose trace is missing or unreadable is
-read as a marked gap (``findings.Gap``), never an error. Saved suggestions
-(``findings --suggest``) are read from the results directory, and a
-malformed suggestions file is one ``UsageError`` line naming it. A directory
-holding a sweep of several arms (``results.arms``) is read as its arms.
+Guarantee: a target is accepted only if it is a results document this version
+reads and every run in it parses as a ``RunRecord``; anything else is one
+``UsageError`` line naming the argument and the file, never a traceback nor a
+report from half a file. No trace path leading outside the results directory is
+read, so a results file someone else wrote embeds no other file of this machine.
+A run whose trace is missing or unreadable is a marked gap (``findings.Gap``).
 """
 
 from __future__ import annotations
@@ -122,6 +117,7 @@ def read_runs(saved: SavedResults) -> tuple[RunTrace, ...]:
 
 def read_suggestions(saved: SavedResults) -> dict[Key, Suggestion]:
     """The drafts saved beside ``saved`` by ``findings --suggest``; none when there is no file."""
+    # A malformed suggestions file is one UsageError line naming it.
     path = saved.root / FILE
     if not path.is_file():
         return {}

@@ -2,11 +2,9 @@
 
 Guarantee: rendered from saved ``RunRecord``s only. Pass rates are over
 evidential runs with their Wilson interval, and "no evidence" is said in
-words, never 0%. Text from results (task names, URLs, reasons, details) is
-inert: HTML is escaped (GitHub renders raw HTML in summaries) and markdown
-punctuation is backslash-escaped, so it can neither break a table nor
-become a link, an image or a heading. Every run that did not pass is
-listed with why, its last page before the failure, and its blocked egress.
+words, never 0%. Text from results is inert: it can neither break a table nor
+become a link, an image or a heading. Every run that did not pass is listed
+with why, its last page before the failure, and its blocked egress.
 """
 
 from __future__ import annotations
@@ -25,6 +23,8 @@ from firstrun.tasks.allowlist import AllowEntries, allow_snippet
 
 # Inline syntax only: md() output never starts a line, so block markers
 # (#, -, +, 1.) cannot take effect and are left readable.
+# HTML is escaped (GitHub renders raw HTML in summaries) and markdown punctuation
+# backslash-escaped, so text from results cannot break a table or become a link.
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]()!|~])")
 
 

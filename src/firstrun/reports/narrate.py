@@ -1,15 +1,11 @@
 """``firstrun show``: a saved trace told in order, as a person would retell the run.
 
-Guarantee: the narration is a pure function of the events in ``trace.jsonl``
-(read with ``firstrun.run.events.read_trace``), in their recorded order,
-never of a live run. Every event appears: each command with its exit code
-and duration, each docs read, each egress decision (blocked ones marked
-``BLOCKED`` and styled as such), each permission decision on an agent call
-(refused ones marked ``REFUSED``), the check, and the classification. An event
-kind this version does not know is shown as such rather than dropped, so a
-newer trace is never silently shortened; so is a line that is not an event
-and an event whose fields have types this version never writes. A results
-directory's traces are read only from inside it, and only regular files.
+Guarantee: the narration is a pure function of the events in ``trace.jsonl``,
+in their recorded order, never of a live run. Every event appears, blocked
+egress marked ``BLOCKED`` and refused agent calls ``REFUSED``; what this version
+cannot read (an unknown kind, a line that is not an event, fields of types it
+never writes) is shown as such, so a newer trace is never silently shortened.
+A results directory's traces are read only from inside it, and only regular files.
 """
 
 from __future__ import annotations

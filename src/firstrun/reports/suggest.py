@@ -1,15 +1,11 @@
 """``findings --suggest``: the sweep's own model drafts one docs change per finding, saved beside the results.
 
 Guarantee: the one step of findings that calls a vendor or writes; findings and
-figures never read what it saves. One call per shown finding (``SHOWN`` per
-task) without a current draft, each first reserving its largest cost (prompt
-bytes plus output limit, at the highest rate) under ``--max-spend``; once one
-cannot fit, no call is made and the rest are ``budget_spent``. A transient
-vendor error is retried as the agent loop retries (``RetryPolicy``, a few
-tries); one that lasts, any other vendor error and a refusal are a
-``vendor_error`` gap, never raised, never over an earlier draft.
-Keys come from the usual variables and go to the vendor or ``--base-url``,
-never to a URL saved in results, which someone else may have written.
+figures never read what it saves. One call per shown finding without a current
+draft, each reserving its largest cost under ``--max-spend`` first; once one
+cannot fit, no call is made and the rest are ``budget_spent``. A vendor error
+or refusal is a ``vendor_error`` gap, never raised, never over an earlier draft.
+Keys go only to the vendor or ``--base-url``, never to a URL saved in results.
 """
 
 from __future__ import annotations
@@ -45,6 +41,8 @@ from firstrun.tasks.model import Budgets
 
 MAX_OUTPUT_TOKENS = 1024
 TIMEOUT_S = 120.0
+# A transient vendor error is retried as the agent loop retries; one that lasts
+# becomes a vendor_error gap.
 # Tries of one call, the first included: a draft is not worth the loop's patience.
 RETRY = RetryPolicy(attempts=3)
 # Model name prefixes that say which vendor a --model given without --agent is for.

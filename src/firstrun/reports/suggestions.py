@@ -1,12 +1,10 @@
 """Drafted docs changes beside findings: the prompt, and the saved suggestions file's shape.
 
 Guarantee: pure (no I/O, no clock). The prompt is a function of one finding's
-evidence alone (page, block, signature or command, output tails, the agents'
-words), and ``inputs_sha256`` hashes it with the model, so a saved draft is
-known to answer the finding as it stands or to be *stale*. A suggestion is
-keyed by the finding's identity (``Finding.key``); it is text for people,
-never read by any figure. ``parse_suggestions`` accepts only the shape
-``suggestions_data`` writes and names what is wrong otherwise.
+evidence alone, and ``inputs_sha256`` hashes it with the model, so a saved draft
+is known to answer the finding as it stands or to be *stale*. A suggestion is
+text for people, never read by any figure. ``parse_suggestions`` accepts only
+the shape ``suggestions_data`` writes and names what is wrong otherwise.
 """
 
 from __future__ import annotations
@@ -73,6 +71,8 @@ class Suggestion:
 
 def prompt(finding: Finding) -> str:
     """The user message for ``finding``: its headline, block, signature or command, evidence, words."""
+    # Its evidence alone (page, block, signature or command, output tails, the
+    # agents' words), so inputs_sha256 says whether a draft is still current.
     lines = [f"Task: {finding.task} (task file {finding.task_file})",
              f"Finding: {finding.headline()}"]
     if finding.kind is FindingKind.BREAK:

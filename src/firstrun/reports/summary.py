@@ -1,13 +1,9 @@
 """The end-of-suite summary: per task, runs by classification and an honest pass rate.
 
 Guarantee: the pass rate is taken over evidential runs only (``passed`` and
-``docs_gap``); runs that could not judge the docs (infrastructure trouble, a
-budget, a refusal, a skip) are counted and shown, never folded into the
-rate, and the rate carries its Wilson 95% interval, since a handful of runs
-is a sample. When nothing produced evidence the rate says so in words, never
-0%, because 0% would claim every documented route failed. A mutant's run
-(``firstrun mutate``) judges the task's check, not the docs: it is no task
-here and no run.
+``docs_gap``), with its Wilson 95% interval; runs that could not judge the docs
+are counted and shown, never folded into the rate. When nothing produced
+evidence the rate says so in words, never 0%. A mutant's run is left out.
 """
 
 from __future__ import annotations
@@ -33,6 +29,8 @@ ORDER = (
     Classification.SKIPPED,
 )
 
+# Said in words, never 0%: 0% would claim every documented route failed. The
+# interval is there because a handful of runs is a sample.
 NO_EVIDENCE = "no evidence"
 
 
@@ -73,6 +71,7 @@ class TaskSummary:
 def summarize(records: Sequence[RunRecord]) -> tuple[list[TaskSummary], TaskSummary]:
     """One summary per task, in the order tasks first finished, and the total."""
     per_task: dict[str, Counter[Classification]] = {}
+    # A mutant's run (firstrun mutate) judges the task's check, not the docs.
     for record in (r for r in records if not is_mutant(r)):
         per_task.setdefault(record.task, Counter())[record.classification] += 1
     rows = [TaskSummary(task=task, counts=dict(counts)) for task, counts in per_task.items()]
