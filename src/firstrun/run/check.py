@@ -1,34 +1,11 @@
 """The success check: one bash script, generated, run in the session after the agent.
 
-Guarantee: before a ``clean`` check starts (every check but a local
-``wait_http`` with no ``serve``, see ``CheckIsolation``), every process
-setup and the agent left is killed and gone (``Session.kill_all``), and how
-many is recorded; so nothing from the agent phase can watch for the check,
-read its script or environment from ``/proc``, signal it, or change the
-workspace while it runs. Only what the check itself starts (``serve``) runs
-beside it. A ``shared`` check runs beside the agent's processes, and the
-run says so.
-
-The check a task declares becomes one bash script from the pure function
-``build_check_script``: first the check's own ``PATH``, the session's with
-every entry that is relative or lies in a place the sandbox lets commands
-write (the workspace, HOME, TMPDIR, /tmp, /var/tmp, /dev/shm) taken out, so
-no program the agent planted answers for a system one; then the helpers
-(``qs_fail``, ``qs_serve``, ``qs_wait_http``, ``qs_expect_output``,
-``$QS_PORT``), which run their own tools so that no rc file the agent left
-in HOME steers them; then the declarative criteria in the order ``serve``,
-``wait_http``, ``expect_output``, then the task's own ``script`` or
-``file`` text, run in a subshell so its ``exit``, ``set -e`` and traps stay
-its own while the helpers still clean up. A tool the workspace holds runs
-only where the check names it (``.venv/bin/python``). The script travels to
-the session as an argument of ``bash -c`` and is never written into the
-workspace, so no agent can read the answer key. The agent output
-``expect_output`` matches is the stdout and stderr of the agent's commands
-that exited 0 (not setup's, not the commands' text), written host-side into
-the workspace under an unguessable name just before the check (after the
-kill) and removed right after it. Exit status 0 is a pass and nothing else
-is: a timeout (the check gets the task's per-command limit), a signal or a
-lost session is a failure.
+Guarantee: before a ``clean`` check starts (every check but a local ``wait_http``
+with no ``serve``), every process setup and the agent left is killed and gone,
+and how many is recorded, so nothing from the agent phase can watch, read,
+signal or disturb the check; a ``shared`` check runs beside them and the run
+says so. No program the agent planted answers for one the check runs, no agent
+can read the script, and exit status 0 is a pass and nothing else is.
 """
 
 from __future__ import annotations
@@ -86,7 +63,11 @@ def prelude() -> str:
     return resources.files("firstrun.run").joinpath("prelude.sh").read_text(encoding="utf-8")
 
 
-# First in every check: only PATH entries no command could have written.
+# First in every check: only PATH entries no command could have written. Every
+# entry that is relative or lies where the sandbox lets commands write (the
+# workspace, HOME, TMPDIR, /tmp, /var/tmp, /dev/shm) is taken out, so no program
+# the agent planted answers for a system one; a tool the workspace holds runs
+# only where the check names it (.venv/bin/python).
 TRUSTED_PATH = """\
 # ---- the check's PATH: the session's, less every place commands may write
 _qs_path=""
@@ -149,6 +130,12 @@ def _declared(task: Task) -> list[str]:
 
 def build_check_script(task: Task, *, port: int) -> str:
     """The complete check for ``task``, as bash text. Pure."""
+    # The PATH, then the helpers (qs_fail, qs_serve, qs_wait_http,
+    # qs_expect_output, $QS_PORT), which run their own tools so no rc file the
+    # agent left in HOME steers them; then the declared criteria in the order
+    # serve, wait_http, expect_output; then the task's own script or file text,
+    # in a subshell so its exit, set -e and traps stay its own while the helpers
+    # still clean up.
     parts = [TRUSTED_PATH, f"QS_PORT={port}", prelude().rstrip("\n"), "# ---- the task's criteria"]
     parts += _declared(task)
     if task.check.strip():
@@ -158,6 +145,7 @@ def build_check_script(task: Task, *, port: int) -> str:
 
 def agent_output(events: Sequence[Event]) -> bytes:
     """What ``expect_output`` matches: the output of agent commands that exited 0."""
+    # Stdout and stderr only: not setup's, not the commands' text.
     return _joined(
         [e.stdout, e.stderr]
         for e in events
@@ -202,11 +190,16 @@ def run_check(
     isolation = task.spec.success.isolation()
     killed = session.kill_all() if isolation is CheckIsolation.CLEAN else None
     emit(CheckIsolated(isolation=isolation.value, killed=killed))
+    # The agent output is written host-side under an unguessable name only now,
+    # after the kill, and removed right after the check.
     log_name = f".firstrun-output-{secrets.token_hex(8)}.log"
     workspace.write_new(log_name, output)
     script = build_check_script(task, port=check_port(task.name))
     started = time.monotonic()
     try:
+        # An argument of bash -c, never written into the workspace, so no agent
+        # can read the answer key. A timeout (the task's per-command limit), a
+        # signal or a lost session is a failure: only exit 0 passes.
         result = session.exec(
             ["/bin/bash", "-c", script, "firstrun-check"],
             timeout=timeout_s,

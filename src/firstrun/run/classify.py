@@ -2,91 +2,10 @@
 
 Guarantee: ``classify_run`` is a pure function of the events a run emitted. It
 reads types and enums, never message text, so the same events classify the
-same way on every backend and when read back from a trace. The order of the
-rules is the order below, and the first that applies decides:
-
-1. a harness failure (a bug in firstrun)            -> harness_error
-2. an infrastructure failure (sandbox refused or failed, attestation,
-   proxy, docs reader), then the proxy's spent record budget
-   (record_budget_exhausted), then a failed setup step -> infra_error
-3. the agent stopped for an infrastructure reason     -> infra_error
-4. replay with no replay block                        -> skipped
-5. replay stopped by the task's permission rules      -> skipped (permission_denied)
-   replay: docs stopped before a step needing a value  -> skipped (needs_input)
-   a hand-written replay step no route block shows     -> skipped (replay_drift)
-6. the agent refused                                  -> agent_refusal
-7. otherwise the check alone decides: exit 0          -> passed
-   non-zero: a spent budget                           -> budget_exhausted
-             (the agent's, or the workspace's disk: disk_exhausted)
-             the default image lacked what a failed
-             step needed and the host has             -> infra_error
-             (image_lacks_command, image_lacks_library)
-             the boundary refused a shell destination
-             while a failed step ran                  -> blocked (egress_refused)
-             the boundary cut a shell tunnel          -> infra_error (tunnel_cut)
-             else                                     -> docs_gap
-   (reason replay_step_failed when an agent step failed first, else check_failed)
-
-Blocked (rule 7): a run whose check failed after the boundary refused
-something on the shell channel for a reason the task's own lists decide
-(``not_allowed``, ``port_not_allowed``, ``ip_literal``, ``dns_not_allowed``,
-``tcp_not_allowed``), or a datagram that was not DNS (``udp_not_allowed``),
-while a step that failed was running, is not evidence about the docs: that
-step may have needed exactly what was refused. It is ``blocked``,
-non-evidential, and its record names those refusals and carries the task
-lines that would allow them. A failed step is an agent command or the check
-that exited non-zero or timed out; a refusal during a step that succeeded
-blocks nothing, since that step did without what was refused
-(``step_egress`` says which records fall in which step's time). A docs host fetched from the shell
-(``docs_host_on_shell``, attribution) is not blocked: the agent is told to
-read the docs through ``read_docs``, so that refusal decides nothing here,
-and the check decides as before. So does a refusal by the address floor,
-which no task line may lift for a name that is not the task's own.
-
-A cut tunnel (rule 7): a shell-channel tunnel whose record says ``cut``
-(the proxy could not carry it, the upstream reset it, or it ended before
-any byte came down; ``proxy.records.tunnel_cut``) lost what the command
-sent through it. A check that failed after that may have failed because
-of it, so the run is the boundary's and not evidence about the docs.
-
-A full disk (rule 7): writes past the workspace's bound failed with ENOSPC
-(``WorkspaceDisk.reached``). A check that failed then is a spent budget, the
-task's to raise, not a finding about the docs.
-
-A default image that lacked what a failed step needed (rule 7): a command
-the step ran by name that the image cannot find and the host has, or a
-shared library the loader could not open there and the host has
-(``ImageLacked``, found by ``run.lacking``). A reader's machine has them, so
-the failure says nothing about the docs: ``infra_error``, naming the image
-and what it lacked.
-
-A recheck (``firstrun check``) has no agent events; its check alone decides.
-
-A spent record budget (rule 2): the proxy writes one closing egress record,
-reason ``record_budget_exhausted``, when something in the sandbox flooded it
-past its record budget; from then on it refused every request, the docs
-reader's and the check's included. Whatever failed or passed after that says
-nothing about the docs, so the run is infra_error, never docs_gap, and it is
-decided before the setup, the agent's stop and the check, a passing check
-included: such a run is not evidence either way (``EVIDENTIAL``).
-
-A route page that could not be read is a finding, not a rule here: the check
-alone decides between passed and docs_gap.
-
-Permission rules (rule 5): replay types the documented commands as written,
-so a step the task's own rules refuse means the task and its docs disagree
-(the quickstart needs ``curl`` and the task forbids it). That is not a gap
-in the docs, and the run says nothing about them either way, so it is
-``skipped``, never ``docs_gap``; ``firstrun validate`` warns about such a
-task before it runs. A model agent is told of a refusal and may find another
-way, as it may around a blocked egress request, so its run is decided by
-the check like any other; the refusals are counted in its record.
-
-Needs input and drift (rule 5): a step that needs a value the task does not
-give cannot be typed as the page shows it, and a hand-written step that no
-page on the route shows means the task's copy and the docs have parted; a
-verdict either way would be about the task, not the docs, so both are
-``skipped`` with their own reason.
+same way on every backend and when read back from a trace. A run is
+``docs_gap`` only when its check failed and nothing else explains it (the
+harness, the infrastructure, a budget, a refusal, the task's own rules or the
+boundary); the rules, in the order they decide, are at ``classify_run``.
 """
 
 from __future__ import annotations
@@ -155,6 +74,33 @@ class Outcome:
     reason: RunReason
 
 
+# The rules, in order; the first that applies decides:
+#
+# 1. a harness failure (a bug in firstrun)               -> harness_error
+# 2. an infrastructure failure (sandbox refused or failed, attestation,
+#    proxy, docs reader), then the proxy's spent record budget
+#    (record_budget_exhausted), then a failed setup step  -> infra_error
+# 3. the agent stopped for an infrastructure reason       -> infra_error
+#    (or for a harness one                                -> harness_error)
+# 4. replay with no replay block                          -> skipped
+# 5. replay stopped by the task's permission rules        -> skipped (permission_denied)
+#    replay: docs stopped before a step needing a value   -> skipped (needs_input)
+#    a hand-written replay step no route block shows      -> skipped (replay_drift)
+# 6. the agent refused                                    -> agent_refusal
+# 7. otherwise the check alone decides: exit 0            -> passed
+#    non-zero: a spent budget                             -> budget_exhausted
+#              (the agent's, or the workspace's disk: disk_exhausted)
+#              the default image lacked what a failed
+#              step needed and the host has               -> infra_error
+#              (image_lacks_command, image_lacks_library)
+#              the boundary refused a shell destination
+#              while a failed step ran                    -> blocked (egress_refused)
+#              the boundary cut a shell tunnel            -> infra_error (tunnel_cut)
+#              else                                       -> docs_gap
+#    (reason replay_step_failed when an agent step failed first, else check_failed)
+#
+# A route page that could not be read is a finding, not a rule here: the check
+# alone decides between passed and docs_gap.
 def classify_run(events: Sequence[Event]) -> Outcome:
     failures = [e for e in events if isinstance(e, Failure)]
     for failure in failures:
@@ -162,6 +108,12 @@ def classify_run(events: Sequence[Event]) -> Outcome:
             return Outcome(classification=Classification.HARNESS_ERROR, reason=RunReason.HARNESS_ERROR)
     if failures:
         return Outcome(classification=Classification.INFRA_ERROR, reason=_infra_reason(failures[0]))
+    # The proxy writes one closing record, reason record_budget_exhausted, when
+    # something in the sandbox flooded it past its record budget; from then on it
+    # refused every request, the docs reader's and the check's included. What
+    # failed or passed after that says nothing about the docs, so this is decided
+    # before the setup, the agent's stop and the check, a passing check included:
+    # such a run is not evidence either way (EVIDENTIAL).
     if any(isinstance(e, Egress) and e.record.reason is EgressReason.RECORD_BUDGET_EXHAUSTED
            for e in events):
         return Outcome(classification=Classification.INFRA_ERROR,
@@ -178,9 +130,20 @@ def classify_run(events: Sequence[Event]) -> Outcome:
             return Outcome(classification=Classification.HARNESS_ERROR, reason=RunReason.HARNESS_ERROR)
         if finished.stop is AgentStop.NO_REPLAY:
             return Outcome(classification=Classification.SKIPPED, reason=RunReason.NO_REPLAY)
+        # Replay types the documented commands as written, so a step the task's
+        # own rules refuse means the task and its docs disagree (the quickstart
+        # needs curl and the task forbids it): not a gap in the docs, and no
+        # evidence about them either way; ``firstrun validate`` warns of such a
+        # task before it runs. A model agent is told of a refusal and may find
+        # another way, as around a blocked request, so the check decides its run;
+        # the refusals are counted in its record.
         if finished.stop is AgentStop.PERMISSION_DENIED:
             return Outcome(classification=Classification.SKIPPED,
                            reason=RunReason.PERMISSION_DENIED)
+        # A step needing a value the task does not give cannot be typed as the
+        # page shows it, and a hand-written step no page on the route shows means
+        # the task's copy and the docs have parted: a verdict either way would be
+        # about the task, not the docs.
         if finished.stop is AgentStop.NEEDS_INPUT:
             return Outcome(classification=Classification.SKIPPED, reason=RunReason.NEEDS_INPUT)
         if finished.stop is AgentStop.REPLAY_DRIFT:
@@ -199,15 +162,26 @@ def classify_run(events: Sequence[Event]) -> Outcome:
         return Outcome(classification=Classification.DOCS_GAP, reason=RunReason.CHECK_FAILED)
     if finished.stop is AgentStop.BUDGET_EXHAUSTED:
         return Outcome(classification=Classification.BUDGET_EXHAUSTED, reason=RunReason.BUDGET_EXHAUSTED)
+    # Writes past the workspace's bound failed with ENOSPC: a check that failed
+    # then is a spent budget, the task's to raise, not a finding about the docs.
     if any(isinstance(e, WorkspaceDisk) and e.reached for e in events):
         return Outcome(classification=Classification.BUDGET_EXHAUSTED, reason=RunReason.DISK_EXHAUSTED)
+    # The default image could not find a command a failed step ran by name, or
+    # the loader a shared library, and the host has it (found by run.lacking). A
+    # reader's machine has them, so the failure says nothing about the docs.
     lacked = next((e for e in events if isinstance(e, ImageLacked)), None)
     if lacked is not None:
         return Outcome(classification=Classification.INFRA_ERROR,
                        reason=RunReason.IMAGE_LACKS_COMMAND if lacked.commands
                        else RunReason.IMAGE_LACKS_LIBRARY)
+    # The refused step may have needed exactly what was refused: not evidence
+    # about the docs. The record names those refusals and carries the task lines
+    # that would allow them.
     if blocking_refusals(events):
         return Outcome(classification=Classification.BLOCKED, reason=RunReason.EGRESS_REFUSED)
+    # A cut tunnel (the proxy could not carry it, the upstream reset it, or it
+    # ended before any byte came down; proxy.records.tunnel_cut) lost what the
+    # command sent through it; a check that failed after may have failed of it.
     if any(isinstance(e, Egress) and e.record.channel is Channel.SHELL and e.record.cut
            for e in events):
         return Outcome(classification=Classification.INFRA_ERROR, reason=RunReason.TUNNEL_CUT)
@@ -226,6 +200,13 @@ def blocking_refusals(events: Sequence[Event]) -> list[EgressRecord]:
 
 def blocking_steps(events: Sequence[Event]) -> list[tuple[CommandRan, list[EgressRecord]]]:
     """Each failed step that ran while the boundary refused what blocks, with those refusals."""
+    # What blocks (BLOCKING) is a shell-channel refusal for a reason the task's own
+    # lists decide (not_allowed, port_not_allowed, ip_literal, dns_not_allowed,
+    # tcp_not_allowed), or a datagram that was not DNS (udp_not_allowed). Not a
+    # docs host fetched from the shell (docs_host_on_shell): the agent is told to
+    # read docs through read_docs, so that refusal decides nothing; nor the address
+    # floor, which no task line may lift for a name that is not the task's own. A
+    # refusal during a step that succeeded blocks nothing: that step did without it.
     found = []
     for step, records in step_egress(events):
         refused = [r for r in records if r.channel is Channel.SHELL
@@ -271,6 +252,7 @@ def _opens_command(event: Event) -> bool:
         and event.verdict is PermissionVerdict.ALLOW)
 
 
+# A failed step: an agent command or the check that exited non-zero or timed out.
 def _failed(step: CommandRan) -> bool:
     return step.source is not Source.SETUP and (step.exit_code != 0 or step.timed_out)
 

@@ -1,26 +1,11 @@
 """Runs carried out in processes of their own, that end like Ctrl-C when whoever asked is gone.
 
-Guarantee: ``python -m firstrun.run.node_run SOCKET`` detaches (a double
-fork: it is nobody's child, so no process-tree kill of its starter reaches
-it), imports what a run needs, and serves runs as a fork server: for each
-message on the Unix socket SOCKET (a directory's path, with two pipe ends
-passed along) it forks a child that carries out the run ``DIR/job.pickle``
-describes with ``run_task`` and writes ``DIR/answer.pickle`` (the record, or
-the exception) atomically, then closes DONE, the write end of a pipe the
-starter reads to its end. ALIVE is the read end of a pipe whose writer is
-the starter: its end (the starter closed it, or died), SIGINT or SIGTERM
-sets that run's stop, and the run ends at its next call boundary with its
-session closed and its workspace removed, exactly as an interrupted local
-run; with its starter gone it removes DIR too, since nobody is left to read
-it. The server stays single-threaded, so a fork copies no lock another
-thread held, and it exits when SOCKET's other end is gone; runs in flight
-finish on their own.
-
-A Ray node runs each run this way (``run.ray_engine``), because Ray kills a
-task's worker and its children outright when the driver goes away; the run,
-detached, outlives that kill just long enough to close its sandbox. Forked
-from a parent that has the modules already, a run starts as fast as it
-would inside the worker.
+Guarantee: ``python -m firstrun.run.node_run FD`` (FD a Unix socket's descriptor)
+detaches, so no process-tree kill of its starter reaches it, and carries out
+each run asked for over the socket in a forked child that writes its answer
+atomically. When the run's starter is gone, or on SIGINT or SIGTERM, the run
+ends at its next call boundary with its session closed and its workspace
+removed, exactly as an interrupted local run. The server exits with the socket.
 """
 
 from __future__ import annotations
@@ -82,6 +67,11 @@ def _warm() -> None:
 
 def _one_run(where: Path, alive: int, done: int) -> None:
     """In the forked child: the run, its answer, and DONE's end."""
+    # The run is DIR/job.pickle, carried out with run_task; DIR/answer.pickle is
+    # the record or the exception. DONE is the write end of a pipe the starter
+    # reads to its end; ALIVE the read end of a pipe the starter writes. ALIVE's
+    # end (the starter closed it, or died) sets the run's stop, and then DIR is
+    # removed too, since nobody is left to read it.
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
@@ -108,6 +98,10 @@ def _one_run(where: Path, alive: int, done: int) -> None:
 
 def serve(sock: socket.socket) -> None:
     """Fork a child per message until the starter's end of ``sock`` is gone."""
+    # Each message is a directory's path with two pipe ends (ALIVE, DONE) passed
+    # along. Single-threaded, so a fork copies no lock another thread held; runs
+    # in flight when it exits finish on their own. Forked from a parent that has
+    # the modules already (_warm), a run starts as fast as inside the worker.
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     while True:
         try:
@@ -132,6 +126,10 @@ def serve(sock: socket.socket) -> None:
         os.close(done)
 
 
+# A Ray node runs each run this way (run.ray_engine), because Ray kills a task's
+# worker and its children outright when the driver goes away; the run, detached
+# by the double fork below (nobody's child), outlives that kill just long enough
+# to close its sandbox.
 def main(argv: list[str]) -> int:
     sock = socket.socket(fileno=int(argv[1]))
     if os.fork() != 0:

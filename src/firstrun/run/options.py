@@ -1,17 +1,11 @@
 """``firstrun run``'s options, each declared once.
 
-Guarantee: every option of ``firstrun run`` is one entry of ``RUN_OPTIONS``,
-and that entry alone says its flag, how its value is read, which
-``firstrun.yaml`` key may default it, and whether it is part of the sweep's
-identity or why it is left out. The parser's entries, the project-config
-merge, the keys a project config may not set, the sweep identity and the
-options copied into ``results.json``'s meta are all made from this table, so
-an option cannot be added to one of them and forgotten in another; a test
-holds every option to be in the identity or exempt with a reason.
-
-The identity's own type (``results.model.SweepIdentity``) lives below this
-layer, because saved results are read without any of the CLI; a test holds
-its fields and the names it shows the user to this table.
+Guarantee: every option of ``firstrun run`` is one entry of ``RUN_OPTIONS``, and
+that entry alone says its flag, how its value is read, which ``firstrun.yaml``
+key may default it, and whether it is part of the sweep's identity or why not.
+The parser, the project-config merge, the keys a project config may not set, the
+sweep identity and the meta are all made from this table, so an option cannot be
+added to one of them and forgotten in another.
 """
 
 from __future__ import annotations
@@ -149,6 +143,10 @@ _WHERE = "where the sweep runs or keeps its files, not what it measures"
 _HOW_FAST = "how fast the sweep goes, not what one run measures"
 _WHAT_IS_PRINTED = "what the command prints and how, not what a run measures"
 
+# A test holds every option to be in the identity or exempt with a reason. The
+# identity's own type (results.model.SweepIdentity) lives below this layer,
+# because saved results are read without any of the CLI; a test holds its fields
+# and the names it shows the user to this table.
 RUN_OPTIONS: tuple[RunOption, ...] = (
     RunOption(field="tasks", flag=None, kind="positional", metavar="TASK", convert=tuple, default=(),
               help="task files, directories of them, or globs (default: tasks/*.yaml)",

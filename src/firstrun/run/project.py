@@ -1,35 +1,11 @@
 """The project config, ``firstrun.yaml``: the flags a project would repeat on every run, kept in one file.
 
-Guarantee: a project config can only change where and how fast a sweep runs
-(``backend``, ``out``, ``cache_dir``, ``docs_mirrors``, ``workers``,
-``engine``, ``ray_address``) and the defaults its tasks start from
-(``task_defaults``), never who is measured or
-how often: ``agent``, ``model``, ``base_url``, ``repeat`` and ``affordances``
-are refused with the file and line, because a file that quietly changed them
-would make two runs of the same command incomparable. Every problem in the
-file is one ``file:line`` error from the same YAML machinery that reads task
-files (duplicate keys refused, did-you-mean for a misspelt key), raised
-before any run starts. A flag given on the command line wins over the file.
-Relative paths in the file are taken from the file's own directory, so a
-config means the same thing whichever directory it is used from.
-
-``permissions`` holds rules over the agent's tool calls
-(``firstrun.policy.permissions``: ``allow``, ``deny``, ``ask``, in the task
-file's syntax), each parsed when the file loads and named by its line. They
-apply to every run beside each task's own rules, the strictest decision
-winning, so a deny here holds whatever a task allows. Because they change
-what a run can do, they are part of the sweep's identity
-(``task_defaults_sha256``). Unknown keys are refused, so a rule this
-firstrun cannot enforce is never silently ignored.
-
-``isolation: vm`` requires every task to run in a micro-VM with a kernel of
-its own, as a task's ``firstrun.isolation: vm`` does; the stricter of the
-two holds, so a task cannot opt out of the project's requirement. It is part
-of the sweep's identity too. ``inspect_tls: true`` is ``--inspect-tls`` on
-every run (``--no-inspect-tls`` on the command line wins over it).
-``allow_write`` names protected workspace entries (``.vscode``) that
-``firstrun check --sandbox DIR`` lets the sandbox write; ``--allow-write``
-on the command line replaces the list.
+Guarantee: a project config never sets who is measured or how often: every key
+``options.REFUSED_KEYS`` names (``agent``, ``model``, ``repeat``, ...) is refused
+with its file and line. The task defaults, permission rules and isolation it sets
+are part of the sweep's identity. Every problem in the file is one ``file:line``
+error raised before any run starts; a flag given on the command line wins over
+the file, and relative paths are taken from the file's own directory.
 """
 
 from __future__ import annotations
@@ -92,6 +68,9 @@ class TaskDefaults(_Section):
     network: NetworkDefaults = NetworkDefaults()
 
 
+# Read by the same YAML machinery as task files: duplicate keys refused,
+# did-you-mean for a misspelt key, unknown keys refused (extra="forbid"), so a
+# rule this firstrun cannot enforce is never silently ignored.
 class ProjectSpec(_Section):
     """The keys of ``firstrun.yaml``."""
 
@@ -106,14 +85,21 @@ class ProjectSpec(_Section):
         None, description="Where runs are carried out (--engine): local, or ray.")
     ray_address: str | None = Field(
         None, description="The Ray cluster to join under engine: ray (--ray-address).")
+    # --no-inspect-tls on the command line wins over it.
     inspect_tls: bool | None = Field(None, description="--inspect-tls on every run.")
     isolation: Isolation | None = Field(
         None, description="kernel (or vm): every task runs only where commands get a kernel "
         "of their own (--backend gvisor, or microvm with KVM), whatever the task file says.")
+    # For ``firstrun check --sandbox DIR``; --allow-write on the command line
+    # replaces the list.
     allow_write: tuple[Annotated[str, AfterValidator(_protected_entry)], ...] = Field(
         (), description="Protected workspace entries a sandbox over a directory of the user's "
         "own may write (--allow-write NAME).")
     task_defaults: TaskDefaults = TaskDefaults()
+    # Rules over the agent's tool calls (allow, deny, ask, in the task file's
+    # syntax), each parsed when the file loads and named by its line. They apply
+    # to every run beside each task's own rules, the strictest decision winning,
+    # so a deny here holds whatever a task allows.
     permissions: Permissions = Permissions()
 
 
@@ -199,6 +185,8 @@ def load_project_config(path: str | os.PathLike[str]) -> ProjectConfig:
         spec = ProjectSpec.model_validate(data)
     except ValidationError as exc:
         raise validation_error(exc, locations, name, root=ProjectSpec) from None
+    # Relative paths from the file's own directory: a config means the same
+    # thing whichever directory it is used from.
     base = Path(name).resolve().parent
     for key in ("out", "cache_dir"):
         value = getattr(spec, key)
@@ -245,6 +233,7 @@ def apply_task_defaults(tasks: Sequence[Task], spec: ProjectSpec) -> list[Task]:
         network = task.spec.network
         allow = tuple(dict.fromkeys((*network.allow, *defaults.network.allow)))
         extensions = task.spec.firstrun
+        # A task cannot opt out of the project's requirement of a kernel of its own.
         # "vm" is the only isolation there is, so any requirement is the stricter one.
         isolation = extensions.isolation or spec.isolation
         task_spec = task.spec.model_copy(update={

@@ -1,26 +1,11 @@
 """Sweeps on a Ray cluster: each run is one Ray task, carried out whole on one node.
 
-Guarantee: before the first run the driver probes every node with a Ray task
-pinned to it (``plan``) and excludes, with the reason said, a node that runs
-another firstrun or cannot give the sweep's one backend; ``auto`` becomes the
-strongest backend every eligible node has, and no node ever runs a weaker
-one. A run executes start to finish on its node (its own egress proxy,
-sandbox session, docs reader, agent and check) and comes back as its record
-and its trace, which the driver writes where a local sweep would before
-``run_suite`` stores the record; the driver alone keeps the queue, the spend
-ledger and ``results.json``. A run whose node is lost is recorded
-``infra_error``/``node_lost`` and never retried, since a retry would spend
-twice. A stop cancels the Ray task, and the driver waits until the node has
-closed the run's session before it goes on. On the node the run is carried
-out detached from its Ray worker (``run.node_run``), so a driver that goes
-away without a word, whose workers Ray then kills outright, still stops
-each run as a Ctrl-C would.
-
-What crosses the network: the task (its file's text, parsed), the options,
-the docs mirrors' directories packed, and back the record and the trace.
-Never a key: each node's agent reads its API key from the node's own
-environment. This module imports Ray; nothing imports it unless
-``--engine ray`` asks for it.
+Guarantee: the sweep runs one backend on every node; a node that cannot give it,
+or runs another firstrun, is excluded before the first run, with the reason
+said. The driver alone keeps the queue, the spend ledger and ``results.json``,
+and writes each run's record and trace where a local sweep would. A run whose
+node is lost is ``infra_error``/``node_lost``, never retried; a stopped run ends
+with its session closed. No API key crosses the network.
 """
 
 from __future__ import annotations
@@ -43,6 +28,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+# Ray is imported here alone, and nothing imports this module unless --engine ray
+# asks for it.
 import ray
 import ray.cloudpickle
 import ray.exceptions
@@ -72,6 +59,11 @@ _POLL_S = 0.2
 @dataclass(frozen=True, kw_only=True)
 class AgentSpec:
     """What ``make_agent`` takes, sent to the node that builds the run's agent there."""
+
+    # Never a key: each node's agent reads its API key from the node's own
+    # environment. What crosses the network is the task (its file's text,
+    # parsed), the options, the docs mirrors' directories packed (pack_mirrors),
+    # and back the record and the trace.
 
     name: str
     model: str | None = None
@@ -464,6 +456,9 @@ class RayEngine:
     def _carry_out_on(self, node: NodeReport, task: Task, attempt: int, config: RunConfig,
                       stop: threading.Event, max_spend: Decimal | None) -> dict[str, Any] | None:
         """The run's answer from ``node``; None when a stop cancelled it. Raises ``_Lost``."""
+        # On the node the run is carried out detached from its Ray worker
+        # (run.node_run), so a driver that goes away without a word, whose
+        # workers Ray then kills outright, still stops each run as Ctrl-C would.
         ref = _carry_out.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
             node.node_id, soft=False)).remote(task, attempt, self.agent,
                                               replace(config, politeness=None), max_spend,
@@ -502,6 +497,7 @@ def _interrupted(task: Task, attempt: int, agent: AgentSpec, config: RunConfig) 
                      backend=config.backend, enforcement=None, policy_hash=None)
 
 
+# Never retried: a retry would spend twice.
 def node_lost(task: Task, *, attempt: int, agent: AgentSpec, config: RunConfig,
               node: NodeReport, why: str) -> RunRecord:
     """The record and trace of a run whose node was lost under it, written by the driver."""

@@ -1,18 +1,11 @@
 """One run of one task: workspace, proxy, attested session, setup, agent, check, record.
 
 Guarantee: ``run_task`` always returns a ``RunRecord`` and never raises for
-anything that happens inside the run. Every exception is mapped once, here,
-by its type: the sandbox refusing or failing, attestation, the proxy and the
-docs reader are ``infra_error`` (with a ``failure`` event naming who); any
-other exception is a firstrun bug, ``harness_error``, with its traceback in
-the trace. A failing ``setup`` step is ``infra_error`` and the agent never
-runs. The check runs in the same session and workspace as the agent, after
-it. The classification comes from the typed events alone
-(``firstrun.run.classify``), and the trace is complete before it is made:
-egress records are written as the proxy makes them, and the session and the
-proxy are closed (so their last records are in) before classifying. A
-workspace is private and thrown away, unless ``keep_sandbox`` keeps it at
-``out_dir/runs/<task>/<attempt>/workspace``.
+anything that happens inside the run: the sandbox, attestation, the proxy and the
+docs reader failing are ``infra_error``, any other exception a firstrun bug,
+``harness_error``, with its traceback in the trace. The check runs in the
+agent's session and workspace, after it. The classification comes from the
+typed events alone, and the trace is complete before it is made.
 """
 
 from __future__ import annotations
@@ -103,6 +96,8 @@ def run_task(
                                  model=agent.model, task_file=task.path, task_sha256=task.sha256))
         _carry_out(task, agent=agent, config=config, where=where, recorder=recorder, stop=stop,
                    max_spend=max_spend)
+        # Only now: egress records were written as the proxy made them, and the
+        # session and proxy are closed, so their last records are in.
         outcome = classify_run(trace.events())
         recorder.emit(RunFinished(classification=outcome.classification.value,
                                   reason=outcome.reason.value))
@@ -132,6 +127,8 @@ def _carry_out(task: Task, *, agent: Agent, config: RunConfig, where: Path,
             workspace = where / "workspace"
             workspace.mkdir(parents=True)
         else:
+            # Private and thrown away unless keep_sandbox keeps it at
+            # out_dir/runs/<task>/<attempt>/workspace.
             temporary = tempfile.mkdtemp(prefix="firstrun-ws-")
             workspace = Path(temporary)
         _stop_point(stop)
@@ -159,6 +156,7 @@ def _carry_out(task: Task, *, agent: Agent, config: RunConfig, where: Path,
                     stdout=result.stdout.text(), stderr=result.stderr.text(),
                     truncated=result.stdout.truncated or result.stderr.truncated))
                 if result.exit_code != 0:
+                    # infra_error (run.classify); the agent never runs.
                     return
             _stop_point(stop)
             phase = "agent"
@@ -203,7 +201,8 @@ def _carry_out(task: Task, *, agent: Agent, config: RunConfig, where: Path,
     except RunInterrupted:
         recorder.emit(_interrupted(phase))
     except Exception as exc:
-        # A command cut short by the stop fails with a SandboxError; that is
+        # Every exception is mapped once, here, by its type (failure_event): who
+        # failed is named in a failure event. A command cut short by the stop fails with a SandboxError; that is
         # the interrupt, not a sandbox fault.
         interrupted = stop is not None and stop.is_set() and isinstance(exc, SandboxError)
         recorder.emit(_interrupted(phase) if interrupted else failure_event(exc, phase=phase))

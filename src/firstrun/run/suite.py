@@ -1,38 +1,11 @@
 """Many runs: bounded concurrency, repeats, a clean stop, and results kept as they finish.
 
-Guarantee: each finished run is added to the ``ResultsStore`` (which rewrites
-``results.json`` atomically) the moment it finishes, so an interrupt keeps
-every finished run. When ``stop`` is set no new run starts, and the runs in
-flight end at their next call boundary with their sessions closed; a run
-whose record comes back after the stop is neither stored nor returned, on
-every engine, so a command the stop killed is never a verdict.
-Every run executes start to finish on one worker thread that outlives its
-session, because the linux backend's bubblewrap dies with the thread that
-forked it (``--die-with-parent`` follows the thread, not the process).
-
-With a ``SpendGovernor`` (``--max-spend``), a run starts only once its
-reservation is held, and that reservation is the run's spend limit; it is
-settled at the run's recorded spend when the run ends. When a reservation
-cannot fit, no new run starts (``SuiteOutcome.spend_reached``) while the
-runs in flight finish normally: the cap stops the sweep, it does not
-interrupt it.
-
-The backend is one concrete backend for the whole sweep: ``auto`` is
-resolved once, before any run (``SuiteOutcome.resolution`` says what it
-chose and why), and before each run starts that same backend is checked
-again; if it has become unavailable (the daemon stopped, the image was
-removed), no new run starts and ``SuiteOutcome.backend_lost`` says why,
-while the runs in flight finish and every finished run is kept. The sweep
-never switches to another backend.
-
-``done`` names attempts already finished (a resumed sweep's stored runs,
-``ResultsStore.finished``); they are not run again, so a sweep resumed any
-number of times ends with each attempt stored once.
-
-Where each run is carried out is the ``Engine``'s: ``LocalEngine`` runs it
-on the worker thread itself; ``run.ray_engine.RayEngine`` on a node of a
-Ray cluster, while the worker thread waits for it. Either way the driver
-keeps the record: the queue, the spend ledger and the store are here.
+Guarantee: each finished run is stored (``results.json`` rewritten atomically)
+the moment it finishes, so an interrupt keeps every finished run, and a resumed
+sweep ends with each attempt stored once. When ``stop`` is set no new run starts
+and the runs in flight end with their sessions closed; a record back after the
+stop is never stored, so a command the stop killed is never a verdict. The sweep
+runs one backend; under ``--max-spend`` a run starts only once its spend is reserved.
 """
 
 from __future__ import annotations
@@ -77,6 +50,10 @@ class SuiteOutcome:
     backend_lost: str | None = None
 
 
+# Where each run is carried out: LocalEngine on the worker thread itself;
+# run.ray_engine.RayEngine on a node of a Ray cluster, while the worker thread
+# waits for it. Either way the driver keeps the queue, the spend ledger and the
+# store, here.
 class Engine(Protocol):
     """Carries out one run where it runs, and says when the sweep's backend is gone there."""
 
@@ -139,6 +116,11 @@ def run_suite(
     if workers < 1:
         raise UsageError("--workers must be at least 1")
     stop = stop if stop is not None else threading.Event()
+    # One concrete backend for the whole sweep: auto is resolved once, before any
+    # run (SuiteOutcome.resolution says what it chose and why). The sweep never
+    # switches: a backend that has become unavailable (the daemon stopped, the
+    # image was removed) is caught before each run by engine.unavailable, and then
+    # no new run starts (SuiteOutcome.backend_lost) while those in flight finish.
     if resolution is None:
         resolution = resolve_backend(config.backend, BackendOptions(),
                                      [run_image(task, config) for task in tasks] or [config.image])
@@ -151,6 +133,7 @@ def run_suite(
     pending = 0
     for attempt in range(1, repeat + 1):
         for task in tasks:
+            # ``done``: a resumed sweep's stored runs (ResultsStore.finished).
             if (task.name, attempt) not in done:
                 jobs.put((task, attempt))
                 pending += 1
@@ -174,6 +157,11 @@ def run_suite(
                 with lock:
                     lost.append(missing)
                 return
+            # With --max-spend a run starts only once its reservation is held, and
+            # that is its spend limit, settled at its recorded spend when it ends.
+            # A reservation that cannot fit starts no new run (spend_reached),
+            # while the runs in flight finish: the cap stops the sweep, it does
+            # not interrupt it.
             reservation = None
             if spend is not None:
                 reservation = spend.reserve(task.spec.budgets, stop=stop)
@@ -221,6 +209,9 @@ def run_suite(
                 if remaining[0] == 0:
                     all_done.set()
 
+    # Each run executes start to finish on one worker thread that outlives its
+    # session: the linux backend's bubblewrap dies with the thread that forked it
+    # (--die-with-parent follows the thread, not the process).
     threads = [threading.Thread(target=worker, name=f"firstrun-run-{i}") for i in range(count)]
     if not threads:
         all_done.set()

@@ -1,22 +1,11 @@
 """The toolbelt an agent gets: ``bash`` in the session, ``read_docs`` on the harness side.
 
-Guarantee: every call is decided by the run's permission rules
-(``firstrun.policy.permissions``, unattended: ``ask`` is ``deny``) before it
-starts, and the decision is recorded (a ``permission`` event) whatever it
-is; a call that is not allowed never reaches the session or the docs
-reader, and the agent gets ``CallRefused`` naming the rule. The rules see
-only the text of a call, so they are a stated intent and an early stop, not
-a boundary; the sandbox below holds either way. Every call that
-runs is recorded as it completes (a ``command`` event with
-source ``agent``, or a ``docs_read`` event, ``route`` true when the URL is a
-page of the documented route; a model agent's turns as ``model_turn``
-events) and every call is held to the wall budget of
-the agent phase: a command's timeout is the smallest of what the agent
-asked, the task's per-command limit and the time left, and once the time is
-spent no call starts; ``BudgetExhausted`` says so. When the run's ``stop``
-event is set (Ctrl-C on the suite) no further call starts: ``RunInterrupted``
-unwinds the agent; the command already running is cut by the runner, which
-interrupts the session.
+Guarantee: every call is decided by the run's permission rules before it starts
+and the decision is recorded whatever it is; a call not allowed never reaches
+the session or the docs reader, and the agent gets ``CallRefused`` naming the
+rule. Every call that runs is recorded as it completes, and every call is held
+to the agent phase's wall budget (``BudgetExhausted``); once the run's ``stop``
+is set no further call starts (``RunInterrupted``).
 """
 
 from __future__ import annotations
@@ -44,6 +33,8 @@ if TYPE_CHECKING:
     from firstrun.run.record import Refusals
 
 
+# Raised at the next call once stop is set (Ctrl-C on the suite); the command
+# already running is cut by the runner, which interrupts the session.
 class RunInterrupted(BaseException):
     """The sweep was asked to stop. A BaseException, so an agent's ``except
     Exception`` cannot swallow it and carry on."""
@@ -85,7 +76,9 @@ class RunToolbelt:
         return left
 
     def _permit(self, tool: str, argument: str) -> None:
-        # Nobody sits at a firstrun run to answer an ask.
+        # Nobody sits at a firstrun run to answer an ask: ask is deny. The rules
+        # see only the text of a call, so they are a stated intent and an early
+        # stop, not a boundary; the sandbox below holds either way.
         decision = decide(self._permissions, tool=tool, argument=argument,
                           mode=PermissionMode.UNATTENDED)
         self._emit(PermissionDecided.of(decision, tool=tool, argument=argument))
@@ -96,6 +89,8 @@ class RunToolbelt:
              origin: Origin | None = None) -> ExecResult:
         left = self._remaining()
         self._permit(BASH, command)
+        # The smallest of what the agent asked, the task's per-command limit and
+        # the time left.
         limit = min(self._max_command_seconds, left if timeout is None else min(timeout, left))
         cut_by_budget = limit >= left
         mark = self._refusals.mark() if self._refusals is not None else 0
@@ -152,6 +147,7 @@ class RunToolbelt:
         self._remaining()
         self._permit(READ_DOCS, url)
         page = self._reader.read(url)
+        # route: the URL is a page of the documented route.
         self._emit(DocsRead(page=page.to_record(), route=url in self._route))
         return page
 

@@ -1,15 +1,11 @@
 """The harness's own reads and writes inside a workspace an agent has had.
 
-Guarantee: every path is walked one component at a time from a directory
-descriptor opened on the workspace root, each component opened with
-``O_NOFOLLOW`` relative to its parent (``dir_fd``), so no symlink the agent
-planted, at any depth, can lead a harness read or write outside the
-workspace; ``..``, absolute paths and empty components are refused before
-anything is opened. A write creates a new file exclusively (``O_EXCL``),
-never through an existing entry, so a planted FIFO, device or hard link to a
-host file is never written through either. A refusal is ``WorkspaceError``,
-a ``SandboxError``: the boundary did not hold, which is infrastructure
-trouble, never a finding about the docs.
+Guarantee: no symlink the agent planted, at any depth, can lead a harness read
+or write outside the workspace, and a write never goes through an existing
+entry, so a planted FIFO, device or hard link to a host file is never written
+through either; ``..``, absolute paths and empty components are refused before
+anything is opened. A refusal is ``WorkspaceError``, a ``SandboxError``: the
+boundary did not hold, which is infrastructure trouble, never a docs finding.
 """
 
 from __future__ import annotations
@@ -59,6 +55,8 @@ class Workspace:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # Every path is walked one component at a time from the root's descriptor,
+    # each component opened with O_NOFOLLOW relative to its parent (dir_fd).
     def _parent(self, parts: list[str], *, create: bool) -> int:
         """A new descriptor on the directory holding ``parts[-1]``; the caller closes it."""
         fd = os.dup(self._fd)
@@ -81,6 +79,7 @@ class Workspace:
         """Create ``relpath`` (and missing parent directories) holding ``data``."""
         parts = _parts(relpath)
         parent = self._parent(parts, create=True)
+        # Created exclusively (O_EXCL): never through an existing entry.
         try:
             fd = os.open(
                 parts[-1],
