@@ -1,16 +1,10 @@
 """The per-run certificate authority that TLS inspection signs with.
 
-Guarantee: the CA's private key exists only in this process's memory. It is
-generated fresh for each run, is never serialized, and never touches a
-filesystem: the leaf certificates it signs are handed to OpenSSL through
-anonymous memory files (``memfd``) that no path names and that are closed as
-soon as they are loaded. What leaves this module for the sandbox is public:
-the CA certificate and a trust bundle of the system CAs plus that
-certificate. The CA is short-lived (two days), may sign only end-entity
-certificates (path length 0), and each leaf names exactly one host, is
-valid for a day and is cached per host for the run.
-
-X.509 is ``cryptography``'s; nothing here encodes a certificate by hand.
+Guarantee: the CA's private key is generated fresh for each run, lives only
+in this process's memory, is never serialized and never touches a filesystem.
+What leaves this module for the sandbox is public: the CA certificate and a
+trust bundle of the system CAs plus it. The CA lasts two days and may sign
+only end-entity certificates; each leaf names exactly one host.
 """
 
 from __future__ import annotations
@@ -24,6 +18,7 @@ import ssl
 import threading
 from collections.abc import Iterator, Sequence
 
+# X.509 is ``cryptography``'s; nothing here encodes a certificate by hand.
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -31,6 +26,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from firstrun.errors import ProxyError
 
+# Short-lived: the CA lasts two days; a leaf a day, cached per host for the run.
 CA_VALIDITY = datetime.timedelta(days=2)
 LEAF_VALIDITY = datetime.timedelta(days=1)
 # Clocks inside and outside the sandbox agree, but a client's may lag a little.
@@ -46,6 +42,8 @@ def _pem(cert: x509.Certificate) -> bytes:
 @contextlib.contextmanager
 def _memory_file(data: bytes) -> Iterator[str]:
     """A path OpenSSL can open that names anonymous memory, gone when the block ends."""
+    # How a leaf and its key reach OpenSSL without a file: a memfd that no path
+    # names, closed as soon as ``load_cert_chain`` has read it.
     fd = os.memfd_create("firstrun-leaf", os.MFD_CLOEXEC)
     try:
         os.write(fd, data)
@@ -80,6 +78,7 @@ class RunCA:
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - _BACKDATE)
             .not_valid_after(now + CA_VALIDITY)
+            # Path length 0: the CA may sign end-entity certificates only.
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
             .add_extension(
                 x509.KeyUsage(

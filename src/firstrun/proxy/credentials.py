@@ -1,20 +1,11 @@
 """Credential masking: the sandbox holds a placeholder, the proxy holds the value.
 
 Guarantee: a credential's real value is read from the harness's environment
-by ``mint`` and lives only in the proxy. The sandbox's environment gets a
-per-run random placeholder under the credential's name. ``substitute``
-swaps a placeholder for its value only in the headers of a request the
-proxy decrypted (TLS inspection) and only when that request goes to the
-host the credential names; it is never called for plain HTTP, so a
-placeholder sent in clear, or to any other host, arrives as the placeholder.
-
-Where substitution applies: request header values, where the placeholder
-appears verbatim (``Authorization: Bearer <placeholder>``, ``X-Api-Key``),
-and inside ``Authorization: Basic`` credentials, which carry it base64
-encoded (pip and git put a token in the URL's userinfo and send it that
-way). Never in the request line (paths and queries end up in upstream
-logs), never in a body (it would have to be buffered and rewritten), never
-in a response. Records name the credentials swapped, never a value.
+by ``mint`` and lives only in the proxy; the sandbox's environment gets a
+per-run random placeholder under the credential's name. A placeholder is
+swapped for its value only in the headers of a request the proxy decrypted
+that goes to the host the credential names; sent in clear or to any other
+host it arrives as the placeholder. Records name the credentials, never a value.
 """
 
 from __future__ import annotations
@@ -94,6 +85,14 @@ def substitute(
     headers: Headers, credentials: Sequence[MaskedCredential], *, host: str, port: int
 ) -> tuple[Headers, tuple[str, ...]]:
     """``headers`` with the placeholders of ``host``'s credentials swapped, and the names swapped."""
+    # Called only for a request decrypted under TLS inspection
+    # (``exchange.inner_request``), never for plain HTTP. Swapped: header values
+    # holding the placeholder verbatim (``Authorization: Bearer <placeholder>``,
+    # ``X-Api-Key``), and ``Authorization: Basic`` credentials, which carry it
+    # base64 encoded (pip and git put a token in the URL's userinfo and send it
+    # that way). Never the request line (paths and queries end up in upstream
+    # logs), never a body (it would have to be buffered and rewritten), never a
+    # response.
     wanted = [c for c in credentials if c.pattern.matches(host, port)]
     if not wanted:
         return headers, ()

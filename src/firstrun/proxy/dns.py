@@ -2,19 +2,10 @@
 
 Guarantee: ``answer`` never resolves and never forwards a query; it is a
 function of the query, the policy and the session's ``SyntheticNames``. A
-name ``decide_dns`` allows gets an A record from the reserved benchmarking
-range 198.18.0.0/15 (RFC 2544), the same address for the same name for the
-whole session, so a connection to that address can be mapped back to the
-name and decided by name like any other (``name_for``); every other record
-type for it is an empty answer, so a client falls back to IPv4. A name it
-refuses gets NXDOMAIN and a ``Refusal`` for the proxy to record. Names under
-``firstrun.invalid`` are the sandbox's own: the attestation host answers,
-every other is NXDOMAIN unrecorded. A query that cannot be parsed gets
-FORMERR when it has a header to answer, else nothing. Message parsing and
-building are dnspython's, imported on first use: importing dnspython takes
-about 0.1 s, which a session that resolves nothing never needs to wait
-for, and ``preload`` lets a proxy that opens a DNS listener import it
-beside the sandbox's own start.
+name ``decide_dns`` allows gets a synthetic A record, the same one for the
+whole session, so a connection to that address maps back to the name
+(``name_for``) and is decided by name; a name it refuses gets NXDOMAIN and a
+refusal for the proxy to record.
 """
 
 from __future__ import annotations
@@ -27,10 +18,13 @@ from typing import TYPE_CHECKING
 from firstrun.policy.decision import Decision
 from firstrun.policy.network import ATTESTATION_HOST, NetworkPolicy, decide_dns
 
+# The reserved benchmarking range (RFC 2544): no real host answers from it.
 SYNTHETIC_NETWORK = ipaddress.IPv4Network("198.18.0.0/15")
 # Short: a name's address never changes within a session, but a resolver
 # inside must not keep it past the session.
 TTL_S = 60
+# The sandbox's own names: the attestation host answers, every other is
+# NXDOMAIN and unrecorded.
 _OWN_SUFFIX = "firstrun.invalid"
 if TYPE_CHECKING:
     from types import ModuleType
@@ -41,6 +35,8 @@ if TYPE_CHECKING:
 
 def _dnspython() -> ModuleType:
     """dnspython, with every submodule the answers use imported (once; later calls are lookups)."""
+    # Imported on first use: importing dnspython takes about 0.1 s, which a
+    # session that resolves nothing never needs to wait for (see ``preload``).
     import dns.exception
     import dns.flags
     import dns.message
@@ -115,6 +111,7 @@ def answer(wire: bytes, *, policy: NetworkPolicy, names: SyntheticNames) -> DnsA
         query = dns.message.from_wire(wire)
     except dns.exception.DNSException:
         if len(wire) < 12:
+            # Not even a header: nothing to answer.
             return DnsAnswer(wire=None)
         # The header is there: answer FORMERR under the same id, no question echoed.
         return DnsAnswer(wire=wire[:2] + b"\x81\x01" + b"\x00" * 8)
@@ -135,6 +132,8 @@ def answer(wire: bytes, *, policy: NetworkPolicy, names: SyntheticNames) -> DnsA
                          refusal=decision)
     response = dns.message.make_response(query)
     response.flags |= dns.flags.RA
+    # Every other record type of an allowed name is an empty answer, so a
+    # client falls back to IPv4.
     if question.rdtype == dns.rdatatype.A:
         address = names.address_for(name)
         if address is None:

@@ -1,27 +1,11 @@
 """The decision about one exchange, with no sockets: events in, commands out.
 
-Guarantee: what the proxy does with one proxy request, one redirected flow,
-one request decrypted inside an inspected tunnel or one refused DNS name is
-decided here, and every record it leaves is built here (``_Shown``), as a
-pure function of the policy and of the events its driver reports; the
-drivers (``clients`` for sockets, ``intercept`` for TLS) only carry commands
-out and report what happened. The order is fixed, for every path:
-
-- a record's place is held before anything is judged (``Reserve``; an
-  inner request of an inspected tunnel reserves nothing, its tunnel did);
-- a request is judged on its head first, then by name (``decide_name``);
-  only a name that passed is resolved (``Resolve``), every address it
-  resolved to is judged (``decide_addresses``), and only a checked address
-  is dialled (``Dial``);
-- a refusal is recorded (``Record``) before it is answered (``Refuse``), so a
-  client that read its 4xx finds the refusal already in the log;
-- every exchange ends in exactly one ``Record``, or, when it held a
-  reservation and showed nothing, one ``Release``.
-
-Each path is a generator that yields commands; ``Handler`` runs one and
-returns the commands an event caused, stopping at the first that needs an
-answer (the answer is the next event). Tests drive it with tables of events
-and the commands they must cause (``tests/proxy/test_exchange_tables.py``).
+Guarantee: what the proxy does with one proxy request, redirected flow,
+request decrypted inside an inspected tunnel or refused DNS name, and every
+record it leaves, is decided here as a pure function of the policy and of the
+events its drivers (``clients``, ``intercept``) report. Only a name that passed
+is resolved and only a checked address dialled; a refusal is recorded before
+it is answered; every exchange ends in exactly one ``Record`` or ``Release``.
 """
 
 from __future__ import annotations
@@ -437,6 +421,19 @@ def _refuse(shown: _Shown, refusal: Refused, clock: Clock, *, reserved: bool,
 
 # -- the paths ------------------------------------------------------------------
 
+# The order is fixed, for every path:
+# - a record's place is held before anything is judged (``Reserve``; an
+#   inner request of an inspected tunnel reserves nothing, its tunnel did);
+# - a request is judged on its head first, then by name (``decide_name``);
+#   only a name that passed is resolved (``Resolve``), every address it
+#   resolved to is judged (``decide_addresses``), and only a checked address
+#   is dialled (``Dial``);
+# - a refusal is recorded (``Record``) before it is answered (``Refuse``), so
+#   a client that read its 4xx finds the refusal already in the log;
+# - every exchange ends in exactly one ``Record``, or, when it held a
+#   reservation and showed nothing, one ``Release``.
+# Each path is a generator that yields commands, which ``Handler`` runs.
+
 
 def dns_refusal(channel: Channel, clock: Clock) -> Steps:
     """A refused DNS name's one record, offered: the stub answered it and forwarded nothing."""
@@ -829,5 +826,7 @@ def _decide_inner(ctx: InnerContext, shown: _Shown, body_bytes: int) -> Decision
 
 def run_table(steps: Steps, events: Sequence[ExchangeEvent]) -> list[list[Command]]:
     """The commands each of ``events`` caused, in order: a table's right-hand column."""
+    # Tests drive the paths with tables of events and the commands they must
+    # cause (``tests/proxy/test_exchange_tables.py``).
     handler = Handler(steps)
     return [handler.handle(event) for event in events]

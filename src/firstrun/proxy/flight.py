@@ -1,27 +1,11 @@
 """What a stream's first bytes say it is, and whether it may carry that to the host it reached.
 
-Guarantee: ``read_flight`` is pure: given the bytes a client sent first on
-a tunnel (a CONNECT tunnel or a redirected connection), it says whether
-more are needed or what they are: a TLS ClientHello (with its SNI, or its
-Encrypted Client Hello), an HTTP/1 request head (with its Host headers), or
-anything else, a raw stream. ``judge_flight`` then decides, as a pure
-function of the policy, whether that flight may go to the host and port the
-name rules already allowed:
-
-- TLS must name that host (SNI), may not hide the name it routes on (ECH),
-  and must be well formed (``tunnel.judge_first_flight``, unchanged);
-- HTTP must carry exactly one Host naming that host, or none (HTTP/1.0),
-  since servers route on Host and a Host the policy never saw would reach
-  a host it never allowed; and a request-target that names a destination
-  itself (absolute-form ``http://host/``, or authority-form) must name that
-  host, since a server routes on it rather than on Host (RFC 9112 section
-  3.2.2);
-- a raw stream needs a ``tcp`` rule for that exact name and port, or, in a
-  CONNECT tunnel (``connect``), an entry naming that port
-  (``policy.network.decide_stream``); in report mode it passes, recorded
-  as what would have been refused.
-
-An empty flight (the client closed without a byte) passes: nothing went out.
+Guarantee: ``read_flight`` is pure: it says whether a tunnel's first bytes are
+a TLS ClientHello, an HTTP/1 request head or a raw stream, or that it needs
+more. ``judge_flight``, pure too, refuses a flight to the host and port the
+name rules allowed when its SNI, Host or request-target names another host,
+when it hides its name (ECH) or sends two Hosts, when it is malformed, and
+when it is a raw stream no ``tcp`` rule (or CONNECT entry for its port) covers.
 """
 
 from __future__ import annotations
@@ -149,11 +133,18 @@ def judge_flight(flight: Flight, *, host: str, port: int, policy: NetworkPolicy,
     under that decision instead (a raw stream by its ``tcp`` rule, or one report
     mode lets through). ``Refused``: it does not go."""
     if flight.kind is FlightKind.EMPTY:
+        # The client closed without a byte: nothing went out.
         return None
     if flight.kind is FlightKind.TLS:
+        # An SNI, when sent, must name the host; ECH and malformed hellos are refused.
         assert flight.hello is not None
         return judge_first_flight(flight.hello, host)
     if flight.kind is FlightKind.HTTP:
+        # One Host naming the host, or none (HTTP/1.0): servers route on Host,
+        # and a Host the policy never saw would reach a host it never allowed.
+        # A request-target that names a destination itself (absolute-form
+        # ``http://host/``, or authority-form) must name the host too, since a
+        # server routes on it rather than on Host (RFC 9112 section 3.2.2).
         if len(flight.hosts) > 1:
             return Refused(Reason.SMUGGLING_SUSPECTED, "more than one Host header", host=host)
         if flight.hosts and _host_of(flight.hosts[0]) != host:
@@ -163,6 +154,9 @@ def judge_flight(flight: Flight, *, host: str, port: int, policy: NetworkPolicy,
             return Refused(Reason.HOST_MISMATCH,
                            f"request target names {flight.authority!r}, not {host}", host=host)
         return None
+    # A raw stream needs a ``tcp`` rule for that exact name and port, or, in a
+    # CONNECT tunnel, an entry naming that port; report mode passes it,
+    # recorded as what would have been refused.
     decision = decide_stream(policy, host, port, connect=connect)
     if not decision.allowed:
         return Refused(decision.reason, f"a stream that is neither TLS nor HTTP to {host}:{port} "

@@ -1,20 +1,11 @@
 """TLS inspection: the proxy ends the client's TLS, judges each request, and re-encrypts.
 
-Guarantee: with ``--inspect-tls`` a CONNECT tunnel that the network policy
-admitted carries TLS or nothing. The client's ClientHello must name the
-CONNECT target (SNI) and must not hide it (ECH); the proxy then verifies the
-real server against the system trust store before it shows the client a
-certificate from the run's CA (``ca.RunCA``), and offers the client only
-HTTP/1.1 (ALPN), which h11 parses. Every decrypted request must carry a
-Host header naming the same host and port as the CONNECT, and is decided by
-``policy.methods.decide_inner`` before any byte of it goes upstream: a
-refused upload reaches nobody, and its body is read at most up to the
-policy's cap. Each decrypted request leaves one ``EgressRecord`` (scheme
-``https``: method, path, status, bytes, reason, and the names of the
-credentials swapped into it); the tunnel itself keeps its own record.
-
-Credential placeholders are swapped (``credentials.substitute``) only here,
-so never in plain HTTP, and only for the host each credential names.
+Guarantee: with ``--inspect-tls`` an admitted CONNECT tunnel carries TLS or
+nothing. The real server is verified against the system trust store before the
+client is shown a certificate from the run's CA, and each decrypted request is
+judged (``exchange.inner_request``) before any byte of it goes upstream, so a
+refused upload reaches nobody. Each leaves one ``EgressRecord`` besides the
+tunnel's own, and only these requests ever get a credential swapped in.
 """
 
 from __future__ import annotations
@@ -251,6 +242,8 @@ class InterceptedTunnel:
             buf += chunk
 
     def _judge_hello(self, hello: Hello) -> Refused | None:
+        # The ClientHello must name the CONNECT target (SNI; only a tunnel to
+        # an IP literal may omit it) and must not hide it (ECH).
         refusal = judge_first_flight(hello, self._host)
         if refusal is not None:
             return refusal
@@ -287,6 +280,11 @@ class InterceptedTunnel:
 
     async def _serve(self, upstream_refusal: Refused | None) -> None:
         assert self._client is not None
+        # The client is offered HTTP/1.1 only (ALPN, ``ca.ALPN``), which h11
+        # parses. Each request's record (scheme ``https``: method, path, status,
+        # bytes, reason, the names of the credentials swapped in) is built by
+        # ``exchange``; a Host naming another host or port than the CONNECT is
+        # refused there, and a body is read at most up to the policy's cap.
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self._limits.max_head_bytes)
         up = h11.Connection(h11.CLIENT)
         context = InnerContext(

@@ -1,27 +1,11 @@
 """One canonical record per egress decision, within a budget that fails closed.
 
-Guarantee: every request and every tunnel the proxy forwarded anything for
-becomes exactly one ``EgressRecord``, and so does every refusal until the
-record budget is spent; after that a refusal is counted instead, and the
-count is the last record. A record is appended to the JSONL file as one
-complete line and flushed before ``append`` returns, so a reader never sees
-half a record and a crash loses none that were appended. Appends are
-serialised by a lock, so records from the event loop and from tunnel threads
-never interleave.
-
-The budget: ``RecordLog`` holds ``max_records`` records and ``max_bytes``
-bytes of JSONL. The proxy ``reserve``s a request's record before it forwards
-anything; the first reservation (or unreserved refusal, ``offer``) the
-budget cannot take spends it for good, and from then on every request is
-refused unforwarded and only counted. ``close`` then writes the one closing
-record (decision deny, reason ``record_budget_exhausted``) whose
-``unrecorded`` field is that count; it is the one record past the budget. A
-budget that was filled but refused nothing gets no closing record. Past the
-budget, only traffic that already went out is still written: the records of
-requests under way when it filled (each holds a reservation, so the count
-bound is exact for them; the byte bound is overshot by at most one record
-each), and the inner requests of a TLS-inspected tunnel already open, which
-the proxy ends after its current request (see ``EgressProxy``).
+Guarantee: every request and tunnel the proxy forwarded anything for becomes
+exactly one ``EgressRecord``, and so does every refusal until the record
+budget is spent; after that a refusal is counted, and the count is the last
+record. Each record is appended to the JSONL file as one complete line and
+flushed before ``append`` returns, under a lock, so a reader never sees half
+a record or two interleaved, and a crash loses none that were appended.
 """
 
 from __future__ import annotations
@@ -220,6 +204,19 @@ DEFAULT_MAX_RECORDS = 100_000
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 
 
+# The budget: ``RecordLog`` holds ``max_records`` records and ``max_bytes``
+# bytes of JSONL. The proxy ``reserve``s a request's record before it forwards
+# anything; the first reservation (or unreserved refusal, ``offer``) the budget
+# cannot take spends it for good, and from then on every request is refused
+# unforwarded and only counted. ``close`` then writes the one closing record
+# (decision deny, reason ``record_budget_exhausted``) whose ``unrecorded``
+# field is that count; it is the one record past the budget. A budget that was
+# filled but refused nothing gets no closing record. Past the budget, only
+# traffic that already went out is still written: the records of requests
+# under way when it filled (each holds a reservation, so the count bound is
+# exact for them; the byte bound is overshot by at most one record each), and
+# the inner requests of a TLS-inspected tunnel already open, which the proxy
+# ends after its current request (see ``EgressProxy``).
 class RecordLog:
     """Records in memory, and appended to ``path`` when one is given; bounded (see above).
 

@@ -1,29 +1,11 @@
 """From a request head that h11 parsed to what the proxy will do with it.
 
-Guarantee: ``classify_request`` either returns a ``Target`` whose host is canonical
-and whose port is the one that will be dialled, or raises ``Refused``. It
-refuses anything two parties could read two ways:
-
-- framing: Content-Length together with Transfer-Encoding, more than one
-  Content-Length (even with equal values, which h11 would quietly merge),
-  and obs-fold line continuations (which h11 would quietly unfold);
-- authorities: userinfo, an empty or non-canonical port (``:0443``,
-  ``:+443``, ``:443 ``; only ``1``-``65535`` in plain decimal without a leading
-  zero is a port), a CONNECT target with a path or without a port, an
-  origin-form or asterisk-form request sent to a proxy, and ``https://`` in
-  absolute form (TLS goes through CONNECT);
-- Host: when a Host header is sent it must name the same host and port as
-  the request target, because upstreams (CDNs especially) route on Host,
-  and a Host the policy never saw would reach a host the policy never
-  allowed.
-
-Headers forwarded in either direction lose the hop-by-hop ones (RFC 9110
-section 7.6.1), everything named in ``Connection``, and every ``Proxy-*``;
-the framing headers always stay so h11 frames the body exactly as it was
-validated.
-
-Pure: no I/O. The HTTP grammar itself is h11's; this module only judges the
-fields h11 hands over.
+Guarantee: ``classify_request`` either returns a ``Target`` whose host is
+canonical and whose port is the one that will be dialled, or raises
+``Refused``: it refuses any head two parties could read two ways (ambiguous
+framing, a non-canonical authority, a Host naming another host or port).
+Forwarded headers lose the hop-by-hop ones and keep the framing headers.
+Pure: no I/O; the HTTP grammar is h11's, this module judges its fields.
 """
 
 from __future__ import annotations
@@ -81,6 +63,9 @@ def _malformed(detail: str) -> Refused:
 
 def parse_authority(text: str, *, default_port: int | None) -> tuple[str, int]:
     """``host[:port]`` as (canonical host, port); ``default_port`` None requires a port."""
+    # Refused: userinfo, a path, an empty or non-canonical port (``:0443``,
+    # ``:+443``, ``:443 ``; only ``1``-``65535`` in plain decimal without a
+    # leading zero is a port).
     if not text or any(c in text for c in "@/?#\\%") or not text.isprintable() or " " in text:
         raise _malformed(f"invalid authority {text!r}")
     if text.startswith("["):
@@ -136,6 +121,9 @@ def _header(headers: Headers, name: bytes) -> bytes | None:
 
 def check_framing(headers: Headers, head: bytes, *, max_head_bytes: int) -> None:
     """Refuse a head that is too big or whose body framing is ambiguous."""
+    # Content-Length with Transfer-Encoding, more than one Content-Length (even
+    # with equal values, which h11 would quietly merge), and obs-fold line
+    # continuations (which h11 would quietly unfold).
     if len(head) > max_head_bytes:
         raise Refused(Reason.HEADERS_TOO_LARGE, f"request head over {max_head_bytes} bytes")
     names = {name for name, _ in headers}
@@ -150,6 +138,9 @@ def check_framing(headers: Headers, head: bytes, *, max_head_bytes: int) -> None
 
 def parse_target(method: str, target: str) -> Target:
     """Where the request wants to go, from its method and request-target."""
+    # Refused: a CONNECT target with a path or without a port, an origin-form
+    # or asterisk-form request sent to a proxy, and ``https://`` in absolute
+    # form (TLS goes through CONNECT).
     if method == "CONNECT":
         host, port = parse_authority(target, default_port=None)
         return Target(action=Action.TUNNEL, method=method, host=host, port=port, path=None)
@@ -177,6 +168,8 @@ def parse_target(method: str, target: str) -> Target:
 
 def check_host_header(target: Target, headers: Headers) -> None:
     """A Host header, when sent, must name exactly the target's host and port."""
+    # Upstreams (CDNs especially) route on Host, and a Host the policy never
+    # saw would reach a host the policy never allowed.
     raw = _header(headers, b"host")
     if raw is None:
         return
@@ -221,6 +214,8 @@ def classify_request(event: h11.Request, head: bytes, *, max_head_bytes: int) ->
 
 def end_to_end(headers: Headers) -> Headers:
     """``headers`` without hop-by-hop ones, those named in Connection, and ``Proxy-*``."""
+    # Hop-by-hop as RFC 9110 section 7.6.1 lists them. The framing headers
+    # always stay, so h11 frames the body exactly as it was validated.
     listed = {
         token.strip().lower()
         for name, value in headers

@@ -1,56 +1,11 @@
 """The egress proxy: the only route out of every sandbox.
 
-Guarantee: every request and every tunnel is decided by
-``firstrun.policy.network`` alone (``decide_name`` on the canonical name,
-then, only if that allowed it, a resolution through the injected resolver
-and ``decide_addresses`` over every address returned), and the proxy dials
-only addresses that were checked, never the name again. The decision is
-``exchange``'s, with no sockets; ``clients`` are its drivers (they read,
-and carry out the commands that come back), ``wire`` its data plane, and
-this module the listeners and the lifetime that hold them together.
-
-Each request or tunnel leaves exactly one ``EgressRecord``, refusals
-included (with TLS inspection, each decrypted request inside a
-shell-channel tunnel leaves one more, see ``intercept``, and plain HTTP on
-the shell channel is judged by the same ``policy.methods`` rules before
-anything is dialled): malformed or ambiguous input gets a 4xx with a
-one-line reason, a stalled head gets 408, and none of it can crash the
-proxy or hold a connection slot forever.
-
-Records are bounded and the bound fails closed (``ProxyLimits.max_records``
-and ``max_record_bytes``, see ``records``): each request reserves its record
-once its head is read, before it is judged, dialled or answered, so nothing
-goes out that could not be recorded. When a reservation is refused, that
-request and every later one on every listener get a 503
-``record_budget_exhausted`` and are counted, not recorded; the proxy writes
-one closing record with the count when it stops. A refused request closes
-its connection, so a keep-alive connection carries at most one denial and a
-flood costs a connection per request. A TLS-inspected tunnel admitted before
-the budget was spent still records each decrypted request it carries (they
-went out); once the budget has no room, the proxy closes such a tunnel's
-client connection after its current request, so only what the tunnel had
-already read from that client can follow.
-
-Besides proxy requests, a listener may take transparent capture's two
-kinds of traffic (``ListenerKind``): flows a sandbox's relay redirected,
-each named by the address the program dialled, which the proxy maps back
-to the name its DNS answered it for and then decides and carries exactly
-like a CONNECT to that name (records say ``capture: transparent``); and DNS
-queries, which it answers itself from the policy (``proxy.dns``), never
-resolving or forwarding one, recording each refused name once. A tunnel's
-first flight is judged before a byte goes up (``proxy.flight``): TLS must
-name the host, HTTP must carry its Host, and any other stream needs a
-``tcp`` rule (or, asked for by CONNECT, an entry naming its port).
-
-The proxy runs its own asyncio loop in a daemon thread, so synchronous
-callers (the runner, the CLI, tests) drive it with plain method calls. A
-plain request may reuse an upstream connection an earlier one left idle,
-only to an address its own decision checked for the same name
-(``core.Pool``); a name's resolution is reused for ``core.RESOLVED_S``. Every TCP
-listener's address is added to the policy's ``proxy_addresses``, so the
-proxy never dials itself. A request for ``http://attest.firstrun.invalid/``
-is answered by the proxy itself with its ``nonce``, so a sandbox can prove
-which proxy it reached.
+Guarantee: every request and tunnel is decided by ``firstrun.policy.network``
+alone (the canonical name first, then every address it resolved to), and the
+proxy dials only checked addresses, never the name again. Each leaves exactly
+one ``EgressRecord``, refusals included, within a budget that fails closed
+(``records``); malformed input gets a 4xx with a one-line reason, and none of
+it can crash the proxy or hold a connection slot forever.
 """
 
 from __future__ import annotations
@@ -94,6 +49,14 @@ class _Listener:
 class EgressProxy:
     """The recording egress proxy; see the module docstring for what it guarantees."""
 
+    # The decision is ``exchange``'s, with no sockets; ``clients`` are its
+    # drivers (they read, and carry out the commands that come back), ``wire``
+    # its data plane, and this class the listeners and the lifetime that hold
+    # them together. With TLS inspection, each decrypted request inside a
+    # shell-channel tunnel leaves one more record (``intercept``), and plain
+    # HTTP on the shell channel is judged by the same ``policy.methods`` rules
+    # before anything is dialled. A stalled head gets 408.
+
     def __init__(
         self,
         policy: NetworkPolicy,
@@ -114,11 +77,27 @@ class EgressProxy:
         self.limits = limits or ProxyLimits()
         # ``on_record`` sees each record the moment it is written (see RecordLog).
         self.clock = Clock(monotonic=time.monotonic, iso=now_iso, new_id=lambda: uuid.uuid4().hex)
+        # Each request reserves its record once its head is read, before it is
+        # judged, dialled or answered, so nothing goes out that could not be
+        # recorded. When a reservation is refused, that request and every later
+        # one on every listener get a 503 ``record_budget_exhausted`` and are
+        # counted, not recorded; ``stop`` writes one closing record with the
+        # count. A refused request closes its connection, so a keep-alive
+        # connection carries at most one denial and a flood costs a connection
+        # per request. A TLS-inspected tunnel admitted before the budget was
+        # spent still records each decrypted request it carries (they went
+        # out); once the budget has no room, the proxy closes such a tunnel's
+        # client connection after its current request.
         self._log = RecordLog(record_path, on_record=on_record,
                               max_records=self.limits.max_records,
                               max_bytes=self.limits.max_record_bytes)
+        # ``http://attest.firstrun.invalid/`` is answered by the proxy itself
+        # with this nonce, so a sandbox can prove which proxy it reached.
         self.nonce = secrets.token_urlsafe(24)
         # What every client connection shares; they reach the proxy through it alone.
+        # A plain request may reuse an upstream connection an earlier one left
+        # idle, only to an address its own decision checked for the same name
+        # (``core.Pool``); a name's resolution is reused for ``core.RESOLVED_S``.
         self._core = ProxyCore(Decisions(policy), log=self._log,
                                resolver=resolver or system_resolver, limits=self.limits,
                                clock=self.clock, nonce=self.nonce, interception=interception)
@@ -137,6 +116,8 @@ class EgressProxy:
     # -- lifecycle ------------------------------------------------------------
 
     def start(self) -> EgressProxy:
+        # The proxy runs its own asyncio loop in a daemon thread, so synchronous
+        # callers (the runner, the CLI, tests) drive it with plain method calls.
         if self._thread is not None:
             raise ProxyError("proxy already started")
         loop = asyncio.new_event_loop()
@@ -229,6 +210,7 @@ class EgressProxy:
             sock.close()
             raise listen_failed(exc, f"{host}:{port}") from None
         bound_host, bound_port = sock.getsockname()[:2]
+        # Every TCP listener joins ``proxy_addresses``, so the proxy never dials itself.
         policy = self.policy
         self._core.decisions = Decisions(policy.with_proxy_addresses(
             [*policy.proxy_addresses, (bound_host, bound_port)]))
@@ -285,6 +267,14 @@ class EgressProxy:
 
 def capture_listeners(proxy: EgressProxy, sockdir: str) -> dict[str, str]:
     """The proxy's listeners for redirected flows and DNS, as ``ProxyEndpoint`` fields."""
+    # Transparent capture's two kinds of traffic (``ListenerKind``): flows a
+    # sandbox's relay redirected, each named by the address the program
+    # dialled, which the proxy maps back to the name its DNS answered it for,
+    # then decides and carries exactly like a CONNECT to that name (records say
+    # ``capture: transparent``), its first flight judged before a byte goes up
+    # (``flight``); and DNS queries, which it answers itself from the policy
+    # (``dns``), never resolving or forwarding one, recording each refused name
+    # once.
     return {
         "transparent_path": proxy.listen_unix(os.path.join(sockdir, "transparent.sock"),
                                               Channel.SHELL, ListenerKind.TRANSPARENT),

@@ -1,28 +1,13 @@
 """The egress proxy as a process of its own: the Docker backend's sidecar.
 
-Guarantee: the sidecar enforces exactly the policy the harness serialized
-with ``NetworkPolicy.to_data`` (parsed back by ``policy_from_data`` through
-the same ``NetworkPolicy.build`` and ``InspectionPolicy.build`` every other
-policy goes through, so an entry the harness could not have built is
-refused here too), never one assembled from comma-separated environment
-strings. It runs the very ``EgressProxy`` the linux backend uses. Its stdout
-is a stream of JSON lines: first one ``ready`` line with the listening
-address and the attestation nonce, then one ``record`` line per egress
-record, flushed as it is written, so the harness can put each record in the
-trace live. SIGTERM or SIGINT stops it after the proxy delivered its last records.
-
-With TLS inspection (the policy carries ``inspection``) the sidecar makes
-the run's CA itself: the private key exists only in this process's memory
-(``ca.RunCA``) and never crosses stdout, which carries the CA certificate
-(PEM) and the credential placeholders on the ready line. Upstream servers
-are verified against the image's trust store plus the ``cafiles`` the
-harness names (bound read-only into the container). Credential values
-arrive on stdin only (``credentials``: harness variable name to value),
-never through the environment, and are minted into placeholders here.
-Under inspection, a sidecar whose Python is not the one the harness's
-bound libraries were built for says ``refused`` (reason and fix) instead of
-``ready``, and loads nothing it could not.
+Guarantee: the sidecar runs the linux backend's own ``EgressProxy`` on exactly
+the policy the harness serialized (``NetworkPolicy.to_data``, rebuilt through
+the same ``build`` methods: an entry the harness could not have built is
+refused here too). Once that is read, stdout is JSON lines: ``ready`` (or
+``refused``), then each record as written. Under TLS inspection the CA's
+private key and the credential values never reach stdout.
 """
+
 from __future__ import annotations
 
 import json
@@ -96,6 +81,9 @@ def serve(policy: NetworkPolicy, *, host: str, port: int, out: IO[str],
     """
     lock = threading.Lock()
 
+    # First one ``ready`` line with the listening address and the attestation
+    # nonce, then one ``record`` line per egress record, flushed as it is
+    # written, so the harness can put each record in the trace live.
     def on_record(record: EgressRecord) -> None:
         _emit(out, lock, {"event": "record", "record": record.to_data()})
 
@@ -147,6 +135,14 @@ def libs_mismatch(libs_python: object, here: tuple[int, int]) -> Refusal | None:
                    f"is {libs_python}{default}")
 
 
+# With TLS inspection the sidecar makes the run's CA itself: its private key
+# exists only in this process's memory (``ca.RunCA``). Upstream servers are
+# verified against the image's trust store plus the ``cafiles`` the harness
+# names (bound read-only into the container). Credential values arrive on
+# stdin only, never through the environment, and are minted into placeholders
+# here. A sidecar whose Python is not the one the harness's bound libraries
+# were built for says ``refused`` (reason and fix) instead of ``ready``, and
+# loads nothing it could not.
 def _interception(request: Mapping[str, object], policy: NetworkPolicy) -> Interception | None:
     if policy.inspection is None:
         return None
@@ -182,6 +178,7 @@ def main(argv: list[str]) -> int:
     except (ValueError, KeyError, TypeError, FirstrunError) as exc:
         print(f"firstrun.proxy: cannot read the policy from stdin: {exc}", file=sys.stderr)
         return 3
+    # SIGTERM or SIGINT stops the sidecar after the proxy delivered its last records.
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())

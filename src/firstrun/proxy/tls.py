@@ -1,22 +1,11 @@
 """Read the server name out of the first bytes a client sends through a tunnel.
 
-Guarantee: ``parse_client_hello`` is total. For any byte string it returns a
-``Hello`` and never raises, never reads past the end of its input, and never
-trusts a length field it has not checked against the bytes actually there. A
-ClientHello that is ambiguous about its server name (two ``server_name``
-extensions, two host names in one, trailing bytes, a name that is not ASCII)
-is ``MALFORMED``, because a server and this parser could pick different
-names from it, and the difference is exactly what domain fronting exploits.
-A ClientHello that carries Encrypted Client Hello (or its ESNI draft) is
-flagged ``ech``: its server name is a decoy by design, and the server that
-decrypts it (a CDN in front of an allowed host) routes on the hidden one.
-
-There is no h11 for TLS, and the well-kept TLS libraries parse a ClientHello
-only as a server about to answer it; this parser reads the few fields the
-server name needs (RFC 8446 section 4.1.2, RFC 6066 section 3) and nothing else.
-It reassembles a handshake message that spans several records.
-
-Pure: stdlib only, no I/O.
+Guarantee: ``parse_client_hello`` is total: for any byte string it returns a
+``Hello`` and never raises, never reads past its input, and never trusts a
+length it has not checked. A ClientHello ambiguous about its server name (two
+names, trailing bytes, a name that is not ASCII) is ``MALFORMED``, and one
+carrying Encrypted Client Hello (or its ESNI draft) is flagged ``ech``: either
+way a server could route on a name other than the one read here. Pure, no I/O.
 """
 
 from __future__ import annotations
@@ -49,7 +38,9 @@ class Hello:
     status: HelloStatus
     # The host_name from server_name, as sent (not canonicalised); None when absent.
     sni: str | None = None
-    # The real server name is encrypted; ``sni`` is only the outer, public one.
+    # The real server name is encrypted; ``sni`` is only the outer, public one,
+    # a decoy by design: the server that decrypts it (a CDN in front of an
+    # allowed host) routes on the hidden one.
     ech: bool = False
 
 
@@ -93,6 +84,7 @@ class _Reader:
 
 def _handshake_bytes(data: bytes) -> bytes | Hello:
     """The handshake message carried by the leading records, or a verdict."""
+    # A ClientHello may span several records; they are reassembled here.
     if not data:
         return _INCOMPLETE
     if data[0] != _RECORD_HANDSHAKE:
@@ -125,6 +117,10 @@ def _handshake_bytes(data: bytes) -> bytes | Hello:
 
 def parse_client_hello(data: bytes) -> Hello:
     """Classify the first bytes of a tunnel and extract the SNI host name."""
+    # There is no h11 for TLS, and the well-kept TLS libraries parse a
+    # ClientHello only as a server about to answer it; this reads the few
+    # fields the server name needs (RFC 8446 section 4.1.2, RFC 6066 section 3)
+    # and nothing else.
     message = _handshake_bytes(data)
     if isinstance(message, Hello):
         return message
@@ -157,6 +153,9 @@ def _parse_message(r: _Reader) -> Hello:
     while not extensions.empty:
         ext_type = extensions.uint(2)
         ext = extensions.vector(2)
+        # Two of one extension (two ``server_name``s above all) are ambiguous:
+        # a server and this parser could pick different names, and the
+        # difference is exactly what domain fronting exploits.
         if ext_type in seen:
             return _MALFORMED
         seen.add(ext_type)

@@ -1,22 +1,10 @@
 """Carry a tunnel's bytes (CONNECT, or a redirected connection), after judging its first flight.
 
 Guarantee: no client byte reaches the upstream before the client's first
-flight has been judged (``flight.judge_flight``). A TLS ClientHello whose SNI
-does not canonicalise to the host the policy allowed, one that hides its
-server name with Encrypted Client Hello, or one that is malformed or cut
-short, an HTTP head whose Host names another host, and a raw stream no
-``tcp`` rule covers each close the tunnel with nothing forwarded. Upstream
-bytes flow to the client from the start, so protocols where the server
-speaks first work.
-
-After the check, bytes move with ``os.splice`` through a pipe, one blocking
-thread per direction, so payload never passes through Python buffers (this
-is what keeps a tunnel near the speed of a direct connection). A direction
-that reaches EOF half-closes its destination and leaves the other running;
-an error in either direction, or ``abort()``, shuts down both sockets, which
-wakes any thread blocked on them, so a tunnel can always be ended. The
-result says how it ended (``TunnelEnd``): the first EOF or error on either
-side, a refusal, the proxy's stop, or a thread the proxy could not start.
+flight has been judged (``flight.judge_flight``); a refused flight closes the
+tunnel with nothing forwarded. Upstream bytes flow to the client from the
+start, so protocols where the server speaks first work. A tunnel can always be
+ended (``abort()``), and its result says how it ended (``TunnelEnd``).
 """
 
 from __future__ import annotations
@@ -140,10 +128,14 @@ class Tunnel:
 
     def _end(self, how: TunnelEnd) -> None:
         """Note how the tunnel ended: the first to say so, from either thread, wins."""
+    # The first EOF or error on either side, a refusal, the proxy's stop, or a
+    # thread the proxy could not start.
         with self._lock:
             if self._ended is None:
                 self._ended = how
 
+    # Shutting down both sockets wakes any thread blocked on them: this is what
+    # lets an error in either direction, or ``abort()``, end the whole tunnel.
     def _shut(self) -> None:
         _shutdown(self._client, socket.SHUT_RDWR)
         _shutdown(self._upstream, socket.SHUT_RDWR)
@@ -183,6 +175,10 @@ class Tunnel:
 
     def _pump(self, src: socket.socket, dst: socket.socket, *, from_client: bool) -> int:
         """Move bytes from ``src`` to ``dst`` until EOF; returns the count moved."""
+        # ``os.splice`` through a pipe, one blocking thread per direction, so
+        # payload never passes through Python buffers: this is what keeps a
+        # tunnel near the speed of a direct connection. EOF half-closes ``dst``
+        # and leaves the other direction running; an error shuts down both.
         closed, src_reset, dst_reset = (
             (TunnelEnd.CLIENT_CLOSED, TunnelEnd.CLIENT_RESET, TunnelEnd.UPSTREAM_RESET)
             if from_client else

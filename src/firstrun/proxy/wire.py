@@ -1,16 +1,11 @@
 """The proxy's data plane: byte streams, a request head read, and one forward, shared by both paths.
 
-Guarantee: the plain path (``clients``) and the inspected path
-(``intercept``) carry an exchange's bytes with the same code, over a
-``ByteStream`` (a socket here, a TLS session there): ``read_head`` reads one
-request head within the head deadline and hands it over with the exact
-bytes it came from; ``forward`` carries out an exchange's ``Forward``
-command: the body streams upstream, or under a cap is read whole and judged
-before a byte goes up, and the response comes back with its hop-by-hop
-headers dropped. Neither decides anything: what went wrong comes back in
-the ``Done`` the exchange judges. A stream's reads and writes are bounded
-by time (a stalled peer is a gone peer) and its reads by memory (a peer
-that sends faster than we forward waits in the kernel, not in our buffer).
+Guarantee: the plain path (``clients``) and the inspected path (``intercept``)
+carry an exchange's bytes with the same code, over a ``ByteStream`` (a socket or
+a TLS session), and neither decides anything: what went wrong comes back in the
+``Done`` the exchange judges. Every read and write is bounded by time (a
+stalled peer is a gone peer) and every read by memory (a peer that sends
+faster than we forward waits in the kernel, not in our buffer).
 """
 
 from __future__ import annotations
@@ -342,7 +337,11 @@ _RETRIED = frozenset({b"GET", b"HEAD", b"OPTIONS"})
 async def forward(client: ByteStream, conn: h11.Connection, upstream: ByteStream, up: h11.Connection,
                   command: Forward, *, limits: Timeouts, redial: Redial | None = None,
                   progress: Progress | None = None) -> Done:
-    """Carry out ``command``: the request up, the response back (see the module docstring).
+    """Carry out ``command``: the request up, the response back.
+
+    The body streams upstream, or, under a cap, is read whole and judged
+    before a byte goes up; the response comes back with its hop-by-hop
+    headers dropped.
 
     ``redial`` is given when ``upstream`` was kept alive from an earlier
     request: if it fails before a byte of response, a bodiless idempotent
