@@ -1,36 +1,11 @@
 """The real battery: every action, inside every configuration a backend can really run.
 
 Guarantee: each cell of the matrix is the outcome of a real attempt inside a
-real session, judged by the host's own witnesses wherever one can see the
-action (``fixtures``): a canary's connection count, a planted file's
-contents, a marker process still alive, a request the fixture registry
-recorded (its method and body, its credential, the Host it named), a
-leftover found in the host's process table after the session closed.
-Only the kernel interfaces no host-side witness observes (a user namespace,
-a mount, an io_uring, a ptrace, an OOM score) are judged by the kernel's
-own answer, as the probe reported it; ``Cell.witness`` says which.
-
-A configuration is a set of layers the backend really applies or really
-omits: linux builds each subset of seccomp, Landlock and the network layer
-through the profile's ``required`` set (bubblewrap's filesystem view and
-namespaces are the backend itself and are always on), and each subset with
-the network layer once more with the proxy's TLS inspection (method rules
-and credential masking, which need the proxy); docker runs the full stack,
-the stack without firstrun's seccomp profile (Docker's default then
-applies; the container, its read-only root and its sidecar network are the
-backend itself), and the full stack with the sidecar's TLS inspection
-(the sidecar is handed the registry's CA and the credential's value);
-gvisor runs the same three (the sandbox, its read-only root and
---network=none are the backend itself; without the layer no filter is
-loaded in the sentry; the harness's proxy inspects); ``local`` is the no-layer baseline, explicitly unenforced; it runs with the
-harness's own privileges, so what those refuse is measured in a child of
-the harness (``harness_refusals``) and given to the model.
-One session per configuration runs every action, so the matrix stays
-bounded. Nothing is sent off this machine: the registry, the canaries and
-the proxy are on loopback, or for docker on the default bridge's host
-address (a container cannot reach the host's loopback), and the one action
-that could only be attempted by leaving it (the metadata address without a
-proxy) is marked not run.
+real session, judged by a host-side witness wherever one can see the action
+(``fixtures``), else by the kernel's own answer as the probe reported it;
+``Cell.witness`` says which. A configuration is a set of layers the backend
+really applies or really omits. Nothing is sent off this machine: an action
+that could only be attempted by leaving it is marked not run.
 """
 
 from __future__ import annotations
@@ -158,6 +133,20 @@ def bounded() -> frozenset[Reach]:
 
 def configurations(backend: str) -> tuple[Configuration, ...]:
     """Every configuration of ``backend`` that can really be run, the full stack last."""
+    # linux builds each subset of seccomp, Landlock and the network layer
+    # through the profile's ``required`` set (bubblewrap's filesystem view and
+    # namespaces are the backend itself and are always on), and each subset
+    # with the network layer once more with the proxy's TLS inspection (method
+    # rules and credential masking, which need the proxy). docker runs the full
+    # stack, the stack without firstrun's seccomp profile (Docker's default
+    # then applies; the container, its read-only root and its sidecar network
+    # are the backend itself), and the full stack with the sidecar's TLS
+    # inspection (the sidecar is handed the registry's CA and the credential's
+    # value). gvisor runs the same three (without the layer no filter is loaded
+    # in the sentry; the harness's proxy inspects). ``local`` is the no-layer
+    # baseline, explicitly unenforced: it runs with the harness's own
+    # privileges, so what those refuse is measured in a child of the harness
+    # (``harness_refusals``) and given to the model.
     bound = bounded()
     if backend == "linux":
         optional = frozenset(_OMITTABLE["linux"])
@@ -424,6 +413,13 @@ def _read(path: str) -> str:
 
 Judgement = tuple[ActionResult | None, str, int | None]
 Judge = Callable[[_Run], Judgement]
+# The host's own witnesses: a canary's connection count, a planted file's
+# contents, a marker process still alive, a request the fixture registry
+# recorded (its method and body, its credential, the Host it named), a
+# leftover found in the host's process table after the session closed. Only
+# the kernel interfaces no host-side witness observes (a user namespace, a
+# mount, an io_uring, a ptrace, an OOM score) are judged by the kernel's own
+# answer, as the probe reported it.
 _HOST, _KERNEL = "host", "kernel's answer"
 
 
@@ -659,6 +655,11 @@ def _workspace() -> Iterator[str]:
 def run_configuration(config: Configuration, registry: fixtures.Registry,
                       backend: Backend | None = None) -> ConfigurationResult:
     """One session of ``config``, every action in it, every cell judged after it closed.
+
+    One session per configuration runs every action, so the matrix stays
+    bounded. The registry, the canaries and the proxy are on loopback, or for
+    docker on the default bridge's host address (a container cannot reach the
+    host's loopback).
 
     The session is enclosed as ``firstrun run`` encloses its own
     (``firstrun.enclosure``). ``registry`` must listen where ``config``'s

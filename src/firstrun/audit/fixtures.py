@@ -1,18 +1,11 @@
 """The host-side witnesses the audit judges by: canaries, a fixture registry, marker processes.
 
-Guarantee: every witness lives on an address of this host or in files and
-processes the audit itself created, and records what reached it, so a cell
-of the matrix is judged by what the host saw, not by what the session said.
-``Witnesses`` is per configuration (fresh nonce, listeners, markers and
-canary files); ``close`` removes every file it planted and ends every
-process it started, by pid. The ``Registry`` serves one package (a wheel
-built here) under PEP 503 over HTTPS, as real registries do (so the proxy's
-TLS inspection applies to it), and records every request, upload bodies
-included; it listens on one address of this host (127.0.0.1 unless told
-otherwise: a container reaches the host only on a docker bridge's address),
-with a certificate from a CA made here (``cafile``), which is never the
-proxy's run CA. The witnesses listen on the same kind of address, never on
-one that leads off this machine.
+Guarantee: every witness lives on an address of this host (never one that
+leads off this machine) or in files and processes the audit itself created,
+and records what reached it, so a cell is judged by what the host saw, not by
+what the session said. ``Witnesses`` is fresh per configuration; its
+``close`` removes every file it planted and ends every process it started, by
+pid. The ``Registry``'s CA is made here and is never the proxy's run CA.
 """
 
 from __future__ import annotations
@@ -128,6 +121,12 @@ class _QuietServer(ThreadingHTTPServer):
 
 class Registry:
     """A package registry on ``address``, over HTTPS, that accepts uploads, as a real one does."""
+
+    # One package (a wheel built here) under PEP 503, over HTTPS as real
+    # registries are (so the proxy's TLS inspection applies to it); every
+    # request is recorded, upload bodies included. It listens on 127.0.0.1
+    # unless told otherwise: a container reaches the host only on a docker
+    # bridge's address. Its certificate is from a CA made here (``cafile``).
 
     def __init__(self, address: str = "127.0.0.1") -> None:
         self.address = address

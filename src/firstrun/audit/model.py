@@ -1,39 +1,11 @@
 """The pure model of the sandbox's layers: which layer stops which action.
 
-Guarantee: ``predict`` is a pure function of an action and a configuration
-(a set of layers), and it is monotone: an action a configuration stops stays
-stopped in every configuration that adds layers, because a configuration
-stops an action exactly when at least one of its layers does. Each layer is
-a predicate over the facts an action has (``Reach``), never over its name,
-and it is the predicate of the mechanism a backend provides it by
-(``STOPS_BY_BACKEND``: docker's read-only root gives Landlock's guarantee
-for writes and nothing else, its container floors the OOM score),
-so a new action is predicted from what it does. The model predicts the real
-matrix ``firstrun audit`` measures; where they disagree, one of them is
-wrong, and the audit says which cells.
-
-Below every layer is the harness's own process. A backend without a session
-of its own (``local``) runs commands with exactly the harness's privileges,
-so what those refuse (``host_refuses``: for example an OOM score below the
-process's floor, when the harness lacks CAP_SYS_RESOURCE) is stopped there
-with no layer to thank; so is a write past the disk bound of the workspace
-the harness made (``DISK_BOUND``), on every backend. The audit measures
-those facts of the host and passes them in. Monotonicity holds for any
-fixed ``host_refuses``.
-
-The facts are deliberately coarse: they say what an action touches, in the
-terms a layer decides on (a path outside the sandbox's view, a destination
-the allow-list does not name, a write to an allowed host). Every layer is in
-the model whether or not a given backend can apply it, because the residual
-a configuration leaves open is named by the layers that would close it
-(``METHOD_RULES`` and ``CREDENTIAL_MASKING`` are the proxy's
-``--inspect-tls``). Domain fronting is such a residual: inside a tunnel to
-an allowed host (the CONNECT and the SNI name it) a request may name
-another tenant in its Host, which without inspection the proxy cannot read;
-the proxy's judgement of each decrypted request (``METHOD_RULES``) refuses
-a Host that is not the tunnel's.
-
-Pure: stdlib only, no I/O.
+Guarantee: ``predict`` is a pure function of an action, a configuration (a set
+of layers), a backend and what the host already refuses, and it is monotone in
+the layers: a configuration stops an action exactly when one of its layers
+does (or the host refuses it), so adding layers never lets more through. Each
+layer is a predicate over what an action touches (``Reach``), never its name,
+as its backend's mechanism provides it. Pure: stdlib only, no I/O.
 """
 
 from __future__ import annotations
@@ -73,6 +45,10 @@ AUDITED_GUARANTEES: Mapping[AuditedLayer, str] = {
 }
 
 
+# The facts are deliberately coarse: they say what an action touches, in the
+# terms a layer decides on (a path outside the sandbox's view, a destination
+# the allow-list does not name, a write to an allowed host), so a new action is
+# predicted from what it does.
 class Reach(StrEnum):
     """One thing an action touches, in the terms a layer decides on.
 
@@ -297,6 +273,15 @@ def predict(act: Action, layers: Iterable[AuditedLayer], backend: str = "linux",
             host_refuses: frozenset[Reach] = frozenset()) -> ActionResult:
     """Stopped when any layer of the configuration stops it, or the harness's
     own process already cannot (``host_refuses``); through otherwise."""
+    # Below every layer is the harness's own process. A backend without a
+    # session of its own (``local``) runs commands with exactly the harness's
+    # privileges, so what those refuse (for example an OOM score below the
+    # process's floor, when the harness lacks CAP_SYS_RESOURCE) is stopped
+    # there with no layer to thank; so is a write past the disk bound of the
+    # workspace the harness made (``DISK_BOUND``). The audit measures those
+    # facts of the host and passes them in; monotonicity holds for any fixed
+    # ``host_refuses``. The prediction is checked against the real matrix
+    # ``firstrun audit`` measures: where they disagree, one of them is wrong.
     if act.reaches & host_refuses or stoppers(act, layers, backend):
         return ActionResult.STOPPED
     return ActionResult.THROUGH
@@ -304,6 +289,12 @@ def predict(act: Action, layers: Iterable[AuditedLayer], backend: str = "linux",
 
 def closing_layers(act: Action, layers: Iterable[AuditedLayer], backend: str = "linux") -> tuple[AuditedLayer, ...]:
     """The layers missing from a configuration of ``backend`` that would each stop ``act``."""
+    # Every layer is in the model whether or not a given backend can apply it,
+    # because the residual a configuration leaves open is named by the layers
+    # that would close it (``METHOD_RULES`` and ``CREDENTIAL_MASKING`` are the
+    # proxy's ``--inspect-tls``). Domain fronting is such a residual: without
+    # inspection the proxy cannot read the Host inside a tunnel to an allowed
+    # host; with it, ``METHOD_RULES`` refuses a Host that is not the tunnel's.
     present = frozenset(layers)
     predicates = _predicates(backend)
     return tuple(layer for layer in AuditedLayer if layer not in present and predicates[layer](act))

@@ -2,22 +2,17 @@
 
 Guarantee: each action is a real attempt made from inside the session as an
 ordinary command, and the probe reports what happened (the errno, the value
-read back), never what it expected. The harness judges each action by its
-own evidence wherever the host can see one (a canary's connection count, a
-file's contents, a process still alive); what this probe prints is the
-evidence only for the kernel interfaces no host-side witness can observe
-(a namespace, a mount, an io_uring, a ptrace, a score write), and the report
-says so. Output is one JSON object on stdout: ``{"done": bool, "detail": str}``.
-
-Runs as ``python -I -S -c <this source> <params json>`` with the workspace as
-its working directory: stdlib only, because inside a sandbox there is only
-the interpreter's own installation. Nothing here sends a packet anywhere but
-loopback or the session's own proxy; an action that could only be attempted
-by leaving this machine is not attempted (the harness marks it not run).
+read back), never what it expected, as one JSON object on stdout:
+``{"done": bool, "detail": str}``. It sends nothing anywhere but this host's
+own addresses and the session's proxy; an action that could only be
+attempted by leaving this machine is not attempted.
 """
 
 from __future__ import annotations
 
+# Runs as ``python -I -S -c <this source> <params json>`` with the workspace as
+# its working directory: stdlib only, because inside a sandbox there is only
+# the interpreter's own installation.
 import ctypes
 import errno
 import http.client
@@ -346,6 +341,11 @@ ACTIONS = {f.__name__: f for f in (
 )}
 
 
+# The harness judges each action by its own evidence wherever the host can see
+# one (a canary's connection count, a file's contents, a process still alive);
+# what this prints is the evidence only for the kernel interfaces no host-side
+# witness can observe (a namespace, a mount, an io_uring, a ptrace, a score
+# write), and the report says so.
 def main(argv: list[str]) -> int:
     params = json.loads(argv[1])
     try:
