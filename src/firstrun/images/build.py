@@ -1,27 +1,11 @@
 """Default sandbox images, built locally from Debian packages: no image registry needed.
 
-Guarantee: an image is built from a Debian bookworm ``minbase`` root
-filesystem made by ``debootstrap`` from the Debian archive (reached over the
-ordinary network, like any apt install), with the image's packages installed
-by debootstrap itself, then loaded with ``docker import``. Nothing is pulled
-from an image registry. The root filesystem tarball is cached and reused, so
-a rebuild after ``docker image rm`` costs one import; a tarball is only ever
-published whole (written to a temporary name, then renamed), so a build cut
-short leaves nothing that looks finished.
-
-A recipe has a ``digest`` of everything that shapes its root filesystem;
-the cached tarball is named by it and the image carries it as a label, so
-an image built from an older recipe (one without git, say) is rebuilt by
-the next ``firstrun images build`` rather than kept because its tag exists.
-
-The images are named for what they contain: ``firstrun/python:3.11`` is
-Debian bookworm's Python 3.11, and ``firstrun/node:24`` is Node.js 24 (an
-LTS line) with npm and corepack, taken from the npm registry's own packages
-of them, each pinned by version and integrity hash and verified before it is
-unpacked. Both carry the shared libraries a prebuilt binary commonly expects
-(``LIBRARIES``). A task that asks for ``node:22-slim`` is not silently given
-Node 24: ``resolve_image`` refuses it with a message that says which image
-exists and how to build or pull the one asked for.
+Guarantee: an image is a Debian ``minbase`` root filesystem made by
+``debootstrap`` from the Debian archive and loaded with ``docker import``;
+nothing is pulled from an image registry. An image built from an older recipe
+is rebuilt, never kept because its tag exists, and a build cut short leaves
+nothing that looks finished. A task's image is never silently swapped for
+another version of it (``resolve_image``).
 """
 
 from __future__ import annotations
@@ -92,6 +76,10 @@ class ImageRecipe:
     def npm_pins(self) -> tuple[NpmPin, ...]:
         return ((self.node,) if self.node else ()) + self.node_modules
 
+    # The cached tarball is named by the digest and the image carries it as a
+    # label, so an image built from an older recipe (one without git, say) is
+    # rebuilt by the next ``firstrun images build`` rather than kept because
+    # its tag exists.
     @property
     def digest(self) -> str:
         """Twelve hex digits naming what the root filesystem is built from."""
@@ -114,6 +102,10 @@ LIBRARIES = ("libatomic1", "libstdc++6", "libgomp1", "libssl3", "zlib1g", "libff
              "libglib2.0-0", "libx11-6", "libxext6", "libxrender1", "libsm6",
              "xz-utils", "unzip")
 
+# The images are named for what they contain: ``firstrun/python:3.11`` is
+# Debian bookworm's Python 3.11; ``firstrun/node:24`` is Node.js 24 with npm
+# and corepack, from the npm registry's own packages of them, each pinned by
+# version and integrity hash and verified before it is unpacked (``fetch_npm``).
 PYTHON = ImageRecipe(
     key="python",
     tag="firstrun/python:3.11",
@@ -322,6 +314,9 @@ def rootfs_tarball(recipe: ImageRecipe, cache_dir: Path, log: Callable[[str], No
         if (enable := corepack_argv(recipe, root)) is not None:
             _run(enable, f"{recipe.tag}: corepack enable", log)
         _prepare_rootfs(root)
+        # Published whole: written under a temporary name, then renamed. The
+        # tarball is cached and reused, so a rebuild after ``docker image rm``
+        # costs one import.
         partial = os.path.join(work, "rootfs.tar")
         _run(["tar", "--numeric-owner", "--xattrs", "-C", root, "-cf", partial, "."],
              f"{recipe.tag}: tar", log)
@@ -409,6 +404,9 @@ def resolve_image(requested: str | None, docker: str = "docker") -> str:
     Any other image must already be present (pulled or loaded by the user);
     a different version is never substituted.
     """
+    # A task that asks for ``node:22-slim`` is not given Node 24: unless it is
+    # present, it is refused with a message that says which images exist and
+    # how to build or pull the one asked for.
     tag = local_tag(requested)
     if image_present(tag, docker):
         return tag
