@@ -3,27 +3,9 @@
 Guarantee: ``LinuxBackend.start`` returns a session only after the helper
 inside confirmed every required layer (or the profile explicitly downgraded
 it, which is recorded) and the attestation probe proved the boundary from
-inside; otherwise it tears everything down and raises. Commands never run as
-the invoking root: a root harness runs bubblewrap as a fresh unprivileged
-uid, lends it the workspace for the session and gives the workspace back to
-its owner on close. ``close`` ends every process the session started,
-including daemons that used setsid or a double fork: the helper kills
-everything it can see, bubblewrap's pid namespace takes the rest down with
-it, everything in the session cgroup is killed and the cgroup removed, and a
-root harness finally sweeps the session's unique uid. Where the machine
-allows a session cgroup (see ``cgroup``), memory and pids are capped for the
-session as a whole, not per process; the ``limits`` layer records which
-mechanism enforced them.
-
-Seccomp, Landlock and the network namespace are applied exactly when the
-profile's ``required`` set names them. A run's profile names every layer;
-only ``firstrun audit`` builds profiles that leave some out, to measure what
-each one stops. Such a session records each omitted layer as not applied and
-its enforcement as downgraded, so it can never pass for an enforced one.
-
-Every OSError met while launching or talking to the sandbox becomes a
-``SandboxError`` here; an ``ExecResult`` with a non-zero exit is a command
-that failed, never a sandbox that failed.
+inside; otherwise it tears everything down and raises ``SandboxError``.
+Commands never run as the invoking root; ``close`` ends every process the
+session started, daemons included.
 """
 
 from __future__ import annotations
@@ -77,11 +59,18 @@ from firstrun.sandbox.supervised import READY_TIMEOUT_S, LaunchedSession, tail_o
 _UID_RANGE = (1_500_000_000, 1_600_000_000)
 # The layers a profile may leave out of ``required`` (the audit's knob); the
 # rest are bubblewrap itself, the uid and the limits, which are always applied.
+# Seccomp, Landlock and the network namespace are applied exactly when the profile's
+# ``required`` set names them. Only ``firstrun audit`` builds profiles that leave some out,
+# to measure what each one stops; such a session records each omitted layer as not applied
+# and downgraded, so it can never pass for an enforced one.
 _OMITTABLE = frozenset({LayerName.SECCOMP, LayerName.LANDLOCK, LayerName.NETWORK})
 _OMITTED = "omitted: not in the profile's required layers (an audit configuration)"
 CAPTURE_PORTS = capture.CapturePorts()
 
 
+# Every OSError met while launching or talking to the sandbox becomes a SandboxError, so
+# callers see one error type for a sandbox that failed; a non-zero exit in an ExecResult is a
+# command that failed, never a sandbox that failed.
 def _sandbox_error(what: str, exc: OSError) -> SandboxError:
     return SandboxError(f"{what}: {exc}", who="linux")
 
@@ -267,6 +256,9 @@ class LinuxSession(LaunchedSession):
                          cleanup=cleanup)
         # The session-wide memory and pids caps, or None when only rlimits
         # apply; public so a caller can read the kernel's own counters.
+        # Memory and pids are capped for the session as a whole where the machine allows a
+        # session cgroup (see ``cgroup``); the ``limits`` layer records which mechanism
+        # enforced them.
         self.cgroup = session_cgroup
         self._sandbox_uid = sandbox_uid
 
@@ -274,6 +266,9 @@ class LinuxSession(LaunchedSession):
         """Kill bubblewrap (its pid namespace's init dies with it, and so does every process
         in the namespace), everything in the session cgroup and, for a root harness, every
         process of the session's uid; then remove the cgroup."""
+        # The helper kills everything it can see; bubblewrap's pid namespace takes the rest
+        # (setsid or double-forked daemons) down with it; the cgroup catches anything that
+        # escaped the namespace, and a root harness's per-session uid is swept last.
         super()._end()
         if self.cgroup is not None:
             self.cgroup.kill_and_remove()

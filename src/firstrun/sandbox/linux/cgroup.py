@@ -1,30 +1,11 @@
 """Session cgroups: one per linux session, capping memory and pids for everything in it.
 
-Guarantee: a ``SessionCgroup`` is a fresh child of the harness's *own*
-cgroup (never anywhere else in the hierarchy) with ``memory_bytes`` as a hard
-cap on every page its processes are charged for (anonymous, ``MAP_SHARED``,
-and the tmpfs pages of /tmp, /dev/shm and HOME, which the kernel charges to
-the memory cgroup of the process that touches them), swap included wherever
-the kernel accounts it (``swap_capped`` records whether it does), and
-``pids`` as a cap on the number of tasks in it. The limits are written
-before any process joins. ``kill_and_remove`` leaves no process and no
-directory behind: it kills every member until none is left, then removes the
-directories. Directories a SIGKILLed harness left behind are labelled with
-its pid and start time, and ``reap_leftovers`` removes those whose owner is
-gone, killing what remains in them first; a live owner's cgroup is never
-touched.
-
-Two layouts are supported. cgroup v1 (alone or hybrid): the ``memory`` and
-``pids`` hierarchies each get a child. cgroup v2: one child, which needs the
-``memory`` and ``pids`` controllers in the harness cgroup's
-``cgroup.subtree_control``; they are enabled when the no-internal-process
-rule allows it (the harness's cgroup holds no process, as in a delegated
-subtree whose supervisor sits in a leaf). Otherwise no cgroup is used and
-a ``NoCgroup`` says why, so the caller can record that only rlimits apply.
-
-Discovery (``parse_proc_cgroup``, ``parse_mountinfo``, ``locate``) is pure;
-everything else works on directories passed in, so it runs as well against
-a temporary tree that mimics /sys/fs/cgroup as against the kernel's.
+Guarantee: a ``SessionCgroup`` is a fresh child of the harness's *own* cgroup,
+its caps written before any process joins: memory (anonymous, shared and tmpfs
+pages; swap too where accounted, per ``swap_capped``) and pids.
+``kill_and_remove`` leaves no process and no directory behind;
+``reap_leftovers`` removes only cgroups whose harness is gone. Where no cgroup
+can be used, a ``NoCgroup`` says why.
 """
 
 from __future__ import annotations
@@ -44,6 +25,8 @@ from firstrun.errors import SandboxError
 
 PREFIX = "firstrun-"
 # firstrun-<owner pid>-<owner start time in clock ticks>-<random>
+# Directories are labelled with the owning harness's pid and start time, so a leftover from
+# a SIGKILLed harness can be told from a live owner's, which is never touched.
 _NAME = re.compile(r"^firstrun-(\d+)-(\d+)-[0-9a-f]+$")
 # Bounds a broken kernel only: members die within milliseconds of SIGKILL.
 _KILL_DEADLINE_S = 30.0
@@ -99,6 +82,9 @@ def _unescape(field: str) -> str:
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 
 
+# Discovery (this, ``parse_mountinfo``, ``locate``) is pure; everything else works on
+# directories passed in, so it runs as well against a temporary tree that mimics
+# /sys/fs/cgroup as against the kernel's.
 def parse_proc_cgroup(text: str) -> dict[str, str]:
     """Controller name to cgroup path, from /proc/<pid>/cgroup; v2's entry is under ``""``."""
     paths: dict[str, str] = {}
@@ -194,6 +180,11 @@ def _write(path: str, value: str) -> None:
         os.close(fd)
 
 
+# Two layouts. cgroup v1 (alone or hybrid): the memory and pids hierarchies each get a
+# child. cgroup v2: one child, which needs memory and pids in the harness cgroup's
+# cgroup.subtree_control; they are enabled only when the no-internal-process rule allows it
+# (the harness's cgroup holds no process, as in a delegated subtree whose supervisor sits in
+# a leaf). Otherwise the caller records that only rlimits apply.
 def _v2_state(parent: CgroupParent) -> tuple[list[str], NoCgroup | None]:
     """The controllers still to enable for the parent's children, or why they cannot be."""
     try:
@@ -438,6 +429,8 @@ def create(parent: CgroupParent, *, memory_bytes: int, pids: int) -> SessionCgro
                          memory_bytes=memory_bytes, pids_max=pids, swap_capped=swap_capped)
 
 
+# tmpfs pages (/tmp, /dev/shm, HOME) count against memory.max because the kernel charges
+# them to the memory cgroup of the process that touches them.
 def _write_limits(version: CgroupVersion, memory_dir: str, pids_dir: str,
                   memory_bytes: int, pids: int) -> bool:
     """Write both caps; True when swap is capped too (or there is no swap accounting to cap)."""

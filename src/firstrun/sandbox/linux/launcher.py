@@ -1,27 +1,10 @@
 """Launcher: join the session cgroup, stage bind sources, drop to the sandbox uid, exec bubblewrap.
 
-Guarantee: bubblewrap starts inside the session cgroup, so it and
-everything under it are charged to the session's memory and pids caps from
-their first instruction: the launched process writes its own pid into each
-``cgroup_procs`` file before anything else, and never runs bubblewrap if
-any write fails. That holds on both paths; the rest is for a root harness
-only.
-
-Bubblewrap never runs as root. When the harness is root, the launched
-process (forked as root, replaced by bubblewrap via exec) first enters a
-private mount namespace, binds each source the sandbox uid could not walk to
-(``/root`` is 0700) under a fresh tmpfs at the stage directory, then drops
-every supplementary group and sets real, effective and saved uid and gid to
-the sandbox's before it execs bubblewrap. The staging is invisible on the
-host: the stage directory stays empty there.
-
-It runs in the harness's own child, between fork and exec (``preexec``),
-rather than as an interpreter of its own, which cost every session's start
-about 30 ms. Other threads of the harness (the proxy's) may hold locks at
-the fork, so the child imports nothing: everything it calls is bound here,
-beforehand. A step that fails writes why on the child's stderr (the
-session's stderr file) and raises; subprocess then reports the failure and
-bubblewrap never runs.
+Guarantee: bubblewrap starts inside the session cgroup, charged to its caps
+from its first instruction, and never runs if joining fails. It never runs as
+root: a root harness's launch drops every supplementary group and every uid
+and gid to the sandbox's first, after binding the sources that uid cannot walk
+to in a private mount namespace, invisible on the host.
 """
 
 from __future__ import annotations
@@ -51,6 +34,10 @@ def _check(rc: int, what: str) -> None:
         raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
+# Runs in the harness's own child between fork and exec rather than as an interpreter of its
+# own, which cost every session's start about 30 ms. Other harness threads (the proxy's) may
+# hold locks at the fork, so the child imports nothing: everything it calls is bound here,
+# beforehand.
 def preexec(launch: Launch) -> Callable[[], None]:
     """The launch, as ``subprocess.Popen``'s ``preexec_fn`` for bubblewrap's argv."""
     procs = [p.encode() for p in launch.cgroup_procs]
@@ -62,6 +49,8 @@ def preexec(launch: Launch) -> Callable[[], None]:
     def run() -> None:
         try:
             pid = str(os.getpid()).encode()
+            # The pid goes into every cgroup.procs file before anything else, so bubblewrap
+            # and all under it are charged to the session's memory and pids caps.
             for path in procs:
                 fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
                 try:
@@ -71,6 +60,8 @@ def preexec(launch: Launch) -> Callable[[], None]:
             if uid is not None:
                 _stage_and_drop(uid, stage_dir, stage)
         except OSError as exc:
+            # Written on the session's stderr file; raising makes subprocess report the
+            # failure, and bubblewrap never runs.
             os.write(2, f"firstrun launcher: {exc}\n".encode())
             raise
 
@@ -82,6 +73,9 @@ def _stage_and_drop(uid: int, stage_dir: bytes | None,
     _check(_libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     # Private first, so nothing below propagates back to the host.
     _check(_libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None), "make / private")
+    # Bind sources the sandbox uid could not walk to (``/root`` is 0700) under a fresh tmpfs
+    # at the stage directory; the private mount namespace keeps the host's stage directory
+    # empty.
     if stage_dir is not None:
         _check(_libc.mount(b"tmpfs", stage_dir, b"tmpfs", _MS_NOSUID | _MS_NODEV, b"mode=0755"),
                "mount stage tmpfs")

@@ -1,21 +1,10 @@
 """The seccomp filter of the linux backend, as data first and BPF second.
 
 Guarantee: every sandboxed process runs under a filter that refuses the
-syscalls a confined process could use to inspect or steer its neighbours
-(ptrace, process_vm_*, pidfd_getfd, kcmp), to rearrange or leave its
-namespaces (mount family, pivot_root, chroot, unshare, setns, clone with any
-CLONE_NEW* flag), to reach kernel attack surface it never needs (bpf,
-keyrings, userfaultfd, perf, io_uring, modules, kexec, memfd_secret), to push keystrokes
-into a terminal (TIOCSTI, TIOCLINUX), or to open sockets outside AF_UNIX,
-AF_INET and AF_INET6. ``clone3`` answers ENOSYS so libc falls back to
-``clone``, whose flags a filter can inspect (clone3 passes them in memory).
-
-``RULES`` is plain data so a golden test can pin it; ``compile_filter`` turns
-it into BPF with libseccomp, which knows each architecture's syscall numbers.
-Syscalls that do not exist on the running architecture are skipped there.
-libseccomp is called through ctypes by its soname: a wrapper that looks it up
-with ``ctypes.util.find_library`` forks ``ldconfig -p`` on every import, which
-cost each session's start two processes.
+syscalls a confined process could use to inspect or steer its neighbours, to
+rearrange or leave its namespaces, to reach kernel surface it never needs, to
+weaken its own hardening (personality), to push keystrokes into a terminal, or
+to open sockets outside AF_UNIX, AF_INET and AF_INET6.
 """
 
 from __future__ import annotations
@@ -113,6 +102,8 @@ _AF_UNIX, _AF_INET, _AF_INET6 = 1, 2, 10
 
 def _rules() -> tuple[Rule, ...]:
     rules = [Rule(syscall=name, action=Action.EPERM) for name in _DENY_ALWAYS]
+    # ENOSYS makes libc fall back to clone, whose flags a filter can inspect (clone3 passes
+    # them in memory).
     rules.append(Rule(syscall="clone3", action=Action.ENOSYS))
     rules += [
         Rule(syscall="clone", action=Action.EPERM,
@@ -142,6 +133,8 @@ def _rules() -> tuple[Rule, ...]:
     return tuple(rules)
 
 
+# Plain data so a golden test can pin it; ``compile_filter`` turns it into BPF with
+# libseccomp, which knows each architecture's syscall numbers.
 RULES: tuple[Rule, ...] = _rules()
 
 
@@ -161,6 +154,8 @@ def rules_to_data(rules: tuple[Rule, ...] = RULES) -> list[dict[str, object]]:
 
 
 # libseccomp's ABI (seccomp.h): the ALLOW and ERRNO actions, the comparisons.
+# Loaded by its soname: a wrapper that looks it up with ctypes.util.find_library forks
+# ``ldconfig -p`` on every import, which cost each session's start two processes.
 LIBSECCOMP = "libseccomp.so.2"
 _ACT_ALLOW = 0x7FFF0000
 _ACT_ERRNO = 0x00050000

@@ -1,30 +1,11 @@
 """The bubblewrap launch of a linux session, as a pure function of the profile.
 
-Guarantee: ``build_launch_spec`` and ``prepare`` are pure (no I/O, no clock):
-the same profile and host facts give the same argv, launch steps and
-command environment, so the whole launch plan is golden-tested. The argv
-unshares every namespace bubblewrap offers (user, mount, pid, ipc, uts, net,
-cgroup where available), forbids nested user namespaces, gives the sandbox a
-fresh /proc, a minimal /dev and a private /tmp, /dev/shm and HOME (each a
-tmpfs capped at the profile's memory limit), binds the system directories
-and the exposed toolchain roots read-only with the secrets inside them masked,
-and binds exactly one host directory read-write: the workspace. With TLS
-inspection the run's trust bundle is bound read-only over the system bundle
-(``SANDBOX_CA_BUNDLE``), so clients that ignore the trust variables trust
-the run's CA too; the bundle holds certificates only, never a key.
-
-A profile whose ``required`` set leaves out ``network`` shares the host's
-network namespace instead (an audit configuration, never a run's: see
-``firstrun.policy.profile``); every other namespace is unshared regardless.
-Nothing under /run, /var/run or the host's /tmp is ever bound, so host sockets
-(docker, containerd, ssh-agent, D-Bus) do not exist inside; a read-only bind
-would not stop ``connect()`` on a socket.
-
-When the harness is root, bubblewrap runs as an unprivileged uid that may
-not be able to walk to every source (``/root`` is 0700). Such sources are
-then *staged*: a root launcher binds each at ``<stage>/<n>`` in a private
-mount namespace before dropping privileges, and the argv names the staged
-path. ``LaunchSpec.stage`` lists those binds.
+Guarantee: ``build_launch_spec`` and ``prepare`` are pure (no I/O, no clock),
+so the launch plan is golden-tested. The sandbox gets its own namespaces (the
+host's network only in an audit profile without ``network``), a fresh /proc,
+a minimal /dev, size-capped tmpfs /tmp, /dev/shm and HOME, the system and
+toolchain directories read-only with secrets masked, and exactly one host
+directory read-write: the workspace; no host socket directory is bound.
 """
 
 from __future__ import annotations
@@ -144,6 +125,10 @@ def build_launch_spec(
     symlinks = dict(host.symlinks)
     stage: list[StagedBind] = []
 
+    # When the harness is root, bubblewrap runs as an unprivileged uid that may not walk to
+    # every source (``/root`` is 0700): such a source is staged, bound by the root launcher
+    # at ``<stage>/<n>`` in a private mount namespace before it drops privileges, and the
+    # argv names the staged path.
     def source(path: str, directory: bool) -> str:
         if stage_dir is None or path in SYSTEM_READONLY:
             return path
@@ -153,6 +138,10 @@ def build_launch_spec(
 
     readonly, exposed = readonly_roots(profile, host)
 
+    # A profile whose ``required`` set leaves out ``network`` shares the host's network
+    # namespace (an audit configuration, never a run's: see ``firstrun.policy.profile``);
+    # every other namespace is unshared regardless, and nested user namespaces are
+    # forbidden.
     unshare_net = ["--unshare-net"] if LayerName.NETWORK in profile.required else []
     argv = [
         bwrap,
@@ -168,6 +157,9 @@ def build_launch_spec(
         "--size", str(profile.limits.memory_bytes), "--tmpfs", "/dev/shm",
         "--size", str(profile.limits.memory_bytes), "--tmpfs", SANDBOX_TMP,
     ]
+    # No bind covers /run, /var/run or the host's /tmp (a workspace may live under /tmp, but
+    # only it is bound), so host sockets (docker, containerd, ssh-agent, D-Bus) do not exist
+    # inside: a read-only bind would not stop connect() on a socket.
     # Parents before children, so a nested bind lands on top of its parent's.
     for path in sorted(readonly, key=lambda p: (p.count("/"), p)):
         if path in symlinks:
@@ -175,6 +167,9 @@ def build_launch_spec(
         else:
             argv += ["--ro-bind", source(path, path in host.directories), path]
     if trust_bundle is not None:
+        # With TLS inspection the run's trust bundle (certificates only, never a key) covers
+        # the system bundle, so clients that ignore the trust variables trust the run's CA
+        # too.
         # After /etc, so it lands on top of the system bundle bound with it.
         argv += ["--ro-bind", source(trust_bundle, False), SANDBOX_CA_BUNDLE]
     for path in sorted(fs.hidden, key=lambda p: (p.count("/"), p)):
