@@ -1,53 +1,11 @@
 """The docker backend: a run container behind an internal network, a proxy sidecar, attested.
 
 Guarantee: ``DockerBackend.start`` returns a session only after the topology
-(``topology.py``) is up, the run container's namespace firewall is loaded,
-the sidecar enforcing ``profile.net`` answered with its nonce, and the
-attestation probe proved from inside that a direct dial and the embedded DNS
-are refused, the host's canary saw nothing, only the proxy answers, writes
-outside the workspace fail, no capability or privilege is left, and
-firstrun's seccomp profile (``seccomp.py``) refuses io_uring and a new user
-namespace and the OOM score cannot be lowered (``seccomp_probe.py``);
-otherwise it removes everything it created and raises. Leftovers of a
-harness that died are reaped before anything is created. Every command runs
-under the helper (``firstrun.sandbox.helper``, the run container's pid 1),
-so a timeout, an interrupt or the harness's death kills its whole tree;
-``close`` removes the containers and networks, then gives the workspace back
-to its owner.
-
-The backend provides every layer a profile can require (``PROVIDES``):
-Landlock's guarantee, writes confined to the workspace and the session's
-own temporary directories, is given here by the read-only root filesystem
-with tmpfs ``/tmp`` and HOME and the workspace as the only writable bind,
-with every capability dropped so nothing can remount. A session whose
-layers were all applied and attested is therefore ``ENFORCED``, and its
-``SessionInfo.layers`` names the mechanism behind each layer.
-
-Each egress record the sidecar writes reaches ``on_record`` (plain data, as
-``EgressRecord.to_data`` gives it) the moment it is written.
-
-TLS inspection (the profile's policy carries ``inspection``) is done by the
-sidecar, which makes the run's CA and keeps its private key in its own
-memory: the key is never on the host's disk nor in the run container. The
-harness takes the CA certificate from the sidecar's ready line (parsed and
-re-serialized, so nothing but one CA certificate passes), and writes the
-trust bundle (system CAs, the harness's ``SSL_CERT_FILE``, the run CA) into
-a harness-private file that exists before the containers are created and
-is filled before the run container starts; the run container sees it
-read-only at ``SANDBOX_CA_BUNDLE``, where every CA variable points. The
-credentials' real values travel to the sidecar on its stdin only; the run
-container's environment gets the placeholders the sidecar minted.
-
-Everything a session will be is decided before anything is created, so
-it can be golden-tested: ``start`` gathers the host's facts (the image, the
-uid, the CA files, the credentials' values), ``topology.prepare`` turns
-them into the plan, and the launch executes it, each resource registered
-with its undo on one ExitStack that becomes the session's close.
-
-The docker CLI is driven by subprocess rather than the Engine API: the CLI
-negotiates the API version with any daemon, and its ``exec -i`` and
-``start --attach`` give plain pipes, where the API's hijacked, multiplexed
-streams would need a framing parser of our own.
+is up, the run container's namespace firewall is loaded, the sidecar answered
+with its nonce and attestation proved every layer from inside (seccomp, OOM
+and, with TLS inspection, the run CA's trust included); otherwise it removes
+everything it created and raises. Commands run under the helper, so their
+whole tree dies with them; ``close`` removes every container and network.
 """
 
 from __future__ import annotations
@@ -177,6 +135,8 @@ class _Sidecar:
         self._thread.start()
         return ready
 
+    # Each egress record the sidecar writes reaches ``on_record`` (plain data, as
+    # ``EgressRecord.to_data`` gives it) the moment it is written.
     def _pump(self) -> None:
         assert self.process.stdout is not None
         for line in self.process.stdout:
@@ -277,7 +237,12 @@ class DockerSession(LaunchedSession):
             self._end()
 
 
-# The mechanism behind each layer, as recorded in SessionInfo.layers.
+# Every layer a profile can require is provided. Landlock's guarantee (writes confined to
+# the workspace and the session's own temporary directories) is given by the read-only root
+# with tmpfs /tmp and HOME and the workspace as the only writable bind, with every
+# capability dropped so nothing can remount; a session whose layers were all applied and
+# attested is therefore ENFORCED. The mechanism behind each layer is recorded in
+# SessionInfo.layers.
 PROVIDES: Provides = {
     LayerName.NAMESPACES: "docker container",
     LayerName.LANDLOCK: "read-only root + tmpfs",
@@ -378,6 +343,10 @@ def _credentials(policy: InspectionPolicy, env: Mapping[str, str]) -> dict[str, 
     return values
 
 
+# TLS inspection is done by the sidecar, which makes the run's CA and keeps its private key
+# in its own memory: the key is never on the host's disk nor in the run container. The
+# credentials' real values reach the sidecar on its stdin only; the run container's
+# environment gets the placeholders the sidecar minted.
 class _Inspection:
     """One session's TLS inspection, on the harness side: the bundle file and the run CA."""
 
@@ -392,6 +361,9 @@ class _Inspection:
         self.ca: x509.Certificate | None = None
         self.placeholders: dict[str, str] = {}
 
+    # The CA is parsed and re-serialized, so nothing but one CA certificate reaches the
+    # bundle, which holds the system CAs, the harness's SSL_CERT_FILE and the run CA; the
+    # run container sees it read-only at SANDBOX_CA_BUNDLE, where every CA variable points.
     def take(self, ready: Mapping[str, object]) -> None:
         """Fill the bundle from the sidecar's ready line, in place (the bind names this inode)."""
         try:
@@ -552,6 +524,7 @@ class DockerBackend:
             raise SandboxError(f"workspace {fs.workspace} is not a directory", who="docker")
         docker_bin = docker_binary()
         image = resolve_image(self._image, docker_bin)
+        # Leftovers of a harness that died are reaped before anything is created.
         reap(docker_bin=docker_bin)
         # After the reap: a dead harness's containers are gone before its
         # workspace changes owner again.
@@ -577,6 +550,9 @@ class DockerBackend:
             # Harness-private (0700) and gone once the containers exist: the CLI
             # sends the profile's content with each create request.
             with tempfile.TemporaryDirectory(prefix="firstrun-docker-") as private:
+                # Everything a session will be is decided here, before anything is created,
+                # so it can be golden-tested: the host's facts go into ``topology.prepare``,
+                # and the launch executes the plan.
                 plan = prepare(profile, proxy, DockerFacts(
                     session=uuid.uuid4().hex[:12], image=image, uid=uid, gid=gid,
                     lib_binds=sidecar_lib_binds(), harness=harness_identity(),

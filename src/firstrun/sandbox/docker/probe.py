@@ -2,12 +2,9 @@
 
 Guarantee: the daemon is asked directly over its Unix socket (``GET /_ping``,
 then ``GET /version``, parsed with h11), never guessed from a package name,
-and a remote ``DOCKER_HOST`` is not dialled. The Engine version is judged
-against CVE-2024-29018 (the embedded DNS server of an ``--internal`` network
-forwarding names from the host's namespace; fixed in Moby 26.0.0, 25.0.5 and
-23.0.11), and the finding says so either way: on an older daemon the leak
-is closed only by the run container's namespace firewall
-(``resources.firewall_rules``), never by ``--internal``.
+and a remote ``DOCKER_HOST`` is not dialled. The finding says either way
+whether the Engine has the CVE-2024-29018 fix (an internal network's embedded
+DNS forwarding names from the host); the namespace firewall closes it anyway.
 """
 
 from __future__ import annotations
@@ -26,6 +23,8 @@ from firstrun.sandbox.base import Capability
 DOCKER_SOCKET = "/var/run/docker.sock"
 _TIMEOUT_S = 3.0
 # The first release of each maintained line with the CVE-2024-29018 fix.
+# On an older daemon the leak is closed only by the run container's namespace firewall
+# (``resources.firewall_rules``), never by ``--internal``.
 DNS_LEAK_FIXED = ((26, 0, 0), (25, 0, 5), (23, 0, 11))
 
 

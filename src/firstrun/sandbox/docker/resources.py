@@ -1,22 +1,11 @@
 """Creating, firewalling and removing a docker session's resources, and reaping leftovers.
 
-Guarantee: every resource is created from the pure ``Topology`` and carries
-the session's labels, one of which names the harness that made it by pid and
-start time. ``reap`` removes every labelled container, network and volume
-whose harness is gone (a SIGKILLed harness included) and never one whose
-harness still runs, so concurrent sessions are safe. ``remove`` removes one
-session's resources whether or not they were all created.
-
-``firewall_rules`` closes what ``--internal`` leaves open. Docker gives a
-container on an internal network a default route through the bridge, and
-the host answers on the bridge's address: any host service listening on
-0.0.0.0 is reachable from the sandbox (proven in tests/docker). On daemons
-before 26.0.0 the embedded DNS server at 127.0.0.11 also forwards names
-from the host's namespace (CVE-2024-29018), a way to leak data by lookup.
-So the run container's own network namespace gets an egress firewall, set
-from the host (the container has no CAP_NET_ADMIN to undo it): loopback,
-except 127.0.0.11, and the sidecar's proxy port are the only destinations;
-IPv6 has loopback only. Nothing else leaves, whatever the daemon version.
+Guarantee: every resource is created from the pure ``Topology``, labelled with
+its session and its harness (pid and start time). ``reap`` removes every
+labelled resource whose harness is gone, never one whose harness runs;
+``remove`` removes a session's resources however far creation got. The run
+container's firewall lets out only loopback (not the embedded DNS) and the
+sidecar's ports (the capture ports for the helper alone), on any daemon.
 """
 
 from __future__ import annotations
@@ -58,6 +47,9 @@ def docker_binary() -> str:
     return path
 
 
+# The CLI, not the Engine API: it negotiates the API version with any daemon, and its
+# ``exec -i`` and ``start --attach`` give plain pipes, where the API's hijacked, multiplexed
+# streams would need a framing parser of our own.
 def docker(*args: str, docker_bin: str | None = None, stdin: str | None = None,
            check: bool = True) -> subprocess.CompletedProcess[str]:
     """Run one docker CLI command; a failure is a ``SandboxError`` carrying docker's words."""
@@ -196,6 +188,13 @@ def remove(topology: Topology, *, docker_bin: str | None = None) -> None:
         docker("network", "rm", *networks, docker_bin=docker_bin)
 
 
+# This closes what ``--internal`` leaves open. Docker gives a container on an internal
+# network a default route through the bridge, and the host answers on the bridge's address:
+# any host service on 0.0.0.0 is reachable (proven in tests/docker). On daemons before
+# 26.0.0 the embedded DNS at 127.0.0.11 also forwards names from the host's namespace
+# (CVE-2024-29018), a way to leak data by lookup. The rules are set from the host, in the
+# container's own network namespace, which has no CAP_NET_ADMIN to undo them; IPv6 gets
+# loopback only.
 def firewall_rules(sidecar_ip: str, *, capture: CapturePorts | None = None,
                    host_address: str | None = None, ipv6: bool = False) -> tuple[str, str]:
     """(iptables-restore, ip6tables-restore) input for the run container's namespace (pure).

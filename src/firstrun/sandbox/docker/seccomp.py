@@ -1,36 +1,11 @@
 """The docker backend's seccomp profile: an allow-list, with the linux backend's refusals on top.
 
-Guarantee: ``build_profile`` is a pure function of the linux backend's rule
-data (``firstrun.sandbox.linux.seccomp.RULES``), so one list decides what is
-refused on every backend (gvisor and the micro-VM load linux's own BPF):
-every syscall a rule refuses outright is refused here with the same errno,
-and every argument rule (clone with a CLONE_NEW* flag, TIOCSTI and
-TIOCLINUX, the hardening-weakening personalities, socket families other
-than unix and IP) refuses exactly the calls it refuses there,
-with the same errno. Underneath is an allow-list, as in Docker's own default profile,
-so a syscall added to the kernel later is refused until someone decides it
-is needed.
-
-How the two are combined is fixed by what the loaders do, as measured on
-docker 20.10 with its runc and libseccomp 2.5. A syscall not named in
-``ALLOWED`` fails with EPERM, the default action (the daemon ignores
-``defaultErrnoRet``: with ENOSYS there, an unlisted syscall still answered
-EPERM, so the profile states EPERM). runc skips a rule whose action is the
-default's, and libseccomp lets an unconditional allow override every
-conditional rule of the same syscall.
-So an argument rule answering EPERM (clone, ioctl, personality) cannot be
-stated as a refusal: its syscall is allowed exactly where none of its rules
-holds (``_complement``). An argument rule answering another errno (socket's
-EAFNOSUPPORT) is emitted as a refusal, its syscall allowed by a condition
-that always holds, since of two matching conditional rules libseccomp
-applies the refusal; an outright refusal with another errno (clone3's
-ENOSYS) is emitted as it is. A rule the translation cannot express makes
-``build_profile`` raise: nothing is silently left out. The live tests show
-each refusal answering with its errno inside a container.
-
-The profile is written to a harness-private file for ``docker create
---security-opt seccomp=FILE``: the docker CLI reads it and sends its content
-with the create request, so the file is never in any container's view.
+Guarantee: ``build_profile`` is a pure function of the linux backend's rules
+(``firstrun.sandbox.linux.seccomp.RULES``), so one list decides what every
+backend refuses: each rule refuses here exactly the calls it refuses there,
+with the same errno, or ``build_profile`` raises. Beneath is an allow-list, so
+a syscall added to the kernel later is refused until someone decides it is
+needed. The profile file is never in any container's view.
 """
 
 from __future__ import annotations
@@ -152,6 +127,12 @@ _ARCH_MAP = (
 )
 
 
+# The combination below is fixed by what the loaders do, as measured on docker 20.10 with
+# its runc and libseccomp 2.5. An unlisted syscall fails with EPERM, the default action: the
+# daemon ignores ``defaultErrnoRet`` (with ENOSYS there, an unlisted syscall still answered
+# EPERM), so the profile states EPERM. runc skips a rule whose action is the default's, and
+# libseccomp lets an unconditional allow override every conditional rule of the same
+# syscall. The live tests show each refusal answering with its errno inside a container.
 _DEFAULT_ERRNO = errno.EPERM
 _LOW32 = 0xFFFFFFFF
 
@@ -185,6 +166,8 @@ def _prefixes(excluded: frozenset[int], prefix: int = 0, length: int = 0) -> lis
             + _prefixes(excluded, (prefix << 1) | 1, length + 1))
 
 
+# An argument rule answering EPERM (clone, ioctl, personality) cannot be stated as a refusal
+# (runc would skip it), so its syscall is allowed exactly where none of its rules holds.
 def _complement(rules: list[Rule]) -> list[dict[str, object]]:
     """Allow conditions (any one suffices) that hold exactly where no rule of ``rules`` does."""
     cmps = [r.args[0] for r in rules]
@@ -213,6 +196,9 @@ def _conditional(name: str, rules: list[Rule]) -> list[dict[str, object]]:
                 for arg in _complement(rules)]
     if _DEFAULT_ERRNO in answers:
         raise ValueError(f"{name}: rules answering EPERM and another errno cannot be combined")
+    # An argument rule answering another errno (socket's EAFNOSUPPORT) is emitted as a
+    # refusal, its syscall allowed by a condition that always holds: of two matching
+    # conditional rules libseccomp applies the refusal.
     # An unsigned ``>= 0`` always holds; conditional, so the refusals stay in force.
     return [{"names": [name], "action": "SCMP_ACT_ALLOW",
              "args": [_arg(0, "SCMP_CMP_GE", 0)]}, *(_refusal(r) for r in rules)]
@@ -247,6 +233,8 @@ def profile_json(rules: tuple[Rule, ...] = RULES) -> str:
     return json.dumps(build_profile(rules), indent=1, sort_keys=True) + "\n"
 
 
+# For ``docker create --security-opt seccomp=FILE``: the docker CLI reads the file and sends
+# its content with the create request, so it is never in any container's view.
 def write_profile(directory: str, rules: tuple[Rule, ...] = RULES) -> str:
     """Write the profile into ``directory`` (the harness's own, 0700) and return its path."""
     path = os.path.join(directory, "seccomp.json")

@@ -1,12 +1,10 @@
 """The docker session's own seccomp and OOM checks, run inside the container.
 
 Guarantee: each check is a real attempt by an ordinary command, reported as
-the kernel answered it: ``io_uring_setup`` refused (EPERM or ENOSYS),
-``clone`` with CLONE_NEWUSER refused (libc's ``unshare`` is proven by the
-shared attestation probe; the raw clone is what firstrun's rules add), and
-``oom_score_adj`` not lowerable below its starting value (the kernel's floor
-for a process without CAP_SYS_RESOURCE is the value runc set as root).
-Output: a JSON list of ``{"name", "passed", "detail"}``. Stdlib only.
+the kernel answered it: ``io_uring_setup`` refused (EPERM or ENOSYS), a raw
+``clone`` with CLONE_NEWUSER refused, and ``oom_score_adj`` not lowerable
+below its starting value. Output: a JSON list of ``{"name", "passed",
+"detail"}``. Stdlib only.
 """
 
 import ctypes
@@ -38,6 +36,8 @@ def main() -> int:
         os.close(fd)
     checks.append({"name": "io_uring_refused", "passed": fd < 0 and err in (errno.EPERM, errno.ENOSYS),
                    "detail": "io_uring_setup: " + ("an io_uring fd" if fd >= 0 else _name(err))})
+    # libc's ``unshare`` is proven by the shared attestation probe; the raw clone is what
+    # firstrun's rules add.
     # clone's flags and exit signal in one argument, the rest zero: a fork-like call.
     pid = libc.syscall(numbers["clone"], ctypes.c_ulong(_CLONE_NEWUSER | _SIGCHLD), None, None,
                        None, None)
@@ -48,6 +48,8 @@ def main() -> int:
         os.waitpid(pid, 0)
     checks.append({"name": "clone_newuser_refused", "passed": pid < 0,
                    "detail": "clone(CLONE_NEWUSER): " + ("a child" if pid >= 0 else _name(err))})
+    # The kernel's floor for a process without CAP_SYS_RESOURCE is the value runc set as
+    # root.
     path = "/proc/self/oom_score_adj"
     with open(path) as f:
         before = int(f.read())

@@ -1,46 +1,11 @@
 """A docker session's networks, containers and launch, as data: a pure function of the profile.
 
-Guarantee: ``build_topology`` and ``prepare`` are pure (no I/O, no clock),
-so every docker command a session issues to create its resources, what the
-sidecar reads on its stdin, every command's environment and what the
-attestation must prove are golden-tested. The values only the running
-session has (the address docker gave the sidecar, the placeholders it
-minted, the helper's Landlock ABI) are the parameters of the plan's pure
-``environment`` and ``attestation``. The shape it gives:
-
-- an **internal** network (``docker network create --internal``): no route
-  off it, no NAT, no published ports;
-- an **egress** network, an ordinary bridge, for the sidecar only;
-- the **proxy sidecar**, created on the egress network and then connected
-  to the internal one, running ``python -m firstrun.proxy`` (this package's
-  own egress proxy, bound read-only from the harness) with the policy as
-  JSON on its stdin;
-- the **run container**, attached to the internal network only, so its one
-  way out is the sidecar's port. Its pid 1 is the helper
-  (``firstrun.sandbox.helper``), attached by the harness on its stdin and
-  stdout, running as the container's root with only CAP_SETUID, CAP_SETGID,
-  CAP_SETPCAP and CAP_KILL, which each command drops (bounding set included) with
-  every id before it execs; no command shares the helper's uid.
-
-With TLS inspection (``DockerHost.trust_bundle``) the run container's trust
-is one host file bound read-only at ``SANDBOX_CA_BUNDLE`` (the system CAs
-plus the run CA the sidecar made; certificates only), and the host's own
-bundles are not bound there; the sidecar instead gets the host's CA files,
-read-only at their own paths, to verify the real servers against.
-
-Both containers drop every capability (the run container's helper keeps the
-four above, for itself only), set ``no-new-privileges``, run under
-firstrun's own seccomp profile (``seccomp.py``: Docker's allow-list
-semantics with the linux backend's refusals; Docker's default profile only
-when the host names none, which only the audit does, never ``unconfined``),
-have a read-only
-root with a size-capped tmpfs ``/tmp``, run their untrusted code as a non-root
-uid, and carry pids, memory (no extra swap) and CPU limits. The run
-container also has ``WRITE_WITNESS``, a tmpfs anyone may write by its mode
-that the helper's Landlock rules leave out: a write refused there is
-Landlock's refusal, which attestation proves. The workspace is the only host
-directory bound writable. Every resource carries the ``org.firstrun.session``
-label, so leftovers of a harness that died are found and removed by label.
+Guarantee: ``build_topology`` and ``prepare`` are pure (no I/O, no clock), so
+every docker command, the sidecar's stdin, every command's environment and what
+attestation must prove are golden-tested. The run container sits on an
+``--internal`` network alone with the proxy sidecar, its one way out. Both drop
+every capability (the helper keeps four, for itself), have a read-only root,
+seccomp and limits; the workspace is the only host directory bound writable.
 """
 
 from __future__ import annotations
@@ -79,7 +44,11 @@ SIDECAR_UID = 65534
 PYTHON = "/usr/bin/python3"
 # The capabilities the helper keeps: to start each command as the session's uid,
 # and to kill what the commands leave (they run under another uid than its own).
+# Each command drops these (bounding set included) with every id before it execs, so no
+# command shares the helper's uid or its capabilities.
 HELPER_CAPS = ("SETUID", "SETGID", "SETPCAP", "KILL")
+# A tmpfs anyone may write by its mode that the helper's Landlock rules leave out: a write
+# refused there is Landlock's refusal, which attestation proves.
 WRITE_WITNESS = "/run/firstrun-witness"
 CAPTURE_PORTS = CapturePorts()
 # The sidecar's listeners for the helper alone: redirected flows, and DNS.
@@ -202,6 +171,10 @@ def _labels(session: str, harness: str) -> list[str]:
             "--label", f"{LABEL_HARNESS}={harness}"]
 
 
+# Both containers: no capability, no-new-privileges, firstrun's seccomp profile (Docker's
+# allow-list semantics with the linux backend's refusals; Docker's default profile only when
+# the host names none, which only the audit does, never unconfined), a read-only root with a
+# size-capped tmpfs /tmp, and pids, memory (no extra swap) and CPU limits.
 def _hardening(*, user: str, pids: int, memory: int, cpus: str, tmp_bytes: int,
                tmp_exec: bool, seccomp: str | None) -> list[str]:
     return [
@@ -269,6 +242,9 @@ def build_topology(profile: SandboxProfile, *, session: str, host: DockerHost) -
           for arg in ("--mount", mount_value(
               "type=bind", f"source={posixpath.join(host.workspace, name)}",
               f"target={posixpath.join(fs.sandbox_workspace, name)}", "readonly"))),
+        # With TLS inspection the run container's trust is one host file (system CAs plus
+        # the sidecar's run CA, certificates only) and the host's bundles are not bound; the
+        # sidecar gets those instead, to verify the real servers against.
         *(_ro_binds(host.ca_files) if host.trust_bundle is None else
           ("--mount", mount_value("type=bind", f"source={host.trust_bundle}",
                                   f"target={SANDBOX_CA_BUNDLE}", "readonly"))),
@@ -284,6 +260,8 @@ def build_topology(profile: SandboxProfile, *, session: str, host: DockerHost) -
         ("network", "create", "--driver", "bridge", "--internal", *labels, internal),
         ("network", "create", "--driver", "bridge", *labels, egress),
         tuple(sidecar_argv),
+        # The sidecar is created on the egress bridge, then connected to the internal
+        # network: it alone has a route off.
         ("network", "connect", internal, sidecar),
         tuple(run_argv),
     )
