@@ -1,30 +1,11 @@
 """The gvisor backend: one gVisor sandbox per session, on a kernel of its own, attested before use.
 
-Guarantee: ``GvisorBackend.start`` returns a session only after the probe,
-run inside as an ordinary command, proved the boundary: the kernel is not
-the host's (its version and release differ, and what only the host kernel
-answers, it does not), the network is loopback alone with the proxy the
-only way out, writes land only in the workspace and the session's tmpfs,
-the helper is out of every command's reach, the linux backend's seccomp
-filter is loaded (the probe's calls are refused with linux's errnos); and
-the harness saw, from the host, runsc's own seccomp filter and
-no_new_privs on the sentry. Otherwise it tears everything down and raises.
-A profile that leaves seccomp out gets no filter, and a session recorded
-as downgraded.
-
-Commands never run as root: the helper (the container's init) runs each as
-the workspace owner's uid, or for a root-owned workspace as a per-session
-uid lent the workspace for the session and given back at close. ``close``
-ends every process: the helper kills what commands left, runsc takes the
-sandbox down with its init, and ``runsc delete`` removes the container's
-state and cgroups. A harness that dies leaves the helper reading EOF on its
-channel, so the sandbox ends by itself; whatever a SIGKILL left anyway (a
-state directory, a stopped container, an empty cgroup, a lent workspace)
-the next start on this host reaps, by the dead harness's identity.
-
-Every OSError met while launching or talking to the sandbox becomes a
-``SandboxError``; an ``ExecResult`` with a non-zero exit is a command that
-failed, never a sandbox that failed.
+Guarantee: ``GvisorBackend.start`` returns a session only after the probe
+inside proved the boundary (a kernel not the host's, loopback and the proxy
+the only network, writes only to the workspace and tmpfs, the helper out of
+reach, linux's seccomp filter loaded) and the host saw runsc's own filter and
+no_new_privs on the sentry; otherwise it tears everything down and raises.
+Commands never run as root; ``close`` ends every process the session started.
 """
 
 from __future__ import annotations
@@ -99,6 +80,8 @@ PROVIDES: Provides = {
 }
 
 
+# Every OSError met while launching or talking to the sandbox becomes a SandboxError; a
+# non-zero exit in an ExecResult is a command that failed, never a sandbox that failed.
 def _sandbox_error(what: str, exc: BaseException) -> SandboxError:
     return SandboxError(f"{what}: {exc}", who="gvisor")
 
@@ -138,6 +121,10 @@ def _remove_cgroups(container_id: str) -> None:
             continue
 
 
+# A harness that dies leaves the helper reading EOF on its channel, so the sandbox ends by
+# itself; whatever a SIGKILL left anyway (a state directory, a stopped container, an empty
+# cgroup, a lent workspace) the next start on this host reaps, by the dead harness's
+# identity.
 def reap(runsc: str) -> tuple[str, ...]:
     """Remove every session a dead harness left: its container, state, cgroups and directory.
 
@@ -321,6 +308,9 @@ class GvisorBackend:
         with ExitStack() as acquired:
             session_dir = _claim_session_dir(container_id)
             acquired.callback(shutil.rmtree, session_dir, ignore_errors=True)
+            # The helper (the container's init) runs each command as the workspace owner's
+            # uid or, for a root-owned workspace, as a per-session uid lent the workspace
+            # and given back at close.
             lent = pick_uid(_UID_RANGE, who="gvisor") if owner[0] == 0 else None
             uid = lent if lent is not None else owner[0]
             placeholders = place_placeholders(fs, who="gvisor")
@@ -330,6 +320,8 @@ class GvisorBackend:
                 acquired.callback(give_back, fs.workspace, lent, owner)
                 lend(fs.workspace, lent, who="gvisor")
             # Before the workspace is given back: nothing of the sandbox is left to write it.
+            # On close the helper kills what commands left, runsc takes the sandbox down
+            # with its init, and ``runsc delete`` removes the container's state and cgroups.
             acquired.callback(_remove_container, runsc.path, session_dir, container_id)
             bundle = os.path.join(session_dir, "bundle")
             state_root = os.path.join(session_dir, "state")
@@ -386,6 +378,8 @@ class GvisorBackend:
                     protected=fs.protected, foreign_kernel=attest_probe.host_kernel()))
                 session.pid = sentry.result()
             checks += (_sentry_seccomp_check(session.pid),)
+            # No filter (the profile leaves seccomp out, or downgrades it and it could not be
+            # built): the session is recorded as downgraded.
             downgrades = () if seccomp_bpf is not None else (LayerName.SECCOMP.value,)
             session.info = SessionInfo(
                 backend=self.name,

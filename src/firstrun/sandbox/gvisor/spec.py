@@ -1,38 +1,11 @@
 """A gVisor session's launch, as a pure function of the profile and the host facts.
 
-Guarantee: ``prepare`` is pure (no I/O, no clock), so the whole launch, the
-runsc argv, the OCI bundle's ``config.json``, the root skeleton and every
-command's environment, is golden-tested. What it gives:
-
-- a kernel of the session's own: runsc's sentry answers every system call,
-  on the platform the probe chose; ``--network=none`` leaves the sandbox
-  only loopback, and the proxy's Unix sockets, bound in one by one, are the
-  only way out (``--host-uds=open`` lets a connect() reach exactly the
-  sockets that are bound, and nothing under the host's /run or /tmp is);
-  under transparent capture the helper first loads linux's nat rules and a
-  default route through ``lo`` into the sentry's netstack (``--net-raw``
-  lets it: xtables speaks through a raw socket), so every flow and DNS
-  query reaches the proxy whatever the program honours;
-- a read-only root: an empty skeleton whose mount points, and the merged-/usr
-  symlinks, the launch creates; the system directories and toolchain roots
-  bound read-only over it with their secrets masked; tmpfs ``/tmp``,
-  ``/dev/shm`` and HOME sized at the memory limit; exactly one host
-  directory writable, the workspace, with its protected entries bound
-  read-only on top. Files are reached through the gofer (``--directfs=false``):
-  with directfs, runsc 20240729 answers open(O_TRUNC) of a read-only bind's
-  file with EROFS and truncates the host's file all the same;
-- the helper as the container's init, root inside the sandbox with only
-  the capabilities it needs to run each command as the session's uid and
-  kill what commands leave (and, under capture, to load the rules); its
-  channel is the container's stdin and
-  stdout. No command shares its uid, so none can signal, trace or read it;
-- the linux backend's seccomp filter, the very BPF bubblewrap loads there,
-  loaded into the sentry by the helper before any command, when the profile
-  requires the layer (not the bundle's ``linux.seccomp``: runsc 20240729
-  answers all of its refusals with EPERM, and clone3 must answer ENOSYS);
-- memory and CPU capped by the container's cgroup. Processes are capped by
-  RLIMIT_NPROC inside, because runsc's pids cgroup counts the sentry's host
-  threads (about thirty per guest process) and a cap there crashes it.
+Guarantee: ``prepare`` is pure (no I/O, no clock), so the whole launch (runsc
+argv, ``config.json``, root skeleton, environment) is golden-tested. A session
+gets its own kernel, loopback and the proxy's sockets as its only network, a
+read-only root with tmpfs /tmp, /dev/shm and HOME, the workspace as its one
+writable host directory, the helper as init with only the capabilities it
+needs, linux's seccomp filter if required, and capped memory, CPU and pids.
 """
 
 from __future__ import annotations
@@ -146,6 +119,9 @@ def prepare(profile: SandboxProfile, proxy: ProxyEndpoint | None, facts: GvisorF
     ]
     skeleton += [("/proc", "dir", ""), ("/dev", "dir", ""), ("/dev/shm", "dir", ""),
                  (SANDBOX_TMP, "dir", "")]
+    # An empty skeleton whose mount points, and the merged-/usr symlinks, the launch
+    # creates; the system directories and toolchain roots are bound read-only over it with
+    # their secrets masked.
     # Parents before children, so a nested bind lands on top of its parent's.
     for path in sorted(readonly, key=lambda p: (p.count("/"), p)):
         if path in symlinks:
@@ -171,6 +147,8 @@ def prepare(profile: SandboxProfile, proxy: ProxyEndpoint | None, facts: GvisorF
         mounts.append(_bind(posixpath.join(fs.workspace, name),
                             posixpath.join(fs.sandbox_workspace, name)))
     endpoints: dict[str, str] = {}
+    # The proxy's Unix sockets, bound in one by one, are the only way out:
+    # ``--host-uds=open`` lets a connect() reach exactly the sockets bound in.
     if proxy is not None:
         skeleton.append((EGRESS_DIR, "dir", ""))
         for kind, path in sorted(facts.sockets.items()):
@@ -188,9 +166,16 @@ def prepare(profile: SandboxProfile, proxy: ProxyEndpoint | None, facts: GvisorF
     })
     if endpoints:
         config["endpoints"] = endpoints
+    # The very BPF bubblewrap loads, loaded into the sentry by the helper before any
+    # command; not the bundle's ``linux.seccomp``, because runsc 20240729 answers all of its
+    # refusals with EPERM, and clone3 must answer ENOSYS.
     if facts.seccomp_bpf is not None:
         config["seccomp_bpf"] = base64.b64encode(facts.seccomp_bpf).decode("ascii")
     caps = list(HELPER_CAPS)
+    # Under transparent capture the helper first loads linux's nat rules and a default route
+    # through lo into the sentry's netstack (``--net-raw`` lets it: xtables speaks through a
+    # raw socket), so every flow and DNS query reaches the proxy whatever the program
+    # honours.
     if facts.capture is not None:
         config["capture"] = {**CAPTURE_PORTS.to_config(ipv6=True),
                              "load": gvisor_steps(CAPTURE_PORTS, facts.capture)}
@@ -214,6 +199,9 @@ def prepare(profile: SandboxProfile, proxy: ProxyEndpoint | None, facts: GvisorF
         "linux": {
             "namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount")],
             "cgroupsPath": f"{CGROUP_PARENT}/{facts.container_id}",
+            # No pids limit here: runsc's pids cgroup counts the sentry's host threads
+            # (about thirty per guest process) and a cap there crashes it, so processes are
+            # capped by RLIMIT_NPROC inside.
             "resources": {
                 "memory": {"limit": limits.memory_bytes},
                 "cpu": {"quota": int(facts.cpus * _CPU_PERIOD_US), "period": _CPU_PERIOD_US},
@@ -223,6 +211,9 @@ def prepare(profile: SandboxProfile, proxy: ProxyEndpoint | None, facts: GvisorF
     argv = (facts.runsc, "--root", facts.state_root, f"--platform={facts.platform}",
             "--network=none", *(("--host-uds=open",) if endpoints else ()),
             *(("--net-raw",) if facts.capture is not None else ()), "--overlay2=none",
+            # Files through the gofer: with directfs, runsc 20240729 answers open(O_TRUNC)
+            # of a read-only bind's file with EROFS and truncates the host's file all the
+            # same.
             "--directfs=false",
             "run", "--bundle", facts.bundle, facts.container_id)
     env = command_environment(profile, proxy, host_env=facts.host_env, prefix=host.prefix,
