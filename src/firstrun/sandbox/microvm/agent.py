@@ -1,27 +1,11 @@
 """The guest agent: pid 1 of the micro-VM, and the parent of every command.
 
-Guarantee: before it answers "ready", the agent has built the guest's whole
-view: the root stays read-only (9p, mounted read-only by init); writable are
-only the workspace (9p), a tmpfs /tmp and a tmpfs HOME; the real homes'
-paths are empty tmpfs; the network has one interface with one on-link
-address and no route beyond it, and no resolver. Every command runs as the
-session's unprivileged uid, in its own session, with no_new_privs, the
-linux backend's seccomp filter and rlimits; on timeout, the command's
-process group and everything started since it began is killed (as pid 1,
-every orphan comes back here, so nothing escapes the sweep). ``kill_all``
-kills everything but the agent and says how many it killed. ``shutdown``
-kills everything but the agent, flushes the workspace and powers off. The
-agent is root and not dumpable, and commands run under another uid, so no
-command can signal it, trace it or open anything under ``/proc/1``; its
-channel's device node is root's alone. While a command runs the agent beats
-(``alive``) every second and watches its channel: a ``shutdown`` or EOF then
-abandons the command at once.
-
-The host sends this program over the channel at boot (``init.c``),
-followed by one JSON line of configuration: this module with the supervisor
-core (``supervisor``) shipped in it, stdlib only, because the guest has only
-Debian's Python. The supervisor, and so the protocol, is the linux helper's:
-JSON lines, output base64 in ``out`` messages, one ``exit`` per command.
+Guarantee: before it answers "ready", the guest's root is read-only, only the
+workspace, /tmp and HOME are writable, the real homes are empty, and the
+network is at most one on-link address, with no route or resolver. Every
+command runs as the session's unprivileged uid with no_new_privs, linux's
+seccomp filter and rlimits, and cannot signal, trace or read the agent; a
+timeout, ``kill_all`` or ``shutdown`` leaves no command process behind.
 """
 
 import base64
@@ -114,6 +98,12 @@ def setup(config):
     socket.sethostname("firstrun")
 
 
+# The host sends this program over the channel at boot (``init.c``), then one JSON line of
+# configuration: this module with the supervisor core shipped in it, stdlib only, because
+# the guest has only Debian's Python. The supervisor, and so the protocol (JSON lines,
+# output base64 in ``out`` messages, one ``exit`` per command, an ``alive`` beat while a
+# command runs, a ``shutdown`` or EOF abandoning it at once), is the linux helper's.
+# As pid 1, every orphan comes back here, so nothing escapes a kill sweep.
 class GuestAgent(Supervisor):
     # pid 1 of a whole kernel: its threads show in /proc, and are not ours to kill.
     own_kernel = True
@@ -153,6 +143,9 @@ def main(fd):
     channel = LinePipe(fd, fd)
     config = channel.recv()
     try:
+        # Root and not dumpable, while commands run under another uid: none can signal it,
+        # trace it or open anything under /proc/1, and its channel's device node is root's
+        # alone.
         if libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "PR_SET_DUMPABLE")
         setup(config)

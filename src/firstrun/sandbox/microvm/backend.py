@@ -1,33 +1,11 @@
 """The microvm backend: one QEMU micro-VM per session, with its own kernel, attested before use.
 
 Guarantee: ``MicrovmBackend.start`` returns a session only after the guest
-agent reported its mounts and network in place and the attestation probe
-proved the boundary from inside the guest; otherwise it powers the VM off,
-gives the workspace back and raises. Untrusted commands run under a kernel
-of their own: a kernel bug they reach is the guest's, not the host's.
-
-QEMU never runs as root: a root harness runs it as a fresh per-session uid
-(lent the workspace for the session, as the linux backend does), with
-PR_SET_PDEATHSIG so a harness killed by SIGKILL takes its VM with it, and
-every file it reads is a descriptor the harness opened (nothing of the
-host is reachable by path; no file is left behind but the workspace: the
-console log is an unlinked temporary file, the proxy relay an abstract socket).
-The guest's only NIC is user-mode networking with ``restrict=on``; its one
-forward leads through a per-session abstract socket that accepts only the
-session's QEMU uid, to the egress proxy, so the same policy and records
-apply. ``close`` powers the VM off (or kills QEMU after a grace period);
-``interrupt`` kills QEMU at once.
-
-What the VM is, is decided before QEMU runs, so it can be golden-tested:
-the launch gathers the facts (the uid, the descriptors it opened, the relay,
-the compiled filter, the host's CAs), ``spec.prepare`` turns them into the
-plan, and each resource is registered with its undo on one ExitStack as it
-is taken, which becomes the session's close: one cleanup path, whether the
-start fails or the session ends.
-
-``accel`` is ``kvm`` unless FIRSTRUN_MICROVM_ACCEL=tcg asks for emulation,
-which is recorded as the namespaces layer's mechanism; KVM is never
-silently swapped for emulation.
+agent reported its mounts and network in place and attestation proved the
+boundary from inside; otherwise it powers the VM off, gives the workspace
+back and raises. Commands run under a kernel of their own; QEMU never runs as
+root, dies with the harness, reaches the host only through descriptors the
+harness opened, and its guest's one way out is the egress proxy.
 """
 
 from __future__ import annotations
@@ -117,6 +95,8 @@ def _splice(a: socket.socket, b: socket.socket) -> None:
     b.close()
 
 
+# The guest's only NIC is user-mode networking with restrict=on; its one forward leads here,
+# so the same policy and records apply.
 class _ProxyRelay:
     """The host end of the guest's one forward: an abstract socket for one uid, joined to the proxy.
 
@@ -166,7 +146,8 @@ class MicrovmSession(LaunchedSession):
 
     who = "microvm"
     sandbox = "the VM"
-    # After ``shutdown`` the agent syncs the 9p workspace and the guest powers off.
+    # After ``shutdown`` the agent syncs the 9p workspace and the guest powers off; QEMU is
+    # killed if it is still there once the grace is over (``interrupt`` kills it at once).
     close_grace_s = 10.0
     # Under TCG emulation the guest runs many times slower than the host.
     liveness_s = 30.0
@@ -238,6 +219,8 @@ def _layers(profile: SandboxProfile, *, accel: str, uid: int, proxy: bool,
                              detail=details[layer]) for layer in LayerName)
 
 
+# KVM unless FIRSTRUN_MICROVM_ACCEL=tcg asks for emulation, which is recorded as the
+# namespaces layer's mechanism: KVM is never silently swapped for emulation.
 def accel_from_env() -> str:
     accel = os.environ.get(ACCEL_VARIABLE, "kvm") or "kvm"
     if accel not in ("kvm", "tcg"):
@@ -288,6 +271,8 @@ class MicrovmBackend:
         root = os.geteuid() == 0
         if root:
             recover(who="microvm")
+        # A root harness runs QEMU as a fresh per-session uid, lent the workspace for the
+        # session as the linux backend does.
         lent = pick_uid(_UID_RANGE, who="microvm") if root else None
         uid, gid = (lent, lent) if lent is not None else (os.getuid(), os.getgid())
         groups: list[int] = []
@@ -300,6 +285,8 @@ class MicrovmBackend:
         with ExitStack() as acquired:
             channel, guest_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             acquired.callback(channel.close)
+            # Unlinked, as the relay's socket is abstract: no file is left behind but the
+            # workspace.
             console = tempfile.TemporaryFile()
             acquired.callback(console.close)
             try:
@@ -314,6 +301,8 @@ class MicrovmBackend:
                 with ExitStack() as passed:
                     passed.callback(guest_end.close)
                     opened: list[int] = []
+                    # Every file QEMU reads is a descriptor opened here: nothing of the host
+                    # is reachable by path.
                     for path, flags in ((image.kernel, os.O_RDONLY), (image.initramfs, os.O_RDONLY),
                                         (image.rootfs, os.O_PATH | os.O_DIRECTORY),
                                         (fs.workspace, os.O_PATH | os.O_DIRECTORY)):
@@ -323,6 +312,10 @@ class MicrovmBackend:
                     if proxy is not None:
                         relay_server = _ProxyRelay(proxy.socket_path, uid)
                         acquired.callback(relay_server.close)
+                    # What the VM is, is decided before QEMU runs, so it can be
+                    # golden-tested; each resource is registered with its undo on one
+                    # ExitStack as it is taken, which becomes the session's close: one
+                    # cleanup path, whether the start fails or the session ends.
                     plan = prepare(profile, proxy, MicrovmFacts(
                         qemu=shutil.which(probe.QEMU) or probe.QEMU, accel=accel,
                         launcher_python=RELAY_PYTHON, launcher_source=_LAUNCHER,

@@ -1,18 +1,11 @@
 """The micro-VM's boot files: a Debian kernel, a tiny initramfs, and a root tree.
 
 Guarantee: ``build_image`` assembles, offline apart from the Debian archive
-the root filesystem comes from, everything a micro-VM boots: the installed
-Debian kernel (copied, so a kernel upgrade on the host cannot leave the
-cached modules and kernel mismatched; unpacked to its ELF when it has a PVH
-entry, so it boots without a decompressor), an initramfs holding only a static
-``init`` (``init.c``) and the driver modules it loads, and the root tree
-extracted from the same cached debootstrap tarball the ``firstrun/python``
-Docker image is imported from. An image is published whole: it is built
-under a temporary name and renamed into place, so ``find_image`` never
-returns a half-built one.
-
-The initramfs is written here (the ``newc`` cpio format is a fixed header
-per file), so no cpio or initramfs-tools is needed.
+the root tree comes from, everything a micro-VM boots: a copy of the installed
+Debian kernel, an initramfs holding only a static ``init`` (``init.c``) and
+the modules it loads, and the root tree of the ``firstrun/python`` image's
+debootstrap tarball. An image is published whole (built under a temporary
+name, then renamed), so ``find_image`` never returns a half-built one.
 """
 
 from __future__ import annotations
@@ -152,6 +145,8 @@ def pvh_kernel(bzimage: bytes) -> bytes | None:
     return elf if has_pvh_entry(elf) else None
 
 
+# The initramfs is written here (the newc cpio format is a fixed header per file), so no
+# cpio or initramfs-tools is needed.
 def cpio_newc(entries: list[tuple[str, int, bytes]]) -> bytes:
     """A ``newc`` cpio archive of (name, mode, data), as the kernel unpacks an initramfs."""
     out = bytearray()
@@ -228,6 +223,9 @@ def build_image(*, cache_dir: Path | None = None,
         init = _compile_init(work)
         Path(work, "initramfs.cpio").write_bytes(initramfs(init, modules))
         os.unlink(os.path.join(work, "init"))
+        # Copied, so a kernel upgrade on the host cannot leave the cached modules and kernel
+        # mismatched; unpacked to its ELF when it has a PVH entry, so it boots without a
+        # decompressor.
         bzimage = Path(vmlinuz).read_bytes()
         elf = pvh_kernel(bzimage)
         log("microvm: kernel unpacked for direct (PVH) boot" if elf is not None

@@ -1,20 +1,11 @@
 """The micro-VM's launch, as data: the QEMU command line and the guest's configuration.
 
-Guarantee: the VM has exactly the devices listed here and nothing QEMU would
-add by default (``-nodefaults -no-user-config``, no display, no option ROM
-beyond the kernel loader): two read-only-or-workspace 9p shares, one
-virtio-serial port for the agent, and, only when a proxy is given, one
-virtio-net NIC on user-mode networking with ``restrict=on`` whose only way
-out is a ``guestfwd`` of one guest address and port to a relay command that
-reaches the harness's egress proxy. No host port is forwarded into the guest,
-no DNS server or default route is given to it, and the guest's memory is the
-session's memory cap. Every host file QEMU opens is named
-``/proc/self/fd/N`` of a descriptor the harness opened: QEMU, running as an
-unprivileged uid, needs no path to the cache or the workspace.
-
-Pure: builds data, no I/O and no clock. ``build_argv`` and ``prepare`` are
-golden-tested: the same profile and facts give the same QEMU command line,
-launcher, guest configuration and command environment.
+Guarantee: ``build_argv`` and ``prepare`` are pure and golden-tested. The VM
+has only the devices listed here: two 9p shares (the root read-only, the
+workspace), the agent's virtio-serial port and, only with a proxy, a restricted
+user-mode NIC whose one way out is a forward to the egress proxy. No host port
+reaches the guest; its memory is the session's cap plus the guest's overhead;
+QEMU opens host files only through the harness's descriptors.
 """
 
 from __future__ import annotations
@@ -83,6 +74,8 @@ class VmSpec:
     relay: tuple[str, ...] | None
 
 
+# Every host file QEMU opens is named by a descriptor the harness opened: QEMU, running as
+# an unprivileged uid, needs no path to the cache or the workspace.
 def _fd(n: int) -> str:
     return f"/proc/self/fd/{n}"
 
@@ -96,6 +89,8 @@ def build_argv(spec: VmSpec) -> list[str]:
     f = spec.files
     argv = [
         spec.qemu,
+        # Nothing QEMU would add by default: no display, no option ROM beyond the kernel
+        # loader.
         "-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
         "-machine", "microvm,rtc=on,acpi=on,pcie=off",
         # TCG's translation cache defaults to 1 GiB, most of it resident once
@@ -120,6 +115,8 @@ def build_argv(spec: VmSpec) -> list[str]:
     if spec.relay is not None:
         command = _quote_option(" ".join(spec.relay))
         argv += [
+            # restrict=on: nothing answers the guest but the guestfwd of one address and port
+            # (not the host or DNS alias); the agent gives it no resolver and no default route.
             "-netdev", (f"user,id=net0,restrict=on,ipv6=off,net={GUEST_NET},"
                         f"host={HOST_ALIAS},dns={DNS_ALIAS},"
                         f"guestfwd=tcp:{PROXY_ADDRESS}:{PROXY_PORT}-cmd:{command}"),
