@@ -1,35 +1,11 @@
 """The macOS Seatbelt backend: every command under ``sandbox-exec``, attested before use.
 
-Guarantee: ``SeatbeltBackend.start`` returns a session only after the
-attestation probe, run under the very profile every command gets, proved
-from inside that a direct dial is refused by the profile, the host's canary
-on 127.0.0.1 saw nothing, the proxy answers with its nonce, the real homes
-are unreadable, a write to a directory this uid owns outside the writable
-roots is refused, the probe is not root and Seatbelt applies to it;
-otherwise it removes what it made and raises. Layers Seatbelt cannot give
-(``namespaces``, ``limits``; ``unprivileged`` for a root harness) are
-refused before anything runs unless the profile downgrades them, and a
-session with a downgrade says so (``Enforcement.DOWNGRADED``).
-
-Each command is its own ``sandbox-exec -f PROFILE -D NAME=VALUE ... --
-ARGV`` in a new process group, with an environment built from scratch. The
-profile file is written once, mode 0400, in a 0700 directory of the
-harness's own that is outside every writable root after resolving symlinks
-(``/tmp`` is ``/private/tmp`` on macOS), so no command can change what the
-next one runs under. The proxy is reachable as one loopback TCP port
-(``relay.py``), the only network the profile allows.
-
-What macOS cannot give, and what is done instead: there is no pid
-namespace, so a command that leaves its process group (``setsid``, a double
-fork) is not taken down with it. Every command carries a marker in its
-environment, the session's random token and the command's number; a
-timeout kills the command's process group and every process holding that
-command's marker (a server an earlier command started keeps running), and
-``interrupt`` and ``close`` kill every group and every process holding the
-session's token. A daemon that also scrubs its environment (``env -i``)
-escapes that sweep, and a harness killed with SIGKILL leaves its sessions'
-daemons running: macOS has nothing like ``PR_SET_PDEATHSIG`` or a cgroup to
-end them by. Those daemons stay inside the Seatbelt profile all the same.
+Guarantee: ``SeatbeltBackend.start`` returns a session only after attestation,
+under the very profile every command gets, proved the boundary from inside;
+otherwise it removes what it made and raises. Layers Seatbelt cannot give are
+refused unless downgraded, and then recorded. No command can change the next
+one's profile. Stray processes are killed by an environment marker: a daemon
+that scrubs its environment can outlive the session, still under the profile.
 """
 
 from __future__ import annotations
@@ -76,6 +52,14 @@ from firstrun.sandbox.seatbelt.profile import (
 from firstrun.sandbox.seatbelt.relay import ProxyRelay
 
 WHO = "seatbelt"
+# macOS has no pid namespace, so a command that leaves its process group (setsid, a double
+# fork) is not taken down with it. Every command carries this marker, the session's random
+# token and the command's number: a timeout kills the command's group and every process
+# holding that command's marker (a server an earlier command started keeps running);
+# interrupt and close kill every group and every process holding the session's token. A
+# daemon that also scrubs its environment (env -i) escapes the sweep, and a harness killed
+# with SIGKILL leaves its sessions' daemons running: macOS has nothing like PR_SET_PDEATHSIG
+# or a cgroup to end them by. Those daemons stay inside the Seatbelt profile all the same.
 MARKER_VARIABLE = "FIRSTRUN_SEATBELT_SESSION"
 # Host directories that hold people's files outside the invoking user's
 # home: every account's home (macOS keeps them all under /Users), other
@@ -106,6 +90,9 @@ def provides(euid: int) -> Provides:
     return given
 
 
+# Layers Seatbelt cannot give (namespaces, limits; unprivileged for a root harness) are
+# refused before anything runs unless the profile downgrades them, and a session with a
+# downgrade says so (Enforcement.DOWNGRADED).
 def refusal(profile: SandboxProfile, euid: int) -> SandboxUnavailable | None:
     """Why ``profile`` cannot run under Seatbelt for this euid, with the fix; None if it can."""
     gaps = unprovided(profile, provides(euid))
@@ -303,6 +290,8 @@ class SeatbeltSession:
             marker = merged[MARKER_VARIABLE] = f"{self._marker}.{self._commands}"
             started = time.monotonic()
             try:
+                # Its own ``sandbox-exec -f PROFILE -D NAME=VALUE ... -- ARGV`` in a new
+                # process group, with an environment built from scratch.
                 proc = subprocess.Popen(
                     self.spec.argv(cmd.argv), cwd=cmd.cwd, env=merged, stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, close_fds=True,
@@ -486,6 +475,8 @@ class SeatbeltBackend:
         relay = None
         try:
             try:
+                # The proxy is reachable as one loopback TCP port, the only network the
+                # profile allows.
                 relay = ProxyRelay(proxy.socket_path) if proxy is not None else None
             except OSError as exc:
                 raise SandboxError(f"cannot listen on loopback for the proxy relay: {exc}",
@@ -542,6 +533,9 @@ def prepare_session_dirs(root: str) -> SessionDirs:
     return SessionDirs(session_dir=session_dir, tmpdir=tmpdir)
 
 
+# Written once, in a 0700 directory of the harness's own that is outside every writable root
+# after resolving symlinks (/tmp is /private/tmp on macOS), so no command can change what
+# the next one runs under.
 def write_profile(spec: SeatbeltSpec) -> None:
     """The profile, mode 0400, created new (never through a link, never over a file)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -1,38 +1,11 @@
 """The macOS Seatbelt launch of a session, as a pure function of the profile.
 
-Guarantee: ``build_seatbelt_spec`` is pure (no I/O, no clock), so the
-profile text and the ``sandbox-exec`` argv are golden-tested. The profile
-text is the same for every run: it denies by default and names every path
-through ``(param "...")``, and each path reaches ``sandbox-exec`` only as a
-``-D NAME=VALUE`` argument. A path is never spliced into the text, so no
-workspace name (quotes, parentheses, newlines) can change what the profile
-says. The only value written into the text is the proxy port, an integer
-checked here: it cannot change the text's structure, and the literal
-``"localhost:PORT"`` is the form of Seatbelt's ``remote ip`` filter that
-current macOS is known to parse, so it is not a ``-D`` parameter.
-
-What the profile allows, and nothing else:
-- reads everywhere except beneath the real homes, the host's other private
-  directories (the user's own temporary and cache root, the shared
-  ``/tmp``) and the hidden (secret) paths, plus the workspace, the
-  sandbox's temporary directory and the toolchain roots ``PATH`` needs
-  beneath a home (secrets inside still hidden);
-- writes only beneath the workspace (never to its protected entries, which
-  cannot be created or renamed either) and the sandbox's temporary
-  directory, and to a few device files;
-- outbound network only to the harness's egress proxy on localhost; no
-  inbound, no Unix sockets (so no docker.sock, ssh-agent or D-Bus).
-
-Every rule is an ``allow`` under ``(deny default)``, with exclusions written
-as ``require-not`` inside the rule, so the result does not depend on how
-Seatbelt orders competing rules.
-
-The profile file must sit outside every writable root, or a command could
-replace it for the next command: ``build_seatbelt_spec`` refuses otherwise.
-A writable root that holds a real home or a private directory is refused
-too: everything beneath a writable root is readable and writable.
-Paths are expected canonical (macOS's ``/tmp`` is ``/private/tmp``); the
-backend resolves them before calling this.
+Guarantee: ``build_seatbelt_spec`` is pure and golden-tested. The profile
+denies by default; it allows reads except beneath the real homes, private
+directories and secrets (bar the workspace, temporary directory and needed
+toolchain roots), writes only to the workspace (never its protected entries),
+the temporary directory and a few devices, and TCP only to the proxy's port.
+No path is spliced into its text; a profile file in a writable root is refused.
 """
 
 from __future__ import annotations
@@ -127,11 +100,17 @@ def _excluding(names: list[str]) -> str:
 def build_seatbelt_spec(profile: SandboxProfile, *, host: SeatbeltHost,
                         proxy_port: int | None) -> SeatbeltSpec:
     """The profile text, its parameters and the profile file for one session."""
+    # The only value written into the text is the proxy port, an integer checked here, so it
+    # cannot change the text's structure; it is not a -D parameter because the literal
+    # "localhost:PORT" is the form of Seatbelt's ``remote ip`` filter that current macOS is
+    # known to parse.
     if proxy_port is not None and not (type(proxy_port) is int and 0 < proxy_port < 65536):
         raise SandboxError(f"proxy port {proxy_port!r} is not a TCP port", who="seatbelt")
     fs = profile.fs
     real = dict(host.canonical)
 
+    # Paths are expected canonical (macOS's /tmp is /private/tmp); the backend resolves them
+    # before calling this.
     def canonical(path: str, what: str) -> str:
         path = real.get(path, path)
         if not path.startswith("/") or posixpath.normpath(path) != path or "\0" in path:
@@ -144,6 +123,9 @@ def build_seatbelt_spec(profile: SandboxProfile, *, host: SeatbeltHost,
     profile_file = canonical(host.profile_file, "profile file")
     homes = [canonical(h, "home") for h in fs.real_homes]
     private = [canonical(p, "private directory") for p in host.private]
+    # The profile file must sit outside every writable root, or a command could replace it
+    # for the next command. A writable root that holds a real home or a private directory is
+    # refused too: everything beneath a writable root is readable and writable.
     for root in (workspace, tmpdir):
         if is_under(profile_file, root):
             raise SandboxError(
@@ -157,6 +139,9 @@ def build_seatbelt_spec(profile: SandboxProfile, *, host: SeatbeltHost,
     toolchains = [canonical(p, "toolchain root") for p in (*fs.readonly, *host.readable)
                   if any(is_under(canonical(p, "read-only root"), h) for h in (*homes, *private))]
 
+    # Every path reaches sandbox-exec only as a -D NAME=VALUE argument, named in the text
+    # through (param "..."), so no workspace name (quotes, parentheses, newlines) can change
+    # what the profile says.
     params: list[tuple[str, str]] = []
 
     def name_all(prefix: str, values: list[str]) -> list[str]:
@@ -182,6 +167,9 @@ def build_seatbelt_spec(profile: SandboxProfile, *, host: SeatbeltHost,
 
     lines = [
         "(version 1)",
+        # Every rule is an allow under (deny default), exclusions written as require-not
+        # inside the rule, so the result does not depend on how Seatbelt orders competing
+        # rules. No Unix socket is allowed, so no docker.sock, ssh-agent or D-Bus.
         "(deny default)",
         "",
         ";; processes: only within this sandbox",

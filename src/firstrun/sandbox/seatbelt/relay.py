@@ -5,13 +5,6 @@ connection, byte for byte in both directions, to the egress proxy's Unix
 socket and nowhere else; a connection the proxy refuses is closed with
 nothing sent. ``close`` ends the listener and every connection it carried,
 and returns only once every relay thread has finished.
-
-Why a relay: ``ProxyEndpoint`` is a Unix socket (the contract every backend
-shares), while macOS has no network namespace to put a private port in, so
-the sandbox's only way out is a Seatbelt rule allowing one loopback TCP port.
-Any process of this host can dial that port too, as it can the harness's
-docs listener: what it reaches is the proxy's shell channel, under the
-task's policy, with every request recorded, never the network itself.
 """
 
 from __future__ import annotations
@@ -24,6 +17,11 @@ import threading
 _CHUNK = 1 << 16
 
 
+# Why a relay: ProxyEndpoint is a Unix socket (the contract every backend shares), while
+# macOS has no network namespace to put a private port in, so the sandbox's only way out is
+# a Seatbelt rule allowing one loopback TCP port. Any process of this host can dial that
+# port too, as it can the harness's docs listener: what it reaches is the proxy's shell
+# channel, under the task's policy, with every request recorded, never the network itself.
 class ProxyRelay:
     def __init__(self, socket_path: str) -> None:
         self._path = socket_path
