@@ -1,12 +1,10 @@
 """Attestation: prove from inside a session that its boundary holds.
 
 Guarantee: ``attest`` runs the probe (``attest_probe.py``) inside the session
-as an ordinary command, with the same restrictions as untrusted code, and
-combines what it reports with evidence only the harness can see: a canary
-TCP listener on the host's 127.0.0.1 that the probe tries to reach must have
-accepted nothing. It returns every check, passed or not; ``require_passed``
-turns any failure into ``AttestationFailed``. Backend-neutral: any backend
-whose sandbox has a Python can run it.
+as an ordinary command, with the same restrictions as untrusted code, and adds
+evidence only the harness can see: a canary listener on the host's loopback
+must have accepted nothing. It returns every check, passed or not;
+``require_passed`` turns any failure into ``AttestationFailed``.
 """
 
 from __future__ import annotations
@@ -110,6 +108,7 @@ class AttestPlan:
     capture_loading: bool = False
 
 
+# Backend-neutral: any backend whose sandbox has a Python can run it.
 def attest(session: Session, plan: AttestPlan) -> tuple[Check, ...]:
     """Run every check; never raises for a failed check, only records it."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as canary:

@@ -4,13 +4,6 @@ Guarantee: each check is a real attempt made from inside the sandbox, as an
 ordinary command with the same restrictions as untrusted code, and reports
 what happened (the errno, the bytes read), never an assumption. A check
 passes only when the boundary held. Output is one JSON list on stdout.
-
-Runs as ``python -I -S -c <this source> <plan json>`` (or the same program
-handed over as byte code: ``bytecode``): stdlib only, because inside the
-sandbox there is only the interpreter's own installation. The checks that
-wait on the network run in threads beside the rest (``_Concurrent``), once
-the descriptors it inherited are counted and unshare() is tried, which
-must see the probe alone.
 """
 
 from __future__ import annotations
@@ -600,6 +593,9 @@ def _firewalled_captured(plan: dict) -> tuple[bool, str]:
     ])
 
 
+# Runs as ``python -I -S -c <this source> <plan json>`` (or the same program handed over as
+# byte code: ``bytecode``): stdlib only, because inside the sandbox there is only the
+# interpreter's own installation.
 def main(argv: list[str]) -> int:
     plan = json.loads(argv[1])
     # While the probe is one thread with no socket of its own: the descriptors

@@ -1,15 +1,9 @@
 """Our stdlib-only programs (the helper, the guest agent, the attestation probe), as a sandbox runs them.
 
-Guarantee: ``python_argv`` (and ``BOOTSTRAP`` with ``encoded``) runs exactly the module's own code, as
-``python -I -S -c`` runs its source: the same ``__main__`` namespace, the
-same ``sys.argv`` after it, but without compiling the source in the sandbox
-on every start (about 5 ms for the helper, 3 for the probe). The code is
-the one the harness's import system holds for the module (its byte-code
-cache when there is one), marshalled and handed over base64 in argv, so
-nothing beyond argv has to reach the sandbox. Marshalled code is only read
-by the interpreter that wrote it: the caller hands it over only where the
-sandbox runs the harness's own interpreter (bound in), and the source
-otherwise. A program that imports another of our modules (``SHIPPED``)
+Guarantee: ``python_argv`` (and ``BOOTSTRAP`` with ``encoded``) runs exactly the
+module's own code as ``python -I -S -c`` runs its source (the same ``__main__``
+namespace, the same ``sys.argv`` after it), with nothing beyond argv reaching
+the sandbox. A program that imports another of our modules (``SHIPPED``)
 carries it, installed under its own name before the program runs.
 """
 
@@ -60,6 +54,9 @@ def encoded(module: ModuleType) -> str:
     return _encoded(module.__name__)
 
 
+# The code the harness's import system holds for the module (its byte-code cache when there
+# is one), so the sandbox does not compile the source on every start (about 5 ms for the
+# helper, 3 for the probe).
 def _code(name: str) -> CodeType:
     return sys.modules[name].__spec__.loader.get_code(name)  # type: ignore[union-attr]
 
@@ -96,6 +93,9 @@ def _program_source(name: str) -> str:
                                 main=_source(name), name=name)
 
 
+# Marshalled code is only read by the interpreter that wrote it: callers pass ``compiled``
+# only where the sandbox runs the harness's own interpreter (bound in), and the source
+# otherwise.
 def python_argv(python: str, module: ModuleType, *, compiled: bool) -> list[str]:
     """``python -I -S`` running ``module``'s program: its code when ``compiled``, else its source."""
     if compiled:

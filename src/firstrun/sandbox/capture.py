@@ -1,26 +1,11 @@
 """Transparent capture's outside half: the nat rules that send every flow of a sandbox to its relay.
 
-Guarantee: ``capture_rules`` is pure, so the rules every session loads are
-golden-tested. Loaded into the sandbox's own network namespace from outside
-(on linux by ``LinuxCapture``, while bubblewrap and the helper are still
-setting up, and always before any untrusted command runs), they send every DNS
-query (UDP or TCP, to any address, on port 53) to the in-sandbox stub,
-every other outbound TCP connection to the relay, and every other datagram
-to the catcher, each on 127.0.0.1 (or ::1) inside; loopback traffic inside
-the sandbox is left alone. The relay and the stub are the helper's
-(``helper._Capture``); the proxy decides every flow they pass on. A rule
-set that cannot be loaded, or a route that cannot be added, refuses the
-session: capture is never quietly absent.
-
-On linux the namespace has no interface but ``lo``; a default route through
-``lo`` gives a connection to any address a route, and the nat rule
-rewrites it before it could be delivered anywhere. On docker the run
-container's namespace firewall (``docker.resources``) loads the same nat
-rules beside its own filter rules. On gvisor the network stack is the
-sentry's, which nothing outside can enter: the helper loads the same rules
-and routes from inside, as the container's init and before it reports ready
-(``gvisor_steps``), with the legacy xtables tools, since the sentry's
-netstack speaks their socket options and not nftables' netlink.
+Guarantee: ``capture_rules`` is pure and golden-tested. Loaded into the
+sandbox's network namespace before any untrusted command runs, the rules send
+every DNS query (UDP or TCP, any address, port 53) to the in-sandbox stub,
+every other outbound TCP connection to the relay and every other datagram to
+the catcher, leaving loopback traffic alone. Rules or a route that cannot be
+loaded refuse the session: capture is never quietly absent.
 """
 
 from __future__ import annotations
@@ -50,6 +35,8 @@ class CapturePorts:
         return {"dns_port": self.dns, "tcp_port": self.tcp, "udp_port": self.udp, "ipv6": ipv6}
 
 
+# Each target listens on 127.0.0.1 (or ::1) inside: the relay and the stub are the helper's
+# (``helper._Capture``), and the proxy decides every flow they pass on.
 def nat_rules(ports: CapturePorts, *, loopback: str) -> list[str]:
     """The nat OUTPUT rules, for one family (``loopback`` is 127.0.0.0/8 or ::1/128)."""
     return [
@@ -89,6 +76,10 @@ GVISOR_TOOLS = ("ip", "iptables-legacy-restore", "ip6tables-legacy-restore")
 GVISOR_LOCKFILE = "/dev/shm/.firstrun-xtables.lock"
 
 
+# On gvisor the network stack is the sentry's, which nothing outside can enter: the helper
+# loads the same rules and routes from inside, as the container's init, before it reports
+# ready, with the legacy xtables tools, since the sentry's netstack speaks their socket
+# options and not nftables' netlink.
 def gvisor_steps(ports: CapturePorts, tools: GvisorTools) -> dict[str, object]:
     """What the helper runs inside a gVisor sandbox, per family, before any command.
 
@@ -153,6 +144,9 @@ def _raise_failed(steps: list[_Step], outcomes: list[subprocess.CompletedProcess
                     "harness as root once so the kernel loads it)")
 
 
+# On linux the namespace has no interface but lo; a default route through lo gives a
+# connection to any address a route, and the nat rule rewrites it before it could be
+# delivered anywhere.
 class LinuxCapture:
     """A linux sandbox's capture, loaded from outside in two lanes, before any command runs.
 
@@ -223,6 +217,8 @@ class LinuxCapture:
             os.close(self._fds.pop())
 
 
+# Docker: the run container's namespace firewall (``docker.resources``) loads the same nat
+# rules beside its own filter rules.
 def load(pid: int, *, v4: str, v6: str | None, default_via_lo: bool, v6_via_lo: bool,
          who: str) -> None:
     """``iptables-restore`` ``v4`` (and ``ip6tables-restore`` ``v6``) in ``pid``'s network

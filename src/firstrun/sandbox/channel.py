@@ -1,17 +1,11 @@
 """The harness's end of a command channel to a supervisor inside a sandbox.
 
-Guarantee: every message is one JSON object per line, read with a deadline,
-and anything else (a non-object, bad JSON) is a ``ValueError``; a closed
-channel reads as ``None``. ``run_command`` sends one ``exec`` request and
-returns only on that command's ``exit``, having capped its output, or raises:
-the backends that speak this protocol (the helper inside bubblewrap and as
-the docker run container's pid 1, the micro-VM's guest agent) share one
-reading of it. ``SupervisedSession`` is their one session shape: a command
-that finds the supervisor gone, hears nonsense from it, or hears nothing
-for ``liveness_s`` (a supervisor stopped with SIGSTOP beats no more) ends
-the sandbox at once and raises a ``SandboxError`` naming the backend, never
-a bare ``KeyError``. An ``exec`` cut short by anything else (Ctrl-C,
-SIGTERM) ends the sandbox too, so ``close`` then waits for nothing.
+Guarantee: every message is one JSON object per line, read with a deadline;
+anything else is a ``ValueError``, and a closed channel reads as ``None``.
+``run_command`` returns only on its command's ``exit``, output capped, or raises.
+A ``SupervisedSession`` whose supervisor is gone, talks nonsense, falls silent
+for ``liveness_s`` or is cut short mid-``exec`` (Ctrl-C, SIGTERM) ends the
+sandbox at once; the first three raise a ``SandboxError`` naming the backend.
 """
 
 from __future__ import annotations
@@ -131,6 +125,9 @@ def _recv_live(channel: JsonLines, deadline: float, liveness_s: float | None) ->
         raise
 
 
+# One reading of the protocol, shared by every backend that speaks it: the helper inside
+# bubblewrap, in gVisor and as the docker run container's pid 1, and the micro-VM's guest
+# agent.
 def run_command(channel: JsonLines, request: dict[str, object], *, deadline: float,
                 output_bytes: int, on_output: OutputCallback | None,
                 ended: Callable[[], SandboxError], liveness_s: float | None = None) -> ExecResult:

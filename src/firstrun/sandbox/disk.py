@@ -1,18 +1,11 @@
 """A workspace on a filesystem of its own size: past the bound, writes fail with ENOSPC.
 
-Guarantee: a ``SizedWorkspace`` is an ext4 filesystem in a sparse image file,
-made for one session and loop-mounted (nosuid, nodev) on the workspace
-directory, so the kernel refuses every write past its size with ENOSPC and
-nothing the sandbox does through the workspace puts more than the bound on
-the host's disk. The other places a session may write (/tmp, HOME, /dev/shm)
-are tmpfs, held by the memory bound, not the host's disk. Its use is sampled
-while it lives, so a run can say it reached the bound (``reached``); the
-bound itself never depends on the sampling.
-
-A mount is written down before it is made: a lease in ``DISK_LEASE_DIR``
-(root's alone) names the directory and the harness (``PID:STARTTIME``).
-``recover``, which every new sized workspace runs first, unmounts and
-removes what a harness killed by SIGKILL left behind.
+Guarantee: a ``SizedWorkspace`` is a fresh ext4 filesystem in a sparse image,
+loop-mounted (nosuid, nodev) on the workspace, so nothing the sandbox writes
+there puts more than the bound on the host's disk; the bound never depends on
+the sampling behind ``reached``. A mount a SIGKILLed harness left behind is
+unmounted and removed by ``recover``, which every new sized workspace runs
+first.
 """
 
 from __future__ import annotations
@@ -112,6 +105,8 @@ def recover() -> tuple[str, ...]:
     return tuple(removed)
 
 
+# The other places a session may write (/tmp, HOME, /dev/shm) are tmpfs, held by the memory
+# bound, not the host's disk.
 class SizedWorkspace:
     """An empty workspace directory (``path``) that holds at most ``bound_bytes``."""
 
@@ -152,6 +147,9 @@ class SizedWorkspace:
     def _make(self) -> None:
         image = os.path.join(self._top, "image")
         identity = process_identity(os.getpid())
+        # The lease is written before the mount is made: it names the directory and the
+        # harness (PID:STARTTIME) in DISK_LEASE_DIR, root's alone, so ``recover`` can tell a
+        # dead harness's mount from a live one's.
         with open(_lease_path(self._top), "w", encoding="utf-8") as f:
             json.dump({"dir": self._top, "harness": identity}, f)
         fd = os.open(image, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)

@@ -1,68 +1,11 @@
 """The in-sandbox helper: the supervisor of every command, on the linux, docker and gvisor backends.
 
 Guarantee: before it answers "ready", the helper has confined itself, and so
-everything it will ever start: Landlock limits writes to the workspace, /tmp,
-the sandbox HOME and a few devices (or the helper refuses to start when
-Landlock was required and cannot be applied); rlimits cap processes, memory,
-core dumps and open files; it is not dumpable, so no command can open
-``/proc/<helper>/fd``, its memory or its environment; and it is a child
-subreaper (or pid 1), so anything a command leaves behind (setsid, double
-fork) is re-parented to it and can be found and killed. Commands start with
-the highest OOM score (1000) while the helper keeps its own (it wears 1000
-only for the instant it forks one), so when a memory cap is hit the kernel
-kills a command, not the supervisor (tmpfs pages belong to no process, so
-otherwise the helper, the largest process, would be the victim). A command
-starts with stdin on /dev/null, its own session and process group, only fds
-0-2 open and exactly the environment the harness built. On timeout, the
-command's whole tree is killed: every process created since it started, not
-only its group. ``kill_all`` kills every process but the helper and waits
-until none is left, and says how many it killed: what runs after it (the
-success check) shares the sandbox with nothing a command left running.
-
-Where it runs:
-
-- linux: pid 1 of the sandbox's pid namespace (bubblewrap ``--as-pid-1``:
-  no init of bubblewrap's own runs inside, whose memory a command of the
-  same uid could otherwise write), under the session's uid; the channel is
-  a socket passed by number.
-- docker: pid 1 of the run container, as the container's root holding only
-  CAP_SETUID, CAP_SETGID, CAP_SETPCAP and CAP_KILL (to kill what commands
-  leave, under their uid); each command drops the capability
-  bounding set and every id to the session's uid before it execs. A command
-  therefore shares no uid with the helper: it cannot signal it, trace it or
-  open anything under ``/proc/1``. The channel is the container's stdin and
-  stdout, attached by the harness.
-- gvisor: as on docker, in runsc's sentry. runsc 20240729 answers every
-  refusal of an OCI seccomp section with EPERM (it drops ``errnoRet``), so
-  the harness hands the helper the linux backend's own filter, compiled to
-  BPF, and the helper loads it (``load_seccomp``) before it answers ready:
-  each refusal then answers with the same errno as on linux.
-
-As pid 1 of its namespace on both backends, the helper takes no signal a
-command sends (the kernel delivers to a namespace's init only the signals
-it handles, and it handles none), so a command cannot stop or kill it.
-While a command runs the helper sends ``alive`` at least every
-``heartbeat_s`` seconds, so a harness that hears nothing for longer knows
-the helper is stopped or hung; and it keeps reading its channel, so a
-harness that went away (EOF) gets every process killed at once.
-
-The only way out of the network namespace on linux is the relay: a listener
-on 127.0.0.1:PORT whose connections are spliced to sockets the harness
-connects to its egress proxy and hands over one by one (SCM_RIGHTS). The
-proxy's socket path never exists inside the sandbox.
-
-Protocol: JSON lines. Helper -> harness: ``ready`` once, then per command
-``out`` chunks (base64), ``alive`` beats and one ``exit``; ``killed`` for a
-``kill_all``; ``error`` when a command could not be started as the session's
-uid (the harness ends the session). Harness -> helper: ``exec``,
-``kill_all`` and ``shutdown``.
-
-Runs as ``python -I -S -c <program> <config json>``, the program being
-this module with the supervisor core (``supervisor``) shipped in it (on
-linux as byte code: ``bytecode.SHIPPED``): stdlib only, and of firstrun
-only that core, because inside the sandbox there is only the interpreter's
-own installation. The harness imports it too, to probe Landlock with the
-same code that applies it.
+everything it will start: Landlock where required (or it refuses to start),
+rlimits, seccomp where handed a filter. No command can signal, trace or read
+it, and under a memory cap the kernel kills a command, not the helper. A
+command starts with stdin on /dev/null, its own session, fds 0-2 only and
+exactly the harness's environment; a timeout or ``kill_all`` leaves none of it.
 """
 
 from __future__ import annotations
@@ -121,6 +64,9 @@ _SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0
 _SCOPE_SIGNAL = 1 << 1
 
 # The OOM killer's first choice, host-wide and within the session cgroup.
+# Commands start with it while the helper keeps its own: tmpfs pages belong to no process,
+# so otherwise the helper, the largest process, would be the victim when a memory cap is
+# hit.
 _COMMAND_OOM_SCORE = b"1000"
 
 _PR_SET_DUMPABLE = 4
@@ -215,6 +161,10 @@ def _set_limits(limits: dict) -> None:
         resource.setrlimit(res, (value, value))
 
 
+# Docker and gvisor: the helper is the container's root holding only CAP_SETUID, CAP_SETGID,
+# CAP_SETPCAP and CAP_KILL (to kill what commands leave, under their uid); each command
+# drops the bounding set and every id to the session's uid here, so it shares no uid with
+# the helper and cannot signal it, trace it or open anything under /proc/1.
 def _become(uid: int, gid: int, cwd: str):
     """In a command's child, before exec: no capability can ever come back, then every id,
     then the working directory.
@@ -300,6 +250,9 @@ def _accepting(listener: socket.socket, serve) -> None:
     threading.Thread(target=loop, daemon=True).start()
 
 
+# On linux this is the only way out of the network namespace: its connections are spliced to
+# sockets the harness connects to the egress proxy and hands in one by one (SCM_RIGHTS), so
+# the proxy's socket path never exists inside the sandbox.
 class _Relay:
     """127.0.0.1:PORT inside, spliced to proxy connections: the way out for proxy-aware clients."""
 
@@ -538,6 +491,13 @@ def _splice(a: socket.socket, b: socket.socket) -> None:
         sel.close()
 
 
+# The protocol, JSON lines. Helper -> harness: ``ready`` once, then per command ``out``
+# chunks (base64), ``alive`` beats at least every ``heartbeat_s`` (silence means stopped or
+# hung) and one ``exit``; ``killed`` for a ``kill_all``; ``error`` when a command could not
+# be started as the session's uid (the harness ends the session). Harness -> helper:
+# ``exec``, ``kill_all``, ``shutdown``; the channel is read while a command runs, so EOF (a
+# harness gone) kills every process at once. A timeout kills every process created since the
+# command started, not only its group.
 class Helper(Supervisor):
     def __init__(self, channel: LinePipe, oom: tuple[int, bytes], *,
                  user: tuple[int, int] | None = None, heartbeat_s: float = HEARTBEAT_S) -> None:
@@ -564,20 +524,30 @@ class Helper(Supervisor):
             os.pwrite(self.oom_fd, self.oom_own, 0)
 
 
+# Runs as ``python -I -S -c <program> <config json>``, the program being this module with
+# the supervisor core shipped in it (on linux as byte code: ``bytecode.SHIPPED``): stdlib
+# only, because inside the sandbox there is only the interpreter's own installation. The
+# harness imports it too, to probe Landlock with the same code that applies it.
 def main(argv: list[str]) -> int:
     config = json.loads(argv[1])
     fd_in, fd_out = config["channel_fds"]
     channel = LinePipe(fd_in, fd_out)
     report: dict = {"op": "ready", "ok": True, "pid": os.getpid()}
     # Python handles SIGINT; as a namespace's init the helper must handle no
-    # signal at all, or a command could interrupt it.
+    # signal at all, or a command could interrupt it: the kernel delivers to a
+    # namespace's init only the signals it handles, so no command can stop or kill it.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     try:
         for fd in {fd_in, fd_out}:
             os.set_inheritable(fd, False)
         oom_fd = os.open("/proc/self/oom_score_adj", os.O_RDWR | os.O_CLOEXEC)
         oom = (oom_fd, os.read(oom_fd, 16).strip())
+        # Not dumpable: no command can open /proc/<helper>/fd, its memory or its environment.
         prctl(_PR_SET_DUMPABLE, 0)
+        # A subreaper (or pid 1), so anything a command leaves behind (setsid, double fork)
+        # is re-parented here and can be found and killed. On linux the helper is pid 1 of
+        # the pid namespace (bwrap --as-pid-1: no init of bubblewrap's own runs inside,
+        # whose memory a command of the same uid could otherwise write).
         prctl(_PR_SET_CHILD_SUBREAPER, 1)
         _set_limits(config["limits"])
         ll = config["landlock"]
@@ -586,6 +556,8 @@ def main(argv: list[str]) -> int:
             report["landlock_error"] = "omitted: the profile does not require it"
         else:
             try:
+                # Landlock limits writes to the workspace, /tmp, the sandbox HOME and a few
+                # devices; a required Landlock that cannot be applied refuses the start.
                 report["landlock_abi"] = apply_landlock(ll["dirs"], ll["files"],
                                                         min_abi=ll["min_abi"])
             except LandlockError as exc:
@@ -616,6 +588,9 @@ def main(argv: list[str]) -> int:
                 capture.load(config["capture"]["load"])
         # Last, once the capture rules' tools (netlink among them) have run,
         # and before the relay's threads start.
+        # gvisor: runsc 20240729 answers every refusal of an OCI seccomp section with EPERM
+        # (it drops errnoRet), so the harness hands over the linux backend's own filter as
+        # BPF, and each refusal answers with the same errno as on linux.
         if config.get("seccomp_bpf") is not None:
             load_seccomp(base64.b64decode(config["seccomp_bpf"]))
     except (OSError, LandlockError) as exc:

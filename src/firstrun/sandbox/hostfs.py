@@ -1,19 +1,11 @@
 """The filesystem policy of this host: the I/O half of ``firstrun.policy.filesystem``.
 
-Guarantee: the policy returned names only paths that exist on this host, so
-a backend can bind every one of them; every directory that holds a real
-user's files ($HOME, /root, the sudo user's home, each /home/*) is listed as
-a real home, and of those homes only the parts of each toolchain the PATH
-runs from are readable, with any secret location inside them listed as hidden.
-A workspace that is not firstrun's own has its protected entries (see
-``policy.filesystem.PROTECTED_ENTRIES``) listed, for every backend to hold
-read-only.
-CA bundles that the CA variables point at outside /etc and /usr are exposed
-read-only, so TLS through an intercepting proxy keeps working inside. A
-workspace that would hand over a host tree or a home (``/``, ``/tmp``,
-``$HOME``), or that has a mount point inside it (every backend binds what is
-mounted beneath the workspace along with it), is refused before any policy
-exists, so no backend ever lends or binds one.
+Guarantee: the policy names only paths that exist here, so a backend can bind
+every one; every directory holding a real user's files is a real home, of which
+only the toolchain parts PATH runs from are readable, their secrets hidden. A
+user's workspace has its protected entries listed, to be held read-only. A
+workspace that would hand over a host tree or a home, or holds a mount point,
+is refused before any policy exists, so no backend ever lends or binds one.
 """
 
 from __future__ import annotations
@@ -42,6 +34,7 @@ from firstrun.sandbox.protect import entry_kind
 _SYSTEM_TREES = ("/etc", "/usr")
 
 
+# $HOME, /root, the sudo user's home and each /home/*.
 def real_homes(env: Mapping[str, str]) -> tuple[str, ...]:
     """Every directory on this host that holds a real user's files."""
     found: list[str] = []
@@ -79,6 +72,8 @@ def check_workspace(workspace: str, env: Mapping[str, str], *, label: str = "wor
     return _checked_workspace(workspace, real_homes(env), label)
 
 
+# A workspace with a mount point inside is refused because every backend binds what is
+# mounted beneath the workspace along with it.
 def _checked_workspace(workspace: str, homes: tuple[str, ...], label: str) -> str:
     resolved = os.path.realpath(workspace)
     why = workspace_refusal(resolved, homes)
@@ -114,6 +109,8 @@ def host_filesystem_policy(workspace: str, env: Mapping[str, str], *, protect: b
     roots = lending.readonly
     readonly = [p for p in SYSTEM_READONLY if os.path.lexists(p)]
     readonly += roots
+    # CA bundles the CA variables point at outside /etc and /usr are exposed read-only, so
+    # TLS through an intercepting proxy keeps working inside.
     for name in CA_VARIABLES:
         value = env.get(name)
         if not value or not value.startswith("/"):

@@ -1,15 +1,11 @@
 """The local backend: commands run directly on the host, with no boundary at all.
 
 Guarantee: it is never chosen by accident. ``LocalBackend`` refuses to start
-unless it was constructed with ``allow_unenforced=True`` (the CLI's
-``--allow-unenforced``), and every session it starts says so: enforcement
-UNENFORCED, every layer recorded as not applied, and no attestation. What it
-does keep is the contract's hygiene: the environment is built from scratch
-(no harness secrets pass through), HOME is a fresh directory, output is
-capped, and a timeout, ``kill_all`` or ``close`` kills each command's
-process group. A command that leaves its process group (setsid) can outlive
-the session here, and race the success check; only an enforcing backend can
-promise otherwise.
+unless constructed with ``allow_unenforced=True`` (``--allow-unenforced``), and
+every session says so: UNENFORCED, every layer not applied, no attestation. It
+keeps the contract's hygiene (an environment built from scratch, a fresh HOME,
+capped output, process groups killed on timeout, ``kill_all`` and ``close``),
+but a command that leaves its process group can outlive the session.
 """
 
 from __future__ import annotations
@@ -42,6 +38,8 @@ from firstrun.sandbox.output import collect_streams
 _REFUSAL_FIX = "pass --allow-unenforced to run without a sandbox, and accept that it is recorded"
 
 
+# A command that leaves its process group (setsid) can outlive the session here and race the
+# success check; only an enforcing backend can promise otherwise.
 class LocalSession:
     """Commands on the host in the workspace. ``proxy_url`` goes into the proxy variables
     (``local`` passes none); ``on_close`` runs once, after every process group is killed."""

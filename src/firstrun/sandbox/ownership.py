@@ -1,28 +1,11 @@
 """Lending a workspace to a per-session uid, and giving it back.
 
-Guarantee: when the harness is root, a session's commands run as a uid that
-no account and no live process holds, so nothing the sandbox does can act
-as anyone else on the host. ``lend`` hands the sandbox only what belongs to
-the workspace alone: an entry its owner owns (another user's file stays
-theirs), on the workspace's own mount (never across a mount point, a bind
-mount of the same filesystem included), never through a symlink, never a
-file with a hard link outside the workspace (a git object or package-store
-file shared with a tree elsewhere: writing it would write there), and never
-a setuid or setgid file (the change of owner would strip the bit). A lent
-entry keeps its group. ``give_back`` changes only entries the lent uid
-owns, wherever they are beneath the workspace: each goes to the owner, with
-the owner's group where it carries the lent one, and loses any setuid bit
-and any setgid bit the sandbox set, so nothing the sandbox made comes back
-privileged. Neither walk recurses on the Python stack nor holds more than
-one directory open, so no depth the sandbox can build stops one half way.
-
-A lend is written down before any owner changes: a lease in ``LEASE_DIR``
-(root's alone) names the workspace, the lent uid, the owner and the harness
-(``PID:STARTTIME``); ``give_back`` removes it once everything is back. A
-harness killed by SIGKILL never gives back, so ``recover`` (which every
-lending backend calls before it starts a session) takes each lease whose
-harness is gone, kills every process still running as its uid, gives the
-workspace back, removes the stage directory it names, and drops the lease.
+Guarantee: when the harness is root, a session's commands run as a uid no
+account and no live process holds. ``lend`` hands over only what belongs to
+the workspace alone, and ``give_back`` returns every entry the lent uid owns
+to the owner, with no setuid or setgid bit the sandbox set. A lend is leased
+on disk before any owner changes, and ``recover`` gives back what a harness
+killed by SIGKILL left lent, once its harness is gone.
 """
 
 from __future__ import annotations
@@ -42,6 +25,11 @@ from firstrun.errors import SandboxError
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _OCTAL_ESCAPE = re.compile(rb"\\([0-7]{3})")
+# Root's alone. A lease names the workspace, the lent uid, the owner, the harness
+# (PID:STARTTIME) and the stage directory; ``give_back`` removes it once everything is back.
+# ``recover`` (which every lending backend calls before it starts a session) takes each
+# lease whose harness is gone, kills every process still running as its uid, gives the
+# workspace back, removes the stage directory, and drops the lease.
 LEASE_DIR = "/run/firstrun/leases"
 
 
@@ -200,6 +188,8 @@ def mount_points_beneath(top: str) -> frozenset[str]:
     return frozenset(found)
 
 
+# Neither walk recurses on the Python stack nor holds more than one directory open, so no
+# depth the sandbox can build stops one half way.
 def _walk(top: str, descend: Callable[[str, os.stat_result], bool]
           ) -> Iterator[tuple[int, str, str, os.stat_result]]:
     """``(dir_fd, name, path, lstat)`` for every entry beneath ``top``, parents before children.
@@ -285,6 +275,12 @@ def lend(top: str, uid: int, *, who: str, stage_dir: str | None = None) -> None:
                            f"{exc.strerror or exc}{undone}", who=who) from exc
 
 
+# What belongs to the workspace alone: an entry its owner owns (another user's file stays
+# theirs), on the workspace's own mount (never across a mount point, a bind mount of the
+# same filesystem included), never through a symlink, never a file with a hard link outside
+# the workspace (a git object or package-store file shared with a tree elsewhere: writing it
+# would write there), never a setuid or setgid file (the change of owner would strip the
+# bit). A lent entry keeps its group.
 def _lend(top: str, top_st: os.stat_result, uid: int, at: list[str]) -> None:
     """``lend``'s walk; ``at[0]`` names the entry it is at, for the error."""
     owner = top_st.st_uid

@@ -1,16 +1,10 @@
 """Holding a workspace's protected entries: placeholders for the absent ones, and their removal.
 
-Guarantee: before a backend binds ``FilesystemPolicy.protected`` read-only,
-``place`` makes every one of those entries exist on the host, an absent one
-as an empty placeholder of its kind owned by the workspace's owner, so a
-command can neither write nor create it (a bind needs something to land on).
-Each placeholder carries the xattr ``user.firstrun.placeholder`` naming its
-harness (``PID:STARTTIME``). ``remove`` takes away exactly the placeholders
-this harness made and only while they are still empty; ``place`` first
-removes the empty placeholders of a harness that is gone (one killed by
-SIGKILL never removed its own). An entry the owner made is never touched.
-Every path is reached through the workspace's directory descriptor without
-following a symlink, so nothing here acts outside the workspace.
+Guarantee: ``place`` makes every entry of ``FilesystemPolicy.protected`` exist
+before a backend binds it read-only (an absent one as an empty placeholder), so
+a command can neither write nor create it. ``remove`` takes away exactly this
+harness's placeholders while still empty; an entry the owner made is never
+touched, and nothing here acts outside the workspace.
 """
 
 from __future__ import annotations
@@ -24,7 +18,12 @@ from firstrun.errors import SandboxError
 from firstrun.policy.filesystem import FilesystemPolicy
 from firstrun.sandbox.ownership import alive, process_identity
 
+# Each placeholder carries this xattr naming its harness (PID:STARTTIME); ``place`` first
+# removes the empty placeholders of a harness that is gone (one killed by SIGKILL never
+# removed its own).
 MARKER = "user.firstrun.placeholder"
+# Every path is reached through the workspace's directory descriptor without following a
+# symlink.
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -125,6 +124,8 @@ def place(fs: FilesystemPolicy, *, who: str) -> tuple[Placeholder, ...]:
     return tuple(made)
 
 
+# A bind needs something to land on: an empty placeholder of the entry's kind, owned by the
+# workspace's owner.
 def _make(name: str, kind: str, top: int, owner: os.stat_result, identity: str) -> Placeholder:
     if kind == "dir":
         os.mkdir(name, 0o755, dir_fd=top)

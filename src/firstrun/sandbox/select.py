@@ -1,25 +1,11 @@
 """Choosing a backend by name, from one registry table.
 
-Guarantee: ``auto`` picks the first backend, in ``REGISTRY`` order of
-``auto_rank``, that this machine can enforce right now for every image the
-sweep needs (docker, then linux, then seatbelt), and never an unenforced one
-(``local``) nor a micro-VM (opt-in): an entry with ``auto_rank=None`` is
-never picked. ``resolve_backend`` says why each better backend was passed
-over, so the choice explains itself; it is made once per sweep, and the
-sweep re-checks that exact backend (``unavailable``) before each run rather
-than ever choosing again. ``local`` is refused unless unenforced execution
-was explicitly allowed. A name that is not a backend is a usage error, never
-a silent fallback.
-
-Backends are imported only when selected or probed, so a machine without
-one backend's dependencies can still use the others.
-
-Adding a backend is one ``Entry`` in ``REGISTRY``: its name, the class
-(``"module:Class"``), where ``auto`` ranks it, and, if its constructor takes
-options, a ``build`` that picks them from ``BackendOptions``. ``BACKENDS``
-(the ``--backend`` choices) follows the table, and so do ``firstrun doctor``
-and the conformance suite, which runs against every entry that probes
-available.
+Guarantee: ``auto`` picks the first backend, by ``auto_rank`` (docker, linux,
+seatbelt), that this machine can enforce now for every image the sweep needs;
+never ``local``, and gvisor or a micro-VM only when the project asks for a
+kernel of its own. ``resolve_backend`` says why each better backend was passed
+over; the choice is made once per sweep and re-checked, never remade, before
+each run. An unknown name is a usage error, never a silent fallback.
 """
 
 from __future__ import annotations
@@ -91,6 +77,12 @@ class Entry:
         return self.build(self.load(), options)
 
 
+# Adding a backend is one Entry here: its name, the class ("module:Class"), where ``auto``
+# ranks it, and, if its constructor takes options, a ``build`` that picks them from
+# BackendOptions. BACKENDS (the --backend choices) follows the table, and so do ``firstrun
+# doctor`` and the conformance suite, which runs against every entry that probes available.
+# Backends are imported only when selected or probed, so a machine without one backend's
+# dependencies can still use the others.
 REGISTRY: tuple[Entry, ...] = (
     Entry(name="docker", cls="firstrun.sandbox.docker.backend:DockerBackend", auto_rank=1,
           build=lambda cls, o: cls(image=o.image, on_record=o.on_record), own_proxy=True,

@@ -1,13 +1,9 @@
 """The private directory of a session's proxy sockets, removed even when its harness was killed.
 
-Guarantee: ``socket_directory`` makes a new directory, 0700, in the
-temporary directory, named ``firstrun-proxy-*``, with an ``owner`` file
-naming the process that made it (``PID:STARTTIME``), and removes it when the
-block exits, however it exits. A harness killed outright (SIGKILL, the OOM
-killer) cannot remove its own, so each new one first removes every
-``firstrun-proxy-*`` directory whose owner no longer runs: only a real
-directory (never a symlink) of this uid's whose owner file names a process
-that is gone; one it cannot read the owner of is left as it is.
+Guarantee: ``socket_directory`` makes a new 0700 ``firstrun-proxy-*``
+directory in the temporary directory, its ``owner`` file naming its process,
+and removes it however the block exits. Each new one first removes the
+directories of this uid whose owner no longer runs, and no other.
 """
 
 from __future__ import annotations
@@ -26,6 +22,9 @@ PREFIX = "firstrun-proxy-"
 OWNER = "owner"
 
 
+# A harness killed outright (SIGKILL, the OOM killer) cannot remove its own. Only a real
+# directory (never a symlink) of this uid's whose owner file names a process that is gone is
+# removed; one whose owner cannot be read is left as it is.
 def reap_socket_directories(parent: str | None = None) -> tuple[str, ...]:
     """Remove the socket directories in ``parent`` (the temporary directory) of dead owners."""
     parent = parent if parent is not None else tempfile.gettempdir()

@@ -1,12 +1,11 @@
 """The one session shape of the backends whose sandbox is a process the harness launched.
 
-Guarantee: a ``LaunchedSession`` (linux's bubblewrap, gVisor's runsc,
-docker's attach client, QEMU) owns that process and the stack of everything
-its start acquired. ``interrupt`` kills the process at once; ``close`` waits
-``close_grace_s`` for it to exit (woken by a pidfd where the kernel has
-them), kills what is left, then unwinds the stack, whatever went before. A
-supervisor that never says it is ready, or says it failed, is a
-``SandboxError`` carrying the end of what the sandbox wrote.
+Guarantee: a ``LaunchedSession`` (bubblewrap, runsc, docker's attach client,
+QEMU) owns that process and the stack of everything its start acquired.
+``interrupt`` kills the process at once; ``close`` waits ``close_grace_s`` for
+it to exit, kills what is left, then unwinds the stack, whatever went before.
+A supervisor that never says ready, or says it failed, is a ``SandboxError``
+carrying the end of what the sandbox wrote.
 """
 
 from __future__ import annotations
@@ -107,6 +106,7 @@ class LaunchedSession(SupervisedSession):
             self._process.kill()
 
     def _teardown(self) -> None:
+        # Woken by a pidfd where the kernel has them, so close waits no longer than the exit.
         wait_for_exit(self._process, self.close_grace_s)
         self._end()
 

@@ -1,16 +1,11 @@
 """The supervisor core inside every sandbox: the helper's (linux, gVisor, docker) and the guest agent's.
 
-Guarantee: a ``Supervisor`` runs one command at a time, as its subclass
-spawns it, and answers each with its output (base64 ``out``) and one
-``exit``; on timeout it kills every process created since the command
-began, not only its group. While a command runs it beats (``alive``) every
-``heartbeat_s`` and watches its channel, so a ``shutdown`` or EOF abandons
-the command at once. ``kill_all`` and ``shutdown`` kill every process but
-the supervisor and the namespace's init, and say how many (``killed``) or
-that they are done (``closed``).
-
-Stdlib only and no other firstrun import: it runs where there is only an
-interpreter (``bytecode.SHIPPED``: each program that imports it carries it).
+Guarantee: a ``Supervisor`` runs one command at a time and answers it with its
+output (base64 ``out``) and one ``exit``; a timeout kills every process created
+since the command began. While a command runs it beats (``alive``) every
+``heartbeat_s``, and a ``shutdown`` or EOF abandons the command at once.
+``kill_all`` and ``shutdown`` kill every process but the supervisor and the
+namespace's init, and say how many (``killed``) or that they are done.
 """
 
 from __future__ import annotations
@@ -226,6 +221,8 @@ def _exit_fd(proc: subprocess.Popen) -> int:
     return read_end
 
 
+# Stdlib only and no other firstrun import: this runs where there is only an interpreter
+# (``bytecode.SHIPPED``: each program that imports it carries it).
 class Supervisor:
     """Serves the harness's requests on ``channel``; a subclass says how a command starts."""
 
