@@ -1,12 +1,10 @@
 """Arms: one sweep command measuring several agents, models or affordances side by side.
 
-Guarantee: the arms of a sweep are the product of its ``--agent``, ``--model``
-and ``--affordances`` values, in the order given, each named by the values
-that vary between arms, names distinct and safe as one directory name. A
-sweep of one arm keeps the layout it always had (``OUT/results.json``); a
-sweep of several writes ``OUT/arms.json`` naming them, and each arm is a
-whole sweep of its own in ``OUT/NAME/`` (its results, identity and traces),
-so ``--resume`` and ``diff`` work on an arm as on any sweep.
+Guarantee: the arms are the product of the ``--agent``, ``--model`` and
+``--affordances`` values, in the order given, each named by the values that
+vary, names distinct and safe as one directory name. One arm keeps the old
+layout (``OUT/results.json``); several write ``OUT/arms.json`` and each arm is
+a whole sweep in ``OUT/NAME/``, so ``--resume`` and ``diff`` work per arm.
 """
 
 from __future__ import annotations
