@@ -38,6 +38,12 @@ print(tabulate(planets, headers=["Planet", "Radius (km)", "Moons"], tablefmt="gi
 WRITE = f"cat > planets.py <<'EOF'\n{PLANETS}EOF"
 
 
+@pytest.fixture
+def config(linux_config: RunConfig) -> RunConfig:
+    """Claude Code runs as a process in the session, so its runs are judged on linux's."""
+    return linux_config
+
+
 @pytest.fixture(scope="session")
 def claude_code(tmp_path_factory: pytest.TempPathFactory) -> CliInstall:
     return ensure(CLAUDE_CODE, tmp_path_factory.mktemp("agent-cache"))
@@ -219,9 +225,9 @@ def test_the_proxy_puts_the_key_into_api_requests_and_nowhere_else(
     api = [r for r in server.seen()]
     assert api and all(wire.api_key(r) == canary for r in api)
     swapped = [e.record for e in events if e.kind == "egress"
-               and e.record.get("host") == API_HOST]
-    assert swapped and all(r.get("credentials") == ["ANTHROPIC_API_KEY"] for r in swapped
-                           if r.get("credentials"))
+               and e.record.host == API_HOST]
+    assert swapped and all(r.credentials == ("ANTHROPIC_API_KEY",) for r in swapped
+                           if r.credentials)
     # Inside, only the placeholder: in the CLI's environment, in no process or file.
     (ran,) = [e for e in of(events, CommandRan) if e.source is Source.AGENT]
     assert ran.stdout.startswith("ANTHROPIC_API_KEY=firstrun-anthropic_api_key-")

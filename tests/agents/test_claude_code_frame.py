@@ -37,6 +37,12 @@ def option(argv: list[str], name: str) -> str:
     return argv[argv.index(name) + 1]
 
 
+@pytest.fixture
+def config(linux_config: RunConfig) -> RunConfig:
+    """Claude Code runs as a process in the session, so its runs are judged on linux's."""
+    return linux_config
+
+
 def test_the_cli_is_told_the_budgets_the_mcp_server_and_to_ask_for_every_command(
         tmp_path: Path) -> None:
     agent = make()
