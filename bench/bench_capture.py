@@ -73,7 +73,7 @@ def main(rounds: int = ROUNDS, per_round: int = PER_ROUND) -> dict[str, dict[str
     import ipaddress
     import statistics
 
-    from firstrun.enclosure import Egress, open_enclosure
+    from firstrun.enclosure import ProxySetup, open_enclosure
     from firstrun.policy.network import NetworkPolicy
     from firstrun.policy.profile import SandboxProfile
     from firstrun.sandbox.hostfs import host_filesystem_policy
@@ -93,7 +93,7 @@ def main(rounds: int = ROUNDS, per_round: int = PER_ROUND) -> dict[str, dict[str
         profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False),
                                  net=policy)
         with open_enclosure(entry("linux"), profile,
-                            Egress(env=os.environ, resolver=resolver)) as enclosure:
+                            ProxySetup(env=os.environ, resolver=resolver)) as enclosure:
             session = enclosure.start()
             for index in range(rounds):
                 arms = ("proxy", "transparent") if index % 2 == 0 else ("transparent", "proxy")

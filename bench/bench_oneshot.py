@@ -60,7 +60,7 @@ def _phases(rounds: int) -> dict[str, float]:
     capture's listeners, then ``LinuxBackend.start``'s own phases; then the
     first command and the close.
     """
-    from firstrun.enclosure import Egress, harness_proxy
+    from firstrun.enclosure import ProxySetup, harness_proxy
     from firstrun.policy.network import NetworkPolicy
     from firstrun.policy.profile import SandboxProfile
     from firstrun.sandbox.hostfs import host_filesystem_policy
@@ -71,7 +71,7 @@ def _phases(rounds: int) -> dict[str, float]:
         workspace = tempfile.mkdtemp(prefix="firstrun-bench-oneshot-")
         try:
             began = time.perf_counter()
-            with harness_proxy(NetworkPolicy.build(), Egress(env=os.environ),
+            with harness_proxy(NetworkPolicy.build(), ProxySetup(env=os.environ),
                                captures=True) as made:
                 endpoint = made.endpoint
                 lengths = {"proxy_started": time.perf_counter() - began}

@@ -72,7 +72,7 @@ CLIENT = (Path(__file__).parent / "tunnel_client.py").read_text(encoding="utf-8"
 
 def main(rounds: int = ROUNDS, per_round: int = PER_ROUND) -> dict[str, dict[str, object]]:
     from firstrun.audit.battery import docker_bridge_address
-    from firstrun.enclosure import Egress, open_enclosure
+    from firstrun.enclosure import ProxySetup, open_enclosure
     from firstrun.policy.network import NetworkPolicy
     from firstrun.policy.profile import SandboxProfile
     from firstrun.sandbox.docker.backend import DockerBackend
@@ -111,7 +111,7 @@ def main(rounds: int = ROUNDS, per_round: int = PER_ROUND) -> dict[str, dict[str
                                                  sidecar_hosts=((HOST_NAME, address),))) \
                     if arm == "docker" else None
                 enclosure = stack.enter_context(open_enclosure(
-                    entry(arm), profile, Egress(env=os.environ, resolver=resolver), build=build))
+                    entry(arm), profile, ProxySetup(env=os.environ, resolver=resolver), build=build))
                 sessions[arm] = enclosure.start()
             first = 0
             for index in range(rounds):

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from firstrun.cli.doctor import available_backends
-from firstrun.enclosure import Egress, open_enclosure
+from firstrun.enclosure import ProxySetup, open_enclosure
 from firstrun.policy.network import NetworkPolicy
 from firstrun.policy.profile import SandboxProfile
 from firstrun.proxy.records import EgressRecord
@@ -28,5 +28,5 @@ def session_on(backend: str, workspace: str,
     select_backend(backend, allow_unenforced=False)
     profile = SandboxProfile(fs=host_filesystem_policy(workspace, os.environ, protect=False), net=policy)
     with open_enclosure(entry(backend), profile,
-                        Egress(env=os.environ, on_record=sink.append)) as enclosure:
+                        ProxySetup(env=os.environ, on_record=sink.append)) as enclosure:
         yield enclosure.start()
