@@ -140,7 +140,7 @@ def test_ctrl_c_mid_command_leaves_nothing_running_or_created(backend: str,
     marker = f"firstrun-interrupted-{uuid.uuid4().hex}"
     task = tmp_path / "interrupted.yaml"
     task.write_text(INTERRUPTED.format(marker=marker), encoding="utf-8")
-    docs = Path(__file__).parents[1] / "run" / "fixtures" / "docs"
+    docs = Path(__file__).parents[1] / "support" / "greeter_docs"
     proc = subprocess.Popen(
         [str(FIRSTRUN), "run", str(task), "--docs-mirror", f"docs.greeter.test={docs}",
          "--backend", backend, "--out", str(tmp_path / "out")],

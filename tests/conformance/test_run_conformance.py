@@ -27,7 +27,7 @@ from firstrun.sandbox.docker.resources import docker
 from firstrun.tasks.load import load_task
 from firstrun.tasks.model import Task
 
-FIXTURE_DOCS = Path(__file__).parents[1] / "run" / "fixtures" / "docs"
+FIXTURE_DOCS = Path(__file__).parents[1] / "support" / "greeter_docs"
 DOCS_HOST = "docs.greeter.test"
 
 DENIED = """\

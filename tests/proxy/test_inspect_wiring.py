@@ -24,7 +24,7 @@ from firstrun.tasks.compile import compile_network_policy
 from firstrun.tasks.load import load_task
 
 FIRSTRUN = Path(sys.executable).parent / "firstrun"
-DOCS = Path(__file__).parents[1] / "run" / "fixtures" / "docs"
+DOCS = Path(__file__).parents[1] / "support" / "greeter_docs"
 DOCS_HOST = "docs.greeter.test"
 
 CREDENTIALS = """\
