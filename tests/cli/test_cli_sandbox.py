@@ -155,6 +155,9 @@ def _start_and_wait(backend: str, workspace: Path, marker: str,
         [str(FIRSTRUN), "sandbox", "--backend", backend, "--workspace", str(workspace), "--",
          "sh", "-c", f"touch started; (setsid sleep {marker} &); sleep {marker}"],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+        # The harness keeps an inherited ignored SIGHUP (nohup's contract), so a suite
+        # started under nohup would otherwise test nohup, not a terminal that closed.
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 120
     while not (workspace / "started").exists() or len(_processes_with_argument(marker)) < 2:
