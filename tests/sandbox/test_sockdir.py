@@ -80,3 +80,23 @@ def test_what_names_no_dead_owner_is_left_alone(tmp_path: Path) -> None:
         pass
     assert sorted(os.listdir(tmp_path)) == ["elsewhere", f"{PREFIX}link", f"{PREFIX}old"]
     assert (elsewhere / "owner").exists() and (unowned / "proxy.sock").exists()
+
+
+def test_a_reaper_that_runs_while_the_owner_is_being_written_keeps_the_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Another harness's reaper runs at the worst moment: the owner's bytes are not yet in
+    # place. It must see no owner (and leave the directory), never an empty one.
+    from firstrun.sandbox import sockdir
+
+    rename = os.rename
+    reaped: list[tuple[str, ...]] = []
+
+    def reap_then_rename(src: str, dst: str) -> None:
+        reaped.append(sockdir.reap_socket_directories(str(tmp_path)))
+        rename(src, dst)
+
+    monkeypatch.setattr(sockdir.os, "rename", reap_then_rename)
+    with socket_directory(str(tmp_path)) as mine:
+        assert reaped == [()]
+        assert Path(mine).is_dir()
+        assert (Path(mine) / "owner").read_text().strip()

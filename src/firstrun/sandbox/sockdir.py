@@ -61,6 +61,10 @@ def socket_directory(parent: str | None = None) -> Iterator[str]:
         raise SandboxError("cannot read this process's own /proc entry", who="proxy")
     reap_socket_directories(parent)
     with tempfile.TemporaryDirectory(prefix=PREFIX, dir=parent) as path:
-        with open(os.path.join(path, OWNER), "x", encoding="ascii") as f:
+        # Written aside and renamed into place: another harness's reaper must never read a
+        # half-written owner (an empty one names no live process) and remove a live directory.
+        staged = os.path.join(path, f".{OWNER}")
+        with open(staged, "x", encoding="ascii") as f:
             f.write(identity + "\n")
+        os.rename(staged, os.path.join(path, OWNER))
         yield path
