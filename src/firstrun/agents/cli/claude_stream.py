@@ -10,10 +10,11 @@ down, ``Final`` for the ``result`` line. A line that is not a JSON object is
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
+
+from firstrun.agents.cli.lines import Noise, count, read_line
 
 # A Bash result carries its exit code: the CLI writes "Exit code N" first in a
 # failed command's result.
@@ -76,11 +77,6 @@ class Final:
     terminal_reason: str | None
 
 
-@dataclass(frozen=True, kw_only=True)
-class Noise:
-    line: str
-
-
 Item = Init | Turn | ToolOutcome | Denied | Final | Noise
 
 
@@ -102,10 +98,6 @@ def _text_of(content: Any) -> str:
     return ""
 
 
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
 class ClaudeStream:
     def __init__(self) -> None:
         self._open: dict[str, _Open] = {}
@@ -115,16 +107,11 @@ class ClaudeStream:
     # The stream is the one --verbose --include-partial-messages gives: a turn's
     # usage is input from message_start, output from message_delta.
     def feed(self, line: str) -> list[Item]:
-        line = line.strip()
-        if not line:
+        data = read_line(line)
+        if data is None:
             return []
-        try:
-            data = json.loads(line)
-        except ValueError:
-            # The CLI's own warnings.
-            return [Noise(line=line)]
-        if not isinstance(data, dict):
-            return [Noise(line=line)]
+        if isinstance(data, Noise):
+            return [data]
         kind = data.get("type")
         if kind == "stream_event":
             return self._event(data)
@@ -167,7 +154,7 @@ class ClaudeStream:
             return []
         if kind == "message_delta":
             turn.vendor_stop = (event.get("delta") or {}).get("stop_reason")
-            turn.output_tokens = _int((event.get("usage") or {}).get("output_tokens"))
+            turn.output_tokens = count((event.get("usage") or {}).get("output_tokens"))
         elif kind == "message_stop":
             del self._open[ident]
             return [self._turn(ident, turn)]
@@ -185,15 +172,15 @@ class ClaudeStream:
 
     def _turn(self, ident: str, turn: _Open) -> Turn:
         usage = turn.usage
-        cached = _int(usage.get("cache_read_input_tokens"))
-        written = _int(usage.get("cache_creation_input_tokens"))
+        cached = count(usage.get("cache_read_input_tokens"))
+        written = count(usage.get("cache_creation_input_tokens"))
         text = "".join(b.get("text", "") for b in turn.blocks if b.get("type") == "text")
         calls = tuple({"id": b.get("id"), "name": b.get("name"), "arguments": b.get("input") or {}}
                       for b in turn.blocks if b.get("type") == "tool_use")
         return Turn(message_id=ident, model=turn.model, text=text, tool_calls=calls,
                     vendor_stop=turn.vendor_stop,
                     # All input, as firstrun counts it: the uncached part plus both cache kinds.
-                    input_tokens=_int(usage.get("input_tokens")) + cached + written,
+                    input_tokens=count(usage.get("input_tokens")) + cached + written,
                     output_tokens=turn.output_tokens, cached_tokens=cached,
                     cache_write_tokens=written, parent=turn.parent)
 

@@ -10,9 +10,10 @@ an exception.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
+
+from firstrun.agents.cli.lines import Noise, count, read_line
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,38 +50,25 @@ class Failed:
     message: str
 
 
-@dataclass(frozen=True, kw_only=True)
-class Noise:
-    line: str
-
-
 Item = Command | Message | TurnUsage | Notice | Failed | Noise
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 class CodexStream:
     def feed(self, line: str) -> list[Item]:
-        line = line.strip()
-        if not line:
+        data = read_line(line)
+        if data is None:
             return []
-        try:
-            data = json.loads(line)
-        except ValueError:
-            return [Noise(line=line)]
-        if not isinstance(data, dict):
-            return [Noise(line=line)]
+        if isinstance(data, Noise):
+            return [data]
         kind = data.get("type")
         if kind == "item.completed":
             return self._item(data.get("item") or {})
         if kind == "turn.completed":
             usage = data.get("usage") or {}
-            return [TurnUsage(input_tokens=_int(usage.get("input_tokens")),
-                              cached_tokens=_int(usage.get("cached_input_tokens")),
-                              cache_write_tokens=_int(usage.get("cache_write_input_tokens")),
-                              output_tokens=_int(usage.get("output_tokens")))]
+            return [TurnUsage(input_tokens=count(usage.get("input_tokens")),
+                              cached_tokens=count(usage.get("cached_input_tokens")),
+                              cache_write_tokens=count(usage.get("cache_write_input_tokens")),
+                              output_tokens=count(usage.get("output_tokens")))]
         if kind == "turn.failed":
             return [Failed(message=str((data.get("error") or {}).get("message", "")))]
         if kind == "error":
