@@ -15,6 +15,7 @@ from typing import Any
 
 from egress_support import SavedEgress
 from firstrun.agents.base import AgentStop
+from firstrun.docs.blocks import extract
 from firstrun.results.model import Classification, PageRead, RunRecord
 from firstrun.results.store import ResultsStore
 from firstrun.run.events import (
@@ -29,6 +30,12 @@ from firstrun.run.events import (
 )
 
 FIRSTRUN = Path(sys.executable).parent / "firstrun"
+
+# A quickstart whose one block pins a tabulate that does not exist.
+PIN_PAGE = "https://docs.test/quickstart"
+PIN_BLOCKS = [b.to_data() for b in extract(
+    '<pre><code class="language-console">$ pip install tabulate==0.0.999\n$ python app.py</code></pre>',
+    url=PIN_PAGE)]
 
 ROUTE = ("https://docs.test/a", "https://docs.test/b", "https://docs.test/c")
 
@@ -111,3 +118,31 @@ def firstrun(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
     return subprocess.run([str(FIRSTRUN), *args], check=False, capture_output=True, text=True,
                           stdin=subprocess.DEVNULL, timeout=120,
                           env=env if env is not None else dict(os.environ))
+
+
+def pin_sweep(out: Path, *, no_dist: str, meta: dict[str, Any], missing: bool = False,
+              **fields: Any) -> Path:
+    """Three runs break at PIN_PAGE's pinned block with ``no_dist``, every run ran
+    ``pip install wheel`` (no page gives it), the fourth passes. ``missing``: run 1 has no
+    trace. ``fields`` go to each ``record``."""
+    store = ResultsStore(out, meta=meta)
+    store.flush()
+    kinds = [Classification.DOCS_GAP] * 3 + [Classification.PASSED]
+    for attempt, kind in enumerate(kinds, start=1):
+        failed = kind is Classification.DOCS_GAP
+        r = record("pin", attempt, kind, commands=2, **fields)
+        if not (missing and attempt == 1):
+            trace = Trace(out / r.trace)
+            trace.emit(DocsRead(page={"url_requested": PIN_PAGE, "url_final": PIN_PAGE, "status": 200,
+                                      "error": None, "blocks": PIN_BLOCKS}, route=True))
+            trace.emit(CommandRan(source=Source.AGENT, command="pip install wheel", exit_code=0,
+                                  duration_s=1))
+            trace.emit(CommandRan(source=Source.AGENT, command="pip install tabulate==0.0.999",
+                                  exit_code=1 if failed else 0, duration_s=1,
+                                  stderr=no_dist if failed else ""))
+            trace.emit(AgentFinished(stop=AgentStop.FINISHED, turns=2))
+            trace.emit(CheckFinished(exit_code=1 if failed else 0))
+            trace.emit(RunFinished(classification=kind.value, reason=r.reason))
+            trace.close()
+        store.add(r.to_data())
+    return out

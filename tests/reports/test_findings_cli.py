@@ -12,43 +12,17 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from report_support import firstrun, record
-
-from firstrun.agents.base import AgentStop
-from firstrun.docs.blocks import extract
-from firstrun.results.model import Classification, RunRecord
-from firstrun.results.store import ResultsStore
-from firstrun.run.events import AgentFinished, CheckFinished, CommandRan, DocsRead, RunFinished, Source, Trace
+from report_support import PIN_PAGE, firstrun, pin_sweep
 
 pytestmark = pytest.mark.fast
 
-PAGE = "https://docs.test/quickstart"
-BLOCKS = [b.to_data() for b in extract(
-    '<pre><code class="language-console">$ pip install tabulate==0.0.999\n$ python app.py</code></pre>', url=PAGE)]
+PAGE = PIN_PAGE
 NO_DIST = "ERROR: No matching distribution found for tabulate==0.0.999\n"
 
 
 def _sweep(out: Path, *, missing: bool = False) -> Path:
-    store = ResultsStore(out, meta={"agent": "replay", "model": None})
-    store.flush()
-    kinds = [Classification.DOCS_GAP] * 3 + [Classification.PASSED]
-    for attempt, kind in enumerate(kinds, start=1):
-        failed = kind is Classification.DOCS_GAP
-        r: RunRecord = record("pin", attempt, kind, extra={"claim": "The pinned version does not exist."},
-                              commands=2)
-        if not (missing and attempt == 1):
-            trace = Trace(out / r.trace)
-            trace.emit(DocsRead(page={"url_requested": PAGE, "url_final": PAGE, "status": 200, "error": None,
-                                      "blocks": BLOCKS}, route=True))
-            trace.emit(CommandRan(source=Source.AGENT, command="pip install wheel", exit_code=0, duration_s=1))
-            trace.emit(CommandRan(source=Source.AGENT, command="pip install tabulate==0.0.999",
-                                  exit_code=1 if failed else 0, duration_s=1, stderr=NO_DIST if failed else ""))
-            trace.emit(AgentFinished(stop=AgentStop.FINISHED, turns=2))
-            trace.emit(CheckFinished(exit_code=1 if failed else 0))
-            trace.emit(RunFinished(classification=kind.value, reason=r.reason))
-            trace.close()
-        store.add(r.to_data())
-    return out
+    return pin_sweep(out, no_dist=NO_DIST, meta={"agent": "replay", "model": None}, missing=missing,
+                     extra={"claim": "The pinned version does not exist."})
 
 
 def test_text_names_the_block_the_signature_the_improvised_step_and_the_gap(tmp_path: Path) -> None:

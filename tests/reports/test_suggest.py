@@ -15,12 +15,11 @@ from typing import Any
 
 import jsonschema
 import pytest
-from report_support import firstrun, record
+from report_support import PIN_PAGE, firstrun, pin_sweep
 
 import support.anthropic_wire as claude_wire
 import support.gemini_wire as gemini_wire
 import support.openai_wire as openai_wire
-from firstrun.agents.base import AgentStop  # noqa: E402
 from firstrun.agents.vendor import (  # noqa: E402
     TokenUsage,
     Turn,
@@ -28,28 +27,14 @@ from firstrun.agents.vendor import (  # noqa: E402
     VendorConfigError,
     VendorUnavailable,
 )
-from firstrun.docs.blocks import extract  # noqa: E402
 from firstrun.errors import UsageError  # noqa: E402
 from firstrun.reports.findings_report import build_report, render_text  # noqa: E402
 from firstrun.reports.load import load_saved, read_runs  # noqa: E402
 from firstrun.reports.suggest import MAX_OUTPUT_TOKENS, RETRY, choose_model, draft, shown  # noqa: E402
 from firstrun.reports.suggestions import SYSTEM, Status, Suggestion, prompt  # noqa: E402
-from firstrun.results.model import Classification  # noqa: E402
-from firstrun.results.store import ResultsStore  # noqa: E402
-from firstrun.run.events import (  # noqa: E402
-    AgentFinished,
-    CheckFinished,
-    CommandRan,
-    DocsRead,
-    RunFinished,
-    Source,
-    Trace,
-)
 from support.vendor import Reply, Request, Router, VendorServer
 
-PAGE = "https://docs.test/quickstart"
-BLOCKS = [b.to_data() for b in extract(
-    '<pre><code class="language-console">$ pip install tabulate==0.0.999\n$ python app.py</code></pre>', url=PAGE)]
+PAGE = PIN_PAGE
 NO_DIST = "ERROR: Could not find a version\nERROR: No matching distribution found for tabulate==0.0.999\n"
 DRAFT = "On the quickstart, block 0: pin an existing release, `pip install tabulate==0.9.0`. <b>"
 WHEEL_DRAFT = "Add a step before block 0: `pip install wheel`."
@@ -58,26 +43,9 @@ KEY = "sk-ant-suggest-test-1f3a"
 
 def sweep(out: Path, *, agent: str = "claude", model: str | None = claude_wire.MODEL) -> Path:
     """Three runs break at the pinned block, four run ``pip install wheel`` no page gives, one passes."""
-    store = ResultsStore(out, meta={"agent": agent, "model": model})
-    store.flush()
-    kinds = [Classification.DOCS_GAP] * 3 + [Classification.PASSED]
-    for attempt, kind in enumerate(kinds, start=1):
-        failed = kind is Classification.DOCS_GAP
-        r = record("pin", attempt, kind, agent=agent, model=model, commands=2,
-                   extra={"claim": "The pinned version does not exist.",
-                          "usage": {"input_tokens": 1000, "output_tokens": 100, "spend": "0.01"}})
-        trace = Trace(out / r.trace)
-        trace.emit(DocsRead(page={"url_requested": PAGE, "url_final": PAGE, "status": 200, "error": None,
-                                  "blocks": BLOCKS}, route=True))
-        trace.emit(CommandRan(source=Source.AGENT, command="pip install wheel", exit_code=0, duration_s=1))
-        trace.emit(CommandRan(source=Source.AGENT, command="pip install tabulate==0.0.999",
-                              exit_code=1 if failed else 0, duration_s=1, stderr=NO_DIST if failed else ""))
-        trace.emit(AgentFinished(stop=AgentStop.FINISHED, turns=2))
-        trace.emit(CheckFinished(exit_code=1 if failed else 0))
-        trace.emit(RunFinished(classification=kind.value, reason=r.reason))
-        trace.close()
-        store.add(r.to_data())
-    return out
+    return pin_sweep(out, no_dist=NO_DIST, meta={"agent": agent, "model": model}, agent=agent, model=model,
+                     extra={"claim": "The pinned version does not exist.",
+                            "usage": {"input_tokens": 1000, "output_tokens": 100, "spend": "0.01"}})
 
 
 def prices(tmp_path: Path, model: str, rate: int) -> Path:
