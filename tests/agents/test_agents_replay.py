@@ -195,6 +195,29 @@ def test_drift_is_not_judged_over_a_route_not_read_in_full() -> None:
     assert ("bash", "tree") in tools.calls
 
 
+@pytest.mark.parametrize(("error", "status", "stop"), [
+    (ReadFailure.UNREACHABLE, None, AgentStop.INFRA_ERROR),
+    (ReadFailure.HTTP_ERROR, 502, AgentStop.INFRA_ERROR),
+    (ReadFailure.HTTP_ERROR, 503, AgentStop.INFRA_ERROR),
+    (ReadFailure.HTTP_ERROR, 404, AgentStop.STEP_FAILED),
+    (ReadFailure.HTTP_ERROR, 410, AgentStop.STEP_FAILED),
+    (ReadFailure.NOT_TEXT, 200, AgentStop.STEP_FAILED),
+])
+def test_a_route_page_the_site_failed_to_serve_is_no_evidence_about_the_docs(
+        error: ReadFailure, status: int | None, stop: AgentStop) -> None:
+    class Failing(ScriptedTools):
+        def read_docs(self, url: str) -> Page:
+            page = super().read_docs(url)
+            return replace(page, error=error, status=status, detail="d", blocks=())
+
+    tools = Failing()
+    result = ReplayAgent().run(docs_brief(DocsReplay(source="docs")), tools)
+    assert result.stop is stop
+    assert not [c for c in tools.calls if c[0] == "bash"]
+    said = "could not be reached" if stop is AgentStop.INFRA_ERROR else "could not be read"
+    assert result.detail.startswith(f"route page http://a.test/1 {said} ({error}: d)")
+
+
 def test_make_agent_knows_replay_and_names_the_flag_otherwise() -> None:
     assert isinstance(make_agent("replay"), ReplayAgent)
     with pytest.raises(UsageError, match="--agent: unknown agent 'replya'; did you mean 'replay'"):

@@ -90,6 +90,8 @@ def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
         _copy(root, "tabulate-typo", _typo),
         _copy(root, "tabulate-no-install", _no_install),
         _copy(root, "tabulate-no-page", lambda docs: (docs / "first-table.html").unlink()),
+        # Its task names a docs host no mirror serves and no resolver knows.
+        (_copy(root, "tabulate-gone")[0], None),
         _keyed(root, "keyed-given", "  values: {your-token: s3cret}\n"),
         _keyed(root, "keyed-missing", ""),
         _hand_written(root, "tabulate-transcribed", TRANSCRIBED),
@@ -100,7 +102,8 @@ def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = root / "out"
     argv = [str(FIRSTRUN), "run", "--agent", "replay", "--out", str(out)]
     for _, mirror in made:
-        argv += ["--docs-mirror", mirror]
+        if mirror is not None:
+            argv += ["--docs-mirror", mirror]
     argv += [task for task, _ in made]
     done = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=900)
     assert (out / "results.json").exists(), done.stdout + done.stderr
@@ -147,6 +150,15 @@ def test_a_route_page_that_cannot_be_read_is_a_docs_gap_naming_it(out: Path) -> 
     assert run["detail"].startswith(
         "route page https://tabulate-no-page.docs.example/first-table.html could not be read "
         "(http_error: HTTP 404)")
+
+
+def test_a_docs_site_that_cannot_be_reached_is_an_infra_error_not_a_gap(out: Path) -> None:
+    run = runs_by_task(out)["tabulate-gone"]
+    assert (run["classification"], run["reason"]) == ("infra_error", "agent_infra_error")
+    assert run["detail"].startswith(
+        "route page https://tabulate-gone.docs.example/index.html could not be reached (")
+    assert run["detail"].endswith("so this run is no evidence about the docs")
+    assert _agent_commands(out, "tabulate-gone") == []
 
 
 def test_a_value_the_task_gives_fills_the_placeholder(out: Path) -> None:

@@ -28,6 +28,7 @@ from firstrun.agents.base import (
     Origin,
     Toolbelt,
 )
+from firstrun.docs.page import ReadFailure
 from firstrun.tasks.model import DocsReplay, ReplayStep
 
 if TYPE_CHECKING:
@@ -68,6 +69,14 @@ class Drift:
                 f"{_first_line(self.nearest.text)}" if self.nearest is not None
                 else "; the route shows no code block")
         return f"step {self.number} matches no code block on the route: {_first_line(self.step)}{near}"
+
+
+def _unreachable(page: Page) -> bool:
+    """The site, not the page, failed: no answer came, or the server (or the proxy
+    for it) answered with a 5xx. A 404 is the docs' own: the route names a page
+    they no longer have."""
+    return page.error is ReadFailure.UNREACHABLE or (
+        page.error is ReadFailure.HTTP_ERROR and page.status is not None and page.status >= 500)
 
 
 class ReplayAgent:
@@ -155,6 +164,11 @@ class _Run:
         taken = 0
         for url in self.brief.docs_route:
             page = self.read(url)
+            if not page.ok and _unreachable(page):
+                raise _Stopped(AgentResult(
+                    stop=AgentStop.INFRA_ERROR, turns=self.turns,
+                    detail=f"route page {url} could not be reached ({page.error}: "
+                    f"{page.detail}), so this run is no evidence about the docs"))
             if not page.ok:
                 raise _Stopped(AgentResult(
                     stop=AgentStop.STEP_FAILED, turns=self.turns,
