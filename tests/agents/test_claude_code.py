@@ -4,12 +4,15 @@ proxy and harness MCP server. Judged by the trace, the server's requests and the
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from claude_code_support import API_HOST, agent, api_tls, bash, read_docs, served
+from mcp.server import mcpserver
 
 import support.anthropic_wire as wire
 from firstrun.agents.cli.install import CLAUDE_CODE, CliInstall, ensure
@@ -157,6 +160,44 @@ def test_the_turn_budget_stops_the_cli_mid_run(claude_code: CliInstall, config: 
     # The greeting was never written: the CLI stopped before its third turn.
     assert GREET not in [e.command for e in of(events, CommandRan)]
     assert len([r for r in server.seen() if (r.body or {}).get("tools")]) == 2
+
+
+def test_the_cli_leaves_no_request_open_behind_it(claude_code: CliInstall, config: RunConfig,
+                                                 tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every JSON-RPC method the CLI posts to the harness's MCP server, as served.
+    methods: list[str] = []
+    make_app = mcpserver.MCPServer.streamable_http_app
+
+    def spied(self: mcpserver.MCPServer, **options: Any) -> Any:
+        app = make_app(self, **options)
+
+        async def asgi(scope: Any, receive: Any, send: Any) -> None:
+            body = bytearray()
+
+            async def seen() -> Any:
+                message = await receive()
+                body.extend(message.get("body", b""))
+                if body and message["type"] == "http.request" and not message.get("more_body"):
+                    methods.append(json.loads(body).get("method", ""))
+                return message
+            await app(scope, seen, send)
+        return asgi
+
+    monkeypatch.setattr(mcpserver.MCPServer, "streamable_http_app", spied)
+    transcript = served(
+        wire.message(read_docs(DOCS_GREETER)),
+        wire.message(bash(GREET)),
+        wire.message(wire.text("Done.")),
+    )
+    with VendorServer(transcript) as server:
+        record, _ = run(greeter_task(tmp_path), agent(claude_code, server.url), config)
+    assert record.classification is Classification.PASSED
+    assert methods.count("tools/call") == 3
+    # A listen stream (offered, the CLI opens one) outlived the CLI by some 45 s:
+    # the proxy held it until a keepalive write to the gone client failed, and
+    # the run waited for the MCP server's exit, which waited for the stream.
+    assert "subscriptions/listen" not in methods
 
 
 def test_a_vendor_error_is_an_infra_error(claude_code: CliInstall, config: RunConfig,

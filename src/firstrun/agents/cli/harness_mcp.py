@@ -97,7 +97,12 @@ class HarnessMcp:
         from mcp.server.mcpserver import MCPServer
         from mcp.server.transport_security import TransportSecuritySettings
 
-        server = MCPServer(name=SERVER_NAME)
+        # No subscriptions: these tools never change, so there is nothing to
+        # listen for, and a client's listen stream (Claude Code opens one when
+        # it is offered) outlived the CLI: the proxy holds a stream whose client
+        # closed until a write to it fails, and this server's exit waited for
+        # it, some 45 s of keepalive pings after every run.
+        server = MCPServer(name=SERVER_NAME, subscriptions=False)
         server.tool(name="read_docs", description=(
             "Read one documentation page (its URL) and get it as markdown. The only way to "
             "read the docs here."), structured_output=False)(self.read_docs)
