@@ -93,7 +93,7 @@ def mutate_command(request: RunRequest, *, as_json: bool = False) -> int:
                     break
                 run_suite(round_of(), agent_factory=ReplayAgent, config=config, store=store,
                           workers=request.workers or 1, stop=stop, on_event=progress.update,
-                          done=store.finished())
+                          done=store.finished(), resolution=resolution)
         except Signalled as sig:
             stop.set()
             signum = sig.signum

@@ -738,7 +738,7 @@ def check_command(
     if isinstance(resolution, str):
         print(resolution, file=sys.stderr)
         return EXIT_NO_EVIDENCE
-    config = RunConfig(out_dir=Path(out), backend=resolution.backend,
+    config = RunConfig(out_dir=Path(out), backend=resolution.backend, chosen=resolution.chosen,
                        allow_unenforced=allow_unenforced, image=image, inspect_tls=inspect_tls)
     with signals_unwind():
         record = recheck(tasks[0], sandbox_dir=Path(sandbox), config=config,

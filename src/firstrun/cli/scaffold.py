@@ -263,7 +263,8 @@ def try_draft(path: Path, *, out: Path, mirrors: Mapping[str, Mirror], cache_dir
     store = ResultsStore(out, meta={"agent": "replay", "init": os.fspath(path)})
     with signals_unwind():
         # A signal stops the run with its session closed, then ends init as it ends run.
-        outcome = run_suite([task], agent_factory=ReplayAgent, config=config, store=store)
+        outcome = run_suite([task], agent_factory=ReplayAgent, config=config, store=store,
+                            resolution=resolution)
     if not outcome.records:
         print("init: the draft's run did not finish", file=sys.stderr)
         return 2

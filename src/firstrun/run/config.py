@@ -15,7 +15,7 @@ from firstrun.docs import Affordances, CacheMode, Mirror, Politeness
 from firstrun.errors import UsageError
 from firstrun.policy.permissions import RuleSet
 from firstrun.policy.profile import LayerName
-from firstrun.sandbox.select import BACKENDS
+from firstrun.sandbox.select import BACKENDS, Entry
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,10 +29,14 @@ class RunConfig:
     from read_docs) and ``probe_affordances`` records which of them exist.
     ``inspect_tls`` is ``--inspect-tls``: the proxy decrypts tunnels with a
     per-run CA and applies the method rules and credentials (policy.methods).
+    ``chosen`` is ``backend``'s registry entry, resolved once for the sweep
+    (``run_suite``) and carried by every run, to its Ray node too; None: a
+    lone run resolves ``backend`` itself, once.
     """
 
     out_dir: Path
     backend: str = "auto"
+    chosen: Entry | None = None
     allow_unenforced: bool = False
     # ``--allow-downgrade``: layers a run may go without (recorded), as in the profile.
     downgrades: frozenset[LayerName] = frozenset()
@@ -57,3 +61,6 @@ class RunConfig:
             raise UsageError(
                 f"--backend: unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}"
             )
+        if self.chosen is not None and self.chosen.name != self.backend:
+            raise ValueError(f"backend {self.backend!r} resolved to another's entry "
+                             f"({self.chosen.name!r})")

@@ -184,12 +184,13 @@ def open_sandbox(
             allow=(), source="agent routes",
             overrides=[(f"{r.host}:{r.port}", [f"{r.address}/32"]) for r in routes]).overrides)
     image = run_image(task, config)
-    # A sweep resolves ``auto`` once before its runs; a lone run does it here.
-    # From here on the entry travels, never its name.
-    chosen = entry(config.backend if config.backend != "auto" else resolve_backend(
-        "auto", BackendOptions(), (image,)).backend)
+    # A sweep resolved its backend once before its runs (RunConfig.chosen); a
+    # lone run resolves it here, once. From here on the entry travels, never its name.
+    chosen = config.chosen if config.chosen is not None else entry(
+        config.backend if config.backend != "auto"
+        else resolve_backend("auto", BackendOptions(), (image,)).backend)
     if task.spec.firstrun.isolation == "vm":
-        require_vm(chosen.name, who=f"task {task.name}")
+        require_vm(chosen, who=f"task {task.name}")
     if routes and chosen.own_proxy:
         raise SandboxUnavailable(
             f"--agent: the {chosen.name} backend runs its own proxy, which cannot route the "

@@ -32,7 +32,6 @@ from firstrun.sandbox.select import (
     BackendOptions,
     Resolution,
     resolve_backend,
-    unavailable,
 )
 from firstrun.tasks.model import Task
 
@@ -73,7 +72,8 @@ class LocalEngine:
     agent_factory: Callable[[], Agent]
 
     def unavailable(self, task: Task, config: RunConfig) -> str | None:
-        missing = unavailable(config.backend, BackendOptions(
+        assert config.chosen is not None, "run_suite resolves the sweep's backend first"
+        missing = config.chosen.unavailable(BackendOptions(
             allow_unenforced=config.allow_unenforced), (run_image(task, config),))
         if missing is None:
             return None
@@ -124,7 +124,8 @@ def run_suite(
     if resolution is None:
         resolution = resolve_backend(config.backend, BackendOptions(),
                                      [run_image(task, config) for task in tasks] or [config.image])
-    config = replace(config, backend=resolution.backend)
+    # Its entry is looked up here, once, and every run carries it (RunConfig.chosen).
+    config = replace(config, backend=resolution.backend, chosen=resolution.chosen)
     lost: list[str] = []
     if config.politeness is None:
         # One spacing for the whole sweep, so parallel runs are polite together.

@@ -32,8 +32,21 @@ class BackendOptions:
     on_record: RecordCallback | None = None
 
 
+# The constructors an Entry names are module functions, never lambdas, so an
+# Entry pickles as it is (by reference) and a Ray node gets the sweep's entry
+# itself rather than a name to look up again.
 def _plain(cls: type, options: BackendOptions) -> Backend:
     backend: Backend = cls()
+    return backend
+
+
+def _with_image_and_records(cls: type, options: BackendOptions) -> Backend:
+    backend: Backend = cls(image=options.image, on_record=options.on_record)
+    return backend
+
+
+def _with_unenforced(cls: type, options: BackendOptions) -> Backend:
+    backend: Backend = cls(allow_unenforced=options.allow_unenforced)
     return backend
 
 
@@ -76,6 +89,16 @@ class Entry:
         """This backend, constructed with what applies to it of ``options``, not probed."""
         return self.build(self.load(), options)
 
+    def unavailable(self, options: BackendOptions,
+                    images: Sequence[str | None] = (None,)) -> Capability | None:
+        """The first thing that keeps this backend from running every image in ``images``
+        now; None: usable. The sweep's probe, and the check before each of its runs."""
+        for image in dict.fromkeys(images):
+            for cap in self.construct(replace(options, image=image)).probe():
+                if not cap.available:
+                    return cap
+        return None
+
 
 # Adding a backend is one Entry here: its name, the class ("module:Class"), where ``auto``
 # ranks it, and, if its constructor takes options, a ``build`` that picks them from
@@ -85,7 +108,7 @@ class Entry:
 # dependencies can still use the others.
 REGISTRY: tuple[Entry, ...] = (
     Entry(name="docker", cls="firstrun.sandbox.docker.backend:DockerBackend", auto_rank=1,
-          build=lambda cls, o: cls(image=o.image, on_record=o.on_record), own_proxy=True,
+          build=_with_image_and_records, own_proxy=True,
           inspects_tls=True),
     Entry(name="linux", cls="firstrun.sandbox.linux.backend:LinuxBackend", auto_rank=2,
           captures=True, inspects_tls=True),
@@ -96,9 +119,9 @@ REGISTRY: tuple[Entry, ...] = (
     Entry(name="microvm", cls="firstrun.sandbox.microvm.backend:MicrovmBackend", auto_rank=None,
           own_kernel="firstrun.sandbox.microvm.probe:kvm", kernel_rank=1),
     Entry(name="local", cls="firstrun.sandbox.local:LocalBackend", auto_rank=None,
-          build=lambda cls, o: cls(allow_unenforced=o.allow_unenforced), unenforced=True),
+          build=_with_unenforced, unenforced=True),
     Entry(name="fake", cls="firstrun.sandbox.fake:FakeBackend", auto_rank=None,
-          build=lambda cls, o: cls(allow_unenforced=o.allow_unenforced), unenforced=True),
+          build=_with_unenforced, unenforced=True),
 )
 
 BACKENDS: tuple[str, ...] = ("auto", *(e.name for e in REGISTRY))
@@ -158,7 +181,7 @@ def inspecting_backend(backend: str, *, inspect_tls: bool, flag: str) -> str:
     return backend
 
 
-def require_vm(name: str, *, who: str) -> None:
+def require_vm(backend: Entry | str, *, who: str) -> None:
     """Refuse a run that asked for ``isolation: vm`` on a backend that cannot give it one.
 
     A backend that shares the host's kernel is refused, naming one that can
@@ -167,7 +190,8 @@ def require_vm(name: str, *, who: str) -> None:
     and a task that asks for a VM should not silently run a hundred times
     slower).
     """
-    chosen = entry(name)
+    chosen = backend if isinstance(backend, Entry) else entry(backend)
+    name = chosen.name
     if chosen.own_kernel is None:
         kernels = [e.name for e in REGISTRY if e.own_kernel]
         here = own_kernel_backend()
@@ -196,11 +220,7 @@ def probe_backend(name: str, options: BackendOptions) -> tuple[Capability, ...]:
 def unavailable(name: str, options: BackendOptions,
                 images: Sequence[str | None] = (None,)) -> Capability | None:
     """The first thing that keeps ``name`` from running every image in ``images``; None: usable."""
-    for image in dict.fromkeys(images):
-        for cap in probe_backend(name, replace(options, image=image)):
-            if not cap.available:
-                return cap
-    return None
+    return entry(name).unavailable(options, images)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -210,6 +230,11 @@ class Resolution:
     requested: str
     backend: str
     passed_over: tuple[str, ...] = ()
+
+    @property
+    def chosen(self) -> Entry:
+        """The backend's entry, which the sweep's runs carry (``RunConfig.chosen``)."""
+        return entry(self.backend)
 
     def explain(self) -> str:
         if self.requested != "auto":
