@@ -19,7 +19,7 @@ from firstrun.docs import DocsReader, Mirror, Page, default_user_agent
 from firstrun.docs.blocks import Block
 from firstrun.errors import PolicyError
 from firstrun.examples import example_mirrors, list_examples
-from firstrun.policy.hosts import HostPattern, canonical_host
+from firstrun.policy.hosts import canonical_host
 from firstrun.tasks.compile import covering
 from firstrun.tasks.lint import Code, Finding, Severity
 from firstrun.tasks.model import KeyPath, Task
@@ -37,7 +37,7 @@ def route_findings(task: Task, *, mirrors: Mapping[str, Mirror], online: bool) -
         return [_at(task, Severity.NOTE, Code.ROUTE_NOT_READ, ("replay",),
                     f"replay not compared with the docs: {', '.join(unmirrored)} not read offline "
                     "(--check-urls reads the route; --docs-mirror HOST=DIR serves it from a directory)")]
-    allow = [p for entry in task.docs_hosts for p in covering(HostPattern.parse(entry))]
+    allow = [p for entry in task.docs_hosts for p in covering(entry.pattern)]
     with DocsReader(allow=allow, proxy=None, cache_dir=None, user_agent=default_user_agent(),
                     min_delay_s=0.0, mirrors=mirrors, timeout_s=_TIMEOUT_S) as reader:
         pages = []

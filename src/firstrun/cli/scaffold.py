@@ -24,11 +24,11 @@ from firstrun.agents.replay import docs_steps, workspace_path
 from firstrun.docs import DocsReader, Mirror, Page, default_user_agent
 from firstrun.docs.blocks import BlockKind
 from firstrun.errors import PolicyError, TaskError, UsageError
-from firstrun.policy.hosts import HostPattern, canonical_host
+from firstrun.policy.hosts import canonical_host
 from firstrun.tasks.compile import covering
 from firstrun.tasks.lint import SCAFFOLD_MARKER, drafted_digest
 from firstrun.tasks.load import DEFAULT_TASK_DIR, read_task
-from firstrun.tasks.model import NAME_PATTERN, DocsReplay, host_entry_text
+from firstrun.tasks.model import NAME_PATTERN, DocsReplay, host_entry
 
 _NAME_LIMIT = 64
 _PAGE_SUFFIXES = (".html", ".htm", ".md", ".rst", ".txt")
@@ -141,7 +141,7 @@ def _check_script(check: DraftedCheck) -> str:
 def draft_text(urls: Sequence[str], name: str, pages: Sequence[Page], *, digest: str) -> str:
     """The task file ``init`` writes. JSON strings are valid YAML scalars, so any text is quoted safely."""
     q = json.dumps
-    hosts = list(dict.fromkeys(host_entry_text(u) for u in urls))
+    hosts = list(dict.fromkeys(host_entry(u) for u in urls))
     script = _check_script(drafted_check(pages))
     marker = (f"# drafted by firstrun init ({digest}): read it, make it prove the goal; "
               "'firstrun validate' says so until it is edited\n")
@@ -163,7 +163,7 @@ def draft_text(urls: Sequence[str], name: str, pages: Sequence[Page], *, digest:
 # Their own hosts only, robots honoured, ``--docs-mirror`` first, the cache as usual.
 def read_pages(urls: Sequence[str], *, mirrors: Mapping[str, Mirror], cache_dir: str | None) -> list[Page]:
     """Each page through the docs reader, as ``run`` reads it; one that cannot be read is refused."""
-    allow = [p for u in urls for p in covering(HostPattern.parse(host_entry_text(u)))]
+    allow = [p for u in urls for p in covering(host_entry(u).pattern)]
     with DocsReader(allow=allow, proxy=None, cache_dir=cache_dir, user_agent=default_user_agent(),
                     min_delay_s=0.0, mirrors=mirrors, timeout_s=_TIMEOUT_S) as reader:
         pages = []

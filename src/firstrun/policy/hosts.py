@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cache, lru_cache
 
@@ -236,10 +237,15 @@ class HostPattern:
         return f"{text}:{self.port}" if self.port is not None else text
 
 
-def parse_patterns(entries: list[str] | tuple[str, ...], *, source: str) -> tuple[HostPattern, ...]:
-    """Parse a list of patterns, naming ``source`` (a flag, a file) in any error."""
+def parse_patterns(entries: Sequence[str | HostPattern], *,
+                   source: str) -> tuple[HostPattern, ...]:
+    """Parse a list of patterns, naming ``source`` (a flag, a file) in any error; an entry
+    parsed already (a task's, at load) is taken as it is."""
     patterns = []
     for entry in entries:
+        if isinstance(entry, HostPattern):
+            patterns.append(entry)
+            continue
         try:
             patterns.append(HostPattern.parse(entry))
         except PolicyError as exc:

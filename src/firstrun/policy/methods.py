@@ -68,15 +68,17 @@ class InspectionPolicy:
     def build(
         cls,
         *,
-        rules: Sequence[tuple[str, Sequence[str], str]] = (),
-        credentials: Sequence[tuple[str, str, str]] = (),
+        rules: Sequence[tuple[str | HostPattern, Sequence[str], str]] = (),
+        credentials: Sequence[tuple[str, str | HostPattern, str]] = (),
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         source: str = "policy",
     ) -> InspectionPolicy:
-        """Parse ``(host, methods, path_prefix)`` rules and ``(name, host, from_env)`` credentials."""
+        """Parse ``(host, methods, path_prefix)`` rules and ``(name, host, from_env)`` credentials;
+        a host parsed already is taken as it is."""
         parsed: list[MethodRule] = []
-        for host, methods, prefix in rules:
-            (pattern,) = parse_patterns([host], source=f"{source} methods")
+        for entry, methods, prefix in rules:
+            (pattern,) = parse_patterns([entry], source=f"{source} methods")
+            host = str(entry)
             wanted = frozenset(m.upper() for m in methods)
             unknown = wanted - WRITE_METHODS - READ_ONLY
             if not wanted or unknown:

@@ -16,8 +16,8 @@ from collections.abc import Iterable
 from firstrun.errors import UsageError
 from firstrun.policy.hosts import HostPattern, parse_patterns
 from firstrun.policy.methods import InspectionPolicy
-from firstrun.policy.network import DEFAULT_ALLOW, Mode, NetworkPolicy, Override, parse_tcp_rules
-from firstrun.tasks.model import Task
+from firstrun.policy.network import DEFAULT_ALLOW, Mode, NetworkPolicy, Override
+from firstrun.tasks.model import HostEntry, Task
 
 _DEFAULT_ALLOW = parse_patterns(DEFAULT_ALLOW, source="default allow-list")
 
@@ -39,12 +39,12 @@ def covering_patterns(entry: str) -> tuple[str, ...]:
     return tuple(str(p) for p in covering(HostPattern.parse(entry)))
 
 
-def _expand(entries: Iterable[str]) -> tuple[HostPattern, ...]:
-    # Each entry was checked when the task loaded; parsed here once, never
-    # turned back into text on its way to the policy.
+def _expand(entries: Iterable[HostEntry]) -> tuple[HostPattern, ...]:
+    # Each entry was parsed when the task loaded; its pattern goes to the
+    # policy as it is, never turned back into text on the way.
     out: list[HostPattern] = []
     for entry in entries:
-        for pattern in covering(HostPattern.parse(entry)):
+        for pattern in covering(entry.pattern):
             if pattern not in out:
                 out.append(pattern)
     return tuple(out)
@@ -65,8 +65,8 @@ def compile_inspection(task: Task) -> InspectionPolicy:
     """The task's method rules and credentials, for a proxy that inspects TLS."""
     extensions = task.spec.firstrun
     return InspectionPolicy.build(
-        rules=[(r.host, r.methods, r.path) for r in extensions.methods],
-        credentials=[(c.name, c.host, c.from_env) for c in extensions.credentials],
+        rules=[(r.host.pattern, r.methods, r.path) for r in extensions.methods],
+        credentials=[(c.name, c.host.pattern, c.from_env) for c in extensions.credentials],
         source=f"{task.path}: firstrun",
     )
 
@@ -76,8 +76,8 @@ def compile_network_policy(
 ) -> NetworkPolicy:
     """The network policy a run of ``task`` enforces.
 
-    Every entry was checked when the task loaded, so no ``PolicyError``
-    arises for a loaded task.
+    Every entry was parsed when the task loaded, so no ``PolicyError``
+    arises for a loaded task, and none is parsed again here.
     """
     network = task.spec.network
     # The shell's allow-list is the default registries plus ``network.allow``, or
@@ -88,21 +88,20 @@ def compile_network_policy(
     allow = named if network.only else (*_DEFAULT_ALLOW, *named)
     ext = task.spec.firstrun.network
     require_inspection(task, inspect=inspect)
-    source = f"{task.path}: network.allow"
     policy = NetworkPolicy(
         allow=allow,
         # firstrun's own entries (deny, overrides, tcp) pass through in its exact syntax.
-        deny=parse_patterns(ext.deny, source=f"{source} deny"),
+        deny=tuple(entry.pattern for entry in ext.deny),
         docs=_expand(task.docs_hosts),
         # quickstarted's exception, kept so its task files run unchanged: a docs host
         # the task also names for the shell is reachable from it, and the gap in the
         # page record is counted (``lint`` warns about it too).
         shell_docs=named,
-        overrides=tuple(Override(pattern=HostPattern.parse(o.host),
+        overrides=tuple(Override(pattern=o.host.pattern,
                                  networks=tuple(ipaddress.ip_network(n, strict=False)
                                                 for n in o.networks))
                         for o in ext.overrides),
         mode=mode,
-        tcp=parse_tcp_rules(list(ext.tcp), source=f"{source} tcp"),
+        tcp=tuple(rule.pattern for rule in ext.tcp),
     )
     return policy.with_inspection(compile_inspection(task)) if inspect else policy

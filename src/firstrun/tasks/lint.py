@@ -25,7 +25,7 @@ from firstrun.policy.network import DEFAULT_ALLOW
 from firstrun.policy.permissions import BASH, READ_DOCS, PermissionMode, PermissionVerdict, decide
 from firstrun.tasks import shell
 from firstrun.tasks.compile import covering
-from firstrun.tasks.model import CheckIsolation, KeyPath, Success, Task, host_entry_text
+from firstrun.tasks.model import CheckIsolation, HostEntry, KeyPath, Success, Task, host_entry
 
 MAX_REDIRECTS = 10
 
@@ -373,8 +373,8 @@ def _environments(task: Task) -> list[Finding]:
     return findings
 
 
-def _patterns(entries: tuple[str, ...]) -> list[HostPattern]:
-    return [p for e in entries for p in covering(HostPattern.parse(e))]
+def _patterns(entries: tuple[HostEntry, ...]) -> list[HostPattern]:
+    return [p for e in entries for p in covering(e.pattern)]
 
 
 def _host_port(url: str) -> tuple[str, int] | None:
@@ -407,7 +407,7 @@ def _hosts(task: Task) -> list[Finding]:
                         task,
                         Severity.WARNING,
                         Code.DOCS_ROUTE_OUTSIDE_ALLOW,
-                        f"{host_entry_text(page)} is on the documented route but not under "
+                        f"{host_entry(page)} is on the documented route but not under "
                         "docs.allow; it is a docs host all the same (check for a typo)",
                         key,
                     )
@@ -418,7 +418,7 @@ def _hosts(task: Task) -> list[Finding]:
         *((e, ("network", "allow", i)) for i, e in enumerate(network.allow)),
     ]
     docs_entries = [
-        (host_entry_text(p), k) for k, p in zip(_route_keys(task), docs.route, strict=True)
+        (host_entry(p), k) for k, p in zip(_route_keys(task), docs.route, strict=True)
     ]
     docs_entries += [(e, ("docs", "allow", i)) for i, e in enumerate(docs.allow)]
     shadowed: set[str] = set()

@@ -10,6 +10,7 @@ the same classes generate the JSON Schema, so schema and loader cannot disagree.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from collections.abc import Callable, Mapping
@@ -25,13 +26,14 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    GetCoreSchemaHandler,
     NonNegativeInt,
     PositiveInt,
     Tag,
     WithJsonSchema,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
+from pydantic_core import PydanticCustomError, core_schema
 
 from firstrun.errors import PolicyError
 from firstrun.policy.hosts import HostPattern
@@ -89,7 +91,29 @@ class _Model(BaseModel):
         return kept
 
 
-def host_entry_text(raw: str) -> str:
+class HostEntry(str):
+    """A host entry as the task file holds it, normalised: the text lint, the schema and
+    the records read, carrying the pattern it was parsed into at load, which compile
+    hands the policy as is."""
+
+    pattern: HostPattern
+
+    def __new__(cls, text: str, pattern: HostPattern) -> HostEntry:
+        made = super().__new__(cls, text)
+        made.pattern = pattern
+        return made
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # A task crosses to a Ray node pickled; str's own reduction would drop the pattern.
+        return (HostEntry, (str(self), self.pattern))
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any,
+                                     handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        return core_schema.no_info_after_validator_function(_host_entry, handler(str))
+
+
+def host_entry(raw: str) -> HostEntry:
     """One host entry, as quickstarted wrote them: a bare name, or a URL whose host is kept.
 
     A port written in a URL is kept, because a docs site on a non-default
@@ -103,25 +127,24 @@ def host_entry_text(raw: str) -> str:
     if not text or "/" in text:
         raise ValueError(f"must be a bare host name, got {raw!r}")
     try:
-        HostPattern.parse(text)
+        return HostEntry(text, HostPattern.parse(text))
     except PolicyError as exc:
         raise ValueError(exc.args[0]) from None
-    return text
 
 
-def _host_entry(value: str) -> str:
+def _host_entry(value: str) -> HostEntry:
     try:
-        return host_entry_text(value)
+        return host_entry(value)
     except ValueError as exc:
         raise rule(str(exc)) from None
 
 
-def _tcp_rule(value: str) -> str:
+def _tcp_rule(value: str) -> HostEntry:
     try:
-        parse_tcp_rules([value], source="tcp")
+        (pattern,) = parse_tcp_rules([value], source="tcp")
     except PolicyError as exc:
         raise rule(exc.args[0].removeprefix("tcp: ")) from None
-    return value.strip()
+    return HostEntry(value.strip(), pattern)
 
 
 TcpRule = Annotated[str, AfterValidator(_tcp_rule),
@@ -133,7 +156,7 @@ def _http_url(value: str) -> str:
     if urlsplit(url).scheme not in ("http", "https"):
         raise rule(f"must be an http(s) URL, got {value!r}")
     try:
-        host_entry_text(url)
+        host_entry(url)
     except ValueError as exc:
         raise rule(f"{value!r}: {exc}") from None
     return url
@@ -195,7 +218,6 @@ def _non_blank(value: str) -> str:
     return value
 
 
-HostEntry = Annotated[str, AfterValidator(_host_entry)]
 HttpUrl = Annotated[
     str, AfterValidator(_http_url), Field(json_schema_extra={"pattern": "^https?://"})
 ]
@@ -517,7 +539,7 @@ class MethodRule(_Model):
     @model_validator(mode="after")
     def _parse(self) -> MethodRule:
         try:
-            InspectionPolicy.build(rules=[(self.host, self.methods, self.path)])
+            InspectionPolicy.build(rules=[(self.host.pattern, self.methods, self.path)])
         except PolicyError as exc:
             raise rule(exc.args[0]) from None
         return self
@@ -535,7 +557,7 @@ class Credential(_Model):
     @model_validator(mode="after")
     def _parse(self) -> Credential:
         try:
-            InspectionPolicy.build(credentials=[(self.name, self.host, self.from_env)])
+            InspectionPolicy.build(credentials=[(self.name, self.host.pattern, self.from_env)])
         except PolicyError as exc:
             raise rule(exc.args[0], key="name") from None
         return self
@@ -793,12 +815,12 @@ class Task:
             f"{self.path}:"
             f"{self.locations.line(('firstrun', 'permissions', verdict.value, index))}"))
 
-    @property
-    def docs_hosts(self) -> tuple[str, ...]:
+    @functools.cached_property
+    def docs_hosts(self) -> tuple[HostEntry, ...]:
         """Host entries of the docs channel: the route's hosts first, then ``docs.allow``."""
-        hosts: list[str] = []
+        hosts: list[HostEntry] = []
         for page in self.spec.docs.route:
-            entry = host_entry_text(page)
+            entry = host_entry(page)
             if entry not in hosts:
                 hosts.append(entry)
         for entry in self.spec.docs.allow:
