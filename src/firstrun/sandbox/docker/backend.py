@@ -457,6 +457,14 @@ def sidecar_lib_binds() -> tuple[tuple[str, str], ...]:
     return tuple(binds)
 
 
+def _root() -> Capability:
+    return Capability(
+        name="root", available=os.geteuid() == 0,
+        detail="the run container's namespace firewall is loaded from the host as root"
+        if os.geteuid() == 0 else f"harness is uid {os.geteuid()}",
+        fix=None if os.geteuid() == 0 else "run the harness as root (or use --backend linux)")
+
+
 class DockerBackend:
     """A container per session behind an internal network, with the proxy as a sidecar.
 
@@ -486,11 +494,7 @@ class DockerBackend:
     def probe(self) -> tuple[Capability, ...]:
         """The daemon (version judged), root, and the image a session would run, already local."""
         daemon = probe_daemon(os.environ)
-        root = Capability(
-            name="root", available=os.geteuid() == 0,
-            detail="the run container's namespace firewall is loaded from the host as root"
-            if os.geteuid() == 0 else f"harness is uid {os.geteuid()}",
-            fix=None if os.geteuid() == 0 else "run the harness as root (or use --backend linux)")
+        root = _root()
         tag = local_tag(self._image)
         if not daemon.available:
             image = Capability(name="image", available=False,
@@ -509,7 +513,11 @@ class DockerBackend:
         return (daemon, root, image)
 
     def start(self, profile: SandboxProfile, *, proxy: ShellProxy | None) -> DockerSession:
-        missing = [c for c in self.probe() if not c.available]
+        # Only what the start uses, the sweep having probed in full: a daemon that
+        # answers its ping (its Engine was judged then) and root; the image is
+        # resolved below, which refuses an absent one with its fix.
+        missing = [c for c in (probe_daemon(os.environ, judge=False), _root())
+                   if not c.available]
         if missing:
             raise SandboxUnavailable("; ".join(f"{c.name}: {c.detail}" for c in missing),
                                      who="docker", fix="; ".join(c.fix for c in missing if c.fix))

@@ -76,8 +76,12 @@ def _get(path: str, target: str) -> tuple[int, bytes]:
                 raise _NoAnswer("closed before a response")
 
 
-def probe_daemon(env: Mapping[str, str]) -> Capability:
-    """The ``docker daemon`` capability: reachable or not, with the Engine version judged."""
+def probe_daemon(env: Mapping[str, str], *, judge: bool = True) -> Capability:
+    """The ``docker daemon`` capability: reachable or not, with the Engine version judged.
+
+    ``judge`` False asks only whether it answers its ping: what a session's
+    start needs, the sweep's probe having judged the Engine.
+    """
     path = socket_path(env)
     if path is None:
         return Capability(
@@ -87,7 +91,7 @@ def probe_daemon(env: Mapping[str, str]) -> Capability:
             fix="point DOCKER_HOST at a local socket (unix:///var/run/docker.sock)")
     try:
         status, _ = _get(path, "/_ping")
-        if status == 200:
+        if status == 200 and judge:
             status, body = _get(path, "/version")
     except FileNotFoundError:
         return Capability(name="docker daemon", available=False, detail=f"no socket at {path}",
@@ -106,6 +110,8 @@ def probe_daemon(env: Mapping[str, str]) -> Capability:
         return Capability(name="docker daemon", available=False,
                           detail=f"{path}: answered {status}",
                           fix="check the daemon's log: journalctl -u docker")
+    if not judge:
+        return Capability(name="docker daemon", available=True, detail=f"answers on {path}")
     try:
         shown = str(json.loads(body)["Version"])
     except (ValueError, KeyError, TypeError):

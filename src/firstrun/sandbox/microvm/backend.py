@@ -246,10 +246,10 @@ class MicrovmBackend:
 
     def start(self, profile: SandboxProfile, *, proxy: ProxyEndpoint | None) -> MicrovmSession:
         accel = self.accel
-        missing = [c for c in self.probe() if not c.available]
-        if missing:
-            raise SandboxUnavailable("; ".join(f"{c.name}: {c.detail}" for c in missing),
-                                     who="microvm", fix="; ".join(c.fix for c in missing if c.fix))
+        missing = probe.unusable(accel)
+        if missing is not None:
+            raise SandboxUnavailable(f"{missing.name}: {missing.detail}", who="microvm",
+                                     fix=missing.fix)
         lacking = unprovided(profile, PROVIDES)
         if lacking:
             raise SandboxUnavailable(f"the microvm backend cannot enforce {', '.join(lacking)}",

@@ -97,6 +97,14 @@ def image() -> Capability:
                       detail=f"kernel {found.kernel_release} in {found.kernel.parent}")
 
 
+def unusable(accel: str) -> Capability | None:
+    """The first thing a session with ``accel`` would lack: QEMU, then KVM when it boots
+    with KVM; None: nothing. What a start checks (it finds the image itself), the sweep
+    having probed in full."""
+    return next((c for c in (qemu(), kvm() if accel == "kvm" else None)
+                 if c is not None and not c.available), None)
+
+
 def probe(accel: str) -> tuple[Capability, ...]:
     """Every capability the backend needs with ``accel``; KVM's is reported either way."""
     caps = [qemu(), image(), kvm()]
