@@ -5,7 +5,8 @@ QEMU) owns that process and the stack of everything its start acquired.
 ``interrupt`` kills the process at once; ``close`` waits ``close_grace_s`` for
 it to exit, kills what is left, then unwinds the stack, whatever went before.
 A supervisor that never says ready, or says it failed, is a ``SandboxError``
-carrying the end of what the sandbox wrote.
+carrying the end of what the sandbox wrote. ``take_workspace`` leaves the
+workspace as it found it: placeholders removed, lent entries given back.
 """
 
 from __future__ import annotations
@@ -17,9 +18,12 @@ from contextlib import ExitStack
 from typing import IO
 
 from firstrun.errors import SandboxError
+from firstrun.policy.filesystem import FilesystemPolicy
 from firstrun.policy.profile import SandboxProfile
+from firstrun.sandbox import protect
 from firstrun.sandbox.base import SessionInfo
 from firstrun.sandbox.channel import JsonLines, SupervisedSession, kill_and_wait, wait_for_exit
+from firstrun.sandbox.ownership import give_back, lend
 
 # How long a supervisor has to say it is ready; a backend that boots more
 # (a container with its sidecar, an emulated VM) sets its own.
@@ -37,6 +41,23 @@ def tail_of(output: IO[bytes], limit: int | None = TAIL_BYTES) -> str:
         return data[-limit if limit is not None else 0:].decode("utf-8", "replace").strip()
     except (OSError, ValueError):
         return ""
+
+
+def take_workspace(acquired: ExitStack, fs: FilesystemPolicy, *, lent: int | None,
+                   owner: tuple[int, int], who: str, stage_dir: str | None = None) -> None:
+    """Place the protected entries' placeholders and, when ``lent`` is a uid, lend it the
+    workspace (``ownership.lend``; ``stage_dir`` as there); each undone on ``acquired``.
+
+    Registered before the sandbox is launched, so they are undone after it is
+    gone: nothing of the sandbox is left to write the workspace given back.
+    """
+    placeholders = protect.place(fs, who=who)
+    acquired.callback(protect.remove, fs.workspace, placeholders)
+    if lent is not None:
+        # Undone whether or not the lend finished: give_back changes only
+        # what the uid owns.
+        acquired.callback(give_back, fs.workspace, lent, owner)
+        lend(fs.workspace, lent, who=who, stage_dir=stage_dir)
 
 
 def read_ready(channel: JsonLines, *, within_s: float, tail: Callable[[], str], sandbox: str,

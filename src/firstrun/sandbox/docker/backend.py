@@ -73,11 +73,9 @@ from firstrun.sandbox.docker.topology import (
     Topology,
     prepare,
 )
-from firstrun.sandbox.ownership import give_back, lend, pick_uid, recover
+from firstrun.sandbox.ownership import pick_uid, recover
 from firstrun.sandbox.protect import describe as describe_protection
-from firstrun.sandbox.protect import place as place_placeholders
-from firstrun.sandbox.protect import remove as remove_placeholders
-from firstrun.sandbox.supervised import LaunchedSession, read_ready, tail_of
+from firstrun.sandbox.supervised import LaunchedSession, read_ready, tail_of, take_workspace
 
 HELPER_SOURCE = bytecode.source(helper)
 SECCOMP_PROBE_SOURCE = Path(seccomp_probe.__file__).read_text(encoding="utf-8")
@@ -670,13 +668,7 @@ def _create(plan: DockerPlan, fs: FilesystemPolicy, acquired: ExitStack, *,
     The list returned is where the launch puts the sidecar it starts, so the
     take-down registered here stops it before the containers go.
     """
-    placeholders = place_placeholders(fs, who="docker")
-    acquired.callback(remove_placeholders, fs.workspace, placeholders)
-    if lent is not None:
-        # Undone whether or not the lend finished: give_back changes only
-        # what the uid owns, and runs after the containers are gone.
-        acquired.callback(give_back, fs.workspace, lent, owner)
-        lend(fs.workspace, lent, who="docker")
+    take_workspace(acquired, fs, lent=lent, owner=owner, who="docker")
     sidecars: list[_Sidecar] = []
     acquired.push(lambda kind, value, tb: _take_down(
         plan.topology, sidecars, docker_bin, quiet=kind is not None))

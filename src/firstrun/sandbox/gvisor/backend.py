@@ -51,11 +51,9 @@ from firstrun.sandbox.gvisor.spec import (
 )
 from firstrun.sandbox.linux import seccomp
 from firstrun.sandbox.linux.spec import HostView
-from firstrun.sandbox.ownership import alive, give_back, lend, pick_uid, process_identity, recover
+from firstrun.sandbox.ownership import alive, pick_uid, process_identity, recover
 from firstrun.sandbox.protect import describe as describe_protection
-from firstrun.sandbox.protect import place as place_placeholders
-from firstrun.sandbox.protect import remove as remove_placeholders
-from firstrun.sandbox.supervised import READY_TIMEOUT_S, LaunchedSession
+from firstrun.sandbox.supervised import READY_TIMEOUT_S, LaunchedSession, take_workspace
 
 HELPER_SOURCE = bytecode.source(helper)
 # One directory per session: its runsc state, its bundle and who owns it.
@@ -313,12 +311,7 @@ class GvisorBackend:
             # and given back at close.
             lent = pick_uid(_UID_RANGE, who="gvisor") if owner[0] == 0 else None
             uid = lent if lent is not None else owner[0]
-            placeholders = place_placeholders(fs, who="gvisor")
-            acquired.callback(remove_placeholders, fs.workspace, placeholders)
-            if lent is not None:
-                # Undone whether or not the lend finished, after the sandbox is gone.
-                acquired.callback(give_back, fs.workspace, lent, owner)
-                lend(fs.workspace, lent, who="gvisor")
+            take_workspace(acquired, fs, lent=lent, owner=owner, who="gvisor")
             # Before the workspace is given back: nothing of the sandbox is left to write it.
             # On close the helper kills what commands left, runsc takes the sandbox down
             # with its init, and ``runsc delete`` removes the container's state and cgroups.

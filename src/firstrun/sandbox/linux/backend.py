@@ -48,11 +48,9 @@ from firstrun.sandbox.linux.spec import (
     LinuxFacts,
     prepare,
 )
-from firstrun.sandbox.ownership import give_back, kill_uid, lend, pick_uid, recover
+from firstrun.sandbox.ownership import kill_uid, pick_uid, recover
 from firstrun.sandbox.protect import describe as describe_protection
-from firstrun.sandbox.protect import place as place_placeholders
-from firstrun.sandbox.protect import remove as remove_placeholders
-from firstrun.sandbox.supervised import READY_TIMEOUT_S, LaunchedSession, tail_of
+from firstrun.sandbox.supervised import READY_TIMEOUT_S, LaunchedSession, tail_of, take_workspace
 
 # Per-session uids for a root harness: far above any distribution's ranges
 # and the usual subuid blocks, and unique per live session.
@@ -369,14 +367,10 @@ class LinuxBackend:
                 acquired.callback(dial_parent.close)
             stderr_file = tempfile.TemporaryFile()
             acquired.callback(stderr_file.close)
-            placeholders = place_placeholders(fs, who="linux")
-            acquired.callback(remove_placeholders, fs.workspace, placeholders)
+            take_workspace(acquired, fs, lent=uid, owner=owner, who="linux", stage_dir=stage_dir)
             if uid is not None:
-                # Undone whether or not the lend finished: give_back changes only
-                # what the uid owns, after every process of the uid is gone.
-                acquired.callback(give_back, fs.workspace, uid, owner)
+                # Before the workspace is given back: every process of the uid is gone.
                 acquired.callback(kill_uid, uid)
-                lend(fs.workspace, uid, who="linux", stage_dir=stage_dir)
             session_cgroup, no_cgroup = _session_cgroup(profile)
             if session_cgroup is not None:
                 acquired.callback(session_cgroup.kill_and_remove)

@@ -47,11 +47,9 @@ from firstrun.sandbox.microvm.spec import (
     VmFiles,
     prepare,
 )
-from firstrun.sandbox.ownership import give_back, lend, pick_uid, recover
+from firstrun.sandbox.ownership import pick_uid, recover
 from firstrun.sandbox.protect import describe as describe_protection
-from firstrun.sandbox.protect import place as place_placeholders
-from firstrun.sandbox.protect import remove as remove_placeholders
-from firstrun.sandbox.supervised import READY_TIMEOUT_S, LaunchedSession, tail_of
+from firstrun.sandbox.supervised import READY_TIMEOUT_S, LaunchedSession, tail_of, take_workspace
 
 AGENT_SOURCE = bytecode.source(agent).encode()
 ACCEL_VARIABLE = "FIRSTRUN_MICROVM_ACCEL"
@@ -290,13 +288,7 @@ class MicrovmBackend:
             console = tempfile.TemporaryFile()
             acquired.callback(console.close)
             try:
-                placeholders = place_placeholders(fs, who="microvm")
-                acquired.callback(remove_placeholders, fs.workspace, placeholders)
-                if lent is not None:
-                    # Undone whether or not the lend finished: give_back changes
-                    # only what the uid owns, and runs after QEMU is gone.
-                    acquired.callback(give_back, fs.workspace, lent, owner)
-                    lend(fs.workspace, lent, who="microvm")
+                take_workspace(acquired, fs, lent=lent, owner=owner, who="microvm")
                 # QEMU's own copies are all it needs: ours close once it runs, or failed to.
                 with ExitStack() as passed:
                     passed.callback(guest_end.close)
