@@ -15,6 +15,7 @@ from firstrun.policy.methods import (
     InspectionPolicy,
     credentials_for,
     decide_inner,
+    inspects,
 )
 from firstrun.policy.network import NetworkPolicy
 
@@ -97,3 +98,34 @@ def test_inspection_changes_the_policy_data_and_its_absence_does_not() -> None:
     inspected = plain.with_inspection(InspectionPolicy())
     assert inspected.to_data()["inspection"] == {
         "rules": [], "credentials": [], "max_body_bytes": 1 << 20}
+
+
+_SCOPED = InspectionPolicy.build(scope=["api.anthropic.com", "api.vendor.test:8443"])
+
+
+@pytest.mark.parametrize(("policy", "host", "port", "inspected"), [
+    # --inspect-tls: every host.
+    (InspectionPolicy(), "pypi.org", 443, True),
+    (InspectionPolicy(), "api.anthropic.com", 443, True),
+    # An agent's API host alone: its own name and port, nothing beside it.
+    (_SCOPED, "api.anthropic.com", 443, True),
+    (_SCOPED, "api.anthropic.com", 80, True),
+    (_SCOPED, "api.anthropic.com", 8443, False),
+    (_SCOPED, "pypi.org", 443, False),
+    (_SCOPED, "evil.api.anthropic.com", 443, False),
+    (_SCOPED, "api.anthropic.com.evil", 443, False),
+    (_SCOPED, "api.vendor.test", 8443, True),
+    (_SCOPED, "api.vendor.test", 443, False),
+    # A scope of nothing inspects nothing.
+    (InspectionPolicy.build(scope=[]), "api.anthropic.com", 443, False),
+])
+def test_which_hosts_are_inspected(policy: InspectionPolicy, host: str, port: int,
+                                   inspected: bool) -> None:
+    assert inspects(policy, host, port) is inspected
+
+
+def test_a_scope_is_data_and_appears_only_when_set() -> None:
+    assert "scope" not in InspectionPolicy().to_data()
+    assert _SCOPED.to_data()["scope"] == ["api.anthropic.com", "api.vendor.test:8443"]
+    with pytest.raises(PolicyError, match="scope"):
+        InspectionPolicy.build(scope=["bad host!"])

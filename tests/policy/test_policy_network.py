@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -11,11 +12,13 @@ from hypothesis import strategies as st
 from firstrun.errors import PolicyError
 from firstrun.policy.addresses import AddressClass, address_class
 from firstrun.policy.decision import DecisionLayer, Reason, Verdict
+from firstrun.policy.hosts import parse_patterns
 from firstrun.policy.network import (
     Channel,
     Mode,
     NetworkPolicy,
     Request,
+    channel_for,
     decide_addresses,
     decide_name,
     destination_label,
@@ -133,3 +136,39 @@ def test_destination_labels_name_the_host_or_say_why_there_is_none() -> None:
         "(requests past the proxy's record budget)"
     assert destination_label("", None, "record_budget_exhausted") == \
         "(requests past the proxy's record budget)"
+
+
+_AGENT = replace(NetworkPolicy.build(deny=["api.anthropic.com"]),
+                 agent=parse_patterns(["api.anthropic.com"], source="test"))
+
+
+@pytest.mark.parametrize(("channel", "host", "port", "on"), [
+    (Channel.SHELL, "api.anthropic.com", 443, Channel.AGENT),
+    (Channel.SHELL, "API.Anthropic.com.", 443, Channel.AGENT),
+    (Channel.SHELL, "api.anthropic.com", 8443, Channel.SHELL),
+    (Channel.SHELL, "pypi.org", 443, Channel.SHELL),
+    (Channel.SHELL, "evil.api.anthropic.com", 443, Channel.SHELL),
+    # The harness's docs reader stays on its own channel, whatever it asks for.
+    (Channel.DOCS, "api.anthropic.com", 443, Channel.DOCS),
+])
+def test_an_agent_host_is_on_the_agent_channel(channel: Channel, host: str, port: int,
+                                               on: Channel) -> None:
+    assert channel_for(_AGENT, channel, host, port) is on
+
+
+def test_the_agent_channel_reaches_its_hosts_alone_whatever_the_lists_say() -> None:
+    # The task's deny list names the API host: the harness granted it to the agent.
+    allowed = decide_name(_AGENT, Request(channel=Channel.AGENT, host="api.anthropic.com",
+                                          port=443))
+    assert (allowed.verdict, allowed.reason) == (Verdict.ALLOW, Reason.ALLOWED_AGENT_CHANNEL)
+    other = decide_name(_AGENT, Request(channel=Channel.AGENT, host="pypi.org", port=443))
+    assert other.verdict is Verdict.DENY
+    # The floor holds on the agent channel as everywhere.
+    floored = decide_addresses(_AGENT, Request(channel=Channel.AGENT, host="api.anthropic.com",
+                                               port=443), [ipaddress.ip_address("10.0.0.1")])
+    assert (floored.verdict, floored.reason) == (Verdict.DENY, Reason.RESOLVED_PRIVATE)
+    public = decide_addresses(_AGENT, Request(channel=Channel.AGENT, host="api.anthropic.com",
+                                              port=443), [ipaddress.ip_address("8.8.8.8")])
+    assert (public.verdict, public.reason) == (Verdict.ALLOW, Reason.ALLOWED_AGENT_CHANNEL)
+    assert _AGENT.to_data()["agent"] == ["api.anthropic.com"]
+    assert "agent" not in NetworkPolicy.build().to_data()

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from proxy_fixtures import HttpUpstream, RecordingResolver, connect, read_reply
 from tls_fixtures import HttpsRegistry, TestCA, https_via_proxy, raw_tls_via_proxy
 
 from firstrun.errors import ProxyError, UsageError
+from firstrun.policy.hosts import parse_patterns
 from firstrun.policy.methods import InspectionPolicy
 from firstrun.policy.network import Channel, NetworkPolicy
 from firstrun.proxy.ca import RunCA, upstream_context
@@ -302,6 +304,10 @@ def test_the_docker_sidecar_inspects_and_reports_only_public_things_on_its_ready
     policy = NetworkPolicy.build().with_inspection(InspectionPolicy.build(
         credentials=[("NPM_TOKEN", "registry.test", "NPM_TOKEN_REAL")]))
     assert policy_from_data(json.loads(json.dumps(policy.to_data()))) == policy
+    # An agent CLI's: its API host on the agent channel, inspected alone.
+    scoped = replace(NetworkPolicy.build(), agent=parse_patterns(["api.vendor.test"], source="t")
+                     ).with_inspection(InspectionPolicy.build(scope=["api.vendor.test"]))
+    assert policy_from_data(json.loads(json.dumps(scoped.to_data()))) == scoped
     value = "npm-real-value-4f1c"
     proc = subprocess.Popen([sys.executable, "-m", "firstrun.proxy", "127.0.0.1", "0"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -437,3 +443,42 @@ def test_only_another_python_than_the_libraries_is_refused() -> None:
     # The default image is named only where it is the one that fits.
     assert "firstrun/python:3.11" in libs_mismatch("3.11", (3, 13)).args[1]
     assert "firstrun/python:3.11" not in libs_mismatch("3.12", (3, 11)).args[1]
+
+
+def test_a_scoped_inspection_opens_the_api_host_alone(
+        registry: HttpsRegistry, other: HttpsRegistry, test_ca: TestCA) -> None:
+    # An agent CLI's run without --inspect-tls: its API host (here registry.test)
+    # is inspected to put its key in; every other tunnel stays the client's own.
+    api = f"registry.test:{registry.port}"
+    inspection = InspectionPolicy.build(
+        credentials=[("ANTHROPIC_API_KEY", api, "KEY_REAL")],
+        rules=[(api, ["POST"], "/v1/")], scope=[api])
+    policy = replace(_policy(registry, other, names=("registry.test", "other.test")),
+                     agent=parse_patterns([api], source="test"))
+    p = Proxy(policy, inspection=inspection, cafiles=(str(test_ca.cafile),),
+              env={"KEY_REAL": SECRET})
+    assert p.interception is not None
+    (cred,) = p.interception.credentials
+    key = {"x-api-key": cred.placeholder}
+    swapped = https_via_proxy(p.address, "registry.test", registry.port, trust=p.ca.cert_pem,
+                              method="POST", path="/v1/messages", body=b"{}", headers=key)
+    # Trusting the real server's CA alone, the client verifies other.test end to end:
+    # the run's CA never stood in, and the upload inspection refuses goes through.
+    opaque = https_via_proxy(p.address, "other.test", other.port,
+                             trust=test_ca.cafile.read_bytes(), method="POST", path="/upload",
+                             body=b"package-bytes", headers=key)
+    with pytest.raises(ssl.SSLCertVerificationError):
+        https_via_proxy(p.address, "other.test", other.port, trust=p.ca.cert_pem)
+    records = p.records()
+    assert swapped[0] == 200 and opaque[0] == 200
+    (seen,) = registry.seen
+    assert (seen.method, seen.headers["x-api-key"]) == ("POST", SECRET)
+    # Opaque: the placeholder arrived as it was sent.
+    assert [(s.method, s.headers["x-api-key"]) for s in other.seen] == [
+        ("POST", cred.placeholder)]
+    (inner,) = _inner(records)
+    assert (inner.channel, inner.host, inner.credentials) == (
+        Channel.AGENT, "registry.test", ("ANTHROPIC_API_KEY",))
+    tunnels = [(r.channel, r.host) for r in records if r.scheme is Scheme.HTTPS_TUNNEL]
+    assert tunnels == [(Channel.AGENT, "registry.test"), (Channel.SHELL, "other.test"),
+                       (Channel.SHELL, "other.test")]

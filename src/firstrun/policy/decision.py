@@ -37,6 +37,8 @@ class Reason(StrEnum):
     ALLOWED_BY_OVERRIDE = "allowed_by_override"
     ALLOWED_DOCS_CHANNEL = "allowed_docs_channel"
     ALLOWED_DOCS_HOST_ON_SHELL = "allowed_docs_host_on_shell"
+    # An agent CLI's own traffic to its API host (``network.Channel.AGENT``).
+    ALLOWED_AGENT_CHANNEL = "allowed_agent_channel"
     DOCS_HOST_ON_SHELL = "docs_host_on_shell"
     NOT_DOCS_HOST = "not_docs_host"
     NOT_ALLOWED = "not_allowed"

@@ -1,11 +1,11 @@
-"""Method, path and body rules for requests the proxy decrypted, and which credentials a host gets.
+"""Which hosts the proxy decrypts, what their requests may do, and which credentials they get.
 
-Guarantee: with TLS inspection on, every shell request the proxy can read (inside
-an intercepted tunnel, and plain HTTP) is decided by ``decide_inner`` alone, in
-report mode too. ``GET`` and ``HEAD`` pass; any other method is refused
-(``method_not_allowed``) unless a task rule names that host, that method and a
-path prefix covering the path; a body over ``max_body_bytes`` is refused
-(``body_too_large``) whatever its method. Pure: stdlib only, no I/O.
+Guarantee: ``inspects`` alone says whether a host's traffic is inspected (every
+host under ``--inspect-tls``, else only the ``scope`` an agent's API host set).
+Each request the proxy reads there (inside an intercepted tunnel, or plain
+HTTP) is decided by ``decide_inner`` alone, in report mode too: ``GET`` and
+``HEAD`` pass, another method only where a rule names host, method and path
+prefix, and a body over ``max_body_bytes`` never. Pure: stdlib only, no I/O.
 """
 
 from __future__ import annotations
@@ -63,6 +63,10 @@ class InspectionPolicy:
     rules: tuple[MethodRule, ...] = ()
     credentials: tuple[CredentialRule, ...] = ()
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    # None: every host (``--inspect-tls``). Else the only hosts inspected: an
+    # agent CLI's API host, so the proxy can put its key in, while every other
+    # tunnel of the run stays as opaque as without inspection.
+    scope: tuple[HostPattern, ...] | None = None
 
     @classmethod
     def build(
@@ -71,10 +75,11 @@ class InspectionPolicy:
         rules: Sequence[tuple[str | HostPattern, Sequence[str], str]] = (),
         credentials: Sequence[tuple[str, str | HostPattern, str]] = (),
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        scope: Sequence[str | HostPattern] | None = None,
         source: str = "policy",
     ) -> InspectionPolicy:
-        """Parse ``(host, methods, path_prefix)`` rules and ``(name, host, from_env)`` credentials;
-        a host parsed already is taken as it is."""
+        """Parse ``(host, methods, path_prefix)`` rules, ``(name, host, from_env)`` credentials
+        and the ``scope`` hosts (None: every host); a host parsed already is taken as it is."""
         parsed: list[MethodRule] = []
         for entry, methods, prefix in rules:
             (pattern,) = parse_patterns([entry], source=f"{source} methods")
@@ -104,10 +109,13 @@ class InspectionPolicy:
             creds.append(CredentialRule(name=name, pattern=pattern, from_env=from_env))
         if max_body_bytes < 0:
             raise PolicyError(f"{source}: max_body_bytes must be >= 0, got {max_body_bytes}")
-        return cls(rules=tuple(parsed), credentials=tuple(creds), max_body_bytes=max_body_bytes)
+        hosts = None if scope is None else parse_patterns(list(scope), source=f"{source} scope")
+        return cls(rules=tuple(parsed), credentials=tuple(creds), max_body_bytes=max_body_bytes,
+                   scope=hosts)
 
     def to_data(self) -> dict[str, object]:
-        return {
+        """Plain data; ``scope`` appears only when set, so ``--inspect-tls`` hashes as before."""
+        data: dict[str, object] = {
             "rules": [
                 {"host": str(r.pattern), "methods": sorted(r.methods), "path_prefix": r.path_prefix}
                 for r in self.rules
@@ -118,6 +126,14 @@ class InspectionPolicy:
             ],
             "max_body_bytes": self.max_body_bytes,
         }
+        if self.scope is not None:
+            data["scope"] = [str(p) for p in self.scope]
+        return data
+
+
+def inspects(policy: InspectionPolicy, host: str, port: int) -> bool:
+    """Whether the proxy decrypts (and judges by ``decide_inner``) traffic to ``host:port``."""
+    return policy.scope is None or any(p.matches(host, port) for p in policy.scope)
 
 
 @dataclass(frozen=True, kw_only=True)

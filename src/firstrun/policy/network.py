@@ -30,6 +30,9 @@ from firstrun.policy.methods import InspectionPolicy
 class Channel(StrEnum):
     SHELL = "shell"
     DOCS = "docs"
+    # An agent CLI's own traffic to its vendor's API (``NetworkPolicy.agent``),
+    # counted apart from the shell's egress: neither a page read nor a blocked step.
+    AGENT = "agent"
 
 
 class Mode(StrEnum):
@@ -110,6 +113,10 @@ class NetworkPolicy:
     inspection: InspectionPolicy | None = None
     # Exact name:port pairs a raw TCP stream (not TLS, not HTTP) may reach.
     tcp: tuple[HostPattern, ...] = ()
+    # An agent CLI's API hosts: reached from the sandbox, allowed and recorded
+    # on the agent channel (``channel_for``). The proxy cannot tell which
+    # process dialled, so a shell command reaching one is recorded there too.
+    agent: tuple[HostPattern, ...] = ()
 
     @classmethod
     def build(
@@ -161,6 +168,8 @@ class NetworkPolicy:
         if self.tcp:
             # Only when set, like inspection: a policy without tcp rules hashes as before.
             data["tcp"] = [str(p) for p in self.tcp]
+        if self.agent:
+            data["agent"] = [str(p) for p in self.agent]
         return data
 
     def _name_data(self) -> dict[str, object]:
@@ -248,6 +257,17 @@ def _docs_channel(policy: NetworkPolicy, channel: Channel, host: str, port: int)
     return _refuse(Reason.NOT_DOCS_HOST, DecisionLayer.ATTRIBUTION, host)
 
 
+def _agent_channel(policy: NetworkPolicy, channel: Channel, host: str,
+                   port: int) -> Decision | None:
+    # Only an agent host is on the agent channel (``channel_for``): the harness
+    # granted it for the run, so no task list has a say.
+    if channel is not Channel.AGENT:
+        return None
+    if any(p.matches(host, port) for p in policy.agent):
+        return _allow(Reason.ALLOWED_AGENT_CHANNEL, DecisionLayer.ATTRIBUTION, host)
+    return _refuse(Reason.NOT_ALLOWED, DecisionLayer.DEFAULT, host)
+
+
 def _docs_host_on_shell(policy: NetworkPolicy, channel: Channel, host: str,
                         port: int) -> Decision | None:
     # Before the lists: a docs host read from the shell would not be counted
@@ -307,14 +327,27 @@ def _nothing_allows(policy: NetworkPolicy, channel: Channel, host: str, port: in
 # the docs channel, so every page an agent reads goes through ``read_docs`` and
 # is recorded. A docs host the task also opened to the shell (``shell_docs``)
 # is let through and each request recorded as ``allowed_docs_host_on_shell``,
-# so the gap in the page record is counted, not hidden. Then the deny list, the
-# task's overrides, the allow list and the tcp rules; whatever none of them
-# allows is refused (an IP literal or another port of an allowed host under its
-# own reason). The floor is the address rules' (``ADDRESS_RULES``).
+# so the gap in the page record is counted, not hidden. An agent CLI's API
+# host is allowed on the agent channel, whatever the lists say. Then the deny
+# list, the task's overrides, the allow list and the tcp rules; whatever none
+# of them allows is refused (an IP literal or another port of an allowed host
+# under its own reason). The floor is the address rules' (``ADDRESS_RULES``).
 NAME_RULES: tuple[NameRule, ...] = (
-    _docs_channel, _docs_host_on_shell, _deny_list, _override_rule, _allow_list, _tcp_rule,
-    _ip_literal, _other_port, _nothing_allows,
+    _docs_channel, _agent_channel, _docs_host_on_shell, _deny_list, _override_rule,
+    _allow_list, _tcp_rule, _ip_literal, _other_port, _nothing_allows,
 )
+
+
+def channel_for(policy: NetworkPolicy, channel: Channel, host: str, port: int) -> Channel:
+    """The channel a request from ``channel`` to ``host:port`` is decided and recorded on:
+    the agent channel for a shell request to an agent host, else its own."""
+    if channel is not Channel.SHELL or not policy.agent:
+        return channel
+    try:
+        canonical = canonical_host(host)
+    except PolicyError:
+        return channel
+    return Channel.AGENT if any(p.matches(canonical, port) for p in policy.agent) else channel
 
 
 def decide_name(policy: NetworkPolicy, request: Request) -> Decision:
@@ -361,7 +394,7 @@ def _dns_docs_host(policy: NetworkPolicy, host: str) -> Decision | None:
 def _dns_named(policy: NetworkPolicy, host: str) -> Decision | None:
     # The deny list is the connection's to apply (decide_name): a name denied
     # on one port may be allowed on another.
-    shell = (*policy.allow, *policy.tcp, *(o.pattern for o in policy.overrides))
+    shell = (*policy.allow, *policy.tcp, *(o.pattern for o in policy.overrides), *policy.agent)
     if any(p.matches_host(host) for p in shell):
         return _allow(Reason.ALLOWED_BY_LIST, DecisionLayer.ALLOWLIST, host)
     return None
@@ -468,6 +501,13 @@ def _docs_channel_ground(policy: NetworkPolicy, channel: Channel, host: str, por
     return _allow(Reason.ALLOWED_DOCS_CHANNEL, DecisionLayer.ATTRIBUTION, host)
 
 
+def _agent_channel_ground(policy: NetworkPolicy, channel: Channel, host: str, port: int,
+                          addresses: Sequence[IPAddress]) -> Decision | None:
+    if channel is not Channel.AGENT:
+        return None
+    return _allow(Reason.ALLOWED_AGENT_CHANNEL, DecisionLayer.ATTRIBUTION, host)
+
+
 def _docs_host_on_shell_ground(policy: NetworkPolicy, channel: Channel, host: str, port: int,
                                addresses: Sequence[IPAddress]) -> Decision | None:
     if not (any(p.matches(host, port) for p in policy.docs) and _opened_to_shell(policy, host, port)):
@@ -482,7 +522,7 @@ def _list_ground(policy: NetworkPolicy, channel: Channel, host: str, port: int,
 
 ADDRESS_RULES: tuple[AddressRule, ...] = (
     _resolved_nothing, _below_floor, _override_ground, _docs_channel_ground,
-    _docs_host_on_shell_ground, _list_ground,
+    _agent_channel_ground, _docs_host_on_shell_ground, _list_ground,
 )
 
 

@@ -280,7 +280,8 @@ class ProxyClient:
         assert upstream_sock is not None and self._dialled_key is not None
         if command.inspect:
             return await self._intercept(command.target, upstream_sock, initial, status,
-                                         resolved=str(self._dialled_key[3]))
+                                         resolved=str(self._dialled_key[3]),
+                                         channel=command.channel)
         policy = self._core.policy
         target = command.target
         try:
@@ -306,7 +307,7 @@ class ProxyClient:
                     ended=result.ended)
 
     async def _intercept(self, target: Target, upstream_sock: socket.socket, initial: bytes,
-                         status: int | None, *, resolved: str) -> Done:
+                         status: int | None, *, resolved: str, channel: Channel) -> Done:
         core = self._core
         policy = core.policy.inspection
         interception = core.interception
@@ -319,7 +320,7 @@ class ProxyClient:
         try:
             result = await InterceptedTunnel(
                 client=self._stream, upstream=upstream, host=target.host, port=target.port,
-                initial=initial, resolved=resolved, channel=self._channel,
+                initial=initial, resolved=resolved, channel=channel,
                 policy=policy, interception=interception, emit=self._emit_inner,
                 limits=self._limits, clock=core.clock,
             ).run()

@@ -21,12 +21,13 @@ import h11
 from firstrun.policy.addresses import IPAddress
 from firstrun.policy.decision import Decision, DecisionLayer, Reason, Verdict
 from firstrun.policy.hosts import parse_ip_literal
-from firstrun.policy.methods import InnerRequest, InspectionPolicy, decide_inner
+from firstrun.policy.methods import InnerRequest, InspectionPolicy, decide_inner, inspects
 from firstrun.policy.network import (
     ATTESTATION_HOST,
     Channel,
     NetworkPolicy,
     Request,
+    channel_for,
     decide_addresses,
     decide_name,
 )
@@ -228,11 +229,12 @@ class Forward(NamedTuple):
 class Carry(NamedTuple):
     """Carry an admitted tunnel: say ``200`` first when ``established`` (a CONNECT),
     then decrypt and judge each request (``inspect``) or judge the first flight
-    and move the bytes. Answered by ``Done``."""
+    and move the bytes; its requests are recorded on ``channel``. Answered by ``Done``."""
 
     target: Target
     established: bool
     inspect: bool
+    channel: Channel
 
 
 Command = Reserve | Release | Record | Resolve | Dial | Refuse | Answer | Forward | Carry
@@ -496,14 +498,19 @@ class ProxyContext(NamedTuple):
     def policy(self) -> NetworkPolicy:
         return self.decisions.policy
 
-    @property
-    def inspection(self) -> InspectionPolicy | None:
-        """The method rules, for the shell channel when the run inspects; else None.
+    def inspection(self, host: str, port: int) -> InspectionPolicy | None:
+        """The method rules for ``host:port`` when the run inspects it; else None.
 
-        Only the shell channel carries untrusted traffic; the docs channel is
-        the harness's own reader, which verifies the real server itself.
+        Only the sandbox's channels carry untrusted traffic; the docs channel is
+        the harness's own reader, which verifies the real server itself. Under
+        a scoped inspection (``policy.methods.inspects``) every other host's
+        traffic is as it is without inspection: carried, never read.
         """
-        return self.policy.inspection if self.channel is Channel.SHELL else None
+        inspection = self.policy.inspection
+        if self.channel is Channel.DOCS or inspection is None \
+                or not inspects(inspection, host, port):
+            return None
+        return inspection
 
 
 def proxy_request(ctx: ProxyContext) -> Steps:
@@ -544,7 +551,7 @@ def _proxy_request(ctx: ProxyContext, shown: _Shown, event: RequestHead) -> Step
     if target.action is Action.TUNNEL:
         yield from _carry(ctx, shown, target, established=True)
         return
-    inspection = ctx.inspection
+    inspection = ctx.inspection(target.host, target.port)
     request = h11.Request(method=event.event.method, target=target.path or "/",
                           headers=upstream_headers(list(event.event.headers), target))
     cap_refusal = None if inspection is None else Refused(
@@ -635,7 +642,7 @@ def _attest(ctx: ProxyContext, shown: _Shown, target: Target, *, raw: bool) -> S
 
 def _judge_method(ctx: ProxyContext, target: Target, event: h11.Request) -> None:
     """Under inspection plain HTTP is judged like decrypted HTTPS, before anything is dialled."""
-    inspection = ctx.inspection
+    inspection = ctx.inspection(target.host, target.port)
     if inspection is None:
         return
     declared = next((int(v) for n, v in event.headers if n == b"content-length"), 0)
@@ -649,8 +656,13 @@ def _judge_method(ctx: ProxyContext, target: Target, event: h11.Request) -> None
 
 
 def _admit(ctx: ProxyContext, shown: _Shown, target: Target) -> Generator[Command, ExchangeEvent | None, IPAddress]:
-    """Decide by name, resolve once, decide by every address, and dial a checked one."""
-    request = Request(channel=ctx.channel, host=target.host, port=target.port)
+    """Decide by name, resolve once, decide by every address, and dial a checked one.
+
+    Decided, dialled and recorded on the channel ``channel_for`` gives the target:
+    an agent CLI's API host is on the agent channel though the shell's listener took it.
+    """
+    shown.channel = channel_for(ctx.policy, ctx.channel, target.host, target.port)
+    request = Request(channel=shown.channel, host=target.host, port=target.port)
     by_name = ctx.decisions.name(request)
     if not by_name.allowed:
         raise _policy_refusal(by_name)
@@ -671,7 +683,7 @@ def _admit(ctx: ProxyContext, shown: _Shown, target: Target) -> Generator[Comman
                       host=target.host)
     shown.allowed = by_name if by_name.would_deny is not None else by_address
     shown.override = by_address.override or by_name.override
-    dialled = yield Dial(channel=ctx.channel, host=target.host, port=target.port,
+    dialled = yield Dial(channel=shown.channel, host=target.host, port=target.port,
                          addresses=addresses, reuse=target.action is Action.FORWARD)
     assert isinstance(dialled, Dialled)
     if dialled.address is None:
@@ -692,8 +704,9 @@ def _carry(ctx: ProxyContext, shown: _Shown, target: Target, *, established: boo
     under inspection: there is no TLS in it to open.
     """
     by_rule = any(p.matches(target.host, target.port) for p in ctx.policy.tcp)
-    done = yield Carry(target=target, established=established,
-                       inspect=ctx.inspection is not None and not by_rule)
+    done = yield Carry(target=target, established=established, channel=shown.channel,
+                       inspect=ctx.inspection(target.host, target.port) is not None
+                       and not by_rule)
     assert isinstance(done, Done)
     shown.add(done)
     if shown.capture is Capture.TRANSPARENT:

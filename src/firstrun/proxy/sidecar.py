@@ -15,9 +15,11 @@ import signal
 import sys
 import threading
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import IO
 
 from firstrun.errors import FirstrunError, PolicyError
+from firstrun.policy.hosts import parse_patterns
 from firstrun.policy.methods import InspectionPolicy
 from firstrun.policy.network import Channel, Mode, NetworkPolicy
 from firstrun.proxy.credentials import sandbox_variables
@@ -48,6 +50,9 @@ def policy_from_data(data: Mapping[str, object]) -> NetworkPolicy:
             source="sidecar policy",
             tcp=strings(data.get("tcp", [])),
         )
+        if "agent" in data:
+            policy = replace(policy, agent=parse_patterns(strings(data["agent"]),
+                                                          source="sidecar policy agent"))
         if "inspection" not in data:
             return policy
         inspection = data["inspection"]
@@ -58,9 +63,11 @@ def policy_from_data(data: Mapping[str, object]) -> NetworkPolicy:
         cap = inspection["max_body_bytes"]  # type: ignore[index]
         if type(cap) is not int:
             raise TypeError(f"max_body_bytes: expected an integer, got {cap!r}")
+        scope = inspection.get("scope")  # type: ignore[attr-defined]
         return policy.with_inspection(InspectionPolicy.build(
             rules=rules, credentials=credentials,  # type: ignore[arg-type]
-            max_body_bytes=cap, source="sidecar policy"))
+            max_body_bytes=cap, scope=None if scope is None else strings(scope),
+            source="sidecar policy"))
     except (KeyError, TypeError, ValueError) as exc:
         raise PolicyError(f"sidecar policy: malformed policy data ({exc!r})") from None
 
