@@ -128,10 +128,14 @@ def open_enclosure(chosen: Entry, profile: SandboxProfile, egress: ProxySetup | 
     """
     policy = profile.net
     if egress is not None and policy.inspection is not None and not chosen.inspects_tls:
+        # A scoped inspection is an agent CLI's: its key goes into its API requests.
+        why = "--inspect-tls" if policy.inspection.scope is None else \
+            "--agent (the proxy inspects its API host to put the key in)"
         raise SandboxUnavailable(
-            f"--inspect-tls: the {chosen.name} backend cannot show the run's CA bundle in its "
+            f"{why}: the {chosen.name} backend cannot show the run's CA bundle in its "
             "sandbox", who=chosen.name,
-            fix=f"use --backend {' or --backend '.join(inspecting())}, or drop --inspect-tls")
+            fix=f"use --backend {' or --backend '.join(inspecting())}"
+            + (", or drop --inspect-tls" if policy.inspection.scope is None else ""))
     options = options or BackendOptions()
     with ExitStack() as stack:
         own: RecordLog | None = None

@@ -15,9 +15,12 @@ from firstrun.agents.cli.claude_stream import ClaudeStream, Final
 from firstrun.agents.cli.harness_mcp import APPROVE_TOOL, HARNESS_HOST
 from firstrun.agents.cli.install import CLAUDE_CODE, CliInstall
 from firstrun.errors import UsageError
+from firstrun.policy.methods import InspectionPolicy, inspects
+from firstrun.policy.network import NetworkPolicy
 from firstrun.results.model import Classification
 from firstrun.run.events import Event, Failure
 from firstrun.run.runner import RunConfig, run_task
+from firstrun.run.sandbox import granted
 from support.agents import greeter_task
 
 
@@ -93,15 +96,28 @@ def test_an_https_api_needs_a_key_which_the_proxy_then_holds() -> None:
     assert plain.needs().credentials == () and plain.needs().allow == ("api.anthropic.test:8080",)
 
 
-def test_a_key_held_by_the_proxy_needs_tls_inspection(config: RunConfig, tmp_path: Path) -> None:
+def test_a_held_key_inspects_the_api_host_alone_unless_the_run_inspects_all() -> None:
     agent = make_claude_code(install=CliInstall(pin=CLAUDE_CODE, root="/opt/cache/claude-code"),
                              environ={"FIRSTRUN_ANTHROPIC_API_KEY": "sk-x"})
-    events: list[Event] = []
-    record = run_task(greeter_task(tmp_path), attempt=1, agent=agent, config=config,
-                      on_event=events.append)
-    assert record.classification is Classification.INFRA_ERROR
-    (failure,) = [e for e in events if isinstance(e, Failure)]
-    assert "must inspect TLS" in failure.message
+    base = NetworkPolicy.build()
+    scoped = granted(base, agent.needs())
+    # The API host is the agent channel's, not the shell's allow-list.
+    assert [str(p) for p in scoped.agent] == ["api.anthropic.com"]
+    assert scoped.allow == base.allow
+    assert scoped.inspection is not None
+    assert [str(p) for p in scoped.inspection.scope or ()] == ["api.anthropic.com"]
+    assert [c.name for c in scoped.inspection.credentials] == ["ANTHROPIC_API_KEY"]
+    assert inspects(scoped.inspection, "api.anthropic.com", 443)
+    assert not inspects(scoped.inspection, "pypi.org", 443)
+    # Under --inspect-tls every host stays inspected, the key's host with them.
+    everything = granted(base.with_inspection(InspectionPolicy()), agent.needs())
+    assert everything.inspection is not None and everything.inspection.scope is None
+    assert inspects(everything.inspection, "pypi.org", 443)
+    assert [c.name for c in everything.inspection.credentials] == ["ANTHROPIC_API_KEY"]
+    # A plain-HTTP test server takes no key: nothing is inspected.
+    plain = make_claude_code(install=CliInstall(pin=CLAUDE_CODE, root="/opt/cache/claude-code"),
+                             base_url="http://api.anthropic.test:8080", environ={})
+    assert granted(base, plain.needs()).inspection is None
 
 
 @pytest.mark.parametrize(("name", "stop", "detail"), [

@@ -77,7 +77,7 @@ def test_a_cache_flag_without_a_cache_or_with_its_opposite_is_one_line(
     assert not (tmp_path / "results").exists()
 
 
-def test_claude_code_without_tls_inspection_is_refused_before_any_run(
+def test_claude_code_on_a_backend_that_cannot_inspect_is_refused_before_any_run(
         firstrun: Run, tmp_path: Path) -> None:
     from firstrun.agents.cli.install import CLAUDE_CODE
 
@@ -88,7 +88,10 @@ def test_claude_code_without_tls_inspection_is_refused_before_any_run(
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"),
            "FIRSTRUN_ANTHROPIC_API_KEY": "sk-ant-test"}
     err = one_error(firstrun("run", "--example", "python-tabulate", "--agent", "claude-code",
-                             "--out", str(tmp_path / "out"), cwd=str(tmp_path), env=env,
+                             "--backend", "local", "--out", str(tmp_path / "out"), cwd=str(tmp_path),
+                             env=env,
                              timeout=60))
-    assert "--agent claude-code" in err and "--inspect-tls" in err
+    # Its key goes into its API requests through inspection of that host alone: no
+    # --inspect-tls is asked for, but the backend must be able to show the run's CA.
+    assert "--backend local: --agent claude-code" in err and "--inspect-tls" not in err
     assert not (tmp_path / "out").exists()

@@ -356,12 +356,15 @@ def _run_sweep_command(request: RunRequest) -> int:
     from firstrun.sandbox.select import inspecting_backend
 
     inspect_tls = bool(request.inspect_tls)
-    for arm, agent in zip(arms, made, strict=True):
-        if isinstance(agent, ProcessAgent) and agent.key_held and not inspect_tls:
-            raise UsageError(f"--agent {arm.agent}: the proxy puts the key into the agent's API "
-                             "requests, which needs --inspect-tls")
     check_inspection(tasks, inspect_tls=inspect_tls, env=os.environ)
     backend = inspecting_backend(request.backend, inspect_tls=inspect_tls, flag="--backend")
+    # A key the proxy holds goes into the agent's API requests through TLS
+    # inspection of that host alone, which the backend must be able to show.
+    for arm, agent in zip(arms, made, strict=True):
+        if isinstance(agent, ProcessAgent) and agent.key_held:
+            inspecting_backend(backend, inspect_tls=True, flag="--backend",
+                               why=f"--agent {arm.agent} (the proxy puts its key into its API "
+                                   "requests)")
     images = [task.spec.image or request.image for task in tasks]
     cluster = None
     if request.engine == "ray":

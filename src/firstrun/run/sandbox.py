@@ -127,22 +127,26 @@ def run_image(task: Task, config: RunConfig) -> str | None:
     return task.spec.image or config.image
 
 
-def _granted(policy: NetworkPolicy, needs: Needs) -> NetworkPolicy:
-    """``policy`` with an agent CLI's API host allowed and its key held by the proxy."""
+def granted(policy: NetworkPolicy, needs: Needs) -> NetworkPolicy:
+    """``policy`` with an agent CLI's API host on the agent channel and its key held by the proxy.
+
+    Under ``--inspect-tls`` the key's host joins the inspection of every host;
+    without it the proxy inspects that host alone (``InspectionPolicy.scope``)
+    and every other tunnel of the run stays opaque.
+    """
     if needs.allow:
-        policy = replace(policy, allow=policy.allow + NetworkPolicy.build(
+        policy = replace(policy, agent=policy.agent + NetworkPolicy.build(
             allow=needs.allow, source="agent API host").allow)
-    if needs.credentials and policy.inspection is None:
-        raise SandboxUnavailable(
-            "--agent: the agent's key is put into its API requests by the proxy, which must "
-            "inspect TLS to do so", who="proxy", fix="add --inspect-tls")
-    if policy.inspection is not None:
-        held = InspectionPolicy.build(credentials=needs.credentials, rules=needs.methods,
-                                      source="agent API")
-        policy = policy.with_inspection(replace(
-            policy.inspection, rules=policy.inspection.rules + held.rules,
-            credentials=policy.inspection.credentials + held.credentials))
-    return policy
+    if not needs.credentials and policy.inspection is None:
+        return policy
+    held = InspectionPolicy.build(
+        credentials=needs.credentials, rules=needs.methods, source="agent API",
+        scope=[host for _, host, _ in needs.credentials] if policy.inspection is None else None)
+    if policy.inspection is None:
+        return policy.with_inspection(held)
+    return policy.with_inspection(replace(
+        policy.inspection, rules=policy.inspection.rules + held.rules,
+        credentials=policy.inspection.credentials + held.credentials))
 
 
 def _routed(routes: Sequence[Route]) -> Resolver:
@@ -178,7 +182,7 @@ def open_sandbox(
     policy = task_policy(task, config)
     routes = needs.routes if needs is not None else ()
     if needs is not None:
-        policy = _granted(policy, needs)
+        policy = granted(policy, needs)
     if routes:
         policy = replace(policy, overrides=policy.overrides + NetworkPolicy.build(
             allow=(), source="agent routes",

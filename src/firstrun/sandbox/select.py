@@ -165,8 +165,10 @@ def own_kernel_backend() -> str | None:
     return next((e.name for e in ranked(own_kernel=True) if _own_kernel_here(e).available), None)
 
 
-def inspecting_backend(backend: str, *, inspect_tls: bool, flag: str) -> str:
-    """The backend to resolve: under --inspect-tls one that cannot inspect is refused.
+def inspecting_backend(backend: str, *, inspect_tls: bool, flag: str,
+                       why: str = "--inspect-tls") -> str:
+    """The backend to resolve: under --inspect-tls (or what ``why`` names) one that
+    cannot inspect is refused.
 
     ``auto`` stays ``auto``: it prefers docker, then linux, both inspecting;
     should it land on another, the run refuses itself (``run.sandbox.open_sandbox``).
@@ -175,7 +177,7 @@ def inspecting_backend(backend: str, *, inspect_tls: bool, flag: str) -> str:
         return backend
     if not entry(backend).inspects_tls:
         raise UsageError(
-            f"{flag} {backend}: --inspect-tls needs the {' or '.join(inspecting())} backend; "
+            f"{flag} {backend}: {why} needs the {' or '.join(inspecting())} backend; "
             f"the {backend} backend cannot show the run's CA bundle in its sandbox"
         )
     return backend
