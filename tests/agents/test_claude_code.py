@@ -17,6 +17,8 @@ from mcp.server import mcpserver
 import support.anthropic_wire as wire
 from firstrun.agents.cli.install import CLAUDE_CODE, CliInstall, ensure
 from firstrun.examples import example_mirrors, find_example
+from firstrun.policy.network import Channel
+from firstrun.proxy.records import Scheme
 from firstrun.results.model import Classification
 from firstrun.run.events import CommandRan, DocsRead, Event, ModelTurn, PermissionDecided, Source
 from firstrun.run.runner import RunConfig, run_task
@@ -257,7 +259,7 @@ def test_the_proxy_puts_the_key_into_api_requests_and_nowhere_else(
         wire.message(bash(look)),
         wire.message(wire.text("Done.")),
     )
-    kept = replace(config, keep_sandbox=True, inspect_tls=True)
+    kept = replace(config, keep_sandbox=True)
     with VendorServer(transcript, tls=context) as server:
         record, events = run(greeter_task(tmp_path), agent(claude_code, server.url), kept)
     assert record.classification is Classification.PASSED, \
@@ -265,10 +267,15 @@ def test_the_proxy_puts_the_key_into_api_requests_and_nowhere_else(
     # Every request reached the API with the real key: the proxy swapped it in.
     api = [r for r in server.seen()]
     assert api and all(wire.api_key(r) == canary for r in api)
-    swapped = [e.record for e in events if e.kind == "egress"
-               and e.record.host == API_HOST]
+    egress = [e.record for e in events if e.kind == "egress"]
+    swapped = [r for r in egress if r.host == API_HOST]
     assert swapped and all(r.credentials == ("ANTHROPIC_API_KEY",) for r in swapped
                            if r.credentials)
+    # Without --inspect-tls the proxy decrypted the API host alone, and its records
+    # are the agent channel's, counted apart from the shell's egress.
+    assert {r.host for r in egress if r.scheme is Scheme.HTTPS} == {API_HOST}
+    assert all(r.channel is Channel.AGENT for r in swapped)
+    assert record.extra["agent_egress"] == {"records": len(swapped), "refused": 0}
     # Inside, only the placeholder: in the CLI's environment, in no process or file.
     (ran,) = [e for e in of(events, CommandRan) if e.source is Source.AGENT]
     assert ran.stdout.startswith("ANTHROPIC_API_KEY=firstrun-anthropic_api_key-")

@@ -199,7 +199,11 @@ def build_record(task: Task, *, attempt: int, agent_name: str, model: str | None
          "detail": e.page["detail"]}
         for e in reads if e.route and e.page.get("error") is not None
     )
-    blocked = tuple(e.record.to_data() for e in events if isinstance(e, Egress) and e.record.denied)
+    egress = [e.record for e in events if isinstance(e, Egress)]
+    # An agent CLI's own traffic to its API host is counted apart from the run's
+    # egress: neither a page read nor a refusal of what the docs asked for.
+    agent_egress = [r for r in egress if r.channel is Channel.AGENT]
+    blocked = tuple(r.to_data() for r in egress if r.denied and r.channel is not Channel.AGENT)
     failed_setup = next((e for e in events if isinstance(e, CommandRan)
                          and e.source is Source.SETUP and e.exit_code != 0), None)
     if failure is not None:
@@ -229,6 +233,10 @@ def build_record(task: Task, *, attempt: int, agent_name: str, model: str | None
     if finished is not None:
         extra = {"agent_stop": finished.stop.value, "turns": finished.turns,
                  "usage": finished.usage, "claim": finished.claim}
+    if agent_egress:
+        # Records, not requests: an inspected tunnel leaves its own and one per request.
+        extra["agent_egress"] = {"records": len(agent_egress),
+                                 "refused": sum(1 for r in agent_egress if r.denied)}
     if task.mutation is not None:
         extra["mutation"] = task.mutation.to_data()
     if failure is not None:
