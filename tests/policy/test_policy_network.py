@@ -20,6 +20,7 @@ from firstrun.policy.network import (
     Request,
     channel_for,
     decide_addresses,
+    decide_dns,
     decide_name,
     destination_label,
 )
@@ -172,3 +173,32 @@ def test_the_agent_channel_reaches_its_hosts_alone_whatever_the_lists_say() -> N
     assert (public.verdict, public.reason) == (Verdict.ALLOW, Reason.ALLOWED_AGENT_CHANNEL)
     assert _AGENT.to_data()["agent"] == ["api.anthropic.com"]
     assert "agent" not in NetworkPolicy.build().to_data()
+
+
+_SERVED = replace(NetworkPolicy.build(docs=["docs.test"], shell_docs=[]), serve_docs=True)
+
+
+@pytest.mark.parametrize(("policy", "channel", "host", "reason"), [
+    # Without serve_docs a docs host stays refused on the shell channel.
+    (NetworkPolicy.build(docs=["docs.test"]), Channel.SHELL, "docs.test",
+     Reason.DOCS_HOST_ON_SHELL),
+    (_SERVED, Channel.SHELL, "docs.test", Reason.ALLOWED_AS_PAGE_READ),
+    # The reader's own channel is unchanged; other hosts too.
+    (_SERVED, Channel.DOCS, "docs.test", Reason.ALLOWED_DOCS_CHANNEL),
+    (_SERVED, Channel.SHELL, "other.test", Reason.NOT_ALLOWED),
+    # A docs host the task opened to the shell keeps its direct, counted route.
+    (replace(NetworkPolicy.build(allow=["docs.test"], docs=["docs.test"],
+                                 shell_docs=["docs.test"]), serve_docs=True),
+     Channel.SHELL, "docs.test", Reason.ALLOWED_DOCS_HOST_ON_SHELL),
+])
+def test_a_served_docs_host_is_a_page_read(policy: NetworkPolicy, channel: Channel, host: str,
+                                           reason: Reason) -> None:
+    assert decide_name(policy, Request(channel=channel, host=host, port=443)).reason is reason
+
+
+def test_the_dns_stub_answers_a_served_docs_host() -> None:
+    assert decide_dns(_SERVED, "docs.test").reason is Reason.ALLOWED_AS_PAGE_READ
+    assert decide_dns(NetworkPolicy.build(docs=["docs.test"]), "docs.test").reason is \
+        Reason.DOCS_HOST_ON_SHELL
+    assert _SERVED.to_data()["serve_docs"] is True
+    assert "serve_docs" not in NetworkPolicy.build().to_data()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Sequence
+from dataclasses import replace
 
 import h11
 import pytest
@@ -35,7 +36,9 @@ from firstrun.proxy.exchange import (
     HeadRefused,
     InnerContext,
     NameRefused,
+    PageText,
     ProxyContext,
+    ReadPage,
     Record,
     Refuse,
     Release,
@@ -93,9 +96,11 @@ def show(command: Command) -> tuple[object, ...]:
                 headers.get(b"host", b"").decode(), command.cap)
     if isinstance(command, Carry):
         return ("carry", command.target.host, command.target.port, command.established,
-                command.inspect)
+                command.inspect) + (("served",) if command.served else ())
     if isinstance(command, Answer):
         return ("answer", command.status, command.body, bool(command.raw))
+    if isinstance(command, ReadPage):
+        return ("read_page", command.url)
     if isinstance(command, Record):
         r = command.record
         return ("record", command.mode.value, r.decision.value, r.reason.value, r.status,
@@ -302,6 +307,48 @@ def test_under_inspection_plain_http_is_judged_by_method_and_its_body_capped() -
     assert [show(c) for c in handler.handle(Done(refusal=over))] == [
         ("record", "reserved", "deny", "body_too_large", 413, "http"),
         ("refuse", 413, "body_too_large", True)]
+
+
+SERVED = replace(POLICY, serve_docs=True).with_inspection(
+    InspectionPolicy.build(scope=["docs.example"]))
+
+
+def test_a_served_docs_host_is_read_by_the_docs_reader_and_never_resolved_or_dialled() -> None:
+    raw = b"GET http://docs.example/guide HTTP/1.1\r\nHost: docs.example\r\n\r\n"
+    assert table(proxy_request(_context(SERVED)), [
+        _head(raw), Reserved(ok=True), PageText(text="# Guide\n"),
+        Done(bytes_down=120, status=200, keep_alive=True),
+    ]) == [
+        [("reserve",)],
+        [("read_page", "http://docs.example/guide")],
+        [("answer", 200, b"# Guide\n", False)],
+        [("record", "reserved", "allow", "allowed_as_page_read", 200, "http")],
+    ]
+    post = (b"POST http://docs.example/guide HTTP/1.1\r\nHost: docs.example\r\n"
+            b"Content-Length: 0\r\n\r\n")
+    assert table(proxy_request(_context(SERVED)), [_head(post), Reserved(ok=True)])[-1] == [
+        ("record", "reserved", "deny", "method_not_allowed", 405, "http"),
+        ("refuse", 405, "method_not_allowed", True)]
+    # A tunnel to it is decrypted with nothing dialled; another host's stays opaque.
+    connect = b"CONNECT docs.example:443 HTTP/1.1\r\nHost: docs.example:443\r\n\r\n"
+    assert table(proxy_request(_context(SERVED)), [_head(connect), Reserved(ok=True)])[-1] == [
+        ("carry", "docs.example", 443, True, True, "served")]
+    pypi = b"CONNECT pypi.org:443 HTTP/1.1\r\nHost: pypi.org:443\r\n\r\n"
+    assert table(proxy_request(_context(SERVED)), [
+        _head(pypi), Reserved(ok=True), Resolved(addresses=(PUBLIC,)),
+        Dialled(address=PUBLIC)])[-1] == [("carry", "pypi.org", 443, True, False)]
+
+
+def test_a_served_tunnels_read_is_answered_by_the_reader_and_written() -> None:
+    context = _inner(InspectionPolicy())._replace(host="docs.example", resolved=None,
+                                                  served=True)
+    head = _head(b"GET /guide HTTP/1.1\r\nHost: docs.example\r\n\r\n")
+    assert table(inner_request(context), [head, PageText(text="# Guide\n"),
+                                          Done(status=200)]) == [
+        [("read_page", "https://docs.example/guide")],
+        [("answer", 200, b"# Guide\n", False)],
+        [("record", "written", "allow", "allowed_as_page_read", 200, "https")],
+    ]
 
 
 def test_a_tcp_rule_is_carried_as_it_is_even_under_inspection() -> None:

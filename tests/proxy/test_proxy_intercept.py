@@ -18,7 +18,7 @@ from cryptography import x509
 from proxy_fixtures import HttpUpstream, RecordingResolver, connect, read_reply
 from tls_fixtures import HttpsRegistry, TestCA, https_via_proxy, raw_tls_via_proxy
 
-from firstrun.errors import ProxyError, UsageError
+from firstrun.errors import PolicyError, ProxyError, UsageError
 from firstrun.policy.hosts import parse_patterns
 from firstrun.policy.methods import InspectionPolicy
 from firstrun.policy.network import Channel, NetworkPolicy
@@ -482,3 +482,67 @@ def test_a_scoped_inspection_opens_the_api_host_alone(
     tunnels = [(r.channel, r.host) for r in records if r.scheme is Scheme.HTTPS_TUNNEL]
     assert tunnels == [(Channel.AGENT, "registry.test"), (Channel.SHELL, "other.test"),
                        (Channel.SHELL, "other.test")]
+
+
+def test_a_served_docs_host_is_answered_by_the_docs_reader_and_never_dialled(
+        tmp_path: Path) -> None:
+    # An agent CLI's own web fetch: a docs host's requests are decrypted and
+    # answered with what the run's docs reader made of the page.
+    read: list[str] = []
+
+    def reader(url: str) -> str:
+        read.append(url)
+        return f"# The page at {url}\n"
+
+    policy = replace(NetworkPolicy.build(docs=["docs.test"]), serve_docs=True).with_inspection(
+        InspectionPolicy.build(scope=["docs.test"]))
+    resolver = RecordingResolver({})
+    ca = RunCA()
+    interception = Interception(ca=ca, upstream=upstream_context())
+    proxy = EgressProxy(policy, resolver=resolver, interception=interception,
+                        pages=reader).start()
+    address = proxy.listen_tcp(Channel.SHELL)
+    try:
+        # A client that closes after its one request (axios does) ends the tunnel cleanly.
+        got = https_via_proxy(address, "docs.test", 443, trust=ca.cert_pem, path="/guide?x=1",
+                              headers={"Connection": "close"})
+        head = https_via_proxy(address, "docs.test", 443, trust=ca.cert_pem, method="HEAD",
+                               path="/guide")
+        post = https_via_proxy(address, "docs.test", 443, trust=ca.cert_pem, method="POST",
+                               path="/guide", body=b"q")
+        with connect(address) as sock:
+            sock.sendall(b"GET http://docs.test/plain HTTP/1.1\r\nHost: docs.test\r\n"
+                         b"Connection: close\r\n\r\n")
+            plain = read_reply(sock)
+    finally:
+        proxy.stop()
+    records = proxy.records()
+    assert (got[0], got[1]["content-type"], got[2]) == (
+        200, "text/markdown; charset=utf-8", b"# The page at https://docs.test/guide?x=1\n")
+    assert (head[0], head[2]) == (200, b"")
+    assert (post[0], post[1]["x-firstrun-reason"]) == (405, "method_not_allowed")
+    assert plain.status == 200 and plain.body == b"# The page at http://docs.test/plain\n"
+    # Each read went to the reader once (the POST never did); the proxy itself
+    # never resolved or dialled the docs host.
+    assert read == ["https://docs.test/guide?x=1", "https://docs.test/guide",
+                    "http://docs.test/plain"]
+    assert resolver.asked == []
+    assert [(r.scheme, r.method, r.reason.value) for r in records if r.path is not None] == [
+        (Scheme.HTTPS, "GET", "allowed_as_page_read"),
+        (Scheme.HTTPS, "HEAD", "allowed_as_page_read"),
+        (Scheme.HTTPS, "POST", "method_not_allowed"),
+        (Scheme.HTTP, "GET", "allowed_as_page_read"),
+    ]
+    tunnels = [r for r in records if r.scheme is Scheme.HTTPS_TUNNEL]
+    assert [r.reason.value for r in tunnels] == ["allowed_as_page_read"] * 3
+    # The closing client's tunnel ended whole, what it carried counted.
+    assert tunnels[0].bytes_up > 0 and tunnels[0].bytes_down > len(got[2])
+
+
+def test_serving_docs_needs_inspection_and_a_reader() -> None:
+    policy = replace(NetworkPolicy.build(docs=["docs.test"]), serve_docs=True)
+    with pytest.raises(ProxyError, match="page reader"):
+        EgressProxy(policy.with_inspection(InspectionPolicy()),
+                    interception=Interception(ca=RunCA(), upstream=upstream_context()))
+    with pytest.raises(PolicyError, match="serve_docs"):
+        policy_from_data(json.loads(json.dumps(policy.to_data())))

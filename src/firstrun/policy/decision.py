@@ -39,6 +39,8 @@ class Reason(StrEnum):
     ALLOWED_DOCS_HOST_ON_SHELL = "allowed_docs_host_on_shell"
     # An agent CLI's own traffic to its API host (``network.Channel.AGENT``).
     ALLOWED_AGENT_CHANNEL = "allowed_agent_channel"
+    # A docs host fetched from the sandbox, answered by the docs reader (``serve_docs``).
+    ALLOWED_AS_PAGE_READ = "allowed_as_page_read"
     DOCS_HOST_ON_SHELL = "docs_host_on_shell"
     NOT_DOCS_HOST = "not_docs_host"
     NOT_ALLOWED = "not_allowed"

@@ -117,6 +117,10 @@ class NetworkPolicy:
     # on the agent channel (``channel_for``). The proxy cannot tell which
     # process dialled, so a shell command reaching one is recorded there too.
     agent: tuple[HostPattern, ...] = ()
+    # An agent CLI's own web fetch: a request from the sandbox to a docs host
+    # is answered by the run's docs reader (``allowed_as_page_read``), never
+    # dialled, so each page it fetched is a page read like read_docs's.
+    serve_docs: bool = False
 
     @classmethod
     def build(
@@ -170,6 +174,8 @@ class NetworkPolicy:
             data["tcp"] = [str(p) for p in self.tcp]
         if self.agent:
             data["agent"] = [str(p) for p in self.agent]
+        if self.serve_docs:
+            data["serve_docs"] = True
         return data
 
     def _name_data(self) -> dict[str, object]:
@@ -276,6 +282,8 @@ def _docs_host_on_shell(policy: NetworkPolicy, channel: Channel, host: str,
         return None
     if _opened_to_shell(policy, host, port) and not any(p.matches(host, port) for p in policy.deny):
         return _allow(Reason.ALLOWED_DOCS_HOST_ON_SHELL, DecisionLayer.ATTRIBUTION, host)
+    if policy.serve_docs:
+        return _allow(Reason.ALLOWED_AS_PAGE_READ, DecisionLayer.ATTRIBUTION, host)
     return _refuse(Reason.DOCS_HOST_ON_SHELL, DecisionLayer.ATTRIBUTION, host)
 
 
@@ -327,7 +335,8 @@ def _nothing_allows(policy: NetworkPolicy, channel: Channel, host: str, port: in
 # the docs channel, so every page an agent reads goes through ``read_docs`` and
 # is recorded. A docs host the task also opened to the shell (``shell_docs``)
 # is let through and each request recorded as ``allowed_docs_host_on_shell``,
-# so the gap in the page record is counted, not hidden. An agent CLI's API
+# so the gap in the page record is counted, not hidden; with ``serve_docs``
+# any other is answered by the docs reader, a page read. An agent CLI's API
 # host is allowed on the agent channel, whatever the lists say. Then the deny
 # list, the task's overrides, the allow list and the tcp rules; whatever none
 # of them allows is refused (an IP literal or another port of an allowed host
@@ -388,6 +397,8 @@ def _dns_docs_host(policy: NetworkPolicy, host: str) -> Decision | None:
     if any(p.matches_host(host) for p in policy.shell_docs) and \
             any(p.matches_host(host) for p in policy.allow):
         return _allow(Reason.ALLOWED_DOCS_HOST_ON_SHELL, DecisionLayer.ATTRIBUTION, host)
+    if policy.serve_docs:
+        return _allow(Reason.ALLOWED_AS_PAGE_READ, DecisionLayer.ATTRIBUTION, host)
     return _refuse(Reason.DOCS_HOST_ON_SHELL, DecisionLayer.ATTRIBUTION, host)
 
 

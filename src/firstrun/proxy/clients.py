@@ -36,6 +36,8 @@ from firstrun.proxy.exchange import (
     Forward,
     Handler,
     NameRefused,
+    PageText,
+    ReadPage,
     Record,
     Refuse,
     Release,
@@ -55,8 +57,8 @@ from firstrun.proxy.tunnel import Tunnel
 from firstrun.proxy.wire import (
     Progress,
     SocketStream,
+    answer,
     client_event,
-    drain_body,
     forward,
     linger,
     open_stream,
@@ -163,6 +165,8 @@ class ProxyClient:
             return await self._forward(command)
         elif isinstance(command, Carry):
             return await self._carry(command)
+        elif isinstance(command, ReadPage):
+            return PageText(text=await core.read_page(command.url))
         return None
 
     # -- upstream connections -------------------------------------------------
@@ -235,24 +239,8 @@ class ProxyClient:
     async def _answer(self, command: Answer) -> Done:
         """The request's body drained, then the answer: its ``status`` once the request
         was read whole, whether or not the client stayed for the answer."""
-        try:
-            await drain_body(self._stream, self._h11, self._limits.idle_timeout_s)
-        except Refused as refusal:
-            return Done(refusal=refusal)
-        except PeerGone:
-            return Done()
         self._progress = Progress(status=command.status)
-        events: list[h11.Event] = [h11.Response(status_code=command.status,
-                                                headers=command.headers, reason=b"OK")]
-        if command.body:
-            events.append(h11.Data(data=command.body))
-        events.append(h11.EndOfMessage())
-        data = b"".join(self._h11.send(e) or b"" for e in events)
-        try:
-            sent = await self._stream.send(data, self._limits.idle_timeout_s)
-        except PeerGone:
-            return Done(status=command.status)
-        return Done(bytes_down=sent, status=command.status, keep_alive=True)
+        return await answer(self._stream, self._h11, command, self._limits.idle_timeout_s)
 
     async def _carry(self, command: Carry) -> Done:
         initial = b""
@@ -276,6 +264,9 @@ class ProxyClient:
         return await self._through(command, initial, status=200 if command.established else None)
 
     async def _through(self, command: Carry, initial: bytes, *, status: int | None) -> Done:
+        if command.served:
+            return await self._intercept(command.target, None, initial, status, resolved=None,
+                                         channel=command.channel)
         upstream_sock, self._dialled = self._dialled, None
         assert upstream_sock is not None and self._dialled_key is not None
         if command.inspect:
@@ -306,26 +297,31 @@ class ProxyClient:
                     flight=result.flight, decision=result.decision, closed=result.refusal,
                     ended=result.ended)
 
-    async def _intercept(self, target: Target, upstream_sock: socket.socket, initial: bytes,
-                         status: int | None, *, resolved: str, channel: Channel) -> Done:
+    async def _intercept(self, target: Target, upstream_sock: socket.socket | None,
+                         initial: bytes, status: int | None, *, resolved: str | None,
+                         channel: Channel) -> Done:
+        """Decrypt the tunnel; with no ``upstream_sock`` (served) the docs reader answers."""
         core = self._core
         policy = core.policy.inspection
         interception = core.interception
         assert policy is not None and interception is not None
-        try:
-            upstream = await open_stream(upstream_sock, UpstreamGone)
-        except OSError:
-            upstream_sock.close()
-            return Done(status=status)
+        upstream = None
+        if upstream_sock is not None:
+            try:
+                upstream = await open_stream(upstream_sock, UpstreamGone)
+            except OSError:
+                upstream_sock.close()
+                return Done(status=status)
         try:
             result = await InterceptedTunnel(
                 client=self._stream, upstream=upstream, host=target.host, port=target.port,
                 initial=initial, resolved=resolved, channel=channel,
                 policy=policy, interception=interception, emit=self._emit_inner,
-                limits=self._limits, clock=core.clock,
+                limits=self._limits, clock=core.clock, read_page=core.read_page,
             ).run()
         finally:
-            upstream.close()
+            if upstream is not None:
+                upstream.close()
         return Done(bytes_up=result.bytes_up, bytes_down=result.bytes_down, status=status,
                     closed=result.refusal)
 

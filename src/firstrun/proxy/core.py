@@ -32,6 +32,10 @@ from firstrun.proxy.wire import SocketStream
 Resolver = Callable[[str, int], Awaitable[Sequence[IPAddress]]]
 """Resolve a canonical host once; raise ``OSError`` or return [] when it does not resolve."""
 
+PageReader = Callable[[str], str]
+"""The run's docs reader for a page fetched from the sandbox (``serve_docs``): a URL in,
+the text the agent sees out (a failed read says so in the text); blocking."""
+
 # How long a name's resolution is used before it is asked again, and how many are kept.
 RESOLVED_S = 30.0
 RESOLUTIONS_MAX = 4096
@@ -133,13 +137,14 @@ class ProxyCore:
 
     def __init__(self, decisions: Decisions, *, log: RecordLog, resolver: Resolver,
                  limits: ProxyLimits, clock: Clock, nonce: str,
-                 interception: Interception | None) -> None:
+                 interception: Interception | None, pages: PageReader | None = None) -> None:
         # Replaced, never changed, when a listener adds a proxy address.
         self.decisions = decisions
         self.limits = limits
         self.clock = clock
         self.nonce = nonce
         self.interception = interception
+        self._pages = pages
         # What the transparent DNS answered: the names behind synthetic addresses.
         self.synthetic = SyntheticNames()
         self.pool = Pool()
@@ -159,6 +164,12 @@ class ProxyCore:
         """What an exchange on ``channel`` is judged by, now."""
         return ProxyContext(channel=channel, decisions=self.decisions, clock=self.clock,
                             nonce=self.nonce, max_head_bytes=self.limits.max_head_bytes)
+
+    async def read_page(self, url: str) -> str:
+        """The docs reader's text for ``url``, read off the event loop (it blocks, and it
+        reaches the docs through this very proxy's docs channel)."""
+        assert self._pages is not None, "serve_docs needs a page reader (EgressProxy checks)"
+        return await asyncio.get_running_loop().run_in_executor(None, self._pages, url)
 
     def reserve(self, channel: Channel) -> bool:
         return self._log.reserve(channel)

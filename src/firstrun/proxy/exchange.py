@@ -21,7 +21,13 @@ import h11
 from firstrun.policy.addresses import IPAddress
 from firstrun.policy.decision import Decision, DecisionLayer, Reason, Verdict
 from firstrun.policy.hosts import parse_ip_literal
-from firstrun.policy.methods import InnerRequest, InspectionPolicy, decide_inner, inspects
+from firstrun.policy.methods import (
+    READ_ONLY,
+    InnerRequest,
+    InspectionPolicy,
+    decide_inner,
+    inspects,
+)
 from firstrun.policy.network import (
     ATTESTATION_HOST,
     Channel,
@@ -115,6 +121,12 @@ class Dialled(NamedTuple):
     address: IPAddress | None
 
 
+class PageText(NamedTuple):
+    """What the run's docs reader made of a page (``ReadPage``): the text the agent sees."""
+
+    text: str
+
+
 class Done(NamedTuple):
     """How the data plane's part ended: bytes each way, and what it saw.
 
@@ -138,7 +150,8 @@ class Done(NamedTuple):
     ended: TunnelEnd | None = None
 
 
-ExchangeEvent = RequestHead | HeadRefused | FlowOpened | NameRefused | Reserved | Resolved | Dialled | Done
+ExchangeEvent = (RequestHead | HeadRefused | FlowOpened | NameRefused | Reserved | Resolved
+                 | Dialled | PageText | Done)
 
 
 # -- commands: what the driver carries out ------------------------------------
@@ -229,17 +242,27 @@ class Forward(NamedTuple):
 class Carry(NamedTuple):
     """Carry an admitted tunnel: say ``200`` first when ``established`` (a CONNECT),
     then decrypt and judge each request (``inspect``) or judge the first flight
-    and move the bytes; its requests are recorded on ``channel``. Answered by ``Done``."""
+    and move the bytes; its requests are recorded on ``channel``. A ``served``
+    tunnel (a docs host under ``serve_docs``) was never dialled: it is decrypted
+    and each request answered by the docs reader. Answered by ``Done``."""
 
     target: Target
     established: bool
     inspect: bool
     channel: Channel
+    served: bool = False
 
 
-Command = Reserve | Release | Record | Resolve | Dial | Refuse | Answer | Forward | Carry
+class ReadPage(NamedTuple):
+    """Have the run's docs reader read ``url`` (a page read, recorded by the run);
+    answered by ``PageText``."""
+
+    url: str
+
+
+Command = Reserve | Release | Record | Resolve | Dial | Refuse | Answer | Forward | Carry | ReadPage
 # The commands whose answer is the next event.
-_ANSWERED = (Reserve, Resolve, Dial, Answer, Forward, Carry)
+_ANSWERED = (Reserve, Resolve, Dial, Answer, Forward, Carry, ReadPage)
 
 Steps = Generator[Command, ExchangeEvent | None, None]
 
@@ -551,6 +574,10 @@ def _proxy_request(ctx: ProxyContext, shown: _Shown, event: RequestHead) -> Step
     if target.action is Action.TUNNEL:
         yield from _carry(ctx, shown, target, established=True)
         return
+    if _served(shown):
+        url = f"http://{authority_text(target.host, target.port, default_port=80)}{target.path}"
+        yield from _serve_page(shown, ctx.clock, url, inner=False)
+        return
     inspection = ctx.inspection(target.host, target.port)
     request = h11.Request(method=event.event.method, target=target.path or "/",
                           headers=upstream_headers(list(event.event.headers), target))
@@ -655,11 +682,13 @@ def _judge_method(ctx: ProxyContext, target: Target, event: h11.Request) -> None
                       layer=decision.layer, host=target.host)
 
 
-def _admit(ctx: ProxyContext, shown: _Shown, target: Target) -> Generator[Command, ExchangeEvent | None, IPAddress]:
+def _admit(ctx: ProxyContext, shown: _Shown,
+           target: Target) -> Generator[Command, ExchangeEvent | None, IPAddress | None]:
     """Decide by name, resolve once, decide by every address, and dial a checked one.
 
     Decided, dialled and recorded on the channel ``channel_for`` gives the target:
     an agent CLI's API host is on the agent channel though the shell's listener took it.
+    A docs host served as a page read is neither resolved nor dialled (None).
     """
     shown.channel = channel_for(ctx.policy, ctx.channel, target.host, target.port)
     request = Request(channel=shown.channel, host=target.host, port=target.port)
@@ -667,6 +696,10 @@ def _admit(ctx: ProxyContext, shown: _Shown, target: Target) -> Generator[Comman
     if not by_name.allowed:
         raise _policy_refusal(by_name)
     shown.name_would_deny = by_name.would_deny
+    if by_name.reason is Reason.ALLOWED_AS_PAGE_READ:
+        # The docs reader reads the page through its own channel: nothing is dialled here.
+        shown.allowed = by_name
+        return None
     literal = parse_ip_literal(target.host)
     if literal is not None:
         addresses: tuple[IPAddress, ...] = (literal,)
@@ -704,9 +737,11 @@ def _carry(ctx: ProxyContext, shown: _Shown, target: Target, *, established: boo
     under inspection: there is no TLS in it to open.
     """
     by_rule = any(p.matches(target.host, target.port) for p in ctx.policy.tcp)
+    served = _served(shown)
     done = yield Carry(target=target, established=established, channel=shown.channel,
-                       inspect=ctx.inspection(target.host, target.port) is not None
-                       and not by_rule)
+                       inspect=served or (ctx.inspection(target.host, target.port) is not None
+                                          and not by_rule),
+                       served=served)
     assert isinstance(done, Done)
     shown.add(done)
     if shown.capture is Capture.TRANSPARENT:
@@ -722,6 +757,52 @@ def _carry(ctx: ProxyContext, shown: _Shown, target: Target, *, established: boo
     yield from _settle(shown, ctx.clock, reserved=True)
 
 
+def _served(shown: _Shown) -> bool:
+    return shown.allowed is not None and shown.allowed.reason is Reason.ALLOWED_AS_PAGE_READ
+
+
+def _page_answer(text: str, method: str | None) -> Answer:
+    """A page the docs reader read, as the answer to a GET (its body) or a HEAD."""
+    body = text.encode("utf-8")
+    headers: Headers = [(b"content-type", b"text/markdown; charset=utf-8"),
+                        (b"content-length", str(len(body)).encode()),
+                        (b"cache-control", b"no-store")]
+    return Answer(status=200, headers=headers, body=b"" if method == "HEAD" else body)
+
+
+def _serve_page(shown: _Shown, clock: Clock, url: str, *, inner: bool) -> Steps:
+    """Answer a read of a docs host with the page the docs reader read (never dialled).
+
+    Only a read is served: the reader only reads. ``inner``: a request inside
+    a served tunnel, its record written; else a proxy request, its record
+    into the reservation.
+    """
+    def refuse(refusal: Refused) -> Steps:
+        if inner:
+            yield from _refuse_inner(shown, refusal, clock)
+        else:
+            yield from _refuse(shown, refusal, clock, reserved=True)
+
+    if shown.method not in READ_ONLY:
+        yield from refuse(Refused(Reason.METHOD_NOT_ALLOWED, f"{shown.method} {url}: a docs "
+                                  "host is only read here", layer=DecisionLayer.METHODS,
+                                  host=shown.host))
+        return
+    page = yield ReadPage(url=url)
+    assert isinstance(page, PageText)
+    done = yield _page_answer(page.text, shown.method)
+    assert isinstance(done, Done)
+    shown.add(done)
+    if done.refusal is not None:
+        yield from refuse(done.refusal)
+    elif inner:
+        record = shown.record(clock)
+        assert record is not None
+        yield Record(record=record, mode=RecordMode.WRITTEN)
+    else:
+        yield from _settle(shown, clock, reserved=True)
+
+
 class InnerContext(NamedTuple):
     """What a request decrypted inside one admitted CONNECT is judged by."""
 
@@ -735,6 +816,8 @@ class InnerContext(NamedTuple):
     max_head_bytes: int
     # Set when the real server failed verification: every request is refused with it.
     upstream_refusal: Refused | None = None
+    # A docs host under ``serve_docs``: each request is answered by the docs reader.
+    served: bool = False
 
 
 def inner_request(ctx: InnerContext) -> Steps:
@@ -762,6 +845,12 @@ def _inner_request(ctx: InnerContext, shown: _Shown, event: RequestHead) -> Step
         yield from _refuse_inner(shown, refusal, ctx.clock)
         return
     assert shown.method is not None and shown.path is not None
+    if ctx.served:
+        shown.allowed = Decision(verdict=Verdict.ALLOW, reason=Reason.ALLOWED_AS_PAGE_READ,
+                                 layer=DecisionLayer.ATTRIBUTION, host=ctx.host)
+        url = f"https://{authority_text(ctx.host, ctx.port, default_port=443)}{shown.path}"
+        yield from _serve_page(shown, ctx.clock, url, inner=True)
+        return
     headers, shown.credentials = substitute(end_to_end(list(event.event.headers)),
                                             ctx.credentials, host=ctx.host, port=ctx.port)
     host = authority_text(ctx.host, ctx.port, default_port=443).encode("ascii")

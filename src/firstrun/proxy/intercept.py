@@ -1,11 +1,12 @@
 """TLS inspection: the proxy ends the client's TLS, judges each request, and re-encrypts.
 
-Guarantee: with ``--inspect-tls`` an admitted CONNECT tunnel carries TLS or
-nothing. The real server is verified against the system trust store before the
-client is shown a certificate from the run's CA, and each decrypted request is
-judged (``exchange.inner_request``) before any byte of it goes upstream, so a
-refused upload reaches nobody. Each leaves one ``EgressRecord`` besides the
-tunnel's own, and only these requests ever get a credential swapped in.
+Guarantee: an inspected CONNECT tunnel (``policy.methods.inspects``) carries TLS
+or nothing. The real server is verified against the system trust store before
+the client is shown a certificate from the run's CA, and each decrypted request
+is judged (``exchange.inner_request``) before any byte of it goes upstream, so a
+refused upload reaches nobody; a served docs host's tunnel has no upstream, the
+docs reader answers. Each request leaves one ``EgressRecord`` besides the
+tunnel's, and only these requests ever get a credential swapped in.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import asyncio
 import contextlib
 import os
 import ssl
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -28,12 +29,15 @@ from firstrun.policy.process import SANDBOX_CA_BUNDLE
 from firstrun.proxy.credentials import MaskedCredential, mint
 from firstrun.proxy.errors import PeerGone, Refused, UpstreamGone
 from firstrun.proxy.exchange import (
+    Answer,
     Clock,
     Command,
     ExchangeEvent,
     Forward,
     Handler,
     InnerContext,
+    PageText,
+    ReadPage,
     Record,
     Refuse,
     inner_request,
@@ -41,7 +45,7 @@ from firstrun.proxy.exchange import (
 from firstrun.proxy.flight import judge_first_flight
 from firstrun.proxy.records import EgressRecord
 from firstrun.proxy.tls import MAX_CLIENT_HELLO, Hello, HelloStatus, parse_client_hello
-from firstrun.proxy.wire import Progress, SocketStream, forward, linger, read_head
+from firstrun.proxy.wire import Progress, SocketStream, answer, forward, linger, read_head
 
 if TYPE_CHECKING:
     from firstrun.proxy.ca import RunCA
@@ -159,11 +163,13 @@ class InterceptedTunnel:
     """One admitted CONNECT, decrypted: a sequence of requests, each judged by ``exchange.inner_request``."""
 
     def __init__(
-        self, *, client: SocketStream, upstream: SocketStream, host: str, port: int,
+        self, *, client: SocketStream, upstream: SocketStream | None, host: str, port: int,
         initial: bytes, resolved: str | None, channel: Channel, policy: InspectionPolicy,
         interception: Interception, limits: ProxyLimits, clock: Clock,
         emit: Callable[[EgressRecord], None],
+        read_page: Callable[[str], Awaitable[str]] | None = None,
     ) -> None:
+        """``upstream`` None: a docs host served as page reads, each read by ``read_page``."""
         self._loop = asyncio.get_running_loop()
         self._client_raw = client
         self._upstream_raw = upstream
@@ -177,6 +183,7 @@ class InterceptedTunnel:
         self._limits = limits
         self._clock = clock
         self._emit = emit
+        self._read_page = read_page
         self._client: _TLS | None = None
         self._upstream: _TLS | None = None
         # What the current request's forward has carried, should it be cut short.
@@ -195,7 +202,8 @@ class InterceptedTunnel:
         refusal = self._judge_hello(hello)
         if refusal is not None:
             return self._result(refusal)
-        upstream_refusal = await self._connect_upstream()
+        upstream_refusal = await self._connect_upstream() \
+            if self._upstream_raw is not None else None
         self._client = _TLS(
             self._client_raw,
             lambda i, o: self._interception.ca.server_context(self._host).wrap_bio(
@@ -258,6 +266,7 @@ class InterceptedTunnel:
 
     async def _connect_upstream(self) -> Refused | None:
         """Verify the real server; the refusal answers the client's first request."""
+        assert self._upstream_raw is not None
         self._upstream = _TLS(
             self._upstream_raw,
             lambda i, o: self._interception.upstream.wrap_bio(
@@ -291,7 +300,7 @@ class InterceptedTunnel:
             channel=self._channel, policy=self._policy, host=self._host, port=self._port,
             resolved=self._resolved, credentials=self._interception.credentials,
             clock=self._clock, max_head_bytes=self._limits.max_head_bytes,
-            upstream_refusal=upstream_refusal,
+            upstream_refusal=upstream_refusal, served=self._upstream_raw is None,
         )
         while True:
             stamp = (self._clock.iso(), self._clock.monotonic())
@@ -344,6 +353,16 @@ class InterceptedTunnel:
                     await linger(self._client, timeout=self._limits.linger_timeout_s,
                                  limit=self._limits.linger_bytes)
                 return False, None
+            elif isinstance(command, ReadPage):
+                assert self._read_page is not None
+                next_event = PageText(text=await self._read_page(command.url))
+            elif isinstance(command, Answer):
+                self._progress = Progress(status=command.status)
+                done = await answer(self._client, conn, command, self._limits.idle_timeout_s)
+                # A client that said ``Connection: close`` leaves h11 unable to go on.
+                keep = done.keep_alive and conn.our_state is h11.DONE \
+                    and conn.their_state is h11.DONE
+                next_event = done
             elif isinstance(command, Forward):
                 assert self._upstream is not None
                 self._progress = Progress()

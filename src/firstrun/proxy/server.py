@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 from firstrun.errors import ProxyError
 from firstrun.policy.network import Channel, NetworkPolicy
 from firstrun.proxy.clients import CLIENTS, ListenerKind, ProxyClient
-from firstrun.proxy.core import ProxyCore, Resolver, system_resolver
+from firstrun.proxy.core import PageReader, ProxyCore, Resolver, system_resolver
 from firstrun.proxy.dns import preload as preload_dns
 from firstrun.proxy.errors import PeerGone, listen_failed
 from firstrun.proxy.exchange import Clock, Decisions
@@ -66,6 +66,7 @@ class EgressProxy:
         limits: ProxyLimits | None = None,
         on_record: Callable[[EgressRecord], None] | None = None,
         interception: Interception | None = None,
+        pages: PageReader | None = None,
     ) -> None:
         # Inspection is all or nothing: rules without a CA to decrypt with, or
         # a CA without rules to apply, would each be a quiet downgrade.
@@ -73,6 +74,11 @@ class EgressProxy:
             raise ProxyError(
                 "TLS inspection needs both the policy's inspection rules and an Interception"
             )
+        # Serving docs hosts as page reads decrypts their requests and hands them
+        # to the run's docs reader: without either, a fetch would be lost.
+        if policy.serve_docs and (interception is None or pages is None):
+            raise ProxyError("serving docs hosts as page reads needs TLS inspection and a "
+                             "page reader")
         self.interception = interception
         self.limits = limits or ProxyLimits()
         # ``on_record`` sees each record the moment it is written (see RecordLog).
@@ -100,7 +106,8 @@ class EgressProxy:
         # (``core.Pool``); a name's resolution is reused for ``core.RESOLVED_S``.
         self._core = ProxyCore(Decisions(policy), log=self._log,
                                resolver=resolver or system_resolver, limits=self.limits,
-                               clock=self.clock, nonce=self.nonce, interception=interception)
+                               clock=self.clock, nonce=self.nonce, interception=interception,
+                               pages=pages)
         # What the transparent DNS answered: the names behind synthetic addresses.
         self.synthetic = self._core.synthetic
         self._loop: asyncio.AbstractEventLoop | None = None

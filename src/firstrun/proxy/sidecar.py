@@ -50,6 +50,9 @@ def policy_from_data(data: Mapping[str, object]) -> NetworkPolicy:
             source="sidecar policy",
             tcp=strings(data.get("tcp", [])),
         )
+        if data.get("serve_docs"):
+            raise PolicyError("sidecar policy: serve_docs: the sidecar has no docs reader to "
+                              "answer a docs host's requests with")
         if "agent" in data:
             policy = replace(policy, agent=parse_patterns(strings(data["agent"]),
                                                           source="sidecar policy agent"))

@@ -28,7 +28,7 @@ from firstrun.proxy.errors import (
     refusal_for_protocol_error,
     upstream_failure,
 )
-from firstrun.proxy.exchange import Clock, Done, Forward, HeadRefused, RequestHead
+from firstrun.proxy.exchange import Answer, Clock, Done, Forward, HeadRefused, RequestHead
 from firstrun.proxy.request import downstream_headers
 
 _READ = 1 << 16
@@ -278,6 +278,29 @@ async def client_event(stream: ByteStream, conn: h11.Connection, timeout: float)
 async def drain_body(stream: ByteStream, conn: h11.Connection, timeout: float) -> None:
     while not isinstance(await client_event(stream, conn, timeout), h11.EndOfMessage):
         pass
+
+
+async def answer(stream: ByteStream, conn: h11.Connection, command: Answer,
+                 timeout: float) -> Done:
+    """The request's body drained, then the proxy's own answer: its ``status`` once the
+    request was read whole, whether or not the client stayed for the answer."""
+    try:
+        await drain_body(stream, conn, timeout)
+    except Refused as refusal:
+        return Done(refusal=refusal)
+    except PeerGone:
+        return Done()
+    events: list[h11.Event] = [h11.Response(status_code=command.status,
+                                            headers=command.headers, reason=b"OK")]
+    if command.body:
+        events.append(h11.Data(data=command.body))
+    events.append(h11.EndOfMessage())
+    data = b"".join(conn.send(e) or b"" for e in events)
+    try:
+        sent = await stream.send(data, timeout)
+    except PeerGone:
+        return Done(status=command.status)
+    return Done(bytes_down=sent, status=command.status, keep_alive=True)
 
 
 def _upstream_next(up: h11.Connection) -> object:
