@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from firstrun.errors import SandboxUnavailable
 from firstrun.policy.network import Channel, NetworkPolicy
 from firstrun.policy.profile import SandboxProfile
+from firstrun.proxy.core import PageReader
 from firstrun.proxy.records import EgressRecord, RecordLog
 from firstrun.proxy.server import EgressProxy, Resolver, capture_listeners
 from firstrun.sandbox.base import Backend, OwnProxy, ProxyEndpoint, Session, ShellProxy
@@ -40,6 +41,8 @@ class ProxySetup:
     record_path: str | None = None
     resolver: Resolver | None = None
     extra_cafiles: tuple[str, ...] = ()
+    # The harness proxy's page reader, when the policy serves docs hosts as page reads.
+    pages: PageReader | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,7 +75,7 @@ def harness_proxy(policy: NetworkPolicy, egress: ProxySetup, *,
             placeholders = tuple(sandbox_variables(interception.credentials).items())
         proxy = stack.enter_context(EgressProxy(
             policy, record_path=egress.record_path, resolver=egress.resolver,
-            on_record=egress.on_record, interception=interception))
+            on_record=egress.on_record, interception=interception, pages=egress.pages))
         endpoint = ProxyEndpoint(
             socket_path=proxy.listen_unix(os.path.join(sockdir, "proxy.sock"), Channel.SHELL),
             nonce=proxy.nonce, trust_bundle=bundle, placeholders=placeholders,

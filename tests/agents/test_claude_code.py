@@ -283,3 +283,30 @@ def test_the_proxy_puts_the_key_into_api_requests_and_nowhere_else(
     for path in kept.out_dir.rglob("*"):
         if path.is_file() and not path.is_symlink():
             assert canary.encode() not in path.read_bytes(), path
+
+
+def test_the_clis_own_web_fetch_of_a_docs_page_is_a_page_read(
+        claude_code: CliInstall, example_config: RunConfig) -> None:
+    # WebFetch fetches from the CLI's own process, through the proxy, which answers
+    # a docs host from the run's docs reader: the same conversion and cache as
+    # read_docs, and a docs_read in the trace.
+    page = f"{DOCS}/index.html"
+    transcript = served(
+        wire.message(wire.tool_use("WebFetch", url=page, prompt="What does this page say?")),
+        wire.message(wire.text("Read the overview.")),
+    )
+    with VendorServer(transcript) as server:
+        record, events = run(load_task(EXAMPLE.task_path), agent(claude_code, server.url),
+                             example_config)
+    assert (record.classification, record.reason) == (Classification.DOCS_GAP, "check_failed"), \
+        [e for e in events if e.kind in ("failure", "agent_finished")]
+    (read,) = of(events, DocsRead)
+    assert read.route and read.page["url_requested"] == page and read.page["error"] is None
+    assert [p.url_requested for p in record.pages] == [page]
+    # The CLI got the converted page: its small model was asked to read it.
+    side = [r for r in server.seen() if not (r.body or {}).get("tools")]
+    assert any("a neatly aligned plain-text table" in repr(r.body) for r in side)
+    # Served, not fetched: the proxy dialled no docs host, and its records say so.
+    egress = [e.record for e in events if e.kind == "egress"]
+    assert {r.reason.value for r in egress if r.host == "python-tabulate.docs.example"
+            and r.channel is Channel.SHELL} == {"allowed_as_page_read"}

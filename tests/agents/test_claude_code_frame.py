@@ -55,6 +55,9 @@ def test_the_cli_is_told_the_budgets_the_mcp_server_and_to_ask_for_every_command
     assert option(argv, "--permission-prompt-tool") == APPROVE_TOOL
     settings = json.loads(option(argv, "--settings"))
     assert settings["permissions"]["ask"] == ["Bash"]
+    # WebFetch goes through the proxy (a page read); WebSearch runs out of reach.
+    assert settings["permissions"]["deny"] == ["WebSearch"]
+    assert settings["skipWebFetchPreflight"] is True
     servers = json.loads(option(argv, "--mcp-config"))["mcpServers"]
     assert servers == {"firstrun": {"type": "http",
                                     "url": f"http://{HARNESS_HOST}:{agent.needs().routes[0].port}/mcp"}}
@@ -114,10 +117,18 @@ def test_a_held_key_inspects_the_api_host_alone_unless_the_run_inspects_all() ->
     assert everything.inspection is not None and everything.inspection.scope is None
     assert inspects(everything.inspection, "pypi.org", 443)
     assert [c.name for c in everything.inspection.credentials] == ["ANTHROPIC_API_KEY"]
-    # A plain-HTTP test server takes no key: nothing is inspected.
+    # A plain-HTTP test server takes no key: only the docs hosts its WebFetch
+    # reaches are inspected, each fetch served by the docs reader.
     plain = make_claude_code(install=CliInstall(pin=CLAUDE_CODE, root="/opt/cache/claude-code"),
                              base_url="http://api.anthropic.test:8080", environ={})
-    assert granted(base, plain.needs()).inspection is None
+    assert plain.needs().pages is not None
+    served = granted(NetworkPolicy.build(docs=["docs.test"]), plain.needs())
+    assert served.serve_docs and served.inspection is not None
+    assert [str(p) for p in served.inspection.scope or ()] == ["docs.test"]
+    assert not inspects(served.inspection, "api.anthropic.test", 8080)
+    # An agent without a fetch of its own: nothing is served, nothing inspected.
+    quiet = replace(plain.needs(), pages=None)
+    assert granted(base, quiet).inspection is None and not granted(base, quiet).serve_docs
 
 
 @pytest.mark.parametrize(("name", "stop", "detail"), [

@@ -131,17 +131,24 @@ def granted(policy: NetworkPolicy, needs: Needs) -> NetworkPolicy:
     """``policy`` with an agent CLI's API host on the agent channel and its key held by the proxy.
 
     Under ``--inspect-tls`` the key's host joins the inspection of every host;
-    without it the proxy inspects that host alone (``InspectionPolicy.scope``)
-    and every other tunnel of the run stays opaque.
+    without it the proxy inspects that host alone (``InspectionPolicy.scope``),
+    and the docs hosts when it serves them as page reads (``Needs.pages``);
+    every other tunnel of the run stays opaque.
     """
     if needs.allow:
         policy = replace(policy, agent=policy.agent + NetworkPolicy.build(
             allow=needs.allow, source="agent API host").allow)
-    if not needs.credentials and policy.inspection is None:
+    scope = [host for _, host, _ in needs.credentials]
+    if needs.pages is not None:
+        # The CLI's own web fetch: a docs host's requests are decrypted and
+        # answered by the docs reader, each a page read.
+        policy = replace(policy, serve_docs=True)
+        scope += [str(p) for p in policy.docs]
+    if not scope and policy.inspection is None:
         return policy
     held = InspectionPolicy.build(
         credentials=needs.credentials, rules=needs.methods, source="agent API",
-        scope=[host for _, host, _ in needs.credentials] if policy.inspection is None else None)
+        scope=scope if policy.inspection is None else None)
     if policy.inspection is None:
         return policy.with_inspection(held)
     return policy.with_inspection(replace(
@@ -199,13 +206,19 @@ def open_sandbox(
         raise SandboxUnavailable(
             f"--agent: the {chosen.name} backend runs its own proxy, which cannot route the "
             "agent's harness services", who=chosen.name, fix="use --backend linux")
+    if policy.serve_docs and chosen.own_proxy:
+        # Its proxy has no docs reader to answer the CLI's own fetches with.
+        raise SandboxUnavailable(
+            f"--agent: the {chosen.name} backend runs its own proxy, which cannot serve the "
+            "agent's web fetches as page reads", who=chosen.name, fix="use --backend linux")
     profile = task_profile(task, workspace, policy, config, protect=protect, lift=lift)
     if needs is not None and needs.lend:
         profile = replace(profile, fs=replace(profile.fs,
                                               readonly=profile.fs.readonly + needs.lend))
     with ExitStack() as stack:
         enclosure = stack.enter_context(open_enclosure(
-            chosen, profile, ProxySetup(env=os.environ, on_record=on_record, resolver=_routed(routes)),
+            chosen, profile, ProxySetup(env=os.environ, on_record=on_record, resolver=_routed(routes),
+                                        pages=needs.pages if needs is not None else None),
             options=BackendOptions(allow_unenforced=config.allow_unenforced, image=image),
             docs=True))
         docs_address = enclosure.listen_docs()

@@ -3,9 +3,10 @@
 Guarantee: a ``CliAgent`` runs its pinned install through the toolbelt, so the
 CLI and every child it starts are under the session's backend, layers and
 egress proxy. It holds only a fresh placeholder for its key (the proxy puts the
-real one into requests to the API host alone), reads docs only through the
-harness's MCP server, and its stream becomes firstrun's events as it arrives:
-each model turn with tokens and spend, each command, the final report.
+real one into requests to the API host alone), reads docs only as page reads
+(the harness's MCP server, or the proxy serving its own web fetch), and its
+stream becomes firstrun's events as it arrives: each model turn with tokens
+and spend, each command, the final report.
 """
 
 from __future__ import annotations
@@ -91,7 +92,9 @@ class CliAgent:
     Its class attributes: ``name`` (the ``--agent``), ``vendor`` (whose key and
     prices), ``key_name`` (the variable the CLI reads its key from; inside, it
     only ever holds a placeholder), ``prompt_version`` (what firstrun adds to
-    the CLI's own prompt), ``api_path`` (where its API calls are POSTed).
+    the CLI's own prompt), ``api_path`` (where its API calls are POSTed),
+    ``web_fetch`` (its own web-fetch tool fetches from inside the sandbox,
+    so the proxy serves a docs host's pages to it as page reads).
     """
 
     name: str
@@ -99,6 +102,7 @@ class CliAgent:
     key_name: str
     prompt_version: str
     api_path: str
+    web_fetch: bool = False
 
     def __init__(self, *, install: CliInstall, model: str, base_url: str,
                  pricing: Pricing | None, routes: Sequence[Route] = (),
@@ -146,7 +150,10 @@ class CliAgent:
                      # The API's calls are POSTs, and so is every MCP call: an
                      # inspecting proxy refuses POSTs no rule names, on plain HTTP too.
                      methods=((host, ("POST",), self.api_path),
-                              (f"{HARNESS_HOST}:{self.mcp.port}", ("POST",), "/mcp")))
+                              (f"{HARNESS_HOST}:{self.mcp.port}", ("POST",), "/mcp")),
+                     # The same read as the MCP server's read_docs: a page read, held
+                     # to the budgets and the permission rules.
+                     pages=self.mcp.read_docs if self.web_fetch else None)
 
     def argv(self, brief: Brief) -> list[str]:
         """The CLI's command line for ``brief`` (pure but for the MCP server's port)."""

@@ -2,8 +2,9 @@
 
 Guarantee: a ``CliAgent`` (its guarantees hold) over the pinned install
 ``install.CLAUDE_CODE``. Every command it runs is first asked of the harness and
-decided by the task's rules; its own web tools are refused, so every page it
-saw is a ``docs_read``; its ``stream-json`` is read by ``claude_stream``.
+decided by the task's rules; its WebFetch reaches a docs host only as a page
+read the proxy serves (WebSearch, run by the vendor, is refused), so every page
+it saw is a ``docs_read``; its ``stream-json`` is read by ``claude_stream``.
 """
 
 from __future__ import annotations
@@ -51,18 +52,25 @@ class ClaudeCodeAgent(CliAgent):
     prompt_version = CLI_PROMPT_VERSION
     # The Messages API (and its token counting) is POSTs under /v1/.
     api_path = "/v1/"
+    # WebFetch fetches from the CLI's own process, then has a small model read the page.
+    web_fetch = True
 
     def argv(self, brief: Brief) -> list[str]:
         # Print mode with the task message. Docs come from the harness's
-        # read_docs over MCP and the CLI's own web tools are refused, so every
-        # page the agent saw is a docs_read; its permission prompts go to the
+        # read_docs over MCP, or from WebFetch, whose fetch of a docs host the
+        # proxy answers from the same reader; WebSearch (run on the vendor's side,
+        # out of the record's reach) is refused. So every page the agent saw is a
+        # docs_read. Its permission prompts go to the
         # harness (--permission-prompt-tool). Budgets: turns through --max-turns,
         # spend through --max-budget-usd (the run's --max-spend share); wall
         # seconds are the session's timeout, which ends the CLI's whole tree.
         mcp = {"mcpServers": {SERVER_NAME: {"type": "http", "url": self.mcp.url}}}
         # Every command is asked for, so the task's rules see each one, the
         # read-only ones the CLI would otherwise run unasked included.
-        settings = {"permissions": {"ask": ["Bash"], "deny": ["WebFetch", "WebSearch"]}}
+        # WebFetch's preflight would ask the vendor whether the docs host may be
+        # fetched: the task's route already says so.
+        settings = {"permissions": {"ask": ["Bash"], "deny": ["WebSearch"]},
+                    "skipWebFetchPreflight": True}
         argv = [self.install.executable, "-p", task_message(brief),
                 "--output-format", "stream-json", "--verbose", "--include-partial-messages",
                 "--model", str(self.model), "--max-turns", str(brief.budgets.max_turns),

@@ -37,13 +37,17 @@ class Needs:
     under ``name`` (``firstrun.proxy.credentials``; needs TLS inspection).
     ``methods``: ``(host, methods, path_prefix)``, the requests the agent's
     own traffic makes that an inspecting proxy refuses by default (its
-    API calls are POSTs)."""
+    API calls are POSTs).
+    ``pages``: the CLI's own web fetch reaches the docs hosts: the proxy
+    answers a fetch of one with this (a URL in, ``read_docs``'s text out),
+    so each page it fetched is a page read."""
 
     lend: tuple[str, ...] = ()
     routes: tuple[Route, ...] = ()
     allow: tuple[str, ...] = ()
     credentials: tuple[tuple[str, str, str], ...] = ()
     methods: tuple[tuple[str, tuple[str, ...], str], ...] = ()
+    pages: Callable[[str], str] | None = None
 
 
 @runtime_checkable

@@ -22,8 +22,10 @@ HARNESS_HOST = "harness.firstrun.internal"
 SERVER_NAME = "firstrun"
 READ_DOCS_TOOL = f"mcp__{SERVER_NAME}__read_docs"
 APPROVE_TOOL = f"mcp__{SERVER_NAME}__approve"
-# The CLI's own web tools: a page they fetched would be missing from the record.
-_WEB_TOOLS = frozenset({"WebFetch", "WebSearch"})
+# The CLI's web tools that fetch out of the record's reach (on the vendor's side).
+# Its own fetch (WebFetch) goes through the proxy, which serves a docs host's
+# pages as page reads and decides any other host as it would a command's fetch.
+_WEB_TOOLS = frozenset({"WebSearch"})
 
 
 class HarnessMcp:
@@ -74,8 +76,9 @@ class HarnessMcp:
         return self._call(read)
 
     # Answers the CLI's own permission prompts unattended: a command is decided
-    # by the task's rules for ``bash``; the web tools are refused (pages come
-    # through read_docs, where they are recorded); the file tools are allowed,
+    # by the task's rules for ``bash``; the web tools that fetch out of reach
+    # are refused (pages come as page reads, where they are recorded); the
+    # fetch and file tools are allowed,
     # since the sandbox bounds what they can touch.
     def approve(self, tool_name: str, input: dict[str, Any]) -> str:  # noqa: A002 (CLI's name)
         def decide() -> str:
