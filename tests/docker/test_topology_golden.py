@@ -148,6 +148,22 @@ def test_protected_entries_are_read_only_binds_on_top_of_the_workspace() -> None
         "--mount", "type=bind,source=/HOST/ws/.bashrc,target=/workspace/.bashrc,readonly"]
 
 
+def test_lent_directories_are_read_only_binds_and_their_closed_home_a_bare_tmpfs() -> None:
+    from dataclasses import replace
+
+    fs = replace(PROFILE.fs, real_homes=("/root", "/home/ann"),
+                 lent=("/root/.cache/firstrun/agents/cli", "/opt/tools"))
+    run = build_topology(replace(PROFILE, fs=fs), session="s1", host=HOST).create[4]
+    at = run.index("type=bind,source=/HOST/ws,target=/workspace")
+    # Root's home (0700 in the image) is crossed, never listed; /home/ann holds nothing lent.
+    assert list(run[at + 1: at + 7]) == [
+        "--tmpfs", "/root:rw,nosuid,nodev,noexec,size=4096,mode=711",
+        "--mount", "type=bind,source=/root/.cache/firstrun/agents/cli,"
+                   "target=/root/.cache/firstrun/agents/cli,readonly",
+        "--mount", "type=bind,source=/opt/tools,target=/opt/tools,readonly"]
+    assert run[at + 7] == "--workdir"
+
+
 def test_the_sidecars_pids_limit_admits_every_tunnel_the_proxy_holds() -> None:
     # Two pump threads a tunnel, on each of the two listeners that carry
     # tunnels, each holding the proxy's connection bound: below this, the

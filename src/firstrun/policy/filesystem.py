@@ -42,6 +42,9 @@ class FilesystemPolicy:
     ``protected`` are the workspace entries held read-only (see
     ``workspace_protection``), each ``(name, kind)`` with kind ``file`` or
     ``dir``; ``lifted`` the protected names the user let the sandbox write.
+    ``lent`` are host directories bound read-only at the same path on every
+    backend, a container's included (an agent CLI's install), unlike
+    ``readonly``, which a container's own image replaces.
     """
 
     workspace: str
@@ -53,6 +56,7 @@ class FilesystemPolicy:
     toolchain_env: tuple[tuple[str, str], ...] = ()
     protected: tuple[tuple[str, str], ...] = ()
     lifted: tuple[str, ...] = ()
+    lent: tuple[str, ...] = ()
 
     def to_data(self) -> dict[str, object]:
         # Keys added later appear only when set, so older policies keep their hash.
@@ -64,7 +68,8 @@ class FilesystemPolicy:
             "sandbox_home": self.sandbox_home,
         } | ({"toolchain_env": [list(p) for p in self.toolchain_env]} if self.toolchain_env else {}
              ) | ({"protected": [list(p) for p in self.protected]} if self.protected else {}
-                  ) | ({"lifted": list(self.lifted)} if self.lifted else {})
+                  ) | ({"lifted": list(self.lifted)} if self.lifted else {}
+                       ) | ({"lent": list(self.lent)} if self.lent else {})
 
 
 def is_under(path: str, root: str) -> bool:

@@ -17,6 +17,7 @@ import posixpath
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 
+from firstrun.policy.filesystem import FilesystemPolicy, is_under
 from firstrun.policy.process import SANDBOX_CA_BUNDLE, build_environment
 from firstrun.policy.profile import LayerName, SandboxProfile
 from firstrun.sandbox.attest import AttestPlan
@@ -150,6 +151,10 @@ def _ro_binds(paths: tuple[str, ...]) -> list[str]:
                                                "readonly"))]
 
 
+def _lent_homes(fs: FilesystemPolicy) -> list[str]:
+    return [home for home in fs.real_homes if any(is_under(p, home) for p in fs.lent)]
+
+
 @dataclass(frozen=True, kw_only=True)
 class Topology:
     session: str
@@ -248,6 +253,12 @@ def build_topology(profile: SandboxProfile, *, session: str, host: DockerHost) -
         *(_ro_binds(host.ca_files) if host.trust_bundle is None else
           ("--mount", mount_value("type=bind", f"source={host.trust_bundle}",
                                   f"target={SANDBOX_CA_BUNDLE}", "readonly"))),
+        # Lent host directories (an agent CLI's install) at their own path. A
+        # home the image keeps closed (root's, 0700) that holds one becomes an
+        # empty tmpfs the session's uid may cross but not list.
+        *(arg for home in _lent_homes(fs)
+          for arg in ("--tmpfs", f"{home}:rw,nosuid,nodev,noexec,size=4096,mode=711")),
+        *_ro_binds(fs.lent),
         "--workdir", fs.sandbox_workspace,
         "--hostname", "sandbox",
         # The helper is pid 1: every orphan comes back to it.
@@ -388,7 +399,7 @@ def prepare(profile: SandboxProfile, proxy: ShellProxy | None, facts: DockerFact
         capture=proxy is not None, inspected=inspected, sidecar_request=request,
         attest=AttestPlan(
             python=PYTHON, workspace=fs.sandbox_workspace, real_homes=fs.real_homes,
-            exposed=(), proxy_port=PROXY_PORT if proxy is not None else None, nonce=None,
+            exposed=fs.lent, proxy_port=PROXY_PORT if proxy is not None else None, nonce=None,
             landlock=False, network="firewalled_captured" if proxy is not None else "firewalled",
             supervisor="foreign_uid", protected=fs.protected),
         home=fs.sandbox_home, host_env=facts.host_env)

@@ -294,7 +294,7 @@ class GvisorBackend:
         seccomp_bpf = _seccomp_bpf(profile)
         interpreter = os.path.realpath(sys.executable)
         prefix = os.path.realpath(sys.base_prefix)
-        paths = (*fs.readonly, *fs.hidden, prefix)
+        paths = (*fs.readonly, *fs.lent, *fs.hidden, prefix)
         host = HostView(
             symlinks=tuple((p, os.readlink(p)) for p in fs.readonly
                            if p in SYSTEM_READONLY and os.path.islink(p)),

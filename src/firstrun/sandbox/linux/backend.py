@@ -337,7 +337,7 @@ class LinuxBackend:
         root = os.geteuid() == 0
         interpreter = os.path.realpath(sys.executable)
         prefix = os.path.realpath(sys.base_prefix)
-        paths = (*fs.readonly, *fs.hidden, prefix)
+        paths = (*fs.readonly, *fs.lent, *fs.hidden, prefix)
         host = HostView(
             symlinks=tuple((p, os.readlink(p)) for p in fs.readonly
                            if p in SYSTEM_READONLY and os.path.islink(p)),

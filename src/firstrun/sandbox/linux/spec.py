@@ -265,9 +265,10 @@ class LinuxPlan:
 
 
 def readonly_roots(profile: SandboxProfile, host: HostView) -> tuple[list[str], tuple[str, ...]]:
-    """The trees bound read-only (the profile's, plus the helper's Python installation when
-    none covers it), and those of them beyond the system directories (``exposed``)."""
-    readonly = list(profile.fs.readonly)
+    """The trees bound read-only (the profile's, lent ones included, plus the helper's Python
+    installation when none covers it), and those beyond the system directories (``exposed``)."""
+    readonly = list(profile.fs.readonly) + [p for p in profile.fs.lent
+                                            if p not in profile.fs.readonly]
     if not any(is_under(host.prefix, r) for r in readonly):
         readonly.append(host.prefix)
     return readonly, tuple(p for p in readonly if p not in SYSTEM_READONLY)
