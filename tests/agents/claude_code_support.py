@@ -4,8 +4,10 @@ The CLI is installed once per test session from the registry (pinned by
 integrity, as ``--agent claude-code`` installs it) into a directory under
 pytest's temporary root. Inside the sandbox it reaches the scripted server
 through the egress proxy: ``api.anthropic.test:<port>`` is routed to the
-server's loopback port by a recorded override, the route a test may take
-and a user's run never does.
+server's port by a recorded override, the route a test may take and a user's
+run never does. The server listens where the backend's proxy reaches the host
+(``serving``): loopback for the harness's proxy, the docker bridge's gateway
+for docker's sidecar.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import datetime
 import ssl
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -24,6 +27,7 @@ import support.anthropic_wire as wire
 from firstrun.agents.cli.claude_code import ClaudeCodeAgent, make_claude_code
 from firstrun.agents.cli.frame import Route
 from firstrun.agents.cli.install import CliInstall
+from firstrun.sandbox.select import entry, service_address
 from support.agents import PRICE
 from support.vendor import Reply, Request, Script
 
@@ -38,12 +42,17 @@ def read_docs(url: str) -> dict[str, Any]:
     return wire.tool_use("mcp__firstrun__read_docs", url=url)
 
 
+def serving(backend: str) -> str:
+    """The host address a scripted server listens on for ``backend``'s proxy to reach it."""
+    return service_address(entry(backend))
+
+
 def agent(install: CliInstall, server_url: str, **options: Any) -> ClaudeCodeAgent:
-    scheme, _, rest = server_url.partition("://")
-    port = int(rest.rsplit(":", 1)[1])
-    return make_claude_code(model=wire.MODEL, base_url=f"{scheme}://{API_HOST}:{port}",
+    api = urlsplit(server_url)
+    return make_claude_code(model=wire.MODEL, base_url=f"{api.scheme}://{API_HOST}:{api.port}",
                             price_file={wire.MODEL: PRICE}, install=install,
-                            routes=(Route(host=API_HOST, port=port, address="127.0.0.1"),),
+                            routes=(Route(host=API_HOST, port=int(api.port or 0),
+                                          address=str(api.hostname)),),
                             max_retries=0, **options)
 
 
@@ -95,4 +104,4 @@ def api_tls(directory: Path) -> tuple[ssl.SSLContext, Path]:
     return context, cafile
 
 
-__all__ = ["API_HOST", "agent", "api_tls", "bash", "read_docs", "served"]
+__all__ = ["API_HOST", "agent", "api_tls", "bash", "read_docs", "served", "serving"]

@@ -1,6 +1,8 @@
 """``--agent claude-code``: the real Claude Code CLI (installed from npm) inside the linux
-sandbox, driven by a scripted, streaming Messages API server, through the real runner,
-proxy and harness MCP server. Judged by the trace, the server's requests and the check."""
+sandbox (and the docker one, for the whole quickstart and the held key), driven by a
+scripted, streaming Messages API server, through the real runner, proxy (docker's
+sidecar there) and harness MCP server. Judged by the trace, the server's requests and
+the check."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from claude_code_support import API_HOST, agent, api_tls, bash, read_docs, served
+from claude_code_support import API_HOST, agent, api_tls, bash, read_docs, served, serving
 from mcp.server import mcpserver
 
 import support.anthropic_wire as wire
@@ -54,9 +56,13 @@ def claude_code(tmp_path_factory: pytest.TempPathFactory) -> CliInstall:
     return ensure(CLAUDE_CODE, tmp_path_factory.mktemp("agent-cache"))
 
 
+# The backends whose proxies route differently: the harness's own, and docker's sidecar.
+ROUTED = ["linux", "docker"]
+
+
 @pytest.fixture
-def example_config(tmp_path: Path) -> RunConfig:
-    return RunConfig(out_dir=tmp_path / "out", backend="linux",
+def example_config(tmp_path: Path, backend: str) -> RunConfig:
+    return RunConfig(out_dir=tmp_path / "out", backend=backend,
                      docs_mirrors=example_mirrors([EXAMPLE]))
 
 
@@ -70,8 +76,9 @@ def of(events: list[Event], kind: type) -> list:
     return [e for e in events if isinstance(e, kind)]
 
 
+@pytest.mark.parametrize("backend", ROUTED)
 def test_the_tabulate_quickstart_passes_through_claude_code(
-        claude_code: CliInstall, example_config: RunConfig) -> None:
+        claude_code: CliInstall, example_config: RunConfig, backend: str) -> None:
     transcript = served(
         wire.message(wire.text("Reading the guide."), read_docs(f"{DOCS}/index.html")),
         wire.message(read_docs(f"{DOCS}/install.html")),
@@ -81,12 +88,12 @@ def test_the_tabulate_quickstart_passes_through_claude_code(
         wire.message(bash(".venv/bin/python planets.py")),
         wire.message(wire.text("Done: planets.py prints the table.")),
     )
-    with VendorServer(transcript) as server:
+    with VendorServer(transcript, host=serving(backend)) as server:
         record, events = run(load_task(EXAMPLE.task_path), agent(claude_code, server.url),
                              example_config)
     assert (record.classification, record.reason) == (Classification.PASSED, "passed"), \
         [e for e in events if e.kind in ("failure", "agent_finished")]
-    assert record.agent == "claude-code"
+    assert record.agent == "claude-code" and record.backend == backend
     # The docs came through the harness's read_docs, recorded as route reads.
     reads = of(events, DocsRead)
     assert [r.page["url_requested"] for r in reads] == [f"{DOCS}/index.html", f"{DOCS}/install.html",
@@ -240,9 +247,10 @@ def test_a_permission_rule_refuses_a_command_the_cli_asked_for(
     assert "bash(touch*)" in str(refused["content"])
 
 
+@pytest.mark.parametrize("backend", ROUTED)
 def test_the_proxy_puts_the_key_into_api_requests_and_nowhere_else(
         claude_code: CliInstall, config: RunConfig, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, backend: str) -> None:
     canary = "sk-ant-canary-" + "0b5d77e1a4"
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.setenv("FIRSTRUN_ANTHROPIC_API_KEY", canary)
@@ -259,8 +267,8 @@ def test_the_proxy_puts_the_key_into_api_requests_and_nowhere_else(
         wire.message(bash(look)),
         wire.message(wire.text("Done.")),
     )
-    kept = replace(config, keep_sandbox=True)
-    with VendorServer(transcript, tls=context) as server:
+    kept = replace(config, keep_sandbox=True, backend=backend)
+    with VendorServer(transcript, tls=context, host=serving(backend)) as server:
         record, events = run(greeter_task(tmp_path), agent(claude_code, server.url), kept)
     assert record.classification is Classification.PASSED, \
         [e for e in events if e.kind in ("failure", "agent_finished")]

@@ -12,6 +12,7 @@ import pytest
 from firstrun.agents.base import AgentStop, Brief
 from firstrun.agents.cli.claude_code import ClaudeCodeAgent, ending, make_claude_code
 from firstrun.agents.cli.claude_stream import ClaudeStream, Final
+from firstrun.agents.cli.frame import Route
 from firstrun.agents.cli.harness_mcp import APPROVE_TOOL, HARNESS_HOST
 from firstrun.agents.cli.install import CLAUDE_CODE, CliInstall
 from firstrun.errors import UsageError
@@ -76,14 +77,33 @@ def test_the_run_lends_the_install_and_routes_only_the_harness(tmp_path: Path) -
     assert env["ANTHROPIC_BASE_URL"] == "https://api.anthropic.com"
 
 
-def test_a_backend_with_its_own_proxy_refuses_the_run(config: RunConfig, tmp_path: Path) -> None:
+def refusal(config: RunConfig, agent: ClaudeCodeAgent, tmp_path: Path) -> Failure:
     events: list[Event] = []
-    record = run_task(greeter_task(tmp_path), attempt=1, agent=make(),
-                      config=replace(config, backend="docker"), on_event=events.append)
+    record = run_task(greeter_task(tmp_path), attempt=1, agent=agent, config=config,
+                      on_event=events.append)
     assert record.classification is Classification.INFRA_ERROR
-    (failure,) = [e for e in events if isinstance(e, Failure)]
-    assert "cannot route the agent's harness services" in failure.message
     assert not [e for e in events if e.kind == "sandbox_started"]
+    (failure,) = [e for e in events if isinstance(e, Failure)]
+    return failure
+
+
+def test_a_backend_that_cannot_lend_the_install_refuses_the_run_before_it_starts(
+        config: RunConfig, tmp_path: Path) -> None:
+    failure = refusal(replace(config, backend="microvm"), make(), tmp_path)
+    assert failure.who == "microvm" and failure.reason == "sandbox_refused"
+    assert "cannot run an agent CLI: its guest sees the workspace" in failure.message
+
+
+def test_a_route_the_sidecar_cannot_reach_refuses_the_run(config: RunConfig,
+                                                          tmp_path: Path) -> None:
+    # The sidecar's loopback is its own: a scripted server there would be unreachable.
+    agent = ClaudeCodeAgent(install=CliInstall(pin=CLAUDE_CODE, root=str(tmp_path)),
+                            model="claude-test-1", base_url="http://api.anthropic.test:9",
+                            pricing=None,
+                            routes=(Route(host="api.anthropic.test", port=9, address="127.0.0.1"),))
+    failure = refusal(replace(config, backend="docker"), agent, tmp_path)
+    assert failure.who == "docker" and failure.reason == "sandbox_refused"
+    assert "cannot reach api.anthropic.test on the host's loopback" in failure.message
 
 
 def test_an_https_api_needs_a_key_which_the_proxy_then_holds() -> None:

@@ -17,12 +17,13 @@ class LoopbackServer:
     """``handler`` served in a thread of its own while the ``with`` block lasts.
 
     ``port`` and ``url`` are known from construction, so a test can also keep
-    the address of a server it has stopped (a server that is gone)."""
+    the address of a server it has stopped (a server that is gone). ``host``:
+    where it listens, loopback unless the test's proxy reaches the host elsewhere."""
 
-    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    def __init__(self, handler: type[BaseHTTPRequestHandler], *, host: str = "127.0.0.1") -> None:
+        self._httpd = ThreadingHTTPServer((host, 0), handler)
         self.port: int = self._httpd.server_address[1]
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"http://{host}:{self.port}"
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
 
     def __enter__(self) -> LoopbackServer:

@@ -44,10 +44,11 @@ Responder = Callable[[Request], Reply]
 
 
 class VendorServer(LoopbackServer):
-    """A threaded HTTP server on 127.0.0.1 that answers with ``responder``; over TLS
-    with ``tls`` (a server context), as a vendor's API is."""
+    """A threaded HTTP server on ``host`` (loopback) that answers with ``responder``; over
+    TLS with ``tls`` (a server context), as a vendor's API is."""
 
-    def __init__(self, responder: Responder, *, tls: ssl.SSLContext | None = None) -> None:
+    def __init__(self, responder: Responder, *, tls: ssl.SSLContext | None = None,
+                 host: str = "127.0.0.1") -> None:
         self.requests: list[Request] = []
         self._lock = threading.Lock()
         server = self
@@ -82,11 +83,11 @@ class VendorServer(LoopbackServer):
                 self.end_headers()
                 self.wfile.write(data)
 
-        super().__init__(Handler)
+        super().__init__(Handler, host=host)
         self._httpd.daemon_threads = True
         if tls is not None:
             self._httpd.socket = tls.wrap_socket(self._httpd.socket, server_side=True)
-            self.url = f"https://127.0.0.1:{self.port}"
+            self.url = f"https://{host}:{self.port}"
 
     def seen(self) -> list[Request]:
         with self._lock:

@@ -138,7 +138,7 @@ def _carry_out(task: Task, *, agent: Agent, config: RunConfig, where: Path,
             enclosure = stack.enter_context(open_sandbox(
                 task, workspace=str(workspace), config=config, politeness=politeness,
                 on_record=recorder.egress, protect=False,
-                needs=agent.needs() if isinstance(agent, ProcessAgent) else None))
+                needs=agent.needs if isinstance(agent, ProcessAgent) else None))
             session = enclosure.session
             stack.enter_context(_interrupt_on(stop, session))
             recorder.emit(SandboxStarted(info=session.info.to_data()))

@@ -40,9 +40,12 @@ from firstrun.sandbox.base import Session
 from firstrun.sandbox.hostfs import host_filesystem_policy
 from firstrun.sandbox.select import (
     BackendOptions,
+    Entry,
+    agent_cli_backends,
     entry,
     require_vm,
     resolve_backend,
+    service_address,
 )
 from firstrun.tasks.compile import compile_inspection, compile_network_policy, require_inspection
 from firstrun.tasks.model import Task
@@ -167,6 +170,31 @@ def _routed(routes: Sequence[Route]) -> Resolver:
     return resolve
 
 
+def _served(chosen: Entry, needs: Callable[[str], Needs]) -> tuple[Needs, tuple[tuple[str, str], ...]]:
+    """What an agent CLI needs on ``chosen``, and the names its own proxy must resolve.
+
+    Refused (``SandboxUnavailable``) where the CLI cannot run, or its routes
+    cannot be followed by the proxy that enforces the session.
+    """
+    if chosen.no_agent_cli is not None:
+        raise SandboxUnavailable(f"--agent: the {chosen.name} backend cannot run an agent CLI: "
+                                 f"{chosen.no_agent_cli}", who=chosen.name,
+                                 fix=f"use --backend {' or --backend '.join(agent_cli_backends())}")
+    address = service_address(chosen)
+    asked = needs(address)
+    if not chosen.own_proxy:
+        return asked, ()
+    # The backend's own proxy resolves each routed name from its hosts
+    # table, to an address of the host it reaches (never its own loopback).
+    for route in asked.routes:
+        if ipaddress.ip_address(route.address).is_loopback:
+            raise SandboxUnavailable(
+                f"--agent: the {chosen.name} backend's own proxy cannot reach {route.host} on "
+                f"the host's loopback ({route.address})", who=chosen.name,
+                fix=f"serve it on {address}, where that proxy reaches the host")
+    return asked, tuple((r.host, r.address) for r in asked.routes)
+
+
 @contextmanager
 def open_sandbox(
     task: Task,
@@ -177,23 +205,17 @@ def open_sandbox(
     on_record: Callable[[EgressRecord], None],
     protect: bool,
     lift: tuple[str, ...] = (),
-    needs: Needs | None = None,
+    needs: Callable[[str], Needs] | None = None,
 ) -> Iterator[Sandbox]:
     """Raises SandboxUnavailable/AttestationFailed/SandboxError/ProxyError/UsageError as they come.
 
     ``protect`` and ``lift``: as ``task_profile``'s. ``needs``: what an agent
-    CLI asked for (``firstrun.agents.cli.frame``): its directories lent
-    read-only, and its routes as overrides in the policy, which the harness
-    proxy alone can resolve (a backend with its own proxy refuses them).
+    CLI asks for (``firstrun.agents.cli.frame``), given the host address where
+    the chosen backend's proxy reaches harness services: its directories lent
+    read-only, and its routes as overrides in the policy, resolved by the
+    harness proxy, or by a backend's own from its hosts table.
     """
     policy = task_policy(task, config)
-    routes = needs.routes if needs is not None else ()
-    if needs is not None:
-        policy = granted(policy, needs)
-    if routes:
-        policy = replace(policy, overrides=policy.overrides + NetworkPolicy.build(
-            allow=(), source="agent routes",
-            overrides=[(f"{r.host}:{r.port}", [f"{r.address}/32"]) for r in routes]).overrides)
     image = run_image(task, config)
     # A sweep resolved its backend once before its runs (RunConfig.chosen); a
     # lone run resolves it here, once. From here on the entry travels, never its name.
@@ -202,24 +224,28 @@ def open_sandbox(
         else resolve_backend("auto", BackendOptions(), (image,)).backend)
     if task.spec.firstrun.isolation == "vm":
         require_vm(chosen, who=f"task {task.name}")
-    if routes and chosen.own_proxy:
-        raise SandboxUnavailable(
-            f"--agent: the {chosen.name} backend runs its own proxy, which cannot route the "
-            "agent's harness services", who=chosen.name, fix="use --backend linux")
+    asked, hosts = _served(chosen, needs) if needs is not None else (None, ())
+    routes = asked.routes if asked is not None else ()
+    if asked is not None:
+        policy = granted(policy, asked)
+    if routes:
+        policy = replace(policy, overrides=policy.overrides + NetworkPolicy.build(
+            allow=(), source="agent routes",
+            overrides=[(f"{r.host}:{r.port}", [f"{r.address}/32"]) for r in routes]).overrides)
     if policy.serve_docs and chosen.own_proxy:
         # Its proxy has no docs reader to answer the CLI's own fetches with.
         raise SandboxUnavailable(
             f"--agent: the {chosen.name} backend runs its own proxy, which cannot serve the "
             "agent's web fetches as page reads", who=chosen.name, fix="use --backend linux")
     profile = task_profile(task, workspace, policy, config, protect=protect, lift=lift)
-    if needs is not None and needs.lend:
-        profile = replace(profile, fs=replace(profile.fs,
-                                              readonly=profile.fs.readonly + needs.lend))
+    if asked is not None and asked.lend:
+        profile = replace(profile, fs=replace(profile.fs, lent=profile.fs.lent + asked.lend))
     with ExitStack() as stack:
         enclosure = stack.enter_context(open_enclosure(
             chosen, profile, ProxySetup(env=os.environ, on_record=on_record, resolver=_routed(routes),
-                                        pages=needs.pages if needs is not None else None),
-            options=BackendOptions(allow_unenforced=config.allow_unenforced, image=image),
+                                        pages=asked.pages if asked is not None else None),
+            options=BackendOptions(allow_unenforced=config.allow_unenforced, image=image,
+                                   hosts=hosts),
             docs=True))
         docs_address = enclosure.listen_docs()
         # The reader's HTTP clients load the CA store, tens of milliseconds of

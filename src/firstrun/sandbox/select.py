@@ -30,6 +30,9 @@ class BackendOptions:
     allow_unenforced: bool = False
     image: str | None = None
     on_record: RecordCallback | None = None
+    # (name, address): names a backend's own proxy resolves to harness
+    # services on the host (an agent CLI's routes), never through a resolver.
+    hosts: tuple[tuple[str, str], ...] = ()
 
 
 # The constructors an Entry names are module functions, never lambdas, so an
@@ -40,8 +43,9 @@ def _plain(cls: type, options: BackendOptions) -> Backend:
     return backend
 
 
-def _with_image_and_records(cls: type, options: BackendOptions) -> Backend:
-    backend: Backend = cls(image=options.image, on_record=options.on_record)
+def _docker(cls: type, options: BackendOptions) -> Backend:
+    backend: Backend = cls(image=options.image, on_record=options.on_record,
+                           sidecar_hosts=options.hosts)
     return backend
 
 
@@ -66,7 +70,11 @@ class Entry:
     probe (``module:function``, returning a ``Capability``) that says whether
     it can here as ``isolation: vm`` asks, and ``kernel_rank`` its place
     among such backends when ``auto`` must find one. ``unenforced``: it enforces
-    nothing, and runs only when that is allowed.
+    nothing, and runs only when that is allowed. ``serves_at`` names the
+    function (``module:function``) giving the host address where its own proxy
+    reaches harness services (an agent CLI's MCP server); None: loopback, where
+    the harness's proxy does. ``no_agent_cli``: why an agent CLI cannot run on
+    it; None: it can.
     """
 
     name: str
@@ -79,6 +87,8 @@ class Entry:
     own_kernel: str | None = None
     kernel_rank: int | None = None
     unenforced: bool = False
+    serves_at: str | None = None
+    no_agent_cli: str | None = None
 
     def load(self) -> type:
         module, _, attr = self.cls.partition(":")
@@ -108,16 +118,19 @@ class Entry:
 # dependencies can still use the others.
 REGISTRY: tuple[Entry, ...] = (
     Entry(name="docker", cls="firstrun.sandbox.docker.backend:DockerBackend", auto_rank=1,
-          build=_with_image_and_records, own_proxy=True,
-          inspects_tls=True),
+          build=_docker, own_proxy=True, inspects_tls=True,
+          serves_at="firstrun.sandbox.docker.backend:harness_address"),
     Entry(name="linux", cls="firstrun.sandbox.linux.backend:LinuxBackend", auto_rank=2,
           captures=True, inspects_tls=True),
-    Entry(name="seatbelt", cls="firstrun.sandbox.seatbelt.backend:SeatbeltBackend", auto_rank=3),
+    Entry(name="seatbelt", cls="firstrun.sandbox.seatbelt.backend:SeatbeltBackend", auto_rank=3,
+          no_agent_cli="the pinned agent CLIs are Linux builds"),
     Entry(name="gvisor", cls="firstrun.sandbox.gvisor.backend:GvisorBackend", auto_rank=None,
           captures=True, inspects_tls=True, own_kernel="firstrun.sandbox.gvisor.probe:kernel",
           kernel_rank=2),
     Entry(name="microvm", cls="firstrun.sandbox.microvm.backend:MicrovmBackend", auto_rank=None,
-          own_kernel="firstrun.sandbox.microvm.probe:kvm", kernel_rank=1),
+          own_kernel="firstrun.sandbox.microvm.probe:kvm", kernel_rank=1,
+          no_agent_cli="its guest sees the workspace, /tmp and its home alone, so the agent "
+                       "CLI's install cannot be lent into it"),
     Entry(name="local", cls="firstrun.sandbox.local:LocalBackend", auto_rank=None,
           build=_with_unenforced, unenforced=True),
     Entry(name="fake", cls="firstrun.sandbox.fake:FakeBackend", auto_rank=None,
@@ -132,6 +145,23 @@ def entry(name: str) -> Entry:
         if candidate.name == name:
             return candidate
     raise UsageError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+
+
+def service_address(chosen: Entry) -> str:
+    """The host address where ``chosen``'s shell proxy reaches a harness service.
+
+    Raises ``SandboxUnavailable`` when the backend cannot say (its probe's reason).
+    """
+    if chosen.serves_at is None:
+        return "127.0.0.1"
+    module, _, attr = chosen.serves_at.partition(":")
+    address: str = getattr(importlib.import_module(module), attr)()
+    return address
+
+
+def agent_cli_backends() -> tuple[str, ...]:
+    """The enforcing backends an agent CLI can run on, for messages that name them."""
+    return tuple(e.name for e in REGISTRY if e.no_agent_cli is None and not e.unenforced)
 
 
 def inspecting() -> tuple[str, ...]:

@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from firstrun.agents.base import AgentResult, AgentStop, Brief, BudgetExhausted, TurnRecord
-from firstrun.agents.cli.frame import Needs, ProcessToolbelt, Route
+from firstrun.agents.cli.frame import LOOPBACK, Needs, ProcessToolbelt, Route
 from firstrun.agents.cli.harness_mcp import HARNESS_HOST, HarnessMcp
 from firstrun.agents.cli.install import CliInstall
 from firstrun.agents.keys import KEY_VARIABLES, require_key
@@ -108,6 +108,7 @@ class CliAgent:
                  pricing: Pricing | None, routes: Sequence[Route] = (),
                  max_retries: int | None = None, key_variable: str | None = None) -> None:
         self.install = install
+        self.fetches_pages = False
         self.model: str | None = model
         self.base_url = base_url
         self.pricing = pricing
@@ -126,6 +127,14 @@ class CliAgent:
             self._server = HarnessMcp()
         return self._server
 
+    def _serve_at(self, address: str) -> HarnessMcp:
+        if self._server is not None and self._server.host != address:
+            self._server.close()
+            self._server = None
+        if self._server is None:
+            self._server = HarnessMcp(address)
+        return self._server
+
     @property
     def key_held(self) -> bool:
         return self._key_variable is not None
@@ -139,10 +148,16 @@ class CliAgent:
         api = urlsplit(self.base_url)
         return f"{api.hostname}:{api.port}" if api.port is not None else str(api.hostname)
 
-    def needs(self) -> Needs:
+    def needs(self, serve_at: str = LOOPBACK) -> Needs:
+        """``serve_at``: the host address where the run's proxy reaches harness services."""
         host = self.api_host
+        mcp = self._serve_at(serve_at)
+        # Only the harness's own proxy (reached at loopback) holds the docs reader
+        # that answers the CLI's fetches; behind a backend's own, its web fetch is
+        # refused instead, so every page it saw is still a docs_read.
+        self.fetches_pages = self.web_fetch and serve_at == LOOPBACK
         return Needs(lend=(self.install.root,),
-                     routes=(Route(host=HARNESS_HOST, port=self.mcp.port, address="127.0.0.1"),
+                     routes=(Route(host=HARNESS_HOST, port=mcp.port, address=serve_at),
                              *self._routes),
                      allow=(host,),
                      credentials=((self.key_name, host, self._key_variable),)
@@ -150,10 +165,10 @@ class CliAgent:
                      # The API's calls are POSTs, and so is every MCP call: an
                      # inspecting proxy refuses POSTs no rule names, on plain HTTP too.
                      methods=((host, ("POST",), self.api_path),
-                              (f"{HARNESS_HOST}:{self.mcp.port}", ("POST",), "/mcp")),
+                              (f"{HARNESS_HOST}:{mcp.port}", ("POST",), "/mcp")),
                      # The same read as the MCP server's read_docs: a page read, held
                      # to the budgets and the permission rules.
-                     pages=self.mcp.read_docs if self.web_fetch else None)
+                     pages=mcp.read_docs if self.fetches_pages else None)
 
     def argv(self, brief: Brief) -> list[str]:
         """The CLI's command line for ``brief`` (pure but for the MCP server's port)."""

@@ -69,7 +69,8 @@ class ClaudeCodeAgent(CliAgent):
         # read-only ones the CLI would otherwise run unasked included.
         # WebFetch's preflight would ask the vendor whether the docs host may be
         # fetched: the task's route already says so.
-        settings = {"permissions": {"ask": ["Bash"], "deny": ["WebSearch"]},
+        settings = {"permissions": {"ask": ["Bash"], "deny": [
+                        "WebSearch", *(() if self.fetches_pages else ("WebFetch",))]},
                     "skipWebFetchPreflight": True}
         argv = [self.install.executable, "-p", task_message(brief),
                 "--output-format", "stream-json", "--verbose", "--include-partial-messages",

@@ -2,7 +2,8 @@
 
 Guarantee: an agent CLI says before the session starts what it needs lent
 (``Needs.lend``: host directories, read-only) and routed (``Needs.routes``: a
-name the proxy sends to a harness address, as a recorded override), and the run
+name the proxy sends to a harness address, as a recorded override; the run says
+which host address its proxy reaches, ``ProcessAgent.needs``), and the run
 grants exactly that, its vendor's API host allowed and its key held by the proxy
 (``Needs.credentials``). It runs as one sandboxed process whose commands it
 reports (``ProcessToolbelt``), never a process of the harness.
@@ -20,9 +21,13 @@ if TYPE_CHECKING:
     from firstrun.sandbox.base import ExecResult
 
 
+# Where harness services listen when the run's proxy is the harness's own.
+LOOPBACK = "127.0.0.1"
+
+
 @dataclass(frozen=True, kw_only=True)
 class Route:
-    """``host:port`` inside the sandbox's egress reaches ``address`` (a loopback IP) on the host."""
+    """``host:port`` inside the sandbox's egress reaches ``address`` (an IP of the host)."""
 
     host: str
     port: int
@@ -57,7 +62,9 @@ class ProcessAgent(Protocol):
     # Its key is put into its requests by the proxy, so the run must inspect TLS.
     key_held: bool
 
-    def needs(self) -> Needs: ...
+    def needs(self, serve_at: str = LOOPBACK) -> Needs:
+        """What the CLI needs, its harness services listening on ``serve_at``."""
+        ...
 
 
 class ProcessToolbelt(Toolbelt, Protocol):

@@ -6,6 +6,7 @@ and every call it serves goes through the run's toolbelt, so a page read through
 it is a ``docs_read`` and an asked permission a ``permission`` event, held to the
 wall budget and the permission rules like any agent's. Once a budget runs out or
 the sweep stops inside a call, that is kept in ``ended`` and every call errors.
+It listens on the one host address it is given, where that proxy reaches it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from firstrun.agents.base import BudgetExhausted, CallRefused
+from firstrun.agents.cli.frame import LOOPBACK
 
 HARNESS_HOST = "harness.firstrun.internal"
 SERVER_NAME = "firstrun"
@@ -29,19 +31,21 @@ _WEB_TOOLS = frozenset({"WebSearch"})
 
 
 class HarnessMcp:
-    """Serves on 127.0.0.1; ``bind`` hands it the run's calls before the CLI starts.
+    """Serves on ``host`` (loopback unless the run's proxy is a backend's own, which
+    cannot reach the host's loopback); ``bind`` hands it the run's calls before the CLI starts.
 
     ``read_docs(url) -> str`` returns the page as the agent should see it
     (raising ``BudgetExhausted``/``CallRefused`` like the toolbelt);
     ``permit_bash(command)`` raises ``CallRefused`` for a refused command.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = LOOPBACK) -> None:
+        self.host = host
         self._read: Callable[[str], str] | None = None
         self._permit: Callable[[str], None] | None = None
         self.ended: BaseException | None = None
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.bind(("127.0.0.1", 0))
+        self._sock.bind((host, 0))
         self.port: int = self._sock.getsockname()[1]
         self._server: Any = None
         self._thread: threading.Thread | None = None
@@ -132,4 +136,8 @@ class HarnessMcp:
             self._server.should_exit = True
         if self._thread is not None:
             self._thread.join()
+        self.close()
+
+    def close(self) -> None:
+        """Release the port of a server never entered (or entered and left)."""
         self._sock.close()

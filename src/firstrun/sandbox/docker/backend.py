@@ -463,6 +463,22 @@ def _root() -> Capability:
         fix=None if os.geteuid() == 0 else "run the harness as root (or use --backend linux)")
 
 
+def harness_address() -> str:
+    """Where a harness service listens for a sidecar to reach it: the default bridge's gateway.
+
+    The sidecar reaches the host's own addresses over its egress bridge; the
+    run container, alone on its internal network behind its firewall, reaches
+    none of them (attested). Never loopback, which is the sidecar's own.
+    Raises ``SandboxUnavailable`` where the daemon names no such address.
+    """
+    try:
+        return bridge_gateway("bridge")
+    except SandboxError as exc:
+        raise SandboxUnavailable(f"no address where the sidecar reaches the harness: {exc}",
+                                 who="docker", fix="see firstrun doctor; docker's default "
+                                 "bridge network must exist") from None
+
+
 class DockerBackend:
     """A container per session behind an internal network, with the proxy as a sidecar.
 
