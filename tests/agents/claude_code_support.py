@@ -6,7 +6,7 @@ pytest's temporary root. Inside the sandbox it reaches the scripted server
 through the egress proxy: ``api.anthropic.test:<port>`` is routed to the
 server's port by a recorded override, the route a test may take and a user's
 run never does. The server listens where the backend's proxy reaches the host
-(``serving``): loopback for the harness's proxy, the docker bridge's gateway
+(``support.agent_clis.serving``): loopback for the harness's proxy, the docker bridge's gateway
 for docker's sidecar.
 """
 
@@ -26,8 +26,8 @@ from cryptography.x509.oid import NameOID
 import support.anthropic_wire as wire
 from firstrun.agents.cli.claude_code import ClaudeCodeAgent, make_claude_code
 from firstrun.agents.cli.frame import Route
-from firstrun.agents.cli.install import CliInstall
-from firstrun.sandbox.select import entry, service_address
+from firstrun.agents.cli.install import CLAUDE_CODE, CliInstall
+from support.agent_clis import CliRow
 from support.agents import PRICE
 from support.vendor import Reply, Request, Script
 
@@ -40,11 +40,6 @@ def bash(command: str) -> dict[str, Any]:
 
 def read_docs(url: str) -> dict[str, Any]:
     return wire.tool_use("mcp__firstrun__read_docs", url=url)
-
-
-def serving(backend: str) -> str:
-    """The host address a scripted server listens on for ``backend``'s proxy to reach it."""
-    return service_address(entry(backend))
 
 
 def agent(install: CliInstall, server_url: str, **options: Any) -> ClaudeCodeAgent:
@@ -71,6 +66,10 @@ class Conversation:
 
 def served(*steps: Reply | list[Reply]) -> Any:
     return wire.streaming(Conversation(*steps))
+
+
+ROW = CliRow(pin=CLAUDE_CODE, agent=agent, greeter=lambda page, command: served(
+    wire.message(read_docs(page)), wire.message(bash(command)), wire.message(wire.text("Done."))))
 
 
 
@@ -104,4 +103,4 @@ def api_tls(directory: Path) -> tuple[ssl.SSLContext, Path]:
     return context, cafile
 
 
-__all__ = ["API_HOST", "agent", "api_tls", "bash", "read_docs", "served", "serving"]
+__all__ = ["API_HOST", "ROW", "agent", "api_tls", "bash", "read_docs", "served"]

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from claude_code_support import API_HOST, agent, api_tls, bash, read_docs, served, serving
+from claude_code_support import API_HOST, agent, api_tls, bash, read_docs, served
 from mcp.server import mcpserver
 
 import support.anthropic_wire as wire
@@ -25,6 +25,7 @@ from firstrun.results.model import Classification
 from firstrun.run.events import CommandRan, DocsRead, Event, ModelTurn, PermissionDecided, Source
 from firstrun.run.runner import RunConfig, run_task
 from firstrun.tasks.load import load_task
+from support.agent_clis import serving
 from support.agents import DOCS as DOCS_GREETER
 from support.agents import greeter_task
 from support.vendor import VendorServer
