@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -261,16 +262,26 @@ def test_the_proxy_puts_the_key_into_api_requests_and_nowhere_else(
     system = os.environ.get("SSL_CERT_FILE")
     trust.write_bytes((Path(system).read_bytes() if system else b"") + cafile.read_bytes())
     monkeypatch.setenv("SSL_CERT_FILE", str(trust))
+    # Where the harness's services listen for this backend's proxy: the sandbox
+    # itself must not reach that address except through the proxy.
+    canary_listener = socket.socket()
+    canary_listener.bind((serving(backend), 0))
+    canary_listener.listen(1)
+    canary_listener.setblocking(False)
+    host, port = canary_listener.getsockname()
     look = ("env | grep ^ANTHROPIC_API_KEY=; if grep -rqs 'sk-ant-canar[y]' /proc/[0-9]*/environ "
             "/proc/[0-9]*/cmdline /workspace /home /tmp; then echo key-found; "
-            f"else echo key-absent; fi; {GREET}")
+            "else echo key-absent; fi; python3 -c 'import socket; socket.create_connection("
+            f"(\"{host}\", {port}), 5).recv(1)' 2>/dev/null; {GREET}")
     transcript = served(
         wire.message(bash(look)),
         wire.message(wire.text("Done.")),
     )
     kept = replace(config, keep_sandbox=True, backend=backend)
-    with VendorServer(transcript, tls=context, host=serving(backend)) as server:
+    with canary_listener, VendorServer(transcript, tls=context, host=serving(backend)) as server:
         record, events = run(greeter_task(tmp_path), agent(claude_code, server.url), kept)
+        with pytest.raises(BlockingIOError):
+            canary_listener.accept()
     assert record.classification is Classification.PASSED, \
         [e for e in events if e.kind in ("failure", "agent_finished")]
     # Every request reached the API with the real key: the proxy swapped it in.
@@ -289,6 +300,13 @@ def test_the_proxy_puts_the_key_into_api_requests_and_nowhere_else(
     (ran,) = [e for e in of(events, CommandRan) if e.source is Source.AGENT]
     assert ran.stdout.startswith("ANTHROPIC_API_KEY=firstrun-anthropic_api_key-")
     assert "key-absent" in ran.stdout and canary not in ran.stdout + ran.stderr
+    # By evidence: the listener took no connection, and whatever the proxy saw of the
+    # attempt it refused (docker's capture hands it to the sidecar; on linux the address
+    # is the sandbox's own loopback, where nothing listens).
+    direct = [e.record for e in events if e.kind == "egress" and e.record.port == port
+              and e.record.host in (host, None)]
+    assert all(r.decision.value == "deny" for r in direct), direct
+    assert direct or backend == "linux"
     for path in kept.out_dir.rglob("*"):
         if path.is_file() and not path.is_symlink():
             assert canary.encode() not in path.read_bytes(), path
