@@ -12,10 +12,12 @@ from firstrun.sandbox.select import (
     REGISTRY,
     BackendOptions,
     Resolution,
+    agent_cli_backends,
     build_backend,
     entry,
     resolve_backend,
     select_backend,
+    service_address,
 )
 from support.profiles import make_profile
 
@@ -99,3 +101,15 @@ def test_what_a_run_may_ask_of_a_backend_is_read_from_its_entry(monkeypatch) -> 
     else:
         with pytest.raises(SandboxUnavailable, match="requires isolation: vm, which needs KVM"):
             select.require_vm("fresh", who="task t")
+
+
+def test_an_own_proxy_says_where_it_reaches_the_harness_and_the_routes_reach_it() -> None:
+    # The harness's proxy dials harness services on loopback; a backend's own proxy
+    # must name the host address it reaches instead, and be told the routed names.
+    assert service_address(entry("linux")) == "127.0.0.1"
+    assert all(e.serves_at is not None for e in REGISTRY
+               if e.own_proxy and e.no_agent_cli is None)
+    docker = build_backend("docker", BackendOptions(hosts=(("harness.firstrun.internal",
+                                                            "172.17.0.1"),)))
+    assert docker._sidecar_hosts == (("harness.firstrun.internal", "172.17.0.1"),)
+    assert set(agent_cli_backends()) == {"docker", "linux", "gvisor"}
