@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import urllib.error
+import urllib.request
 from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
@@ -13,7 +15,7 @@ from firstrun.agents.base import AgentStop, Brief
 from firstrun.agents.cli.claude_code import ClaudeCodeAgent, ending, make_claude_code
 from firstrun.agents.cli.claude_stream import ClaudeStream, Final
 from firstrun.agents.cli.frame import Route
-from firstrun.agents.cli.harness_mcp import APPROVE_TOOL, HARNESS_HOST
+from firstrun.agents.cli.harness_mcp import APPROVE_TOOL, HARNESS_HOST, HarnessMcp
 from firstrun.agents.cli.install import CLAUDE_CODE, CliInstall
 from firstrun.errors import UsageError
 from firstrun.policy.methods import InspectionPolicy, inspects
@@ -60,10 +62,34 @@ def test_the_cli_is_told_the_budgets_the_mcp_server_and_to_ask_for_every_command
     assert settings["permissions"]["deny"] == ["WebSearch"]
     assert settings["skipWebFetchPreflight"] is True
     servers = json.loads(option(argv, "--mcp-config"))["mcpServers"]
-    assert servers == {"firstrun": {"type": "http",
-                                    "url": f"http://{HARNESS_HOST}:{agent.needs().routes[0].port}/mcp"}}
+    port = agent.needs().routes[0].port
+    assert servers == {"firstrun": {"type": "http", "url": agent.mcp.url}}
+    assert agent.mcp.url.startswith(f"http://{HARNESS_HOST}:{port}/mcp/")
     assert "--strict-mcp-config" in argv
     assert option(make().argv(brief(tmp_path, Decimal("1.25"))), "--max-budget-usd") == "1.25"
+
+
+def test_the_mcp_server_answers_only_at_the_path_the_cli_is_told() -> None:
+    read: list[str] = []
+    call = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                       "params": {"name": "read_docs", "arguments": {"url": "http://x/"}}}).encode()
+
+    def post(server: HarnessMcp, path: str) -> int:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{server.port}{path}", data=call, method="POST",
+            headers={"host": f"{HARNESS_HOST}:{server.port}", "content-type": "application/json",
+                     "accept": "application/json, text/event-stream"})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as answer:
+                return int(answer.status)
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    with HarnessMcp() as server:
+        server.bind(read_docs=lambda url: read.append(url) or "page",
+                    permit_bash=lambda command: None)
+        assert post(server, "/mcp") == 404 and read == []
+        assert post(server, server.path) == 200 and read == ["http://x/"]
 
 
 def test_the_run_lends_the_install_and_routes_only_the_harness(tmp_path: Path) -> None:

@@ -165,7 +165,7 @@ class CliAgent:
                      # The API's calls are POSTs, and so is every MCP call: an
                      # inspecting proxy refuses POSTs no rule names, on plain HTTP too.
                      methods=((host, ("POST",), self.api_path),
-                              (f"{HARNESS_HOST}:{mcp.port}", ("POST",), "/mcp")),
+                              (f"{HARNESS_HOST}:{mcp.port}", ("POST",), mcp.path)),
                      # The same read as the MCP server's read_docs: a page read, held
                      # to the budgets and the permission rules.
                      pages=mcp.read_docs if self.fetches_pages else None)

@@ -6,12 +6,14 @@ and every call it serves goes through the run's toolbelt, so a page read through
 it is a ``docs_read`` and an asked permission a ``permission`` event, held to the
 wall budget and the permission rules like any agent's. Once a budget runs out or
 the sweep stops inside a call, that is kept in ``ended`` and every call errors.
-It listens on the one host address it is given, where that proxy reaches it.
+It listens on the one host address it is given, where that proxy reaches it,
+and answers only at a path no one but the CLI is told.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 import socket
 import threading
 from collections.abc import Callable
@@ -47,12 +49,16 @@ class HarnessMcp:
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.bind((host, 0))
         self.port: int = self._sock.getsockname()[1]
+        # On docker the address is the bridge's gateway, which other containers
+        # on the host reach too: a caller that was not told this path cannot
+        # read pages into the run's record or answer its prompts.
+        self.path = f"/mcp/{secrets.token_urlsafe(18)}"
         self._server: Any = None
         self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
-        return f"http://{HARNESS_HOST}:{self.port}/mcp"
+        return f"http://{HARNESS_HOST}:{self.port}{self.path}"
 
     def bind(self, *, read_docs: Callable[[str], str], permit_bash: Callable[[str], None]) -> None:
         self._read, self._permit = read_docs, permit_bash
@@ -118,7 +124,7 @@ class HarnessMcp:
             # The CLI takes the answer as exactly one text block.
             structured_output=False)(self.approve)
         app = server.streamable_http_app(
-            json_response=True, stateless_http=True,
+            streamable_http_path=self.path, json_response=True, stateless_http=True,
             transport_security=TransportSecuritySettings(
                 enable_dns_rebinding_protection=True,
                 allowed_hosts=[f"{HARNESS_HOST}:{self.port}"]))
