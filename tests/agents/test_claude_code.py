@@ -1,5 +1,5 @@
 """``--agent claude-code``: the real Claude Code CLI (installed from npm) inside the linux
-sandbox (and the docker one, for the whole quickstart and the held key), driven by a
+sandbox (and the docker and gvisor ones, for the whole quickstart and the held key), driven by a
 scripted, streaming Messages API server, through the real runner, proxy (docker's
 sidecar there) and harness MCP server. Judged by the trace, the server's requests and
 the check."""
@@ -58,8 +58,8 @@ def claude_code(tmp_path_factory: pytest.TempPathFactory) -> CliInstall:
     return ensure(CLAUDE_CODE, tmp_path_factory.mktemp("agent-cache"))
 
 
-# The backends whose proxies route differently: the harness's own, and docker's sidecar.
-ROUTED = ["linux", "docker"]
+# The harness's proxy (linux, gvisor's own kernel) and docker's sidecar route the CLI.
+ROUTED = ["linux", "docker", "gvisor"]
 
 
 @pytest.fixture
@@ -301,12 +301,12 @@ def test_the_proxy_puts_the_key_into_api_requests_and_nowhere_else(
     assert ran.stdout.startswith("ANTHROPIC_API_KEY=firstrun-anthropic_api_key-")
     assert "key-absent" in ran.stdout and canary not in ran.stdout + ran.stderr
     # By evidence: the listener took no connection, and whatever the proxy saw of the
-    # attempt it refused (docker's capture hands it to the sidecar; on linux the address
-    # is the sandbox's own loopback, where nothing listens).
+    # attempt it refused (docker's capture hands it to the sidecar; elsewhere the address
+    # is loopback, the sandbox's own, where nothing listens).
     direct = [e.record for e in events if e.kind == "egress" and e.record.port == port
               and e.record.host in (host, None)]
     assert all(r.decision.value == "deny" for r in direct), direct
-    assert direct or backend == "linux"
+    assert direct or host == "127.0.0.1"
     for path in kept.out_dir.rglob("*"):
         if path.is_file() and not path.is_symlink():
             assert canary.encode() not in path.read_bytes(), path
