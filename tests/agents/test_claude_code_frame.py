@@ -52,6 +52,8 @@ def config(linux_config: RunConfig) -> RunConfig:
 def test_the_cli_is_told_the_budgets_the_mcp_server_and_to_ask_for_every_command(
         tmp_path: Path) -> None:
     agent = make()
+    # As a run does: the needs first (the backend's proxy reached at loopback), then the CLI.
+    port = agent.needs().routes[0].port
     argv = agent.argv(brief(tmp_path))
     assert argv[:2] == ["/opt/cache/claude-code/claude", "-p"]
     assert option(argv, "--max-turns") == "7" and "--max-budget-usd" not in argv
@@ -62,11 +64,15 @@ def test_the_cli_is_told_the_budgets_the_mcp_server_and_to_ask_for_every_command
     assert settings["permissions"]["deny"] == ["WebSearch"]
     assert settings["skipWebFetchPreflight"] is True
     servers = json.loads(option(argv, "--mcp-config"))["mcpServers"]
-    port = agent.needs().routes[0].port
     assert servers == {"firstrun": {"type": "http", "url": agent.mcp.url}}
     assert agent.mcp.url.startswith(f"http://{HARNESS_HOST}:{port}/mcp/")
     assert "--strict-mcp-config" in argv
     assert option(make().argv(brief(tmp_path, Decimal("1.25"))), "--max-budget-usd") == "1.25"
+    # Behind a backend's own proxy (docker's sidecar) no docs reader answers its fetches.
+    sidecar = make()
+    assert sidecar.needs("172.17.0.1").pages is None
+    settings = json.loads(option(sidecar.argv(brief(tmp_path)), "--settings"))
+    assert settings["permissions"]["deny"] == ["WebSearch", "WebFetch"]
 
 
 def test_the_mcp_server_answers_only_at_the_path_the_cli_is_told() -> None:

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.fast
 def talk(server: HarnessMcp, conversation: Any) -> Any:
     async def main() -> Any:
         http = httpx2.AsyncClient(headers={"Host": f"{HARNESS_HOST}:{server.port}"})
-        url = f"http://127.0.0.1:{server.port}/mcp"
+        url = f"http://127.0.0.1:{server.port}{server.path}"
         async with http, Client(streamable_http_client(url, http_client=http)) as client:
             return await conversation(client)
     return anyio.run(main)
