@@ -2,14 +2,15 @@
 
 Guarantee: pure and sans-io, like ``claude_stream``. ``CodexStream.feed`` takes
 one line and returns what it completed: a ``Command`` per finished command (its
-exit code as Codex reported it, None when it never ran), a ``Message`` per agent
-message, a ``TurnUsage`` per completed turn, a ``Notice`` per error event or item,
-``Failed`` for a failed turn. A line that is not a JSON object is ``Noise``, never
-an exception.
+exit code as Codex reported it, None when it never ran), a ``McpCall`` per
+finished MCP tool call, a ``Message`` per agent message, a ``TurnUsage`` per
+completed turn, a ``Notice`` per error event or item, ``Failed`` for a failed
+turn. A line that is not a JSON object is ``Noise``, never an exception.
 """
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,28 @@ class Command:
     command: str
     output: str
     exit_code: int | None
+    status: str
+
+
+    @property
+    def script(self) -> str:
+        """The command as the model wrote it: Codex reports it wrapped in its
+        shell (``/bin/bash -lc '...'``)."""
+        try:
+            argv = shlex.split(self.command)
+        except ValueError:
+            return self.command
+        if len(argv) == 3 and argv[0].rsplit("/", 1)[-1] in ("bash", "sh", "zsh") \
+                and argv[1] in ("-c", "-lc"):
+            return argv[2]
+        return self.command
+
+
+@dataclass(frozen=True, kw_only=True)
+class McpCall:
+    server: str
+    tool: str
+    arguments: dict[str, Any]
     status: str
 
 
@@ -50,7 +73,7 @@ class Failed:
     message: str
 
 
-Item = Command | Message | TurnUsage | Notice | Failed | Noise
+Item = Command | McpCall | Message | TurnUsage | Notice | Failed | Noise
 
 
 class CodexStream:
@@ -82,6 +105,11 @@ class CodexStream:
             return [Command(command=str(item.get("command", "")),
                             output=str(item.get("aggregated_output") or ""),
                             exit_code=code if isinstance(code, int) else None,
+                            status=str(item.get("status", "")))]
+        if kind == "mcp_tool_call":
+            arguments = item.get("arguments")
+            return [McpCall(server=str(item.get("server", "")), tool=str(item.get("tool", "")),
+                            arguments=arguments if isinstance(arguments, dict) else {},
                             status=str(item.get("status", "")))]
         if kind == "agent_message":
             return [Message(text=str(item.get("text", "")))]

@@ -30,6 +30,8 @@ APPROVE_TOOL = f"mcp__{SERVER_NAME}__approve"
 # Its own fetch (WebFetch) goes through the proxy, which serves a docs host's
 # pages as page reads and decides any other host as it would a command's fetch.
 _WEB_TOOLS = frozenset({"WebSearch"})
+# The MCP tool Codex's PreToolUse hook calls (a hook names server and tool apart).
+HOOK_TOOL = "pre_tool_use"
 
 
 class HarnessMcp:
@@ -64,20 +66,22 @@ class HarnessMcp:
         self._read, self._permit = read_docs, permit_bash
 
     # The agent reads ``ended`` once the CLI is done: a spent budget ends the run
-    # as the toolbelt's would, anything else is raised again.
-    def _call(self, action: Callable[[], str]) -> str:
+    # as the toolbelt's would, anything else is raised again. ``refused`` words
+    # an error as the caller's answer (a hook's must still be a refusal).
+    def _call(self, action: Callable[[], str],
+              refused: Callable[[str], str] = lambda message: message) -> str:
         if self.ended is not None:
-            return f"error: {self.ended}"
+            return refused(f"error: {self.ended}")
         try:
             return action()
         except CallRefused as exc:
-            return exc.message
+            return refused(exc.message)
         except BudgetExhausted as exc:
             self.ended = exc
-            return f"error: budget {exc.budget} spent: {exc.detail}"
+            return refused(f"error: budget {exc.budget} spent: {exc.detail}")
         except BaseException as exc:  # a stopped sweep (RunInterrupted) and harness faults
             self.ended = exc
-            return "error: the run is over"
+            return refused("error: the run is over")
 
     def read_docs(self, url: str) -> str:
         def read() -> str:
@@ -105,6 +109,24 @@ class HarnessMcp:
             return json.dumps({"behavior": "allow", "updatedInput": input})
         return self._call(decide)
 
+    # Codex's PreToolUse hook, asked before every tool call it runs: a shell
+    # command is decided by the task's rules for ``bash``; its other tools
+    # (file edits, a running command's stdin) are allowed, as ``approve``
+    # allows the file tools. Every answer that is not an allow is a deny, so a
+    # spent budget or a stopped run refuses the call too.
+    def pre_tool_use(self, tool_name: str, command: str = "") -> str:
+        def deny(reason: str) -> str:
+            return json.dumps({"hookSpecificOutput": {
+                "hookEventName": "PreToolUse", "permissionDecision": "deny",
+                "permissionDecisionReason": reason or "refused"}})
+
+        def decide() -> str:
+            if tool_name == "Bash":
+                assert self._permit is not None
+                self._permit(command)
+            return "{}"
+        return self._call(decide, refused=deny)
+
     def __enter__(self) -> HarnessMcp:
         import uvicorn
         from mcp.server.mcpserver import MCPServer
@@ -123,6 +145,9 @@ class HarnessMcp:
             "Answers permission prompts for this run; not for the model."),
             # The CLI takes the answer as exactly one text block.
             structured_output=False)(self.approve)
+        server.tool(name=HOOK_TOOL, description=(
+            "Answers Codex's PreToolUse hooks for this run; not for the model."),
+            structured_output=False)(self.pre_tool_use)
         app = server.streamable_http_app(
             streamable_http_path=self.path, json_response=True, stateless_http=True,
             transport_security=TransportSecuritySettings(

@@ -33,6 +33,9 @@ class CliPin:
     Claude Code's ``@anthropic-ai/claude-code`` is a launcher whose
     postinstall copies a native binary out of a per-platform package; firstrun
     takes that package (``tarball_name``) directly, so no install script runs.
+    Codex's ``@openai/codex`` is a node launcher whose optional dependency is
+    a per-platform version of the same package (``0.171.0-linux-x64``),
+    holding the native binary under ``vendor/``; firstrun takes that one.
     """
 
     cli: str
@@ -62,8 +65,16 @@ CLAUDE_CODE = CliPin(
 )
 
 
+CODEX = CliPin(
+    cli="codex", package="@openai/codex", version="0.171.0",
+    tarball_name="@openai/codex", tarball_version="0.171.0-linux-x64",
+    integrity="sha512-l66NZkQgdk2C3pbcfULDz42yEUB581MVA6I+Y43Wp4OIqEy73HCdmZ0GTjeAHY2ycuH4N00d9VsLrwT1jxshTw==",
+    executable="vendor/x86_64-unknown-linux-musl/bin/codex",
+)
+
+
 # ``--agent`` name to the CLI it runs.
-AGENT_CLIS = {"claude-code": CLAUDE_CODE}
+AGENT_CLIS = {"claude-code": CLAUDE_CODE, "codex": CODEX}
 
 
 def cli_versions(agent: str) -> dict[str, str]:
