@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import tempfile
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -100,6 +101,8 @@ class CodexAgent(CliAgent):
         if self._stop_dir is None:
             self._stop_dir = tempfile.mkdtemp(prefix="firstrun-codex-")
             os.chmod(self._stop_dir, 0o755)
+            # Gone with the agent even when its run never started (a failed setup).
+            weakref.finalize(self, shutil.rmtree, self._stop_dir, ignore_errors=True)
         return self._stop_dir
 
     def needs(self) -> Needs:
