@@ -74,8 +74,8 @@ ROW = CliRow(pin=CLAUDE_CODE, agent=agent, greeter=lambda page, command: served(
 
 
 
-def api_tls(directory: Path) -> tuple[ssl.SSLContext, Path]:
-    """A server context for ``API_HOST`` and its CA's PEM file, both made here."""
+def api_tls(directory: Path, host: str = API_HOST) -> tuple[ssl.SSLContext, Path]:
+    """A server context for ``host`` and its CA's PEM file, both made here."""
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "firstrun test API CA")])
     now = datetime.datetime.now(datetime.UTC)
@@ -90,8 +90,8 @@ def api_tls(directory: Path) -> tuple[ssl.SSLContext, Path]:
 
     ca = signed(ca_name, ca_key, x509.BasicConstraints(ca=True, path_length=0), True)
     key = ec.generate_private_key(ec.SECP256R1())
-    leaf = signed(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, API_HOST)]), key,
-                  x509.SubjectAlternativeName([x509.DNSName(API_HOST)]), False)
+    leaf = signed(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)]), key,
+                  x509.SubjectAlternativeName([x509.DNSName(host)]), False)
     certfile, keyfile, cafile = directory / "api.pem", directory / "api.key", directory / "ca.pem"
     certfile.write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
     keyfile.write_bytes(key.private_bytes(serialization.Encoding.PEM,

@@ -4,11 +4,13 @@ and harness MCP server. Judged by the trace, the server's requests and the check
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from codex_support import agent, bash, read_docs, served
+from claude_code_support import api_tls
+from codex_support import API_HOST, agent, bash, read_docs, served
 
 import support.responses_wire as wire
 from firstrun.agents.cli.install import CODEX, CliInstall, ensure
@@ -215,3 +217,42 @@ def test_a_permission_rule_refuses_a_command_codex_asked_for(
     # The model was told, as the call's result, which rule refused it.
     (refused,) = wire.function_outputs(server.seen()[1])
     assert "bash(touch*)" in str(refused["output"])
+
+
+def test_the_proxy_puts_the_key_into_api_requests_and_nowhere_else(
+        codex: CliInstall, config: RunConfig, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    canary = "sk-proj-canary-" + "8c2a61f0d7"
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("FIRSTRUN_OPENAI_API_KEY", canary)
+    context, cafile = api_tls(tmp_path, API_HOST)
+    # The proxy verifies the scripted API's certificate like any server's.
+    trust = tmp_path / "trust.pem"
+    system = os.environ.get("SSL_CERT_FILE")
+    trust.write_bytes((Path(system).read_bytes() if system else b"") + cafile.read_bytes())
+    monkeypatch.setenv("SSL_CERT_FILE", str(trust))
+    look = ("env | grep ^OPENAI_API_KEY=; if grep -rqs 'sk-proj-canar[y]' /proc/[0-9]*/environ "
+            "/proc/[0-9]*/cmdline /workspace /home /tmp; then echo key-found; "
+            f"else echo key-absent; fi; {GREET}")
+    transcript = served(
+        wire.response(bash(look)),
+        wire.response(wire.text("Done.")),
+    )
+    kept = replace(config, keep_sandbox=True, inspect_tls=True)
+    with VendorServer(transcript, tls=context) as server:
+        record, events = run(greeter_task(tmp_path), agent(codex, server.url), kept)
+    assert record.classification is Classification.PASSED, \
+        [e for e in events if e.kind in ("failure", "agent_finished")]
+    # Every request reached the API with the real key: the proxy swapped it in.
+    api = server.seen()
+    assert api and all(wire.api_key(r) == canary for r in api)
+    swapped = [e.record for e in events if e.kind == "egress" and e.record.host == API_HOST]
+    assert swapped and all(r.credentials == ("OPENAI_API_KEY",) for r in swapped
+                           if r.credentials)
+    # Inside, only the placeholder: in the CLI's environment, in no process or file.
+    (ran,) = agent_commands(events)
+    assert ran.stdout.startswith("OPENAI_API_KEY=firstrun-openai_api_key-")
+    assert "key-absent" in ran.stdout and canary not in ran.stdout + ran.stderr
+    for path in kept.out_dir.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            assert canary.encode() not in path.read_bytes(), path
