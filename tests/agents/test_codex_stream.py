@@ -10,6 +10,7 @@ from firstrun.agents.cli.codex_stream import (
     Command,
     Failed,
     Item,
+    McpCall,
     Message,
     Noise,
     Notice,
@@ -59,3 +60,24 @@ def test_lines_that_are_not_the_stream_are_noise() -> None:
     assert stream.feed("Reading additional input from stdin...") == [
         Noise(line="Reading additional input from stdin...")]
     assert stream.feed('{"type":"item.completed","item":{"type":"reasoning"}}') == []
+
+
+def test_an_mcp_call_is_its_server_tool_and_arguments_and_a_refused_command_never_ran() -> None:
+    items = parse("mcp_and_refusal.jsonl")
+    (read,) = [i for i in items if isinstance(i, McpCall)]
+    assert (read.server, read.tool, read.status) == ("firstrun", "read_docs", "completed")
+    assert read.arguments == {"url": "https://docs.example/index.html"}
+    # ``touch x`` was refused by the PreToolUse hook: Codex reports no command for it.
+    assert [c.script for c in items if isinstance(c, Command)] == [
+        "echo hello > a.txt; cat a.txt", "echo STOPNOW"]
+
+
+def test_a_command_is_read_back_out_of_codex_s_shell_wrapper() -> None:
+    def script(command: str) -> str:
+        return Command(command=command, output="", exit_code=0, status="completed").script
+
+    assert script("/bin/bash -lc 'echo '\"'\"'hi'\"'\"' > a'") == "echo 'hi' > a"
+    assert script("/bin/sh -c 'ls -l'") == "ls -l"
+    # Not a shell wrapper, or not one shlex can read: the command as reported.
+    assert script("python3 -V") == "python3 -V"
+    assert script("/bin/bash -lc 'unterminated") == "/bin/bash -lc 'unterminated"

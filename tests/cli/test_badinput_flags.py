@@ -77,21 +77,22 @@ def test_a_cache_flag_without_a_cache_or_with_its_opposite_is_one_line(
     assert not (tmp_path / "results").exists()
 
 
-def test_claude_code_on_a_backend_that_cannot_inspect_is_refused_before_any_run(
-        firstrun: Run, tmp_path: Path) -> None:
-    from firstrun.agents.cli.install import CLAUDE_CODE
+@pytest.mark.parametrize(("agent", "key"), [("claude-code", "FIRSTRUN_ANTHROPIC_API_KEY"),
+                                            ("codex", "FIRSTRUN_OPENAI_API_KEY")])
+def test_an_agent_cli_on_a_backend_that_cannot_inspect_is_refused_before_any_run(
+        firstrun: Run, tmp_path: Path, agent: str, key: str) -> None:
+    from firstrun.agents.cli.install import AGENT_CLIS
 
+    pin = AGENT_CLIS[agent]
     # A cached install, so the check needs no download.
-    cached = tmp_path / "cache" / "firstrun" / "agents" / CLAUDE_CODE.key
-    cached.mkdir(parents=True)
-    (cached / CLAUDE_CODE.executable).write_text("")
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"),
-           "FIRSTRUN_ANTHROPIC_API_KEY": "sk-ant-test"}
-    err = one_error(firstrun("run", "--example", "python-tabulate", "--agent", "claude-code",
-                             "--backend", "local", "--out", str(tmp_path / "out"), cwd=str(tmp_path),
-                             env=env,
-                             timeout=60))
+    cached = tmp_path / "cache" / "firstrun" / "agents" / pin.key / pin.executable
+    cached.parent.mkdir(parents=True)
+    cached.write_text("")
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), key: "sk-test"}
+    err = one_error(firstrun("run", "--example", "python-tabulate", "--agent", agent,
+                             "--backend", "local", "--out", str(tmp_path / "out"),
+                             cwd=str(tmp_path), env=env, timeout=60))
     # Its key goes into its API requests through inspection of that host alone: no
     # --inspect-tls is asked for, but the backend must be able to show the run's CA.
-    assert "--backend local: --agent claude-code" in err and "--inspect-tls" not in err
+    assert f"--backend local: --agent {agent}" in err and "--inspect-tls" not in err
     assert not (tmp_path / "out").exists()

@@ -25,6 +25,8 @@ def test_an_agent_cli_sweep_records_the_pinned_cli_and_its_mcp_sdk() -> None:
     from firstrun.agents.cli.install import cli_versions
 
     assert cli_versions("claude-code") == {"@anthropic-ai/claude-code": "2.1.332"}
+    assert cli_versions("codex") == {"@openai/codex": "0.171.0"}
+    assert shaping_versions("codex")["mcp"] == metadata.version("mcp")
     assert cli_versions("claude") == {}
     assert shaping_versions("claude-code")["mcp"] == metadata.version("mcp")
     # diff names a sweep run by another CLI release.
