@@ -133,7 +133,9 @@ class CodexAgent(CliAgent):
         overrides = {
             "model_provider": PROVIDER,
             f"model_providers.{PROVIDER}": provider,
-            f"mcp_servers.{SERVER_NAME}": {"url": self.mcp.url},
+            # Required: Codex's hooks let a call through when their MCP server cannot
+            # be reached, so Codex must not start without it.
+            f"mcp_servers.{SERVER_NAME}": {"url": self.mcp.url, "required": True},
             "hooks.PreToolUse": [{"hooks": [ask, stop]}],
             "web_search": "disabled",
             "check_for_update_on_startup": False,
