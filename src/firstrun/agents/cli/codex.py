@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import tempfile
 import weakref
@@ -115,9 +116,9 @@ class CodexAgent(CliAgent):
         # (--ephemeral). Codex's sandbox and approvals are off: the session is
         # the boundary (Codex's own bubblewrap cannot nest in it), and every
         # call is decided by the harness through the PreToolUse hook instead.
-        # The hooks are firstrun's own flags, so they run untrusted-by-hash
-        # (--dangerously-bypass-hook-trust); a project's .codex/ is not trusted
-        # and not loaded. Budgets: Codex takes no turn or spend limit, so the
+        # The hooks are firstrun's own flags, so they run without Codex's review
+        # of a hook's hash (--dangerously-bypass-hook-trust); a project's .codex/
+        # is not trusted, so not loaded. Budgets: Codex takes no turn or spend limit, so the
         # hook counts calls (max_turns) and the stop hook ends the CLI; wall
         # seconds are the session's timeout, which ends its whole tree.
         provider: dict[str, Any] = {"name": PROVIDER, "base_url": self.base_url,
@@ -128,7 +129,7 @@ class CodexAgent(CliAgent):
         ask = {"type": "mcp_tool", "server": SERVER_NAME, "tool": HOOK_TOOL,
                "input": {"tool_name": "${tool_name}", "command": "${tool_input.command}"}}
         stop = {"type": "command",
-                "command": f"if test -e {os.path.join(self.stop_dir, STOP_FILE)}; "
+                "command": f"if test -e {shlex.quote(os.path.join(self.stop_dir, STOP_FILE))}; "
                            "then kill -INT $PPID; fi; exit 0"}
         overrides = {
             "model_provider": PROVIDER,
@@ -220,6 +221,11 @@ class _Reading(Reading):
         self.failed: str | None = None
         # Something happened since the last completed turn (its usage is not in yet).
         self.open_turn = False
+
+    @property
+    def claim(self) -> str:
+        # A turn cut short never completes: its last message is the report there is.
+        return self._text or self.last_text
 
     def take(self, line: str) -> None:
         for item in self._parser.feed(line):
