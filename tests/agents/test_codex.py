@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -67,6 +68,11 @@ def of(events: list[Event], kind: type) -> list:
     return [e for e in events if isinstance(e, kind)]
 
 
+def model_calls(server: VendorServer) -> list:
+    """The requests for a model response (Codex also asks its API host what a turn cost)."""
+    return [r for r in server.seen() if r.path == "/v1/responses"]
+
+
 def agent_commands(events: list[Event]) -> list[CommandRan]:
     return [e for e in of(events, CommandRan) if e.source is Source.AGENT]
 
@@ -113,8 +119,7 @@ def test_the_tabulate_quickstart_passes_through_codex(codex: CliInstall,
                                   "version": "0.171.0"}
     assert usage["spend"] is not None and usage["calls_asked"] == 3
     # The CLI spoke the streaming wire format with a placeholder, never a key.
-    first = server.seen()[0]
-    assert first.path == "/v1/responses"
+    first = model_calls(server)[0]
     assert first.body["stream"] is True and first.body["model"] == wire.MODEL
     assert wire.api_key(first).startswith("firstrun-openai-")
     # Its own web search is off: every page it saw is a docs_read.
@@ -177,9 +182,34 @@ def test_the_turn_budget_stops_the_cli_mid_run(codex: CliInstall, config: RunCon
     assert [c.command for c in agent_commands(events)] == ["touch started", "touch second"]
     workspace = kept.out_dir / "runs" / "greeter" / "1" / "workspace"
     assert not (workspace / "greeting.txt").exists() and not (workspace / "fourth").exists()
-    assert len(server.seen()) in (4, 5)
+    assert len(model_calls(server)) in (4, 5)
     # The interrupted turn's usage never came: its spend is unknown, not zero.
     assert finished.usage["spend"] is None
+
+
+def test_the_spend_budget_stops_the_cli_from_its_logged_model_calls(
+        codex: CliInstall, config: RunConfig, tmp_path: Path) -> None:
+    # 100 tokens in and 20 out per call at OPENAI_PRICE: $0.00036 a call, so the
+    # third call's usage passes $0.0008. Codex's stream reports usage only at the
+    # end of its turn; each call's comes in its OpenTelemetry log, sent to the harness.
+    steps = [wire.response(bash(f"sleep 2; touch step{n}")) for n in range(1, 9)]
+    transcript = served(*steps, wire.response(wire.text("Done.")))
+    kept = replace(config, keep_sandbox=True)
+    with VendorServer(transcript) as server:
+        events: list[Event] = []
+        record = run_task(greeter_task(tmp_path), attempt=1, agent=agent(codex, server.url),
+                          config=kept, on_event=events.append, max_spend=Decimal("0.0008"))
+    assert record.classification is Classification.BUDGET_EXHAUSTED
+    (finished,) = [e for e in events if e.kind == "agent_finished"]
+    assert finished.detail.startswith("max_spend"), finished.detail
+    # Stopped mid-run: the script's end was never reached. The cut turn's spend is
+    # unknown; what its logged calls cost, past the budget, is on record beside it.
+    ran = [c.command for c in agent_commands(events)]
+    assert 3 <= len(ran) < 8 and "Done." not in finished.claim
+    assert len(model_calls(server)) < 9
+    assert finished.usage["spend"] is None
+    assert Decimal(finished.usage["logged_spend"]) > Decimal("0.0008")
+    assert finished.usage["model_calls"] >= 3
 
 
 def test_a_vendor_error_is_an_infra_error(codex: CliInstall, config: RunConfig,
@@ -215,7 +245,7 @@ def test_a_permission_rule_refuses_a_command_codex_asked_for(
     workspace = kept.out_dir / "runs" / "greeter" / "1" / "workspace"
     assert not (workspace / "refused-ran").exists()
     # The model was told, as the call's result, which rule refused it.
-    (refused,) = wire.function_outputs(server.seen()[1])
+    (refused,) = wire.function_outputs(model_calls(server)[1])
     assert "bash(touch*)" in str(refused["output"])
 
 
@@ -243,9 +273,11 @@ def test_the_proxy_puts_the_key_into_api_requests_and_nowhere_else(
         record, events = run(greeter_task(tmp_path), agent(codex, server.url), kept)
     assert record.classification is Classification.PASSED, \
         [e for e in events if e.kind in ("failure", "agent_finished")]
-    # Every request reached the API with the real key: the proxy swapped it in.
+    # Every request reached the API with the real key: the proxy swapped it in. Only
+    # model calls reached it: Codex's question of what a turn cost was refused.
     api = server.seen()
     assert api and all(wire.api_key(r) == canary for r in api)
+    assert {r.path for r in api} == {"/v1/responses"}
     swapped = [e.record for e in events if e.kind == "egress" and e.record.host == API_HOST]
     assert swapped and all(r.credentials == ("OPENAI_API_KEY",) for r in swapped
                            if r.credentials)

@@ -82,7 +82,8 @@ def test_the_run_lends_the_install_and_the_stop_mark_read_only_and_holds_the_key
     needs = agent.needs()
     assert needs.lend == ("/opt/cache/codex", agent.stop_dir)
     assert needs.allow == ("api.openai.com",)
-    assert ("api.openai.com", ("POST",), "/v1/") in needs.methods
+    assert ("api.openai.com", ("POST",), "/v1/responses") in needs.methods
+    assert (f"{HARNESS_HOST}:{needs.routes[0].port}", ("POST",), "/v1/logs") in needs.methods
     assert agent.environment("firstrun-openai-x") == {"OPENAI_API_KEY": "firstrun-openai-x"}
     stop_dir = agent.stop_dir
     agent.stop()

@@ -15,6 +15,7 @@ from firstrun.agents.cli.codex_stream import (
     Noise,
     Notice,
     TurnUsage,
+    logged_calls,
 )
 
 STREAMS = Path(__file__).parent / "fixtures" / "codex"
@@ -81,3 +82,28 @@ def test_a_command_is_read_back_out_of_codex_s_shell_wrapper() -> None:
     # Not a shell wrapper, or not one shlex can read: the command as reported.
     assert script("python3 -V") == "python3 -V"
     assert script("/bin/bash -lc 'unterminated") == "/bin/bash -lc 'unterminated"
+
+
+def _record(**attributes: str) -> dict:
+    return {"timeUnixNano": "1", "attributes": [
+        {"key": k.replace("_", ".", 1) if k.startswith("event_") else k,
+         "value": {"stringValue": v}} for k, v in attributes.items()]}
+
+
+def test_each_logged_model_call_is_its_usage_and_nothing_else_counts() -> None:
+    # The shape Codex 0.171.0 exports (OTLP/HTTP JSON): one codex.sse_event record
+    # per response.completed carrying that call's token counts as strings.
+    body = {"resourceLogs": [{"resource": {}, "scopeLogs": [{"logRecords": [
+        _record(event_name="codex.api_request"),
+        _record(event_name="codex.sse_event", event_kind="response.completed"),
+        _record(event_name="codex.sse_event", event_kind="response.completed",
+                input_token_count="100", output_token_count="20", cached_token_count="10",
+                cache_write_token_count="0", reasoning_token_count="0"),
+        _record(event_name="codex.sse_event", event_kind="response.completed",
+                input_token_count="7", output_token_count="x"),
+    ]}]}]}
+    assert logged_calls(body) == [
+        TurnUsage(input_tokens=100, cached_tokens=10, cache_write_tokens=0, output_tokens=20),
+        TurnUsage(input_tokens=7, cached_tokens=0, cache_write_tokens=0, output_tokens=0)]
+    for nothing in (None, [], {"resourceLogs": [None, {"scopeLogs": "x"}]}):
+        assert logged_calls(nothing) == []

@@ -19,6 +19,7 @@ import tempfile
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from decimal import Decimal
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -32,9 +33,10 @@ from firstrun.agents.cli.codex_stream import (
     McpCall,
     Message,
     TurnUsage,
+    logged_calls,
 )
-from firstrun.agents.cli.frame import Needs, ProcessToolbelt, Route
-from firstrun.agents.cli.harness_mcp import HOOK_TOOL, SERVER_NAME
+from firstrun.agents.cli.frame import LOOPBACK, Needs, ProcessToolbelt, Route
+from firstrun.agents.cli.harness_mcp import HARNESS_HOST, HOOK_TOOL, SERVER_NAME
 from firstrun.agents.cli.install import CODEX, CliInstall
 from firstrun.agents.loop import page_text
 from firstrun.agents.prompt import task_message
@@ -86,8 +88,10 @@ class CodexAgent(CliAgent):
 
     @property
     def api_path(self) -> str:  # type: ignore[override]
-        # The Responses API: POSTs to <base_url>/responses.
-        return urlsplit(self.base_url).path.rstrip("/") + "/"
+        # The Responses API: POSTs to <base_url>/responses, and only there. With
+        # its OpenTelemetry log on, Codex also asks the API host what each turn
+        # cost (POST <base_url>/analytics/codex/turn-costs); the proxy refuses that.
+        return urlsplit(self.base_url).path.rstrip("/") + "/responses"
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -95,7 +99,11 @@ class CodexAgent(CliAgent):
         # spent, and the CLI's stop hook, seeing the mark, interrupts the CLI.
         self._stop_dir: str | None = None
         self._max_turns: int | None = None
+        self._max_spend: Decimal | None = None
         self._asked = 0
+        # Each model call's usage, from Codex's OpenTelemetry logs as they arrive.
+        self._calls = 0
+        self._logged_spend: Decimal | None = Decimal(0) if self.pricing is not None else None
 
     @property
     def stop_dir(self) -> str:
@@ -106,9 +114,11 @@ class CodexAgent(CliAgent):
             weakref.finalize(self, shutil.rmtree, self._stop_dir, ignore_errors=True)
         return self._stop_dir
 
-    def needs(self) -> Needs:
-        needs = super().needs()
-        return replace(needs, lend=(*needs.lend, self.stop_dir))
+    def needs(self, serve_at: str = LOOPBACK) -> Needs:
+        needs = super().needs(serve_at)
+        return replace(needs, lend=(*needs.lend, self.stop_dir),
+                       methods=(*needs.methods,
+                                (f"{HARNESS_HOST}:{self.mcp.port}", ("POST",), self.mcp.logs_path)))
 
     def argv(self, brief: Brief) -> list[str]:
         # exec mode with the task message, every setting a -c override and no
@@ -139,6 +149,10 @@ class CodexAgent(CliAgent):
             f"mcp_servers.{SERVER_NAME}": {"url": self.mcp.url, "required": True},
             "hooks.PreToolUse": [{"hooks": [ask, stop]}],
             "web_search": "disabled",
+            "otel.exporter": {"otlp-http": {"endpoint": self.mcp.logs_url,
+                                            "protocol": "json"}},
+            "otel.metrics_exporter": "none",
+            "otel.trace_exporter": "none",
             "check_for_update_on_startup": False,
             "analytics.enabled": False,
             "developer_instructions": CLI_PROMPT,
@@ -161,7 +175,24 @@ class CodexAgent(CliAgent):
 
     def bind(self, tools: ProcessToolbelt) -> None:
         self.mcp.bind(read_docs=lambda url: page_text(tools.read_docs(url)),
-                      permit_bash=lambda command: self._permit(tools, command))
+                      permit_bash=lambda command: self._permit(tools, command),
+                      logs=self._take_logs)
+
+    def _take_logs(self, body: dict[str, Any]) -> None:
+        for call in logged_calls(body):
+            self._calls += 1
+            cost = self.pricing.cost(TokenUsage(
+                input_tokens=call.input_tokens, output_tokens=call.output_tokens,
+                cached_tokens=call.cached_tokens,
+                cache_write_tokens=call.cache_write_tokens)) if self.pricing else None
+            self._logged_spend = None if cost is None or self._logged_spend is None \
+                else self._logged_spend + cost
+            if self._max_spend is not None and self._logged_spend is not None \
+                    and self._logged_spend > self._max_spend:
+                self.stop()
+                raise BudgetExhausted(Budget.MAX_SPEND,
+                                      f"codex's {self._calls} model calls cost "
+                                      f"{self._logged_spend} of {self._max_spend}")
 
     def _permit(self, tools: ProcessToolbelt, command: str) -> None:
         # Each command Codex asks for follows a model turn, so the count of
@@ -185,6 +216,7 @@ class CodexAgent(CliAgent):
 
     def run(self, brief: Brief, tools: ProcessToolbelt) -> AgentResult:  # type: ignore[override]
         self._max_turns = brief.budgets.max_turns
+        self._max_spend = brief.max_spend
         try:
             return super().run(brief, tools)
         finally:
@@ -203,10 +235,14 @@ class CodexAgent(CliAgent):
     def usage(self, reading: Reading, brief: Brief) -> dict[str, Any]:
         usage = super().usage(reading, brief)
         assert isinstance(reading, _Reading)
-        # Codex reports usage only when its turn ends: an interrupted turn's is unknown.
+        # Codex's stream reports usage only when its turn ends: an interrupted
+        # turn's spend is unknown. What the model calls its log reported cost is
+        # beside it, a floor (the log comes in batches, the last may be lost).
         if reading.open_turn:
             usage["spend"] = None
+        usage["logged_spend"] = None if self._logged_spend is None else str(self._logged_spend)
         usage["calls_asked"] = self._asked
+        usage["model_calls"] = self._calls
         return usage
 
 

@@ -6,6 +6,7 @@ exit code as Codex reported it, None when it never ran), a ``McpCall`` per
 finished MCP tool call, a ``Message`` per agent message, a ``TurnUsage`` per
 completed turn, a ``Notice`` per error event or item, ``Failed`` for a failed
 turn. A line that is not a JSON object is ``Noise``, never an exception.
+``logged_calls`` reads each model call's usage out of Codex's OpenTelemetry logs.
 """
 
 from __future__ import annotations
@@ -116,3 +117,44 @@ class CodexStream:
         if kind == "error":
             return [Notice(message=str(item.get("message", "")))]
         return []
+
+
+def _attribute(value: Any) -> Any:
+    # An OTLP AnyValue: {"stringValue": ...} or {"intValue": "12"} and so on.
+    return next(iter(value.values()), None) if isinstance(value, dict) and value else None
+
+
+def logged_calls(body: Any) -> list[TurnUsage]:
+    """Each model call's usage in one OTLP/HTTP JSON logs body Codex exported.
+
+    Codex's stream reports usage per turn of the conversation only; its
+    OpenTelemetry log has a ``codex.sse_event`` record per ``response.completed``
+    with that call's token counts. Anything else in the body is skipped.
+    """
+    calls: list[TurnUsage] = []
+    if not isinstance(body, dict):
+        return calls
+    for resource in body.get("resourceLogs") or ():
+        for scope in (resource.get("scopeLogs") or ()) if isinstance(resource, dict) else ():
+            for record in (scope.get("logRecords") or ()) if isinstance(scope, dict) else ():
+                attrs = {a.get("key"): _attribute(a.get("value"))
+                         for a in (record.get("attributes") or ()) if isinstance(a, dict)} \
+                    if isinstance(record, dict) else {}
+                if attrs.get("event.name") != "codex.sse_event" \
+                        or attrs.get("event.kind") != "response.completed" \
+                        or "input_token_count" not in attrs:
+                    continue
+                calls.append(TurnUsage(
+                    input_tokens=_tokens(attrs.get("input_token_count")),
+                    cached_tokens=_tokens(attrs.get("cached_token_count")),
+                    cache_write_tokens=_tokens(attrs.get("cache_write_token_count")),
+                    output_tokens=_tokens(attrs.get("output_token_count"))))
+    return calls
+
+
+def _tokens(value: Any) -> int:
+    # OTLP sends integers as strings, and Codex sends these as string attributes.
+    try:
+        return max(int(str(value)), 0)
+    except ValueError:
+        return 0

@@ -32,6 +32,9 @@ APPROVE_TOOL = f"mcp__{SERVER_NAME}__approve"
 _WEB_TOOLS = frozenset({"WebSearch"})
 # The MCP tool Codex's PreToolUse hook calls (a hook names server and tool apart).
 HOOK_TOOL = "pre_tool_use"
+# Where a CLI's OpenTelemetry logs are posted (OTLP/HTTP JSON), for one that reports
+# each model call's usage only there; under the server's own secret path.
+LOGS_PATH = "/v1/logs"
 
 
 class HarnessMcp:
@@ -47,6 +50,7 @@ class HarnessMcp:
         self.host = host
         self._read: Callable[[str], str] | None = None
         self._permit: Callable[[str], None] | None = None
+        self._logs: Callable[[dict[str, Any]], None] | None = None
         self.ended: BaseException | None = None
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.bind((host, 0))
@@ -62,8 +66,23 @@ class HarnessMcp:
     def url(self) -> str:
         return f"http://{HARNESS_HOST}:{self.port}{self.path}"
 
-    def bind(self, *, read_docs: Callable[[str], str], permit_bash: Callable[[str], None]) -> None:
-        self._read, self._permit = read_docs, permit_bash
+    @property
+    def logs_url(self) -> str:
+        return f"http://{HARNESS_HOST}:{self.port}{self.logs_path}"
+
+    @property
+    def logs_path(self) -> str:
+        return f"{self.path}{LOGS_PATH}"
+
+    def bind(self, *, read_docs: Callable[[str], str], permit_bash: Callable[[str], None],
+             logs: Callable[[dict[str, Any]], None] | None = None) -> None:
+        """``logs`` takes each OTLP JSON body posted to ``logs_url`` (none are taken without)."""
+        self._read, self._permit, self._logs = read_docs, permit_bash, logs
+
+    def end(self, exc: BaseException) -> None:
+        """End the run's calls from outside one (a budget the CLI's logs spent)."""
+        if self.ended is None:
+            self.ended = exc
 
     # The agent reads ``ended`` once the CLI is done: a spent budget ends the run
     # as the toolbelt's would, anything else is raised again. ``refused`` words
@@ -127,6 +146,20 @@ class HarnessMcp:
             return "{}"
         return self._call(decide, refused=deny)
 
+    async def _take_logs(self, request: Any) -> Any:
+        from starlette.responses import JSONResponse
+
+        try:
+            body = json.loads(await request.body())
+        except ValueError:
+            return JSONResponse({}, status_code=400)
+        if isinstance(body, dict) and self._logs is not None:
+            try:
+                self._logs(body)
+            except BudgetExhausted as exc:
+                self.end(exc)
+        return JSONResponse({})
+
     def __enter__(self) -> HarnessMcp:
         import uvicorn
         from mcp.server.mcpserver import MCPServer
@@ -153,6 +186,8 @@ class HarnessMcp:
             transport_security=TransportSecuritySettings(
                 enable_dns_rebinding_protection=True,
                 allowed_hosts=[f"{HARNESS_HOST}:{self.port}"]))
+        if self._logs is not None:
+            app.add_route(self.logs_path, self._take_logs, methods=["POST"])
         self._server = uvicorn.Server(uvicorn.Config(app, log_level="error", lifespan="on"))
         sock = self._sock
         # Listening before the thread starts: a CLI that connects first waits in the backlog.
