@@ -64,8 +64,8 @@ def test_codex_runs_from_flags_alone_with_its_sandbox_off_and_every_call_asked(
     assert found["model_providers.firstrun"] == {
         "name": "firstrun", "base_url": "https://api.openai.com/v1",
         "env_key": "OPENAI_API_KEY", "wire_api": "responses"}
-    port = agent.needs().routes[0].port
-    assert found["mcp_servers.firstrun"] == {"url": f"http://{HARNESS_HOST}:{port}/mcp",
+    agent.needs()
+    assert found["mcp_servers.firstrun"] == {"url": agent.mcp.url,
                                              "required": True}
     assert found["web_search"] == "disabled" and found["check_for_update_on_startup"] is False
     (group,) = found["hooks.PreToolUse"]
@@ -83,7 +83,10 @@ def test_the_run_lends_the_install_and_the_stop_mark_read_only_and_holds_the_key
     assert needs.lend == ("/opt/cache/codex", agent.stop_dir)
     assert needs.allow == ("api.openai.com",)
     assert ("api.openai.com", ("POST",), "/v1/responses") in needs.methods
-    assert (f"{HARNESS_HOST}:{needs.routes[0].port}", ("POST",), "/v1/logs") in needs.methods
+    # Its OTel logs are posted under the MCP server's own secret path, which the rule covers.
+    assert (f"{HARNESS_HOST}:{needs.routes[0].port}", ("POST",), agent.mcp.path) in needs.methods
+    assert agent.mcp.logs_url.startswith(f"http://{HARNESS_HOST}:{needs.routes[0].port}"
+                                         f"{agent.mcp.path}/")
     assert agent.environment("firstrun-openai-x") == {"OPENAI_API_KEY": "firstrun-openai-x"}
     stop_dir = agent.stop_dir
     agent.stop()

@@ -53,4 +53,4 @@ def test_the_tools_are_served() -> None:
     with HarnessMcp() as server:
         server.bind(read_docs=lambda url: f"page {url}", permit_bash=lambda command: None)
         names, text = talk(server, call)
-    assert names == ["read_docs", "approve"] and text == "page http://docs.example/"
+    assert names == ["read_docs", "approve", "pre_tool_use"] and text == "page http://docs.example/"

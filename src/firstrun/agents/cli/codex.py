@@ -36,7 +36,7 @@ from firstrun.agents.cli.codex_stream import (
     logged_calls,
 )
 from firstrun.agents.cli.frame import LOOPBACK, Needs, ProcessToolbelt, Route
-from firstrun.agents.cli.harness_mcp import HARNESS_HOST, HOOK_TOOL, SERVER_NAME
+from firstrun.agents.cli.harness_mcp import HOOK_TOOL, SERVER_NAME
 from firstrun.agents.cli.install import CODEX, CliInstall
 from firstrun.agents.loop import page_text
 from firstrun.agents.prompt import task_message
@@ -115,10 +115,9 @@ class CodexAgent(CliAgent):
         return self._stop_dir
 
     def needs(self, serve_at: str = LOOPBACK) -> Needs:
+        # Its OTel logs are posted under the MCP server's path, which its rule covers.
         needs = super().needs(serve_at)
-        return replace(needs, lend=(*needs.lend, self.stop_dir),
-                       methods=(*needs.methods,
-                                (f"{HARNESS_HOST}:{self.mcp.port}", ("POST",), self.mcp.logs_path)))
+        return replace(needs, lend=(*needs.lend, self.stop_dir))
 
     def argv(self, brief: Brief) -> list[str]:
         # exec mode with the task message, every setting a -c override and no
