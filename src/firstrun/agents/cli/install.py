@@ -36,6 +36,8 @@ class CliPin:
     Codex's ``@openai/codex`` is a node launcher whose optional dependency is
     a per-platform version of the same package (``0.171.0-linux-x64``),
     holding the native binary under ``vendor/``; firstrun takes that one.
+    Gemini CLI's own tarball is its whole program: a bundle with no required
+    dependencies (its optional ones, a pty and a keychain, go unused here).
     """
 
     cli: str
@@ -64,6 +66,13 @@ CLAUDE_CODE = CliPin(
     executable="claude",
 )
 
+GEMINI_CLI = CliPin(
+    cli="gemini-cli", package="@google/gemini-cli", version="0.61.0",
+    tarball_name="@google/gemini-cli", tarball_version="0.61.0",
+    integrity="sha512-dbQ9A0qBtFJNi6XBkHvfZ6Azpn6PNgH/P8h2MZ67RLlX8hSAVjup39CRWqdRxZv7YXIuhrFaytr8y0jKnkoxnQ==",
+    # A node script (#!/usr/bin/env node): the sandbox's node runs it.
+    executable="bundle/gemini.js",
+)
 
 CODEX = CliPin(
     cli="codex", package="@openai/codex", version="0.171.0",
@@ -74,7 +83,7 @@ CODEX = CliPin(
 
 
 # ``--agent`` name to the CLI it runs.
-AGENT_CLIS = {"claude-code": CLAUDE_CODE, "codex": CODEX}
+AGENT_CLIS = {"claude-code": CLAUDE_CODE, "codex": CODEX, "gemini-cli": GEMINI_CLI}
 
 
 def cli_versions(agent: str) -> dict[str, str]:
