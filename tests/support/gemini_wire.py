@@ -8,7 +8,8 @@ counts left out, as proto3 JSON does) and ``modelVersion``. Errors are
 ``{"error": {"code", "message", "status", "details"}}`` with the statuses
 the API uses: 429 ``RESOURCE_EXHAUSTED`` with a ``RetryInfo`` detail, 500
 ``INTERNAL``, 503 ``UNAVAILABLE``, and 400 ``INVALID_ARGUMENT`` with
-``API_KEY_INVALID`` for a bad key.
+``API_KEY_INVALID`` for a bad key. ``streaming`` serves streamGenerateContent
+(``alt=sse``): data-only server-sent events, one response chunk each.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import base64
 import itertools
 from typing import Any
 
-from support.vendor import Reply, Request, Script
+from support.vendor import Reply, Request, Responder, Script
 
 MODEL = "gemini-test-1"
 _ids = itertools.count(1)
@@ -135,3 +136,27 @@ def function_responses(request: Request) -> list[dict[str, Any]]:
 
 def script(*steps: Reply | list[Reply]) -> Script:
     return Script(steps, turn_of=model_turns)
+
+
+def streamed(reply: Reply) -> Reply:
+    """``reply`` as streamGenerateContent sends it: each part in its own chunk, the
+    finish reason and the usage on the last. Errors are never streamed."""
+    if reply.status != 200:
+        return reply
+    body = reply.body
+    candidate = body["candidates"][0]
+    parts = candidate.get("content", {}).get("parts", [])
+    head = {k: v for k, v in body.items() if k not in ("candidates", "usageMetadata")}
+    chunks = [{**head, "candidates": [{"content": {"role": "model", "parts": [part]},
+                                       "index": 0}]} for part in parts[:-1]]
+    chunks.append({**body, "candidates": [{**candidate, "content": {
+        "role": "model", "parts": parts[-1:]}}]})
+    return Reply(status=200, headers=reply.headers, events=[("", chunk) for chunk in chunks])
+
+
+def streaming(responder: Responder) -> Responder:
+    """``responder``, its replies streamed to streamGenerateContent."""
+    def answer(request: Request) -> Reply:
+        reply = responder(request)
+        return streamed(reply) if ":streamGenerateContent" in request.path else reply
+    return answer

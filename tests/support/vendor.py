@@ -28,7 +28,8 @@ class Reply:
     status: int = 200
     body: Any = None
     headers: Mapping[str, str] = field(default_factory=dict)
-    # Server-sent events (name, data) served instead of ``body``: a streamed reply.
+    # Server-sent events (name, data) served instead of ``body``: a streamed reply
+    # (an empty name: a data line alone).
     events: Sequence[tuple[str, Any]] | None = None
 
 
@@ -70,7 +71,9 @@ class VendorServer(LoopbackServer):
                     reply = Reply(status=599, body={"script_error": repr(exc)})
                 if reply.events is not None:
                     kind = "text/event-stream"
-                    data = "".join(f"event: {name}\ndata: {json.dumps(value)}\n\n"
+                    # An event with no name is its data line alone, as Gemini streams.
+                    data = "".join((f"event: {name}\n" if name else "")
+                                   + f"data: {json.dumps(value)}\n\n"
                                    for name, value in reply.events).encode()
                 else:
                     kind = "application/json"
