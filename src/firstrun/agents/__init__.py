@@ -29,7 +29,7 @@ from firstrun.agents.replay import ReplayAgent
 from firstrun.agents.spend import FilePrice
 from firstrun.errors import UsageError
 
-AGENTS = ("replay", "claude", "openai", "gemini", "claude-code", "codex")
+AGENTS = ("replay", "claude", "openai", "gemini", "claude-code", "codex", "gemini-cli")
 
 
 def make_agent(name: str, *, model: str | None = None, base_url: str | None = None,
@@ -65,6 +65,10 @@ def make_agent(name: str, *, model: str | None = None, base_url: str | None = No
         from firstrun.agents.cli.codex import make_codex
 
         return make_codex(model=model, base_url=base_url, price_file=price_file)
+    if name == "gemini-cli":
+        from firstrun.agents.cli.gemini_cli import make_gemini_cli
+
+        return make_gemini_cli(model=model, base_url=base_url, price_file=price_file)
     close = difflib.get_close_matches(name, AGENTS, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     raise UsageError(f"--agent: unknown agent {name!r}{hint} (choose one of {', '.join(AGENTS)})")

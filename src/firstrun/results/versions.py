@@ -18,7 +18,7 @@ READER_PACKAGES = ("httpx", "beautifulsoup4", "markdownify")
 # The SDK each model agent speaks to its vendor with.
 AGENT_SDKS = {"claude": "anthropic", "openai": "openai", "gemini": "google-genai",
               # An agent CLI's own version is the cli's to add; this is its MCP server's SDK.
-              "claude-code": "mcp", "codex": "mcp"}
+              "claude-code": "mcp", "codex": "mcp", "gemini-cli": "mcp"}
 
 
 def _version(package: str) -> str | None:
