@@ -106,6 +106,10 @@ def test_the_tabulate_quickstart_passes_through_gemini_cli(
     assert (usage["input_tokens"], usage["output_tokens"]) == (1400, 142)
     # The CLI spoke the streaming wire format with a placeholder, never a key.
     first = server.seen()[0]
+    offered = {f["name"] for t in first.body["tools"] for f in t.get("functionDeclarations", ())}
+    assert {"mcp_firstrun_read_docs", "run_shell_command"} <= offered
+    assert not offered & {"web_fetch", "google_web_search", "invoke_agent",
+                          "mcp_firstrun_approve"}
     assert first.path.endswith(f"/models/{wire.MODEL}:streamGenerateContent?alt=sse")
     assert wire.api_key(first).startswith("firstrun-google-")
 

@@ -62,7 +62,8 @@ def test_the_cli_is_configured_in_the_sessions_home_with_budgets_mcp_and_hooks(
     assert settings["privacy"]["usageStatisticsEnabled"] is False
     assert settings["telemetry"]["enabled"] is False
     assert settings["general"]["enableAutoUpdate"] is False
-    assert settings["tools"]["exclude"] == ["web_fetch", "google_web_search"]
+    assert settings["tools"]["exclude"] == ["web_fetch", "google_web_search", "invoke_agent"]
+    assert settings["experimental"]["enableAgents"] is False
     ports = {r.port for r in agent.needs().routes}
     (server,) = settings["mcpServers"].values()
     assert server["trust"] is True and server["includeTools"] == ["read_docs"]

@@ -81,7 +81,11 @@ def settings(*, mcp_url: str, hook_url: str, max_turns: int,
         "telemetry": {"enabled": False},
         "general": general,
         # Its web tools would read pages outside the record; read_docs is the way.
-        "tools": {"sandbox": False, "exclude": ["web_fetch", "google_web_search"]},
+        # Its sub-agents' turns are in neither its stream nor its transcript, so
+        # they could be neither recorded nor priced: they are off, and so is their tool.
+        "tools": {"sandbox": False,
+                  "exclude": ["web_fetch", "google_web_search", "invoke_agent"]},
+        "experimental": {"enableAgents": False},
         "model": {"maxSessionTurns": max_turns},
         "mcpServers": {SERVER_NAME: {"httpUrl": mcp_url, "trust": True,
                                      # approve answers Claude Code's prompts; the hooks do it here.
