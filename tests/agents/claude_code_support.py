@@ -72,8 +72,6 @@ ROW = CliRow(pin=CLAUDE_CODE, agent=agent, greeter=lambda page, command: served(
     wire.message(read_docs(page)), wire.message(bash(command)), wire.message(wire.text("Done."))))
 
 
-
-
 def api_tls(directory: Path, host: str = API_HOST) -> tuple[ssl.SSLContext, Path]:
     """A server context for ``host`` and its CA's PEM file, both made here."""
     ca_key = ec.generate_private_key(ec.SECP256R1())

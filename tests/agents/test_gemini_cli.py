@@ -4,12 +4,14 @@ MCP server and hook relay. Judged by the trace, the server's requests and the ch
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from gemini_cli_support import agent, bash, read_docs, served
+from claude_code_support import api_tls
+from gemini_cli_support import API_HOST, agent, bash, read_docs, served
 
 import support.gemini_wire as wire
 from firstrun.agents.cli.install import GEMINI_CLI, CliInstall, ensure
@@ -227,3 +229,42 @@ def test_a_permission_rule_refuses_a_command_the_cli_asked_for(
     (refused,) = wire.function_responses(
         next(r for r in server.seen() if wire.model_turns(r) == 1))
     assert "bash(touch*)" in str(refused["response"])
+
+
+def test_the_proxy_puts_the_key_into_api_requests_and_nowhere_else(
+        gemini_cli: CliInstall, config: RunConfig, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    canary = "AIza-canary-" + "9e02b6c4d1"
+    monkeypatch.delenv("GEMINI_API_KEY", raising=False)
+    monkeypatch.setenv("FIRSTRUN_GEMINI_API_KEY", canary)
+    context, cafile = api_tls(tmp_path, API_HOST)
+    # The proxy verifies the scripted API's certificate like any server's.
+    trust = tmp_path / "trust.pem"
+    system = os.environ.get("SSL_CERT_FILE")
+    trust.write_bytes((Path(system).read_bytes() if system else b"") + cafile.read_bytes())
+    monkeypatch.setenv("SSL_CERT_FILE", str(trust))
+    look = ("env | grep ^GEMINI_API_KEY=; if grep -rqs 'AIza-canar[y]' /proc/[0-9]*/environ "
+            "/proc/[0-9]*/cmdline /workspace /home /tmp; then echo key-found; "
+            f"else echo key-absent; fi; {GREET}")
+    transcript = served(
+        wire.response(bash(look)),
+        wire.response(wire.text("Done.")),
+    )
+    kept = replace(config, keep_sandbox=True, inspect_tls=True)
+    with VendorServer(transcript, tls=context) as server:
+        record, events = run(greeter_task(tmp_path), agent(gemini_cli, server.url), kept)
+    assert record.classification is Classification.PASSED, \
+        [e for e in events if e.kind in ("failure", "agent_finished")]
+    # Every request reached the API with the real key: the proxy swapped it in.
+    api = server.seen()
+    assert api and all(wire.api_key(r) == canary for r in api)
+    swapped = [e.record for e in events if e.kind == "egress" and e.record.host == API_HOST]
+    assert swapped and all(r.credentials == ("GEMINI_API_KEY",) for r in swapped
+                           if r.credentials)
+    # Inside, only the placeholder: in the CLI's environment, in no process or file.
+    (ran,) = [e for e in of(events, CommandRan) if e.source is Source.AGENT]
+    assert ran.stdout.startswith("GEMINI_API_KEY=firstrun-")
+    assert "key-absent" in ran.stdout and canary not in ran.stdout + ran.stderr
+    for path in kept.out_dir.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            assert canary.encode() not in path.read_bytes(), path
