@@ -87,10 +87,14 @@ def test_the_run_lends_the_install_and_routes_only_the_harness() -> None:
     assert env["GOOGLE_GEMINI_BASE_URL"] == "https://generativelanguage.googleapis.com"
 
 
-def test_an_https_api_needs_a_key_which_the_proxy_then_holds() -> None:
-    install = CliInstall(pin=GEMINI_CLI, root=ROOT)
+def test_an_https_api_needs_a_key_which_the_proxy_then_holds(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     with pytest.raises(UsageError, match="FIRSTRUN_GEMINI_API_KEY or GEMINI_API_KEY"):
-        make_gemini_cli(install=install, environ={})
+        make_gemini_cli(environ={})
+    # Said before the CLI was downloaded.
+    assert list(tmp_path.iterdir()) == []
+    install = CliInstall(pin=GEMINI_CLI, root=ROOT)
     agent = make_gemini_cli(install=install, environ={"GEMINI_API_KEY": "AIza-x"})
     assert agent.needs().credentials == (("GEMINI_API_KEY", "generativelanguage.googleapis.com",
                                           "GEMINI_API_KEY"),)

@@ -367,8 +367,8 @@ def make_gemini_cli(*, model: str | None = None, base_url: str | None = None,
 
     chosen = model or DEFAULT_MODEL
     url = base_url or DEFAULT_BASE_URL
+    # A missing key is said before the CLI is downloaded.
+    key_variable = held_key(KEYS, agent="gemini-cli", base_url=url, environ=environ)
     return GeminiCliAgent(install=install or ensure(GEMINI_CLI), model=chosen, base_url=url,
                           pricing=price_for(VENDOR, chosen, price_file), routes=routes,
-                          max_retries=max_retries,
-                          key_variable=held_key(KEYS, agent="gemini-cli", base_url=url,
-                                                environ=environ))
+                          max_retries=max_retries, key_variable=key_variable)
