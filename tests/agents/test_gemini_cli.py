@@ -96,6 +96,12 @@ def test_the_tabulate_quickstart_passes_through_gemini_cli(
     assert "| Earth    |          6371 |       1 |" in commands[-1].stdout
     asked = [p.argument for p in of(events, PermissionDecided) if p.tool == "bash"]
     assert asked == [c.command for c in commands]
+    # In the record, as it happened: the turn that asked, the decision, the command.
+    told = [e.kind for e in events if e.kind in ("model_turn", "command")
+            or isinstance(e, PermissionDecided) and e.tool == "bash"]
+    decided = [n for n, kind in enumerate(told) if kind == "permission"]
+    assert len(decided) == 3
+    assert all(told[n - 1:n + 2] == ["model_turn", "permission", "command"] for n in decided)
     # Each turn with the tokens the API reported for it, and its price.
     turns = of(events, ModelTurn)
     assert len(turns) == 7 and turns[-1].text == "Done: planets.py prints the table."

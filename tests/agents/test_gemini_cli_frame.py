@@ -149,14 +149,34 @@ def test_each_command_is_decided_and_a_refusal_is_told_to_the_model() -> None:
     tools.refuse.add("touch x")
     reading = _Reading(tools=tools, pricing=None, max_spend=None)  # type: ignore[arg-type]
     ask = {"hook_event_name": "BeforeTool", "tool_name": "run_shell_command"}
-    assert reading.answer({**ask, "tool_input": {"command": "ls"}}) == {"decision": "allow"}
-    refused = reading.answer({**ask, "tool_input": {"command": "touch x"}})
+
+    def asked(command: str) -> dict[str, Any]:
+        # As the CLI does: the call is in the stream before its hook runs.
+        reading.take(json.dumps({"type": "tool_use", "tool_name": "run_shell_command",
+                                 "tool_id": command, "parameters": {"command": command}}))
+        return {**ask, "tool_input": {"command": command}}
+
+    assert reading.answer(asked("ls")) == {"decision": "allow"}
+    refused = reading.answer(asked("touch x"))
     assert refused["decision"] == "deny" and "bash(touch*)" in refused["reason"]
     # Other tools are not the rules' to decide.
     assert reading.answer({**ask, "tool_name": "read_file", "tool_input": {}}) == {}
     tools.spent = True
-    stopped = reading.answer({**ask, "tool_input": {"command": "ls"}})
+    stopped = reading.answer(asked("ls"))
     assert stopped["continue"] is False and isinstance(reading.ended, BudgetExhausted)
+
+
+def test_a_commands_turn_is_recorded_before_the_decision_on_it() -> None:
+    tools = Tools()
+    reading = _Reading(tools=tools, pricing=PRICE, max_spend=None)  # type: ignore[arg-type]
+    stream = (Path(__file__).parent / "fixtures" / "gemini" / "commands.jsonl").read_text()
+    for line in stream.splitlines()[:4]:
+        reading.take(line)
+    reading.answer({"hook_event_name": "BeforeTool", "tool_name": "run_shell_command",
+                    "tool_input": {"command": "echo out; echo err >&2; exit 3"},
+                    "firstrun_turns": reported((100, 20, 0))})
+    assert [c[0] for c in tools.calls] == ["turn", "permit"]
+    assert tools.calls[0][1].usage["input_tokens"] == 100
 
 
 def test_turns_take_the_tokens_the_hooks_reported_and_the_last_the_rest_of_the_totals() -> None:

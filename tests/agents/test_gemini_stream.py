@@ -8,6 +8,7 @@ from pathlib import Path
 
 from firstrun.agents.cli.gemini_cli import exit_code
 from firstrun.agents.cli.gemini_stream import (
+    Asked,
     Final,
     GeminiStream,
     Init,
@@ -37,8 +38,22 @@ def test_turns_end_at_their_first_result_and_keep_every_call_in_order() -> None:
         ["echo out; echo err >&2; exit 3"], ["touch denied-file", "echo two"], [None], []]
     # Each turn comes before the outcomes of the calls it asked for.
     kinds = [type(i).__name__ for i in items]
-    assert kinds == ["Init", "Turn", "ToolOutcome", "Turn", "ToolOutcome", "ToolOutcome",
-                     "Turn", "ToolOutcome", "Turn", "Final"]
+    assert kinds == ["Init", "Asked", "Turn", "ToolOutcome", "Asked", "Asked", "Turn",
+                     "ToolOutcome", "ToolOutcome", "Asked", "Turn", "ToolOutcome", "Turn", "Final"]
+    asked = [i for i in items if isinstance(i, Asked)]
+    assert [a.arguments.get("command") for a in asked[1:3]] == ["touch denied-file", "echo two"]
+
+
+def test_a_turn_ended_early_is_not_ended_again() -> None:
+    stream = GeminiStream()
+    lines = (STREAMS / "commands.jsonl").read_text().splitlines()
+    for line in lines[:4]:
+        stream.feed(line)
+    (turn,) = stream.close()
+    assert isinstance(turn, Turn) and turn.text == "Trying." and len(turn.tool_calls) == 1
+    assert stream.close() == []
+    # Its first result now only reports the outcome.
+    assert [type(i).__name__ for i in stream.feed(lines[4])] == ["ToolOutcome"]
 
 
 def test_tool_outcomes_name_their_call_and_why_one_failed() -> None:

@@ -29,7 +29,15 @@ from firstrun.agents.base import (
 from firstrun.agents.cli.agent import CliAgent, Reading, held_key
 from firstrun.agents.cli.frame import Needs, ProcessToolbelt, Route
 from firstrun.agents.cli.gemini_hooks import HOOK_PATH, HookServer, hook_settings
-from firstrun.agents.cli.gemini_stream import Final, GeminiStream, Init, ToolOutcome, Turn
+from firstrun.agents.cli.gemini_stream import (
+    Asked,
+    Final,
+    GeminiStream,
+    Init,
+    Item,
+    ToolOutcome,
+    Turn,
+)
 from firstrun.agents.cli.harness_mcp import HARNESS_HOST, SERVER_NAME
 from firstrun.agents.cli.install import GEMINI_CLI, CliInstall
 from firstrun.agents.cli.lines import count
@@ -59,6 +67,9 @@ you did, whether the goal is reached, and where the docs were missing or wrong."
 # nothing of the user's own home is read or written.
 _SETUP = ('mkdir -p "$HOME/.gemini" && printf \'%s\' "$1" > "$HOME/.gemini/settings.json" '
           '&& printf \'%s\\n\' "$2" > "$HOME/.gemini/GEMINI.md" && shift 2 && exec "$@"')
+# How long a command's hook waits for the stream to show the call (it was
+# written before the hook started; this covers a slow reader).
+_CATCH_UP_S = 10.0
 # The shell tool's report to the model ends with the exit code when it is not 0.
 _EXIT = re.compile(r"^Exit Code: (-?\d+)$", re.MULTILINE)
 
@@ -196,7 +207,10 @@ class _Reading(Reading):
 
     The hooks answer on the harness's threads while the stream is read on the
     session's: both meet under ``_lock``. The CLI waits for each hook's answer,
-    so what a hook reports is here before the stream line that follows it.
+    so what a hook reports is here before the stream line that follows it; and
+    it writes each call to the stream before that call's hook, so a command's
+    hook waits for the stream to show it, then ends its turn: the turn is in the
+    record before the decision on its command.
     """
 
     def __init__(self, *, tools: ProcessToolbelt, pricing: Pricing | None,
@@ -205,6 +219,10 @@ class _Reading(Reading):
         self._parser = GeminiStream()
         self._max_spend = max_spend
         self._lock = threading.Lock()
+        self._caught_up = threading.Condition(self._lock)
+        # Shell calls the stream has shown, and shell hooks that have asked.
+        self._shell_asked = 0
+        self._shell_hooks = 0
         self.final: Final | None = None
         self.model: str | None = None
         # Each model turn's tokens, in turn order, as the CLI's transcript has them.
@@ -216,19 +234,24 @@ class _Reading(Reading):
     # -- the stream
 
     def take(self, line: str) -> None:
-        items = self._parser.feed(line)
         with self._lock:
-            for item in items:
-                if isinstance(item, Final):
-                    # The result line closes the last turn: its totals price it.
-                    self.final = item
-            for item in items:
-                if isinstance(item, Init):
-                    self.model = item.model
-                elif isinstance(item, Turn):
-                    self._turn(item)
-                elif isinstance(item, ToolOutcome) and item.name == SHELL_TOOL:
-                    self._command(item)
+            self._items(self._parser.feed(line))
+            self._caught_up.notify_all()
+
+    def _items(self, items: list[Item]) -> None:
+        for item in items:
+            if isinstance(item, Final):
+                # The result line closes the last turn: its totals price it.
+                self.final = item
+        for item in items:
+            if isinstance(item, Init):
+                self.model = item.model
+            elif isinstance(item, Asked) and item.name == SHELL_TOOL:
+                self._shell_asked += 1
+            elif isinstance(item, Turn):
+                self._turn(item)
+            elif isinstance(item, ToolOutcome) and item.name == SHELL_TOOL:
+                self._command(item)
 
     def _turn(self, turn: Turn) -> None:
         usage, model = self._usage_of(len(self.per_turn))
@@ -300,9 +323,15 @@ class _Reading(Reading):
                 return _stop("the run is over")
             if event == "BeforeModel":
                 return self._spend_check()
-        if event == "BeforeTool" and hook.get("tool_name") == SHELL_TOOL:
-            return self._permit(str((hook.get("tool_input") or {}).get("command", "")))
-        return {}
+            if event != "BeforeTool" or hook.get("tool_name") != SHELL_TOOL:
+                return {}
+            self._shell_hooks += 1
+            mine = self._shell_hooks
+            # Bounded: a stream that never shows the call (a CLI change) must not
+            # hang the CLI; its turn then ends at the call's result instead.
+            self._caught_up.wait_for(lambda: self._shell_asked >= mine, timeout=_CATCH_UP_S)
+            self._items(self._parser.close())
+        return self._permit(str((hook.get("tool_input") or {}).get("command", "")))
 
     def _report(self, turns: Any) -> None:
         if not isinstance(turns, list) or len(turns) < len(self._reported):

@@ -1,11 +1,12 @@
 """Gemini CLI's ``--output-format stream-json`` as data: turns, tool outcomes, the end.
 
 Guarantee: pure and sans-io. ``GeminiStream.feed`` takes one line of the stream
-and returns what it completed, in stream order: ``Init``, a ``Turn`` once the
-model's reply is whole (its text and the calls it asked for; this stream carries
-no per-turn usage), a ``ToolOutcome`` per tool result, a ``Notice`` per warning
-the CLI reports, ``Final`` for the ``result`` line (the run's token totals). A
-line that is not a JSON object is ``Noise``, never an exception.
+and returns what it completed, in stream order: ``Init``, ``Asked`` per call the
+model asks for, a ``Turn`` once the model's reply is whole (its text and its
+calls; this stream carries no per-turn usage), a ``ToolOutcome`` per tool result,
+a ``Notice`` per warning, ``Final`` for the ``result`` line (the run's token
+totals). ``close`` ends the turn early. A line that is not a JSON object is
+``Noise``, never an exception.
 """
 
 from __future__ import annotations
@@ -20,6 +21,13 @@ from firstrun.agents.cli.lines import Noise, count, read_line
 class Init:
     session_id: str | None
     model: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Asked:
+    tool_id: str
+    name: str
+    arguments: dict[str, Any]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,7 +75,7 @@ class Final:
     by_model: dict[str, Usage] = field(default_factory=dict)
 
 
-Item = Init | Turn | ToolOutcome | Notice | Final | Noise
+Item = Init | Asked | Turn | ToolOutcome | Notice | Final | Noise
 
 
 def _usage(stats: Any) -> Usage:
@@ -84,8 +92,12 @@ class GeminiStream:
         # tool_id -> (name, arguments), for the result that names only the id.
         self._asked: dict[str, tuple[str, dict[str, Any]]] = {}
 
-    def _close(self) -> list[Item]:
-        """The turn in progress, if the model said or asked anything in it."""
+    def close(self) -> list[Item]:
+        """The turn in progress, if the model said or asked anything in it, now ended.
+
+        Every call of a turn is asked before any of them runs, so the harness may
+        end the turn once one of its calls is about to run.
+        """
         if not self._text and not self._calls:
             return []
         turn = Turn(text="".join(self._text), tool_calls=tuple(self._calls))
@@ -112,11 +124,11 @@ class GeminiStream:
             arguments = data.get("parameters") if isinstance(data.get("parameters"), dict) else {}
             self._asked[tool_id] = (name, arguments)
             self._calls.append({"id": tool_id, "name": name, "arguments": arguments})
-            return []
+            return [Asked(tool_id=tool_id, name=name, arguments=arguments)]
         if kind == "tool_result":
             # Every call of a turn is asked before any of them runs: the first
             # result ends the turn.
-            items = self._close()
+            items = self.close()
             tool_id = str(data.get("tool_id") or "")
             name, arguments = self._asked.get(tool_id, ("", {}))
             error = data.get("error") if isinstance(data.get("error"), dict) else {}
@@ -129,7 +141,7 @@ class GeminiStream:
             return [Notice(severity=str(data.get("severity") or "error"),
                            message=str(data.get("message") or ""))]
         if kind == "result":
-            items = self._close()
+            items = self.close()
             error = data.get("error") if isinstance(data.get("error"), dict) else {}
             stats = data.get("stats") if isinstance(data.get("stats"), dict) else {}
             models = stats.get("models") if isinstance(stats.get("models"), dict) else {}
