@@ -4,6 +4,7 @@ hooks, without running the CLI."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,9 @@ from firstrun.policy.permissions import (
     decide,
     parse_rule,
 )
+from firstrun.results.model import Classification
+from firstrun.run.events import Event, Failure
+from firstrun.run.runner import RunConfig, run_task
 from support.agents import greeter_task
 
 ROOT = "/opt/cache/gemini-cli"
@@ -98,6 +102,33 @@ def test_an_https_api_needs_a_key_which_the_proxy_then_holds(
     agent = make_gemini_cli(install=install, environ={"GEMINI_API_KEY": "AIza-x"})
     assert agent.needs().credentials == (("GEMINI_API_KEY", "generativelanguage.googleapis.com",
                                           "GEMINI_API_KEY"),)
+
+
+@pytest.fixture
+def config(linux_config: RunConfig) -> RunConfig:
+    """Gemini CLI runs as a process in the session, so its runs are judged on linux's."""
+    return linux_config
+
+
+def test_a_backend_with_its_own_proxy_refuses_the_run(config: RunConfig, tmp_path: Path) -> None:
+    events: list[Event] = []
+    record = run_task(greeter_task(tmp_path), attempt=1, agent=make(),
+                      config=replace(config, backend="docker"), on_event=events.append)
+    assert record.classification is Classification.INFRA_ERROR
+    (failure,) = [e for e in events if isinstance(e, Failure)]
+    assert "cannot route the agent's harness services" in failure.message
+    assert not [e for e in events if e.kind == "sandbox_started"]
+
+
+def test_a_key_held_by_the_proxy_needs_tls_inspection(config: RunConfig, tmp_path: Path) -> None:
+    agent = make_gemini_cli(install=CliInstall(pin=GEMINI_CLI, root=ROOT),
+                            environ={"FIRSTRUN_GEMINI_API_KEY": "AIza-x"})
+    events: list[Event] = []
+    record = run_task(greeter_task(tmp_path), attempt=1, agent=agent, config=config,
+                      on_event=events.append)
+    assert record.classification is Classification.INFRA_ERROR
+    (failure,) = [e for e in events if isinstance(e, Failure)]
+    assert "must inspect TLS" in failure.message
 
 
 @pytest.mark.parametrize(("name", "stop", "detail"), [
