@@ -16,15 +16,23 @@ import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import urlsplit
 
 from firstrun.agents.cli.harness_mcp import HARNESS_HOST
 
 HOOK_PATH = "/hook"
+HOOK_TIMEOUT_MS = 24 * 3600 * 1000
 
 # Node, CommonJS (node -e). The transcript is the CLI's record of the session,
 # one JSON object a line; a model turn is rewritten whole as it grows, so the
 # last line of an id wins. The tokens there are the API's own usage counts.
 RELAY = r"""
+// Any failure is exit 2, which the CLI takes as a refusal; any other exit it
+// would take as a warning and run the command undecided.
+process.on('uncaughtException', (e) => {
+  process.stderr.write(`firstrun: the hook relay failed: ${e.message}\n`);
+  process.exit(2);
+});
 const fs = require('node:fs');
 const http = require('node:http');
 let raw = '';
@@ -74,7 +82,11 @@ process.stdin.on('end', () => {
 
 def hook_settings(url: str) -> dict[str, Any]:
     """The ``hooks`` part of the CLI's settings, its relay told the harness's ``url``."""
+    # A hook that times out is a warning to the CLI, which would then run the
+    # command undecided: the limit is far past any answer, and the session's
+    # wall budget ends a CLI still waiting.
     hook = {"type": "command", "name": "firstrun", "command": 'node -e "$FIRSTRUN_HOOK_RELAY"',
+            "timeout": HOOK_TIMEOUT_MS,
             "env": {"FIRSTRUN_HOOK_RELAY": RELAY, "FIRSTRUN_HOOK_URL": url}}
     # Every shell command is decided before it runs; every tool's end reports
     # the tokens of the turn that asked for it (and a command's exit code);
@@ -120,7 +132,9 @@ class HookServer:
                     hook = json.loads(self.rfile.read(length))
                 except ValueError:
                     hook = None
-                if self.path != HOOK_PATH or not isinstance(hook, dict) or server._answer is None:
+                # The proxy forwards the relay's absolute-form target as it came.
+                path = urlsplit(self.path).path
+                if path != HOOK_PATH or not isinstance(hook, dict) or server._answer is None:
                     self.send_response(400)
                     self.send_header("content-length", "0")
                     self.end_headers()
