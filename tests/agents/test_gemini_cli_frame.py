@@ -249,3 +249,28 @@ def test_spend_past_the_limit_stops_the_cli_before_its_next_model_call() -> None
                               "firstrun_turns": reported((500, 10, 0), (600, 10, 0))})
     assert stopped["continue"] is False
     assert isinstance(reading.ended, BudgetExhausted) and reading.ended.budget is Budget.MAX_SPEND
+
+
+def test_a_turn_no_hook_saw_has_unknown_tokens_and_the_run_keeps_the_clis_totals(
+        tmp_path: Path) -> None:
+    tools = Tools()
+    reading = _Reading(tools=tools, pricing=PRICE, max_spend=None)  # type: ignore[arg-type]
+    # The first turn's hook saw it; the unknown-tool turn (no hook fires) and what
+    # follows were seen by none.
+    stream = (Path(__file__).parent / "fixtures" / "gemini" / "commands.jsonl").read_text()
+    lines = stream.splitlines()
+    for line in lines[:4]:
+        reading.take(line)
+    reading.answer({"hook_event_name": "AfterTool", "tool_name": "run_shell_command",
+                    "tool_input": {"command": "echo out; echo err >&2; exit 3"},
+                    "tool_response": {"llmContent": "Exit Code: 3"},
+                    "firstrun_turns": reported((100, 20, 0))})
+    for line in lines[4:]:
+        reading.take(line)
+    turns = [c[1] for c in tools.calls if c[0] == "turn"]
+    assert turns[0].usage["input_tokens"] == 100 and turns[0].spend is not None
+    assert all(t.usage["input_tokens"] is None and t.spend is None for t in turns[1:])
+    assert [t.get("usage_known", True) for t in reading.per_turn] == [True, False, False, False]
+    usage = make().usage(reading, brief(tmp_path))
+    assert (usage["input_tokens"], usage["output_tokens"], usage["cached_tokens"]) == (600, 65, 100)
+    assert usage["spend"] is None
