@@ -83,7 +83,7 @@ def test_the_harness_answers_a_bad_request_with_400() -> None:
     server = HookServer()
     server.bind(lambda hook: {})
     with server:
-        request = urllib.request.Request(f"http://127.0.0.1:{server.port}/hook", data=b"[1]",
+        request = urllib.request.Request(f"http://127.0.0.1:{server.port}{server.path}", data=b"[1]",
                                          method="POST")
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(request, timeout=30)

@@ -78,7 +78,8 @@ def test_a_cache_flag_without_a_cache_or_with_its_opposite_is_one_line(
 
 
 @pytest.mark.parametrize(("agent", "key"), [("claude-code", "FIRSTRUN_ANTHROPIC_API_KEY"),
-                                            ("codex", "FIRSTRUN_OPENAI_API_KEY")])
+                                            ("codex", "FIRSTRUN_OPENAI_API_KEY"),
+                                            ("gemini-cli", "FIRSTRUN_GEMINI_API_KEY")])
 def test_an_agent_cli_on_a_backend_that_cannot_inspect_is_refused_before_any_run(
         firstrun: Run, tmp_path: Path, agent: str, key: str) -> None:
     from firstrun.agents.cli.install import AGENT_CLIS

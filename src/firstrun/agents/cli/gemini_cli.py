@@ -27,8 +27,8 @@ from firstrun.agents.base import (
     TurnRecord,
 )
 from firstrun.agents.cli.agent import CliAgent, Reading, held_key
-from firstrun.agents.cli.frame import Needs, ProcessToolbelt, Route
-from firstrun.agents.cli.gemini_hooks import HOOK_PATH, HookServer, hook_settings
+from firstrun.agents.cli.frame import LOOPBACK, Needs, ProcessToolbelt, Route
+from firstrun.agents.cli.gemini_hooks import HookServer, hook_settings
 from firstrun.agents.cli.gemini_stream import (
     Asked,
     Final,
@@ -44,6 +44,7 @@ from firstrun.agents.cli.lines import count
 from firstrun.agents.prompt import task_message
 from firstrun.agents.spend import FilePrice, Pricing, price_for
 from firstrun.agents.vendor import TokenUsage, TurnStop
+from firstrun.errors import SandboxUnavailable
 
 # genai-prices files Gemini's prices under "google"; keys.py reads GEMINI_* keys.
 VENDOR = "google"
@@ -131,13 +132,19 @@ class GeminiCliAgent(CliAgent):
             self._hook_server = HookServer()
         return self._hook_server
 
-    def needs(self) -> Needs:
-        base = super().needs()
+    def needs(self, serve_at: str = LOOPBACK) -> Needs:
+        if serve_at != LOOPBACK:
+            # Behind a backend's own proxy the commands run in a container image,
+            # whose node (if any) is not the host's that the CLI was tested on.
+            raise SandboxUnavailable(
+                "--agent gemini-cli runs on the host's node, which this backend's container "
+                "does not see", who="agents", fix="use --backend linux or --backend gvisor")
+        base = super().needs(serve_at)
         hook = f"{HARNESS_HOST}:{self.hooks.port}"
         return Needs(lend=base.lend, allow=base.allow, credentials=base.credentials,
                      routes=(*base.routes,
-                             Route(host=HARNESS_HOST, port=self.hooks.port, address="127.0.0.1")),
-                     methods=(*base.methods, (hook, ("POST",), HOOK_PATH)))
+                             Route(host=HARNESS_HOST, port=self.hooks.port, address=serve_at)),
+                     methods=(*base.methods, (hook, ("POST",), self.hooks.path)))
 
     def argv(self, brief: Brief) -> list[str]:
         # Headless mode with the task message. Approvals are off (yolo) because

@@ -11,6 +11,7 @@ exits 2, which the CLI takes as a refusal: no command runs undecided.
 from __future__ import annotations
 
 import json
+import secrets
 import socket
 import threading
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
+from firstrun.agents.cli.frame import LOOPBACK
 from firstrun.agents.cli.harness_mcp import HARNESS_HOST
 
 HOOK_PATH = "/hook"
@@ -100,19 +102,22 @@ Answer = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 class HookServer:
-    """Serves the relay on 127.0.0.1; ``answer`` maps one hook's input to its output."""
+    """Serves the relay on ``host``; ``answer`` maps one hook's input to its output."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = LOOPBACK) -> None:
+        self.host = host
         self._answer: Answer | None = None
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.bind(("127.0.0.1", 0))
+        self._sock.bind((host, 0))
         self.port: int = self._sock.getsockname()[1]
+        # As the MCP server's: only the relay, told this path, is answered.
+        self.path = f"{HOOK_PATH}/{secrets.token_urlsafe(18)}"
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
-        return f"http://{HARNESS_HOST}:{self.port}{HOOK_PATH}"
+        return f"http://{HARNESS_HOST}:{self.port}{self.path}"
 
     def bind(self, answer: Answer) -> None:
         self._answer = answer
@@ -134,7 +139,7 @@ class HookServer:
                     hook = None
                 # The proxy forwards the relay's absolute-form target as it came.
                 path = urlsplit(self.path).path
-                if path != HOOK_PATH or not isinstance(hook, dict) or server._answer is None:
+                if path != server.path or not isinstance(hook, dict) or server._answer is None:
                     self.send_response(400)
                     self.send_header("content-length", "0")
                     self.end_headers()
@@ -147,7 +152,7 @@ class HookServer:
                 self.wfile.write(data)
 
         self._sock.listen(16)
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", self.port), Handler,
+        self._httpd = ThreadingHTTPServer((self.host, self.port), Handler,
                                           bind_and_activate=False)
         self._httpd.socket.close()
         self._httpd.socket = self._sock
