@@ -11,11 +11,13 @@ does.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 import support.responses_wire as wire
 from firstrun.agents.cli.codex import CodexAgent, make_codex
 from firstrun.agents.cli.frame import Route
-from firstrun.agents.cli.install import CliInstall
+from firstrun.agents.cli.install import CODEX, CliInstall
+from support.agent_clis import CliRow
 from support.agents import OPENAI_PRICE
 from support.vendor import Reply, Script
 
@@ -33,11 +35,13 @@ def read_docs(url: str) -> dict[str, Any]:
 
 
 def agent(install: CliInstall, server_url: str, **options: Any) -> CodexAgent:
-    scheme, _, rest = server_url.partition("://")
-    port = int(rest.rsplit(":", 1)[1])
-    return make_codex(model=wire.MODEL, base_url=f"{scheme}://{API_HOST}:{port}/v1",
+    # The route's address is where the server listens: loopback, or the host address a
+    # backend's own proxy reaches (support.agent_clis.serving).
+    api = urlsplit(server_url)
+    port = int(api.port or 0)
+    return make_codex(model=wire.MODEL, base_url=f"{api.scheme}://{API_HOST}:{port}/v1",
                       price_file={wire.MODEL: OPENAI_PRICE}, install=install,
-                      routes=(Route(host=API_HOST, port=port, address="127.0.0.1"),),
+                      routes=(Route(host=API_HOST, port=port, address=str(api.hostname)),),
                       max_retries=0, **options)
 
 
@@ -45,4 +49,9 @@ def served(*steps: Reply | list[Reply]) -> Script:
     return wire.script(*steps)
 
 
-__all__ = ["API_HOST", "agent", "bash", "read_docs", "served"]
+ROW = CliRow(pin=CODEX, agent=agent, greeter=lambda page, command: served(
+    wire.response(read_docs(page)), wire.response(bash(command)),
+    wire.response(wire.text("Done."))))
+
+
+__all__ = ["API_HOST", "ROW", "agent", "bash", "read_docs", "served"]

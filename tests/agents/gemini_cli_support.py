@@ -11,11 +11,13 @@ run never does.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 import support.gemini_wire as wire
 from firstrun.agents.cli.frame import Route
 from firstrun.agents.cli.gemini_cli import READ_DOCS_TOOL, SHELL_TOOL, GeminiCliAgent, make_gemini_cli
-from firstrun.agents.cli.install import CliInstall
+from firstrun.agents.cli.install import GEMINI_CLI, CliInstall
+from support.agent_clis import CliRow
 from support.agents import GEMINI_PRICE
 from support.vendor import Reply, Request, Script
 
@@ -31,11 +33,13 @@ def read_docs(url: str) -> dict[str, Any]:
 
 
 def agent(install: CliInstall, server_url: str, **options: Any) -> GeminiCliAgent:
-    scheme, _, rest = server_url.partition("://")
-    port = int(rest.rsplit(":", 1)[1])
-    return make_gemini_cli(model=wire.MODEL, base_url=f"{scheme}://{API_HOST}:{port}",
+    # The route's address is where the server listens: loopback, or the host address a
+    # backend's own proxy reaches (support.agent_clis.serving).
+    api = urlsplit(server_url)
+    port = int(api.port or 0)
+    return make_gemini_cli(model=wire.MODEL, base_url=f"{api.scheme}://{API_HOST}:{port}",
                            price_file={wire.MODEL: GEMINI_PRICE}, install=install,
-                           routes=(Route(host=API_HOST, port=port, address="127.0.0.1"),),
+                           routes=(Route(host=API_HOST, port=port, address=str(api.hostname)),),
                            max_retries=0, **options)
 
 
@@ -48,4 +52,11 @@ def served(*steps: Reply | list[Reply]) -> Any:
     return wire.streaming(answer)
 
 
-__all__ = ["API_HOST", "agent", "bash", "read_docs", "served"]
+# Gemini CLI runs on the host's node, which docker's containers do not see.
+ROW = CliRow(pin=GEMINI_CLI, agent=agent, refused_on=("docker",),
+             greeter=lambda page, command: served(
+                 wire.response(read_docs(page)), wire.response(bash(command)),
+                 wire.response(wire.text("Done."))))
+
+
+__all__ = ["API_HOST", "ROW", "agent", "bash", "read_docs", "served"]

@@ -13,6 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import claude_code_support
+import codex_support
+import gemini_cli_support
 import pytest
 
 from firstrun.agents.cli.install import CliInstall, ensure
@@ -28,6 +30,8 @@ from support.vendor import VendorServer
 
 ROWS: tuple[CliRow, ...] = (
     claude_code_support.ROW,
+    codex_support.ROW,
+    gemini_cli_support.ROW,
 )
 # Every backend that enforces; local and fake enforce nothing and are never a row's.
 ENFORCING = tuple(e.name for e in REGISTRY if not e.unenforced)
@@ -49,6 +53,17 @@ def test_an_agent_cli_runs_on_each_available_backend_and_is_refused_on_the_other
     config = RunConfig(out_dir=tmp_path / "out", backend=backend, docs_mirrors=greeter_mirror)
     events: list[Event] = []
     install = installs[row.name]
+    if backend in AVAILABLE and backend in row.refused_on:
+        with VendorServer(row.greeter(DOCS, GREET), host=serving(backend)) as server:
+            record = run_task(greeter_task(tmp_path), attempt=1,
+                              agent=row.agent(install, server.url), config=config,
+                              on_event=events.append)
+        assert (record.classification, record.reason) == (Classification.INFRA_ERROR,
+                                                          "sandbox_refused")
+        (failure,) = [e for e in events if isinstance(e, Failure)]
+        assert failure.who == "agents" and f"--agent {row.name}" in failure.message, failure
+        assert not [e for e in events if e.kind == "sandbox_started"]
+        return
     if backend not in AVAILABLE:
         # Nothing listens there: the run must be refused before it could call.
         agent = row.agent(install, "http://127.0.0.1:9")

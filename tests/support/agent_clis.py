@@ -26,11 +26,14 @@ def serving(backend: str) -> str:
 class CliRow:
     """``agent(install, server_url)``: the CLI against the scripted server at that URL,
     routed there by a test override. ``greeter(page_url, command)``: the scripted API
-    of a run that reads the page with ``read_docs``, runs the command and finishes."""
+    of a run that reads the page with ``read_docs``, runs the command and finishes.
+    ``refused_on``: backends where the agent refuses the run before its session."""
 
     pin: CliPin
     agent: Callable[[CliInstall, str], CliAgent]
     greeter: Callable[[str, str], Responder]
+    # Backends the CLI itself refuses, though they could run another CLI.
+    refused_on: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
