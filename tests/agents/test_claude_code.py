@@ -312,6 +312,8 @@ def test_the_proxy_puts_the_key_into_api_requests_and_nowhere_else(
             assert canary.encode() not in path.read_bytes(), path
 
 
+# The harness's proxy alone holds the docs reader that serves a fetch as a page read.
+@pytest.mark.parametrize("backend", ["linux", "gvisor"])
 def test_the_clis_own_web_fetch_of_a_docs_page_is_a_page_read(
         claude_code: CliInstall, example_config: RunConfig) -> None:
     # WebFetch fetches from the CLI's own process, through the proxy, which answers
