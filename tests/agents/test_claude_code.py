@@ -29,7 +29,7 @@ from firstrun.tasks.load import load_task
 from support.agent_clis import serving
 from support.agents import DOCS as DOCS_GREETER
 from support.agents import greeter_task
-from support.vendor import VendorServer
+from support.vendor import Reply, Request, VendorServer
 
 EXAMPLE = find_example("python-tabulate")
 DOCS = "https://python-tabulate.docs.example"
@@ -249,6 +249,40 @@ def test_a_permission_rule_refuses_a_command_the_cli_asked_for(
     assert "bash(touch*)" in str(refused["content"])
 
 
+def in_memory(marker: bytes, needles: tuple[bytes, ...]) -> tuple[int, dict[bytes, int]]:
+    """How many processes hold ``marker`` in their environment, and how many of their
+    readable memory regions hold each needle, read from the host through /proc."""
+    found = dict.fromkeys(needles, 0)
+    scanned = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        if int(pid) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if marker not in f.read():
+                    continue
+            with open(f"/proc/{pid}/maps", encoding="ascii") as f:
+                regions = [line.split() for line in f]
+            mem = open(f"/proc/{pid}/mem", "rb", buffering=0)  # noqa: SIM115 (closed below)
+        except OSError:
+            continue
+        scanned += 1
+        with mem:
+            for fields in regions:
+                start, end = (int(x, 16) for x in fields[0].split("-"))
+                if not fields[1].startswith("r") or fields[-1] in ("[vvar]", "[vsyscall]"):
+                    continue
+                try:
+                    mem.seek(start)
+                    data = mem.read(end - start)
+                except (OSError, OverflowError, ValueError):
+                    continue
+                for needle in needles:
+                    found[needle] += needle in data
+    return scanned, found
+
+
+
 @pytest.mark.parametrize("backend", ROUTED)
 def test_the_proxy_puts_the_key_into_api_requests_and_nowhere_else(
         claude_code: CliInstall, config: RunConfig, tmp_path: Path,
@@ -273,10 +307,21 @@ def test_the_proxy_puts_the_key_into_api_requests_and_nowhere_else(
             "/proc/[0-9]*/cmdline /workspace /home /tmp; then echo key-found; "
             "else echo key-absent; fi; python3 -c 'import socket; socket.create_connection("
             f"(\"{host}\", {port}), 5).recv(1)' 2>/dev/null; {GREET}")
-    transcript = served(
+    conversation = served(
         wire.message(bash(look)),
         wire.message(wire.text("Done.")),
     )
+    scans: list[tuple[int, dict[bytes, int]]] = []
+
+    def transcript(request: Request) -> Reply:
+        # After its command ran, while the CLI waits on this answer: its memory, and
+        # its children's, read from the host. The placeholder must be there (the scan
+        # sees what the CLI holds), the key nowhere.
+        if wire.model_turns(request) == 1 and (request.body or {}).get("tools") and not scans:
+            scans.append(in_memory(b"ANTHROPIC_API_KEY=firstrun-",
+                                   (canary.encode(), b"firstrun-anthropic_api_key-")))
+        return conversation(request)
+
     kept = replace(config, keep_sandbox=True, backend=backend)
     with canary_listener, VendorServer(transcript, tls=context, host=serving(backend)) as server:
         record, events = run(greeter_task(tmp_path), agent(claude_code, server.url), kept)
@@ -310,6 +355,12 @@ def test_the_proxy_puts_the_key_into_api_requests_and_nowhere_else(
     for path in kept.out_dir.rglob("*"):
         if path.is_file() and not path.is_symlink():
             assert canary.encode() not in path.read_bytes(), path
+    # gVisor's processes live behind its own kernel, their memory the sentry's, and
+    # are not the host's to list; elsewhere each is a host process.
+    if backend != "gvisor":
+        ((scanned, found),) = scans
+        assert scanned >= 1 and found[b"firstrun-anthropic_api_key-"] >= 1, (scanned, found)
+        assert found[canary.encode()] == 0, found
 
 
 # The harness's proxy alone holds the docs reader that serves a fetch as a page read.
