@@ -20,6 +20,7 @@ from firstrun.results.model import Classification
 from firstrun.run.events import CommandRan, DocsRead, Event, ModelTurn, PermissionDecided, Source
 from firstrun.run.runner import RunConfig, run_task
 from firstrun.tasks.load import load_task
+from support.agent_clis import serving
 from support.agents import DOCS as DOCS_GREETER
 from support.agents import greeter_task
 from support.vendor import VendorServer
@@ -53,8 +54,8 @@ def codex(tmp_path_factory: pytest.TempPathFactory) -> CliInstall:
 
 
 @pytest.fixture
-def example_config(tmp_path: Path) -> RunConfig:
-    return RunConfig(out_dir=tmp_path / "out", backend="linux",
+def example_config(tmp_path: Path, backend: str) -> RunConfig:
+    return RunConfig(out_dir=tmp_path / "out", backend=backend,
                      docs_mirrors=example_mirrors([EXAMPLE]))
 
 
@@ -77,8 +78,10 @@ def agent_commands(events: list[Event]) -> list[CommandRan]:
     return [e for e in of(events, CommandRan) if e.source is Source.AGENT]
 
 
-def test_the_tabulate_quickstart_passes_through_codex(codex: CliInstall,
-                                                      example_config: RunConfig) -> None:
+# The harness's proxy, and docker's sidecar, which follows the CLI's routes to the host.
+@pytest.mark.parametrize("backend", ["linux", "docker"])
+def test_the_tabulate_quickstart_passes_through_codex(codex: CliInstall, example_config: RunConfig,
+                                                      backend: str) -> None:
     transcript = served(
         wire.response(wire.text("Reading the guide."), read_docs(f"{DOCS}/index.html")),
         wire.response(read_docs(f"{DOCS}/install.html")),
@@ -88,12 +91,12 @@ def test_the_tabulate_quickstart_passes_through_codex(codex: CliInstall,
         wire.response(bash(".venv/bin/python planets.py")),
         wire.response(wire.text("Done: planets.py prints the table.")),
     )
-    with VendorServer(transcript) as server:
+    with VendorServer(transcript, host=serving(backend)) as server:
         record, events = run(load_task(EXAMPLE.task_path), agent(codex, server.url),
                              example_config)
     assert (record.classification, record.reason) == (Classification.PASSED, "passed"), \
         [e for e in events if e.kind in ("failure", "agent_finished")]
-    assert record.agent == "codex"
+    assert record.agent == "codex" and record.backend == backend
     # The docs came through the harness's read_docs, recorded as route reads.
     reads = of(events, DocsRead)
     assert [r.page["url_requested"] for r in reads] == [
