@@ -10,13 +10,14 @@ run never does.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import support.gemini_wire as wire
 from firstrun.agents.cli.frame import Route
 from firstrun.agents.cli.gemini_cli import READ_DOCS_TOOL, SHELL_TOOL, GeminiCliAgent, make_gemini_cli
-from firstrun.agents.cli.install import GEMINI_CLI, CliInstall
+from firstrun.agents.cli.install import GEMINI_CLI, CliInstall, ensure_node
 from support.agent_clis import CliRow
 from support.agents import GEMINI_PRICE
 from support.vendor import Reply, Request, Script
@@ -40,7 +41,9 @@ def agent(install: CliInstall, server_url: str, **options: Any) -> GeminiCliAgen
     return make_gemini_cli(model=wire.MODEL, base_url=f"{api.scheme}://{API_HOST}:{port}",
                            price_file={wire.MODEL: GEMINI_PRICE}, install=install,
                            routes=(Route(host=API_HOST, port=port, address=str(api.hostname)),),
-                           max_retries=0, **options)
+                           max_retries=0,
+                           # Beside the install, in the test's own cache.
+                           node=ensure_node(Path(install.root).parent), **options)
 
 
 def served(*steps: Reply | list[Reply]) -> Any:
@@ -52,8 +55,7 @@ def served(*steps: Reply | list[Reply]) -> Any:
     return wire.streaming(answer)
 
 
-# Gemini CLI runs on the host's node, which docker's containers do not see.
-ROW = CliRow(pin=GEMINI_CLI, agent=agent, refused_on=("docker",),
+ROW = CliRow(pin=GEMINI_CLI, agent=agent,
              greeter=lambda page, command: served(
                  wire.response(read_docs(page)), wire.response(bash(command)),
                  wire.response(wire.text("Done."))))

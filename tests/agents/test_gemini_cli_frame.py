@@ -4,6 +4,8 @@ hooks, without running the CLI."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
@@ -21,7 +23,7 @@ from firstrun.agents.cli.gemini_cli import (
 from firstrun.agents.cli.gemini_hooks import HOOK_PATH
 from firstrun.agents.cli.gemini_stream import Final, GeminiStream
 from firstrun.agents.cli.harness_mcp import HARNESS_HOST
-from firstrun.agents.cli.install import GEMINI_CLI, CliInstall
+from firstrun.agents.cli.install import GEMINI_CLI, CliInstall, default_cache, ensure_node
 from firstrun.agents.spend import FilePrice
 from firstrun.errors import UsageError
 from firstrun.policy.permissions import (
@@ -58,7 +60,8 @@ def test_the_cli_is_configured_in_the_sessions_home_with_budgets_mcp_and_hooks(
     # A shell writes the settings and the memory into $HOME/.gemini, then becomes the CLI.
     assert argv[:2] == ["/bin/sh", "-c"] and '"$HOME/.gemini/settings.json"' in argv[2]
     settings = json.loads(argv[4])
-    assert argv[6:8] == [f"{ROOT}/bundle/gemini.js", "-p"]
+    # No node lent (a frame test): the session's own node runs the bundle.
+    assert argv[6:9] == ["node", f"{ROOT}/bundle/gemini.js", "-p"]
     assert argv[argv.index("--approval-mode") + 1] == "yolo"
     assert argv[argv.index("--output-format") + 1] == "stream-json"
     assert settings["model"] == {"maxSessionTurns": 7}
@@ -117,7 +120,7 @@ def test_a_backend_with_its_own_proxy_refuses_the_run(config: RunConfig, tmp_pat
                       config=replace(config, backend="docker"), on_event=events.append)
     assert record.classification is Classification.INFRA_ERROR
     (failure,) = [e for e in events if isinstance(e, Failure)]
-    assert "runs on the host's node" in failure.message
+    assert "has no node lent to it" in failure.message
     assert not [e for e in events if e.kind == "sandbox_started"]
 
 
@@ -264,3 +267,24 @@ def test_a_turn_no_hook_saw_has_unknown_tokens_and_the_run_keeps_the_clis_totals
     usage = make().usage(reading, brief(tmp_path))
     assert (usage["input_tokens"], usage["output_tokens"], usage["cached_tokens"]) == (600, 65, 100)
     assert usage["spend"] is None
+
+
+def test_the_hosts_node_is_copied_once_by_its_hash_and_runs(tmp_path: Path) -> None:
+    node = ensure_node(tmp_path)
+    assert Path(node).parent.parent == tmp_path and Path(node).parent.name.startswith("node-")
+    assert ensure_node(tmp_path) == node and len(list(tmp_path.iterdir())) == 1
+    ran = subprocess.run([node, "-e", "process.stdout.write(process.version)"],
+                         capture_output=True, text=True, check=True)
+    assert int(ran.stdout.lstrip("v").split(".")[0]) >= 20
+    # Given one, the agent lends its directory and runs the CLI and its hooks on it.
+    agent = make_gemini_cli(install=CliInstall(pin=GEMINI_CLI, root=ROOT), node=node,
+                            base_url="http://api.gemini.test:1", environ={})
+    assert str(Path(node).parent) in agent.needs("172.17.0.1").lend
+
+
+def test_the_default_cache_is_outside_roots_home(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    if os.geteuid() == 0:
+        assert default_cache() == Path("/var/cache/firstrun/agents")
+    monkeypatch.setenv("XDG_CACHE_HOME", "/somewhere")
+    assert default_cache() == Path("/somewhere/firstrun/agents")

@@ -11,6 +11,7 @@ stops it before its next model call. Its ``stream-json`` is read by ``gemini_str
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 from collections.abc import Mapping, Sequence
@@ -76,7 +77,7 @@ _EXIT = re.compile(r"^Exit Code: (-?\d+)$", re.MULTILINE)
 
 
 def settings(*, mcp_url: str, hook_url: str, max_turns: int,
-             max_retries: int | None) -> dict[str, Any]:
+             max_retries: int | None, node: str = "node") -> dict[str, Any]:
     """The CLI's settings.json for one run (pure)."""
     general: dict[str, Any] = {"enableAutoUpdate": False, "enableAutoUpdateNotification": False,
                                "checkpointing": {"enabled": False}}
@@ -102,7 +103,7 @@ def settings(*, mcp_url: str, hook_url: str, max_turns: int,
         "mcpServers": {SERVER_NAME: {"httpUrl": mcp_url, "trust": True,
                                      # approve answers Claude Code's prompts; the hooks do it here.
                                      "includeTools": ["read_docs"]}},
-        "hooks": hook_settings(hook_url),
+        "hooks": hook_settings(hook_url, node),
     }
 
 
@@ -121,8 +122,11 @@ class GeminiCliAgent(CliAgent):
     # generateContent and streamGenerateContent are POSTs under /v1beta/.
     api_path = "/v1beta/"
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, *, node: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        # The node it runs on, lent with it (``install.ensure_node``); None: the
+        # session's own ``node`` on PATH, which only the host's view has.
+        self.node = node
         self._hook_server: HookServer | None = None
         self._max_spend: Decimal | None = None
 
@@ -133,15 +137,21 @@ class GeminiCliAgent(CliAgent):
         return self._hook_server
 
     def needs(self, serve_at: str = LOOPBACK) -> Needs:
-        if serve_at != LOOPBACK:
+        if serve_at != LOOPBACK and self.node is None:
             # Behind a backend's own proxy the commands run in a container image,
-            # whose node (if any) is not the host's that the CLI was tested on.
+            # whose node (if any) is not one firstrun lent.
             raise SandboxUnavailable(
-                "--agent gemini-cli runs on the host's node, which this backend's container "
-                "does not see", who="agents", fix="use --backend linux or --backend gvisor")
+                "--agent gemini-cli has no node lent to it, and this backend's container "
+                "does not see the host's", who="agents", fix="use --backend linux or gvisor")
         base = super().needs(serve_at)
+        if self._hook_server is None or self._hook_server.host != serve_at:
+            # Where the backend's proxy reaches harness services, as the MCP server.
+            if self._hook_server is not None:
+                self._hook_server.close()
+            self._hook_server = HookServer(serve_at)
         hook = f"{HARNESS_HOST}:{self.hooks.port}"
-        return Needs(lend=base.lend, allow=base.allow, credentials=base.credentials,
+        lend = base.lend if self.node is None else (*base.lend, os.path.dirname(self.node))
+        return Needs(lend=lend, allow=base.allow, credentials=base.credentials,
                      routes=(*base.routes,
                              Route(host=HARNESS_HOST, port=self.hooks.port, address=serve_at)),
                      methods=(*base.methods, (hook, ("POST",), self.hooks.path)))
@@ -151,10 +161,12 @@ class GeminiCliAgent(CliAgent):
         # the BeforeTool hook decides every command by the task's rules instead;
         # budgets: turns through maxSessionTurns, spend through the BeforeModel
         # hook, wall seconds through the session's timeout.
+        node = self.node or "node"
         config = settings(mcp_url=self.mcp.url, hook_url=self.hooks.url,
-                          max_turns=brief.budgets.max_turns, max_retries=self._max_retries)
+                          max_turns=brief.budgets.max_turns, max_retries=self._max_retries,
+                          node=node)
         return ["/bin/sh", "-c", _SETUP, "gemini", json.dumps(config), CLI_PROMPT,
-                self.install.executable, "-p", task_message(brief),
+                node, self.install.executable, "-p", task_message(brief),
                 "--output-format", "stream-json", "--approval-mode", "yolo",
                 "--model", str(self.model)]
 
@@ -394,12 +406,14 @@ def make_gemini_cli(*, model: str | None = None, base_url: str | None = None,
                     price_file: Mapping[str, FilePrice] | None = None,
                     install: CliInstall | None = None, routes: Sequence[Route] = (),
                     max_retries: int | None = None,
-                    environ: Mapping[str, str] | None = None) -> GeminiCliAgent:
+                    environ: Mapping[str, str] | None = None,
+                    node: str | None = None) -> GeminiCliAgent:
     """``--agent gemini-cli``; installs the pinned CLI into the cache first if need be.
 
     Its key: as ``held_key`` says (an ``https`` API needs one the harness holds).
+    ``node``: the node to lend it; by default the host's, copied into the cache.
     """
-    from firstrun.agents.cli.install import ensure
+    from firstrun.agents.cli.install import ensure, ensure_node
 
     chosen = model or DEFAULT_MODEL
     url = base_url or DEFAULT_BASE_URL
@@ -407,4 +421,5 @@ def make_gemini_cli(*, model: str | None = None, base_url: str | None = None,
     key_variable = held_key(KEYS, agent="gemini-cli", base_url=url, environ=environ)
     return GeminiCliAgent(install=install or ensure(GEMINI_CLI), model=chosen, base_url=url,
                           pricing=price_for(VENDOR, chosen, price_file), routes=routes,
-                          max_retries=max_retries, key_variable=key_variable)
+                          max_retries=max_retries, key_variable=key_variable,
+                          node=node or ensure_node())

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import shlex
 import socket
 import threading
 from collections.abc import Callable
@@ -82,12 +83,13 @@ process.stdin.on('end', () => {
 """
 
 
-def hook_settings(url: str) -> dict[str, Any]:
-    """The ``hooks`` part of the CLI's settings, its relay told the harness's ``url``."""
+def hook_settings(url: str, node: str = "node") -> dict[str, Any]:
+    """The ``hooks`` part of the CLI's settings, its relay (run by ``node``) told the harness's
+    ``url``."""
     # A hook that times out is a warning to the CLI, which would then run the
     # command undecided: the limit is far past any answer, and the session's
     # wall budget ends a CLI still waiting.
-    hook = {"type": "command", "name": "firstrun", "command": 'node -e "$FIRSTRUN_HOOK_RELAY"',
+    hook = {"type": "command", "name": "firstrun", "command": f'{shlex.quote(node)} -e "$FIRSTRUN_HOOK_RELAY"',
             "timeout": HOOK_TIMEOUT_MS,
             "env": {"FIRSTRUN_HOOK_RELAY": RELAY, "FIRSTRUN_HOOK_URL": url}}
     # Every shell command is decided before it runs; every tool's end reports
@@ -161,6 +163,10 @@ class HookServer:
                                         name="firstrun-gemini-hooks", daemon=True)
         self._thread.start()
         return self
+
+    def close(self) -> None:
+        """Release the port of a server never entered."""
+        self._sock.close()
 
     def __exit__(self, *exc: object) -> None:
         if self._httpd is not None:

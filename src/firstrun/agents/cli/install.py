@@ -15,6 +15,7 @@ import hashlib
 import io
 import os
 import shutil
+import subprocess
 import tarfile
 import tempfile
 import urllib.request
@@ -106,7 +107,13 @@ class CliInstall:
 
 
 def default_cache() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    """``$XDG_CACHE_HOME/firstrun/agents``; for root without it, ``/var/cache/firstrun/agents``.
+
+    Not root's home: a container image's /root is 0700, and a directory lent at
+    its own path under it could not be reached by the session's uid.
+    """
+    base = os.environ.get("XDG_CACHE_HOME") or (
+        "/var/cache" if os.geteuid() == 0 else os.path.join(os.path.expanduser("~"), ".cache"))
     return Path(base) / "firstrun" / "agents"
 
 
@@ -129,7 +136,7 @@ def verify(pin: CliPin, body: bytes) -> None:
 
 
 def ensure(pin: CliPin, cache: Path | None = None) -> CliInstall:
-    """The pinned CLI, installed into ``cache`` (default ``~/.cache/firstrun/agents``) once."""
+    """The pinned CLI, installed into ``cache`` (default: ``default_cache()``) once."""
     where = (cache or default_cache()) / pin.key
     if (where / pin.executable).is_file():
         return CliInstall(pin=pin, root=str(where))
@@ -155,3 +162,43 @@ def ensure(pin: CliPin, cache: Path | None = None) -> CliInstall:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return CliInstall(pin=pin, root=str(where))
+
+
+def ensure_node(cache: Path | None = None) -> str:
+    """The host's ``node`` (>= 20), copied once into ``cache`` by its hash: the path to run.
+
+    A JavaScript CLI runs on it in every session, lent read-only like the CLI,
+    so a container whose image has no node (docker's) runs the same node the
+    host does. ``SandboxError`` when the host has none, or one too old.
+    """
+    found = shutil.which("node")
+    if found is None:
+        raise SandboxError("the host has no node (>= 20) to run a JavaScript agent CLI on",
+                           who="agents")
+    source = os.path.realpath(found)
+    with open(source, "rb") as f:
+        digest = hashlib.file_digest(f, "sha256").hexdigest()[:16]
+    where = (cache or default_cache()) / f"node-{digest}"
+    executable = where / "node"
+    if not executable.is_file():
+        where.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".node-{digest}-", dir=where.parent))
+        try:
+            shutil.copy2(source, staging / "node")
+            staging.chmod(0o755)
+            (staging / "node").chmod(0o755)
+            try:
+                staging.rename(where)
+            except OSError:
+                # Another run copied it first: the same bytes, by their hash.
+                if not executable.is_file():
+                    raise
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    version = subprocess.run([str(executable), "--version"], capture_output=True, text=True,
+                             check=False).stdout.strip()
+    major = version.lstrip("v").split(".")[0]
+    if not major.isdigit() or int(major) < 20:
+        raise SandboxError(f"the host's node is {version or 'unknown'}; a JavaScript agent CLI "
+                           "needs node >= 20", who="agents")
+    return str(executable)
