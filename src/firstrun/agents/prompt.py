@@ -2,9 +2,10 @@
 
 Guarantee: every vendor's adapter sends exactly ``SYSTEM_PROMPT`` and
 ``task_message(brief)``, so runs of different models differ only in the
-model. Any change to either text changes ``PROMPT_VERSION``, which every run
-records, because two runs measured under different prompts do not compare.
-The success check is never in either text.
+model; an agent CLI gets ``cli_prompt`` beside its own. Any change to a text
+changes its version (``PROMPT_VERSION``, ``CLI_PROMPT_VERSION``), which every
+run records: runs under different prompts do not compare. The success check
+is never in any of them.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ from __future__ import annotations
 from firstrun.agents.base import Brief
 
 PROMPT_VERSION = "1"
+# What firstrun adds to an agent CLI's own prompt, the same for every CLI; its
+# version is recorded as the run's prompt_version.
+CLI_PROMPT_VERSION = "cli-1"
 
 # It tells the model what is true of its tools: the shell is sandboxed and
 # cannot reach the documentation hosts, and ``read_docs`` is the way to the
@@ -52,3 +56,16 @@ def task_message(brief: Brief) -> str:
         f"You have at most {brief.budgets.max_turns} turns and "
         f"{brief.budgets.max_seconds} seconds."
     )
+
+
+def cli_prompt(read_docs: str) -> str:
+    """The text added to an agent CLI's own prompt; ``read_docs``: how that CLI names the tool
+    (``"mcp__firstrun__read_docs tool"``), after "with the"."""
+    return (
+        "You are a developer trying a project for the first time by following its "
+        "documentation.\nYour shell is sandboxed and cannot reach the documentation hosts; "
+        f"read documentation pages with the {read_docs}, the only way to them here. Work only "
+        "from the documentation, not from anything you already know about this project. When "
+        "the goal is reached, or you are sure it cannot be reached from these docs, stop and "
+        "reply with a short final report: what you did, whether the goal is reached, and where "
+        "the docs were missing or wrong.")

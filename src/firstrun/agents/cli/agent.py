@@ -24,6 +24,7 @@ from firstrun.agents.cli.harness_mcp import HARNESS_HOST, HarnessMcp
 from firstrun.agents.cli.install import CliInstall
 from firstrun.agents.keys import KEY_VARIABLES, require_key
 from firstrun.agents.loop import page_text
+from firstrun.agents.prompt import CLI_PROMPT_VERSION
 from firstrun.agents.spend import Pricing
 from firstrun.agents.vendor import TokenUsage, TurnStop
 
@@ -100,7 +101,8 @@ class CliAgent:
     name: str
     vendor: str
     key_name: str
-    prompt_version: str
+    # What firstrun adds to the CLI's prompt (``prompt.cli_prompt``), recorded per run.
+    prompt_version: str = CLI_PROMPT_VERSION
     api_path: str
     web_fetch: bool = False
 

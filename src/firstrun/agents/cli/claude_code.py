@@ -18,7 +18,7 @@ from firstrun.agents.cli.claude_stream import ClaudeStream, Final, Init, Item, T
 from firstrun.agents.cli.frame import ProcessToolbelt, Route
 from firstrun.agents.cli.harness_mcp import APPROVE_TOOL, READ_DOCS_TOOL, SERVER_NAME
 from firstrun.agents.cli.install import CLAUDE_CODE, CliInstall
-from firstrun.agents.prompt import task_message
+from firstrun.agents.prompt import cli_prompt, task_message
 from firstrun.agents.spend import FilePrice, Pricing, price_for
 from firstrun.agents.vendor import TokenUsage, TurnStop
 
@@ -27,15 +27,7 @@ VENDOR = "anthropic"
 KEY_NAME = "ANTHROPIC_API_KEY"
 DEFAULT_MODEL = "claude-sonnet-4-5"
 DEFAULT_BASE_URL = "https://api.anthropic.com"
-# What firstrun adds to the CLI's own system prompt; its version is recorded.
-CLI_PROMPT_VERSION = "cli-1"
-CLI_PROMPT = f"""\
-You are a developer trying a project for the first time by following its documentation.
-Your shell is sandboxed and cannot reach the documentation hosts; read documentation pages \
-with the {READ_DOCS_TOOL} tool, the only way to them here. Work only from the documentation, \
-not from anything you already know about this project. When the goal is reached, or you are \
-sure it cannot be reached from these docs, stop and reply with a short final report: what \
-you did, whether the goal is reached, and where the docs were missing or wrong."""
+CLI_PROMPT = cli_prompt(f"{READ_DOCS_TOOL} tool")
 
 _STOPS = {"end_turn": TurnStop.END, "stop_sequence": TurnStop.END,
           "tool_use": TurnStop.TOOL_USE, "max_tokens": TurnStop.MAX_OUTPUT,
@@ -49,7 +41,6 @@ class ClaudeCodeAgent(CliAgent):
     name = "claude-code"
     vendor = VENDOR
     key_name = KEY_NAME
-    prompt_version = CLI_PROMPT_VERSION
     # The Messages API (and its token counting) is POSTs under /v1/.
     api_path = "/v1/"
     # WebFetch fetches from the CLI's own process, then has a small model read the page.

@@ -39,7 +39,7 @@ from firstrun.agents.cli.frame import LOOPBACK, Needs, ProcessToolbelt, Route
 from firstrun.agents.cli.harness_mcp import HOOK_TOOL, SERVER_NAME
 from firstrun.agents.cli.install import CODEX, CliInstall
 from firstrun.agents.loop import page_text
-from firstrun.agents.prompt import task_message
+from firstrun.agents.prompt import cli_prompt, task_message
 from firstrun.agents.spend import FilePrice, Pricing, price_for
 from firstrun.agents.vendor import TokenUsage, TurnStop
 
@@ -50,16 +50,7 @@ DEFAULT_MODEL = "gpt-5.5"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # The model provider firstrun configures (Codex's own ``openai`` one would log in).
 PROVIDER = "firstrun"
-# What firstrun adds to the CLI's own instructions; its version is recorded.
-CLI_PROMPT_VERSION = "cli-1"
-CLI_PROMPT = """\
-You are a developer trying a project for the first time by following its documentation.
-Your shell is sandboxed and cannot reach the documentation hosts; read documentation pages \
-with the read_docs tool of the firstrun MCP server, the only way to them here. Work only from \
-the documentation, not from anything you already know about this project. When the goal is \
-reached, or you are sure it cannot be reached from these docs, stop and reply with a short \
-final report: what you did, whether the goal is reached, and where the docs were missing or \
-wrong."""
+CLI_PROMPT = cli_prompt("read_docs tool of the firstrun MCP server")
 # The file whose presence tells the CLI's stop hook to interrupt it.
 STOP_FILE = "stop"
 
@@ -84,7 +75,6 @@ class CodexAgent(CliAgent):
     name = "codex"
     vendor = VENDOR
     key_name = KEY_NAME
-    prompt_version = CLI_PROMPT_VERSION
 
     @property
     def api_path(self) -> str:  # type: ignore[override]

@@ -42,7 +42,7 @@ from firstrun.agents.cli.gemini_stream import (
 from firstrun.agents.cli.harness_mcp import HARNESS_HOST, SERVER_NAME
 from firstrun.agents.cli.install import GEMINI_CLI, CliInstall
 from firstrun.agents.cli.lines import count
-from firstrun.agents.prompt import task_message
+from firstrun.agents.prompt import cli_prompt, task_message
 from firstrun.agents.spend import FilePrice, Pricing, price_for
 from firstrun.agents.vendor import TokenUsage, TurnStop
 from firstrun.errors import SandboxUnavailable
@@ -56,15 +56,8 @@ DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"
 SHELL_TOOL = "run_shell_command"
 # The CLI names an MCP server's tool mcp_<server>_<tool>.
 READ_DOCS_TOOL = f"mcp_{SERVER_NAME}_read_docs"
-# What firstrun adds to the CLI's own prompt, as its global memory (GEMINI.md).
-CLI_PROMPT_VERSION = "cli-1"
-CLI_PROMPT = f"""\
-You are a developer trying a project for the first time by following its documentation.
-Your shell is sandboxed and cannot reach the documentation hosts; read documentation pages \
-with the {READ_DOCS_TOOL} tool, the only way to them here. Work only from the documentation, \
-not from anything you already know about this project. When the goal is reached, or you are \
-sure it cannot be reached from these docs, stop and reply with a short final report: what \
-you did, whether the goal is reached, and where the docs were missing or wrong."""
+# Given to the CLI as its global memory (GEMINI.md).
+CLI_PROMPT = cli_prompt(f"{READ_DOCS_TOOL} tool")
 # Writes the settings and the memory into the session's home, then becomes the CLI:
 # nothing of the user's own home is read or written.
 _SETUP = ('mkdir -p "$HOME/.gemini" && printf \'%s\' "$1" > "$HOME/.gemini/settings.json" '
@@ -118,7 +111,6 @@ class GeminiCliAgent(CliAgent):
     name = "gemini-cli"
     vendor = VENDOR
     key_name = KEY_NAME
-    prompt_version = CLI_PROMPT_VERSION
     # generateContent and streamGenerateContent are POSTs under /v1beta/.
     api_path = "/v1beta/"
 
